@@ -1,0 +1,432 @@
+"""Engine configurations: the TOML people write, the frozen model dynocell uses, the hash that names it.
+
+A config is one engine configuration with SGLang's server-arg names
+(``sglang/srt/server_args.py``: ``tp_size``, ``speculative_num_steps``,
+``mem_fraction_static`` …, grouped here in tables). It is canonicalised
+(sorted keys, every default spelled out, ``[meta]`` left out) and hashed:
+``config_hash = "sha256:" + hex(sha256(canonical JSON))`` — the algorithm is
+named in the value so a later change of scheme is visible. Key order,
+whitespace, comments and spelled-out defaults never change the hash; any
+engine-relevant change does.
+
+Model paths of the form ``dynocell:tiny`` / ``dynocell:tiny-draft`` name the
+made-locally reference pair; they are resolved at boot, not here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dynocell.errors import ConfigError
+
+SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+ENGINES = ("sglang", "reference")
+BUILTIN_MODEL_PREFIX = "dynocell:"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Parallel(_Section):
+    """Parallel sizes (SGLang ``--tp-size`` … ``--dcp-size``); all ≥ 1."""
+
+    tp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+    dp_size: int = Field(1, ge=1)
+    ep_size: int = Field(1, ge=1)
+    dcp_size: int = Field(1, ge=1)
+
+
+class Speculative(_Section):
+    """Speculative decoding (SGLang ``--speculative-*``). ``algorithm`` None = off.
+
+    With ``eagle_topk`` 1 the drafts form a chain: D = ``num_draft_tokens`` − 1
+    drafts per verify step, so ``num_draft_tokens`` ≥ ``num_steps`` + 1.
+    """
+
+    algorithm: str | None = None
+    num_steps: int | None = Field(None, ge=1)
+    eagle_topk: int | None = Field(None, ge=1)
+    num_draft_tokens: int | None = Field(None, ge=1)
+    draft_model_path: str | None = None
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, str) and v.strip().lower() in ("", "none")):
+            return None
+        if isinstance(v, str) and v.strip().upper() in SPEC_ALGORITHMS:
+            return v.strip().upper()
+        raise ValueError(
+            f"must be one of {', '.join(SPEC_ALGORITHMS)} (case-insensitive) or none, got {v!r}"
+        )
+
+    @model_validator(mode="after")
+    def _widths(self) -> "Speculative":
+        if self.algorithm is None:
+            return self
+        if self.algorithm in ("STANDALONE",) and not self.draft_model_path:
+            raise ValueError("STANDALONE needs draft_model_path (the draft model's directory)")
+        topk = self.eagle_topk if self.eagle_topk is not None else 1
+        if (
+            topk == 1
+            and self.num_steps is not None
+            and self.num_draft_tokens is not None
+            and self.num_draft_tokens < self.num_steps + 1
+        ):
+            raise ValueError(
+                f"num_draft_tokens ({self.num_draft_tokens}) must be at least num_steps + 1 "
+                f"({self.num_steps + 1}) when eagle_topk is 1"
+            )
+        return self
+
+    @property
+    def num_drafts(self) -> int | None:
+        """D, drafts proposed per verify step for a chain (``num_draft_tokens`` − 1), or None."""
+        if self.algorithm is None or self.num_draft_tokens is None:
+            return None
+        return self.num_draft_tokens - 1
+
+
+class Memory(_Section):
+    """Memory knobs (SGLang ``--mem-fraction-static`` …). None = the engine's default."""
+
+    mem_fraction_static: float | None = Field(None, gt=0, le=1)
+    chunked_prefill_size: int | None = Field(None, ge=1)
+    context_length: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(None, ge=1)
+    kv_cache_dtype: str | None = None
+
+
+class CudaGraph(_Section):
+    """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``)."""
+
+    disable: bool = False
+    max_bs: int | None = Field(None, ge=1)
+
+
+class Node(_Section):
+    """One host of a multi-node engine: ``host``, ``node_rank`` (0-based), ``gpus`` on it."""
+
+    host: str
+    node_rank: int = Field(ge=0)
+    gpus: int = Field(ge=1)
+
+
+class Meta(_Section):
+    """Labels for people; not part of the hash."""
+
+    name: str | None = None
+    notes: str | None = None
+
+
+class EngineConfig(_Section):
+    """One engine configuration (frozen). See the module docstring for hashing."""
+
+    engine: Literal["sglang", "reference"] = "sglang"
+    model_path: str
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    attention_backend: str | None = None
+    parallel: Parallel = Parallel()
+    speculative: Speculative = Speculative()
+    memory: Memory = Memory()
+    cuda_graph: CudaGraph = CudaGraph()
+    env: dict[str, str] = {}
+    extra_args: tuple[str, ...] = ()
+    patches: tuple[str, ...] = ()
+    dist_init_addr: str | None = None
+    nodes: tuple[Node, ...] = ()
+    meta: Meta = Meta()
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @property
+    def name(self) -> str | None:
+        """The ``[meta] name`` label, if any."""
+        return self.meta.name
+
+    @property
+    def speculative_enabled(self) -> bool:
+        """True when a speculative algorithm is set."""
+        return self.speculative.algorithm is not None
+
+    def canonical(self) -> dict[str, Any]:
+        """Engine-relevant content as plain JSON values: defaults explicit, ``meta`` excluded."""
+        return self.model_dump(mode="json", exclude={"meta"})
+
+    def canonical_json(self) -> str:
+        """Canonical JSON text: sorted keys, no whitespace (the hashed bytes, UTF-8)."""
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def config_hash(self) -> str:
+        """``"sha256:" + hex`` of :meth:`canonical_json`."""
+        return "sha256:" + hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def with_changes(self, **changes: Any) -> "EngineConfig":
+        """A new validated config with dotted-path changes (``speculative.algorithm=None``)."""
+        data = self.model_dump(mode="json")
+        for dotted, value in changes.items():
+            node = data
+            *parents, leaf = dotted.replace("__", ".").split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        return EngineConfig.model_validate(data)
+
+
+# ---------------------------------------------------------------- parsing
+
+def _sections() -> dict[str | None, type[BaseModel]]:
+    return {
+        None: EngineConfig,
+        "parallel": Parallel,
+        "speculative": Speculative,
+        "memory": Memory,
+        "cuda_graph": CudaGraph,
+        "meta": Meta,
+    }
+
+
+def _check_keys(data: dict[str, Any], source: str) -> None:
+    """Reject unknown keys with a did-you-mean suggestion (before pydantic, for a better message)."""
+    for section, model in _sections().items():
+        table = data if section is None else data.get(section)
+        if not isinstance(table, dict):
+            continue
+        known = list(model.model_fields)
+        for key in table:
+            if key in known:
+                continue
+            field = key if section is None else f"{section}.{key}"
+            # A key of a sub-table written at top level, or vice versa, gets a precise hint.
+            home = next(
+                (s for s, m in _sections().items() if s and key in m.model_fields), None
+            )
+            if section is None and home:
+                hint = f"move it into the [{home}] table"
+            else:
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(known)}"
+            raise ConfigError(source, field, "unknown key", hint)
+    for i, node in enumerate(data.get("nodes") or []):
+        if isinstance(node, dict):
+            for key in node:
+                if key not in Node.model_fields:
+                    close = difflib.get_close_matches(key, list(Node.model_fields), n=1)
+                    hint = f"did you mean '{close[0]}'?" if close else "keys: host, node_rank, gpus"
+                    raise ConfigError(source, f"nodes[{i}].{key}", "unknown key", hint)
+
+
+def _hint_for(loc: str, msg: str) -> str:
+    if "greater than or equal to 1" in msg or "greater than 0" in msg:
+        return "use a positive number"
+    if loc.endswith("port"):
+        return "use 0 (pick a free port at boot) or 1–65535"
+    if "valid integer" in msg:
+        return "write a whole number without quotes"
+    if "valid boolean" in msg:
+        return "write true or false"
+    if "valid string" in msg:
+        return "write a quoted string"
+    if "algorithm" in loc:
+        return "e.g. algorithm = \"STANDALONE\", or remove it to turn speculation off"
+    if "num_draft_tokens" in msg:
+        return "raise num_draft_tokens or lower num_steps"
+    if "draft_model_path" in msg:
+        return "add draft_model_path under [speculative]"
+    if "engine" in loc:
+        return "engine = \"sglang\" or \"reference\""
+    return "see examples/tiny.toml for a valid config"
+
+
+def _from_validation_error(err: ValidationError, source: str) -> ConfigError:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if p != "__root__")
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "model_attributes_type" or first["type"] == "dict_type":
+        msg = "must be a table"
+    field = loc or None
+    if field and field.startswith("speculative") and "num_draft_tokens" in msg:
+        field = "speculative.num_draft_tokens"
+    elif field == "speculative" and "draft_model_path" in msg:
+        field = "speculative.draft_model_path"
+    return ConfigError(source, field, msg, _hint_for(field or "", msg))
+
+
+def _is_local_path(path: str) -> bool:
+    if path.startswith(BUILTIN_MODEL_PREFIX):
+        return False
+    if path.startswith(("/", "./", "../", "~")):
+        return True
+    return not _HUB_ID.match(path)
+
+
+def _resolve_model_path(value: str | None, base: Path | None, source: str, field: str) -> str | None:
+    if value is None or not _is_local_path(value):
+        return value
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = base / p
+    if not p.exists():
+        raise ConfigError(
+            source, field, f"model path does not exist: {p}",
+            "fix the path, or use dynocell:tiny for the made-locally reference model",
+        )
+    return str(p.resolve())
+
+
+def parse_config(text: str, source: str = "<string>", base_dir: Path | None = None) -> EngineConfig:
+    """Parse TOML ``text`` into a validated :class:`EngineConfig`.
+
+    ``source`` names the file in messages; relative local model paths resolve
+    against ``base_dir``. Raises :class:`~dynocell.errors.ConfigError` naming the
+    source, the field and the fix (TOML syntax errors carry line and column).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, None, f"TOML syntax error: {exc}", "fix the line and column shown") from None
+    if "model_path" not in data:
+        raise ConfigError(source, "model_path", "missing", "add model_path = \"/path/to/model\" (or dynocell:tiny)")
+    _check_keys(data, source)
+    try:
+        cfg = EngineConfig.model_validate(data)
+    except ValidationError as err:
+        raise _from_validation_error(err, source) from None
+    updates: dict[str, Any] = {}
+    mp = _resolve_model_path(cfg.model_path, base_dir, source, "model_path")
+    dp = _resolve_model_path(cfg.speculative.draft_model_path, base_dir, source, "speculative.draft_model_path")
+    if mp != cfg.model_path:
+        updates["model_path"] = mp
+    if dp != cfg.speculative.draft_model_path:
+        updates["speculative.draft_model_path"] = dp
+    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM"):
+        raise ConfigError(
+            source, "speculative.algorithm",
+            f"the reference engine does not implement {cfg.speculative.algorithm}",
+            "use STANDALONE or NGRAM with engine = \"reference\"",
+        )
+    _check_nodes(cfg, source)
+    return cfg.with_changes(**updates) if updates else cfg
+
+
+def _check_nodes(cfg: EngineConfig, source: str) -> None:
+    if not cfg.nodes:
+        return
+    ranks = sorted(n.node_rank for n in cfg.nodes)
+    if ranks != list(range(len(cfg.nodes))):
+        raise ConfigError(
+            source, "nodes", f"node ranks must be 0..{len(cfg.nodes) - 1} each exactly once, got {ranks}",
+            "number the [[nodes]] node_rank 0, 1, 2, …",
+        )
+    gpus = sum(n.gpus for n in cfg.nodes)
+    need = cfg.parallel.tp_size * cfg.parallel.pp_size
+    if gpus != need:
+        raise ConfigError(
+            source, "nodes", f"tp_size × pp_size = {need} but the nodes have {gpus} GPUs in all",
+            "make the GPUs of all nodes add up to tp_size × pp_size",
+        )
+    if len(cfg.nodes) > 1 and not cfg.dist_init_addr:
+        raise ConfigError(source, "dist_init_addr", "required when more than one node is named",
+                          "add dist_init_addr = \"HOST:PORT\" of node 0")
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Read and parse the config file at ``path``. Raises ConfigError (missing file included)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(p), None, "no such config file", "give the path of a .toml config")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), None, "not UTF-8 text", "save the config as UTF-8 TOML") from None
+    return parse_config(text, source=str(p), base_dir=p.parent.resolve())
+
+
+def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = None) -> EngineConfig:
+    """Rebuild a config from its stored canonical JSON (plus optional ``meta``)."""
+    data = json.loads(canonical_json)
+    if meta:
+        data["meta"] = meta
+    return EngineConfig.model_validate(data)
+
+
+def to_toml(cfg: EngineConfig) -> str:
+    """Render ``cfg`` as TOML (every field explicit; ``meta`` included when set)."""
+    data = cfg.model_dump(mode="json", exclude_none=True)
+    if not data.get("meta"):
+        data.pop("meta", None)
+    return _dump_toml(data)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(type(v))
+
+
+def _dump_toml(data: dict[str, Any]) -> str:
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    arrays: list[tuple[str, list[dict[str, Any]]]] = []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            arrays.append((k, v))
+        else:
+            lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in tables:
+        lines.append("")
+        lines.append(f"[{k}]")
+        for kk, vv in v.items():
+            lines.append(f"{json.dumps(kk) if not re.match(r'^[A-Za-z0-9_-]+$', kk) else kk} = {_toml_value(vv)}")
+    for k, items in arrays:
+        for item in items:
+            lines.append("")
+            lines.append(f"[[{k}]]")
+            for kk, vv in item.items():
+                lines.append(f"{kk} = {_toml_value(vv)}")
+    return "\n".join(lines) + "\n"
+
+
+def diff_configs(a: EngineConfig, b: EngineConfig) -> list[tuple[str, Any, Any]]:
+    """Field-by-field differences as ``(dotted_field, value_a, value_b)``, only fields that differ."""
+    fa, fb = _flatten(a.canonical()), _flatten(b.canonical())
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and k != "env":
+            out.update(_flatten(v, key + "."))
+        elif k == "env" and isinstance(v, dict):
+            for ek, ev in v.items():
+                out[f"{key}.{ek}"] = ev
+        else:
+            out[key] = v
+    return out

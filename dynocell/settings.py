@@ -1,0 +1,142 @@
+"""The one place dynocell reads its environment.
+
+Every other module receives a :class:`Settings` object built at the edge (the
+CLI callback, ``create_app``, the TUI's constructor) and never looks at
+``os.environ`` itself. Each field carries a help string; ``dynocell settings``
+prints every value and where it came from (environment, or default).
+
+Variables are named ``DYNOCELL_<FIELD>`` (e.g. ``DYNOCELL_HOME``,
+``DYNOCELL_DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "DYNOCELL_"
+
+
+class Settings(BaseSettings):
+    """Typed settings of one dynocell process.
+
+    Paths are absolute after construction; times are seconds.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="ignore")
+
+    home: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("dynocell")),
+        description="Data directory: the store, boot logs, traces, made models.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the store; default sqlite:///<home>/dynocell.db. "
+        "Any SQLAlchemy URL is accepted (e.g. postgresql+psycopg://…).",
+    )
+    engine_python: str = Field(
+        default=sys.executable,
+        description="Python interpreter that runs engines (the reference engine, sglang.launch_server).",
+    )
+    boot_timeout_sglang_s: float = Field(
+        default=900.0, gt=0, description="Overall boot limit for SGLang engines, seconds."
+    )
+    boot_timeout_reference_s: float = Field(
+        default=60.0, gt=0, description="Overall boot limit for the reference engine, seconds."
+    )
+    stop_grace_s: float = Field(
+        default=30.0, ge=0, description="Seconds between SIGTERM and SIGKILL when stopping an engine."
+    )
+    http_timeout_s: float = Field(
+        default=10.0, gt=0, description="Timeout of one HTTP probe to an engine, seconds."
+    )
+    health_generate_timeout_s: float = Field(
+        default=30.0, gt=0, description="Time allowed for /health_generate (a real generation), seconds."
+    )
+    poll_interval_s: float = Field(
+        default=2.0, gt=0, description="How often the TUI and web panel poll the store / engines, seconds."
+    )
+    runbooks_dir: Path | None = Field(
+        default=None,
+        description="Operator directory of runbook entries; adds to and overrides bundled entries by slug.",
+    )
+    web_host: str = Field(default="127.0.0.1", description="Default bind address of `dynocell web`.")
+    web_port: int = Field(default=8700, ge=1, le=65535, description="Default port of `dynocell web`.")
+    model_seed: int = Field(default=0, description="Seed of the made-locally reference model pair.")
+    debug: bool = Field(default=False, description="Show tracebacks on errors.")
+
+    def model_post_init(self, __context: Any) -> None:  # noqa: D401 - pydantic hook
+        object.__setattr__(self, "home", Path(self.home).expanduser().resolve())
+
+    @property
+    def db_url(self) -> str:
+        """The effective SQLAlchemy URL (``database_url`` or the SQLite file in ``home``)."""
+        return self.database_url or f"sqlite:///{self.home / 'dynocell.db'}"
+
+    @property
+    def boots_dir(self) -> Path:
+        """Directory holding one folder per boot (log, traces)."""
+        return self.home / "boots"
+
+    @property
+    def models_dir(self) -> Path:
+        """Directory holding made-locally models."""
+        return self.home / "models"
+
+    @property
+    def builds_dir(self) -> Path:
+        """Directory holding engine build overlays."""
+        return self.home / "builds"
+
+    def boot_timeout_s(self, engine: str) -> float:
+        """Default overall boot limit for ``engine`` (``sglang`` | ``reference`` | other), seconds."""
+        return self.boot_timeout_sglang_s if engine == "sglang" else self.boot_timeout_reference_s
+
+    def describe(self) -> list[dict[str, str]]:
+        """Every setting as ``{name, env, value, source, help}``; source is ``env`` or ``default``."""
+        rows = []
+        for name, field in type(self).model_fields.items():
+            env = ENV_PREFIX + name.upper()
+            value = getattr(self, name)
+            rows.append(
+                {
+                    "name": name,
+                    "env": env,
+                    "value": "" if value is None else str(value),
+                    "source": "env" if env in os.environ else "default",
+                    "help": field.description or "",
+                }
+            )
+        rows.append(
+            {
+                "name": "db_url (effective)",
+                "env": "",
+                "value": self.db_url,
+                "source": "env" if self.database_url else "derived from home",
+                "help": "The URL actually used.",
+            }
+        )
+        return rows
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment, with explicit ``overrides`` winning."""
+    return Settings(**overrides)
+
+
+def child_base_env() -> dict[str, str]:
+    """The minimal environment every engine child inherits (PATH, HOME, locale, TMPDIR).
+
+    Engines get an explicit environment built from this plus the config's
+    ``[env]`` table, never dynocell's whole environment.
+    """
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "CUDA_VISIBLE_DEVICES",
+            "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+            "NVSHMEM_DISABLE_NVLS", "PYTHONPATH", "VIRTUAL_ENV", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    return {k: os.environ[k] for k in keep if k in os.environ}
