@@ -99,7 +99,7 @@ class Settings(BaseSettings):
         return self.boot_timeout_sglang_s if engine == "sglang" else self.boot_timeout_reference_s
 
     def describe(self) -> list[dict[str, str]]:
-        """Every setting as ``{name, env, value, source, help}``; source is ``env`` or ``default``."""
+        """Every setting as ``{name, env, value, source, help}``; source is ``env``, ``argument`` or ``default``."""
         rows = []
         for name, field in type(self).model_fields.items():
             env = ENV_PREFIX + name.upper()
@@ -109,7 +109,8 @@ class Settings(BaseSettings):
                     "name": name,
                     "env": env,
                     "value": "" if value is None else str(value),
-                    "source": "env" if env in os.environ else "default",
+                    "source": "env" if env in os.environ
+                    else ("argument" if name in self.model_fields_set else "default"),
                     "help": field.description or "",
                 }
             )

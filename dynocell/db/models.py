@@ -405,3 +405,21 @@ class WebToken(Base):
     label: Mapped[Optional[str]] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[Optional[datetime]]
+
+
+class Golden(Base):
+    """A recorded greedy continuation of a prompt by a config: the canary and the lossless reference.
+
+    ``kind``: canary | lossless. ``output_ids`` are token ids when the engine returned them.
+    """
+
+    __tablename__ = "goldens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    config_hash: Mapped[str] = mapped_column(ForeignKey("configs.config_hash"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    prompt_sha256: Mapped[str] = mapped_column(String(64))
+    prompt: Mapped[str] = mapped_column(Text)
+    max_new_tokens: Mapped[int]
+    output_text: Mapped[str] = mapped_column(Text)
+    output_ids: Mapped[Optional[list[Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

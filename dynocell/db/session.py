@@ -23,6 +23,18 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 _lock = threading.Lock()
 _stores: dict[str, "Store"] = {}
+FTS_TABLES = ("runbook_fts",)
+
+
+def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001 - Alembic hook
+    """Alembic autogenerate filter: leave the FTS5 virtual table and its shadow tables out.
+
+    They are created by raw SQL in the migrations (SQLAlchemy has no model for a
+    virtual table), so autogenerate would otherwise propose dropping them.
+    """
+    if type_ == "table" and name and name.startswith(FTS_TABLES):
+        return False
+    return True
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI types

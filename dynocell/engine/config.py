@@ -233,17 +233,38 @@ def _check_keys(data: dict[str, Any], source: str) -> None:
                     raise ConfigError(source, f"nodes[{i}].{key}", "unknown key", hint)
 
 
-def _hint_for(loc: str, msg: str) -> str:
-    if "greater than or equal to 1" in msg or "greater than 0" in msg:
-        return "use a positive number"
+_TYPE_MESSAGES = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a quoted string",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+}
+
+
+def _hint_for(loc: str, msg: str, kind: str = "") -> str:
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return "write a whole number without quotes"
+    if kind in ("bool_type", "bool_parsing"):
+        return "write true or false (no quotes)"
+    if kind == "string_type":
+        return "write a quoted string"
+    if kind in ("tuple_type", "list_type"):
+        return 'write a TOML list, e.g. ["a", "b"]'
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"write it as a [{loc}] table" if "." not in loc else "write it as a table"
     if loc.endswith("port"):
         return "use 0 (pick a free port at boot) or 1–65535"
-    if "valid integer" in msg:
-        return "write a whole number without quotes"
-    if "valid boolean" in msg:
-        return "write true or false"
-    if "valid string" in msg:
-        return "write a quoted string"
+    if "greater than or equal to 1" in msg or "greater than 0" in msg or "less than or equal to 1" in msg:
+        return "use a positive number" if "less than" not in msg else "use a fraction in (0, 1]"
     if "algorithm" in loc:
         return "e.g. algorithm = \"STANDALONE\", or remove it to turn speculation off"
     if "num_draft_tokens" in msg:
@@ -255,18 +276,33 @@ def _hint_for(loc: str, msg: str) -> str:
     return "see examples/tiny.toml for a valid config"
 
 
+def _format_loc(parts: tuple[Any, ...]) -> str:
+    out = ""
+    for p in parts:
+        if p == "__root__":
+            continue
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
+    return out
+
+
 def _from_validation_error(err: ValidationError, source: str) -> ConfigError:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if p != "__root__")
+    loc = _format_loc(tuple(first["loc"]))
+    kind = first["type"]
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "model_attributes_type" or first["type"] == "dict_type":
-        msg = "must be a table"
+    if kind in _TYPE_MESSAGES:
+        msg = f"{_TYPE_MESSAGES[kind]}, got {first.get('input')!r}"
+    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "literal_error"):
+        msg = f"{msg.replace('Input should be', 'must be')}, got {first.get('input')!r}"
     field = loc or None
     if field and field.startswith("speculative") and "num_draft_tokens" in msg:
         field = "speculative.num_draft_tokens"
     elif field == "speculative" and "draft_model_path" in msg:
         field = "speculative.draft_model_path"
-    return ConfigError(source, field, msg, _hint_for(field or "", msg))
+    return ConfigError(source, field, msg, _hint_for(field or "", msg, kind))
 
 
 def _is_local_path(path: str) -> bool:
@@ -305,8 +341,12 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
     if "model_path" not in data:
         raise ConfigError(source, "model_path", "missing", "add model_path = \"/path/to/model\" (or dynocell:tiny)")
     _check_keys(data, source)
+    # Strict: TOML has real types, so "8000" for a port or 1 for a boolean is a mistake, not a
+    # value to coerce. Lists become tuples first (strict mode accepts only tuples for tuple fields).
+    data = {k: tuple(v) if isinstance(v, list) and k in ("extra_args", "patches", "nodes") else v
+            for k, v in data.items()}
     try:
-        cfg = EngineConfig.model_validate(data)
+        cfg = EngineConfig.model_validate(data, strict=True)
     except ValidationError as err:
         raise _from_validation_error(err, source) from None
     updates: dict[str, Any] = {}
@@ -381,7 +421,8 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        # JSON string escapes are TOML basic-string escapes, except that TOML also forbids a raw DEL.
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(type(v))
@@ -402,7 +443,7 @@ def _dump_toml(data: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"[{k}]")
         for kk, vv in v.items():
-            lines.append(f"{json.dumps(kk) if not re.match(r'^[A-Za-z0-9_-]+$', kk) else kk} = {_toml_value(vv)}")
+            lines.append(f"{_toml_value(kk) if not re.match(r'^[A-Za-z0-9_-]+$', kk) else kk} = {_toml_value(vv)}")
     for k, items in arrays:
         for item in items:
             lines.append("")

@@ -4,17 +4,10 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from dynocell.db.models import Base
+from dynocell.db.session import FTS_TABLES, include_object  # noqa: F401 - shared with tests
 
 config = context.config
 target_metadata = Base.metadata
-FTS_TABLES = ("runbook_fts",)
-
-
-def include_object(obj, name, type_, reflected, compare_to):  # noqa: ANN001
-    """Leave the FTS5 virtual table and its shadow tables out of autogenerate."""
-    if type_ == "table" and name and name.startswith(FTS_TABLES):
-        return False
-    return True
 
 
 def run() -> None:

@@ -1,0 +1,113 @@
+"""The ``dynocell`` command: a Typer root app, its command modules, and error translation.
+
+Each module named in :data:`COMMAND_MODULES` defines ``register(app: typer.Typer) -> None``
+and adds its commands (or a sub-app) to the root. :func:`main` runs the app and
+translates a :class:`~dynocell.errors.DynocellError` into one ``Error: …`` line
+(plus ``hint: …``) on stderr with the error's ``exit_code``; the traceback is
+shown only with ``--debug`` (or the ``debug`` setting).
+
+Importing this module must stay cheap: ``dynocell --help`` imports only Typer,
+rich and the command modules, never torch, SQLAlchemy or the procedures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from typing import Sequence
+
+import typer
+
+from dynocell.cli.common import err_console, state
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "dynocell.cli.commands.setup",
+    "dynocell.cli.commands.config",
+    "dynocell.cli.commands.boots",
+    "dynocell.cli.commands.run",
+)
+
+app = typer.Typer(
+    name="dynocell",
+    help="dynocell — an engine test cell for LLM serving: boot an engine with one config, "
+    "prove it healthy, benchmark it, measure speculative acceptance, profile it, and keep "
+    "every run in one store.\n\nExample: dynocell init && dynocell config add examples/tiny.toml",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
+) -> None:
+    """Global options (they go before the command: dynocell --debug config add FILE)."""
+    if debug:
+        state.debug = True
+
+
+_registered = False
+
+
+def build_app() -> typer.Typer:
+    """The root app with every module of :data:`COMMAND_MODULES` registered (once)."""
+    global _registered
+    if not _registered:
+        for name in COMMAND_MODULES:
+            importlib.import_module(name).register(app)
+        _registered = True
+    return app
+
+
+def _report(exc: BaseException, code: int, message: str, hint: str | None = None) -> int:
+    if state.debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    err_console.print(f"Error: {message}", markup=False, highlight=False, soft_wrap=True)
+    if hint:
+        err_console.print(f"hint: {hint}", markup=False, highlight=False, soft_wrap=True)
+    return code
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    import click
+
+    from dynocell.errors import DynocellError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere before "--" (dynocell config add F --debug too): take it out here.
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" in args[:end]:
+        state.debug = True
+        args = [a for a in args[:end] if a != "--debug"] + args[end:]
+    command = typer.main.get_command(build_app())
+    try:
+        rv = command.main(args=args, prog_name="dynocell", standalone_mode=False)
+    except DynocellError as exc:
+        return _report(exc, exc.exit_code, exc.message, exc.hint)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        if state.debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        exc.show()
+        return exc.exit_code
+    except (click.Abort, KeyboardInterrupt) as exc:
+        return _report(exc, 130, "interrupted")
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug, not a user error: say so, keep the traceback reachable
+        if state.debug:
+            traceback.print_exception(exc, file=sys.stderr)
+            return 1
+        return _report(exc, 1, f"internal error: {type(exc).__name__}: {exc}",
+                       "run again with --debug for the traceback, and report it")
+    return rv if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point (``dynocell``) and ``python -m dynocell``."""
+    sys.exit(run())

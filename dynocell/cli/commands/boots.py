@@ -1,0 +1,194 @@
+"""``dynocell boot | ps | logs | health | stop`` — start, watch, probe and stop engines."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any, Optional
+
+import typer
+
+from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+
+STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow", "stopped": "dim",
+               "failed": "red", "crashed": "red", "lost": "magenta"}
+HEALTH_LIGHT = {"healthy": "● healthy", "degraded": "◐ degraded", "down": "○ down", None: "-"}
+
+
+def register(app: typer.Typer) -> None:
+    """Add the boot commands to the root app."""
+    app.command("boot")(boot_cmd)
+    app.command("ps")(ps_cmd)
+    app.command("logs")(logs_cmd)
+    app.command("health")(health_cmd)
+    app.command("stop")(stop_cmd)
+
+
+def _progress_printer(prefix: str = "") -> Any:
+    def show(msg: str, _data: dict[str, Any]) -> None:
+        err_console.print(f"{prefix}{msg}", markup=False, highlight=False)
+
+    return show
+
+
+def boot_cmd(
+    config: str = typer.Argument(..., help="Config name, hash (prefix) or TOML file."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Return the boot id once ready; a supervisor process keeps watching."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds (default: per engine, see `dynocell settings`)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
+) -> None:
+    """Boot an engine with one config and show its phase timeline live.
+
+    In the foreground the engine runs until Ctrl-C (then it is stopped cleanly);
+    with --detach the command returns the boot id once the engine is ready.
+
+    Example: dynocell boot examples/tiny.toml --detach
+    """
+    from dynocell.runbooks import boots
+
+    cell = get_cell()
+    with err_console.status("booting …") as status:
+        def show(msg: str, data: dict[str, Any]) -> None:
+            status.update(msg)
+            if "phase" in data or "ready_s" in data or "boot_id" in data:
+                err_console.print(f"  {msg}", markup=False, highlight=False)
+
+        boot_id = boots.boot(cell, config, detach=detach, timeout_s=timeout, progress=show)
+    row = boots.resolve_boot(cell, boot_id)
+    if json_out:
+        print_json(row)
+    else:
+        out(f"boot {boot_id} ready in {row['ready_s']:.1f} s on http://{row['host']}:{row['port']}")
+    if detach:
+        if not json_out:
+            out(f"stop it with: dynocell stop {boot_id}")
+        return
+    live = boots.live_boot(boot_id)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    err_console.print("engine running in the foreground; Ctrl-C stops it", markup=False)
+    try:
+        state = boots.watch(cell, live, should_stop=stop.is_set)
+    except KeyboardInterrupt:
+        boots.stop_live(cell, live, reason="Ctrl-C")
+        state = "stopped"
+    final = boots.resolve_boot(cell, boot_id)
+    out(f"boot {boot_id} {state}" + (f" ({final.get('failure_signature')})" if state == "crashed" else ""))
+    if state == "crashed":
+        raise typer.Exit(3)
+
+
+def ps_cmd(
+    all_: bool = typer.Option(False, "--all", "-a", help="Include ended boots."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List boots with state, uptime, port and the last health verdict.
+
+    A boot whose supervisor vanished is marked `lost` when its engine is gone,
+    and shown as unsupervised while its engine still runs.
+
+    Example: dynocell ps --all
+    """
+    from dynocell.runbooks import boots
+
+    rows = boots.ps(get_cell(), all=all_)
+    if json_out:
+        print_json(rows)
+        return
+    if not rows:
+        out("no live boots" + ("" if all_ else " (dynocell ps --all shows ended ones)"))
+        return
+    t = table("boot", "state", "health", "engine", "port", "uptime", "ready", "signature")
+    for r in rows:
+        state = r["state"] + ("" if r.get("supervised") or r["state"] not in ("starting", "ready", "stopping")
+                              else " (unsupervised)")
+        from rich.text import Text
+
+        add_row(t, r["id"], Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
+                r["engine"], r["port"], human_duration(r.get("uptime_s")),
+                f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-", r.get("failure_signature") or "")
+    out(t)
+
+
+def logs_cmd(
+    boot: str = typer.Argument(..., help="Boot id or unique prefix."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the boot ends."),
+    tail: int = typer.Option(50, "--tail", "-n", help="Lines from the end to show first."),
+) -> None:
+    """Print a boot's engine log (written to disk, timestamped, before anything parsed it).
+
+    Example: dynocell logs 3f2a -f
+    """
+    from dynocell.runbooks import boots
+
+    cell = get_cell()
+    lines = boots.follow(cell, boot, tail) if follow else boots.logs(cell, boot, tail)
+    try:
+        for line in lines:
+            print(line, flush=True)
+    except KeyboardInterrupt:
+        pass
+
+
+def health_cmd(
+    boot: str = typer.Argument(..., help="Boot id or unique prefix."),
+    watch: Optional[float] = typer.Option(None, "--watch", help="Probe every S seconds until Ctrl-C."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run the health oracle now: process alive, /health, /health_generate, server info, progress.
+
+    Healthy only if every check passes; each check's latency is stored.
+
+    Example: dynocell health 3f2a --watch 5
+    """
+    from dynocell.runbooks import boots
+
+    cell = get_cell()
+    worst = 0
+    try:
+        while True:
+            row = boots.health(cell, boot)
+            worst = max(worst, {"healthy": 0, "degraded": 1, "down": 2}.get(row["verdict"], 2))
+            if json_out:
+                print_json(row)
+            else:
+                _print_verdict(row)
+            if not watch:
+                break
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        pass
+    if worst:
+        raise typer.Exit(worst)
+
+
+def _print_verdict(row: dict[str, Any]) -> None:
+    t = table("check", "ok", "latency", "reason", title=f"{row['verdict']}" + (f" ({row['failed']})" if row["failed"] else ""))
+    for c in row["checks"]:
+        lat = c.get("latency_ms")
+        add_row(t, c.get("name"), "yes" if c.get("ok") else "NO", f"{lat:.1f} ms" if lat is not None else "-",
+                c.get("reason") or "")
+    out(t)
+
+
+def stop_cmd(
+    boot: str = typer.Argument(..., help="Boot id or unique prefix."),
+    grace: Optional[float] = typer.Option(None, "--grace", help="Seconds between SIGTERM and SIGKILL (default from settings)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the final boot row as JSON."),
+) -> None:
+    """Stop a boot: SIGTERM to its process group, wait the grace, SIGKILL, verify nothing survives.
+
+    Example: dynocell stop 3f2a --grace 10
+    """
+    from dynocell.runbooks import boots
+
+    with err_console.status("stopping …"):
+        row = boots.stop(get_cell(), boot, grace_s=grace)
+    if json_out:
+        print_json(row)
+        return
+    how = row.get("stop_how") or "-"
+    secs = row.get("stop_s")
+    out(f"boot {row['id']} {row['state']} ({how}" + (f", {secs:.1f} s" if secs is not None else "") + ")"
+        + (f", {row['zombies']} zombie(s) reaped" if row.get("zombies") else ""))

@@ -1,0 +1,179 @@
+"""``dynocell run | show | runs | bench | profile`` — the main job and its records."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Optional
+
+import typer
+
+from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+
+
+def register(app: typer.Typer) -> None:
+    """Add the main-job commands to the root app."""
+    app.command("run")(run_cmd)
+    app.command("show")(show_cmd)
+    app.command("runs")(runs_cmd)
+    app.command("bench")(bench_cmd)
+    app.command("profile")(profile_cmd)
+
+
+class _Live:
+    """Progress on stderr: a status line that follows the step, and one line per finished step."""
+
+    def __init__(self) -> None:
+        self.status = err_console.status("starting …")
+
+    def __call__(self, msg: str, data: dict[str, Any]) -> None:
+        self.status.update(msg)
+        if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
+                or data.get("step") == "model":
+            err_console.print(f"  {msg}", markup=False, highlight=False)
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(_s: int, _f: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run_cmd(
+    config: Optional[str] = typer.Argument(None, help="Config name, hash (prefix) or TOML file; default: the embedded reference config."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: the bundled one)."),
+    lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check", help="Compare greedy output with a plain boot of the same target."),
+    profile: bool = typer.Option(True, "--profile/--no-profile", help="Open a profiler window and split where the time goes."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
+) -> None:
+    """Put one config on the stand and leave a complete record.
+
+    config → build → boot → health → bench → acceptance → lossless → profile →
+    break-even → stop → diagnose. Every step is stored as soon as it ends; Ctrl-C
+    stops the engine and marks the run interrupted.
+
+    Example: dynocell run                      (embedded reference engine)
+    Example: dynocell run examples/tiny-ngram.toml --no-profile
+    """
+    from dynocell.runbooks.run import RunOptions, run_job
+
+    cell = get_cell()
+    _sigterm_as_interrupt()
+    live = _Live()
+    opts = RunOptions(workload=workload, lossless=lossless, profile=profile, boot_timeout_s=timeout)
+    with live.status:
+        run_id = run_job(cell, config, options=opts, progress=live)
+    _show(run_id, json_out)
+
+
+def _show(ref: str, json_out: bool) -> None:
+    from dynocell.runbooks import views
+    from dynocell.runbooks.run import resolve_run
+
+    cell = get_cell()
+    run = resolve_run(cell, ref)
+    detail = views.run_detail(cell, run["id"])
+    boot = views.boot_detail(cell, run["boot_id"]) if run.get("boot_id") else None
+    if json_out:
+        print_json({**detail, "boot": boot})
+        return
+    from dynocell.cli.render import run_report
+
+    for item in run_report(detail, boot):
+        out(item)
+        out()
+
+
+def show_cmd(
+    ref: str = typer.Argument(..., help="Run id or boot id (or a unique prefix)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Reprint the report of a run, or the timeline and health of a boot.
+
+    Example: dynocell show 7c1e
+    """
+    from dynocell.errors import NotFound
+    from dynocell.runbooks.run import resolve_run
+
+    cell = get_cell()
+    try:
+        resolve_run(cell, ref)
+    except NotFound:
+        from dynocell.runbooks import boots, views
+
+        boot = boots.resolve_boot(cell, ref)
+        bd = views.boot_detail(cell, boot["id"])
+        if json_out:
+            print_json(bd)
+            return
+        from dynocell.cli.render import health_table, phases_table, run_header
+
+        out(f"boot {boot['id']} [{boot['state']}] {boot['engine']} port {boot['port']} argv: {boot['argv']}")
+        if boot.get("failure_signature"):
+            out(f"failure signature: {boot['failure_signature']} {(boot.get('failure_detail') or {}).get('title') or ''}")
+        for x in (phases_table(bd), health_table(bd)):
+            if x is not None:
+                out(x)
+        return
+    _show(ref, json_out)
+
+
+def runs_cmd(
+    limit: int = typer.Option(20, "--limit", "-n", help="How many runs."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List recent runs with state, τ and best output tok/s.
+
+    Example: dynocell runs -n 5
+    """
+    from dynocell.runbooks import views
+    from dynocell.runbooks.run import reconcile_runs
+
+    cell = get_cell()
+    reconcile_runs(cell)
+    rows = views.list_runs(cell, limit=limit)
+    if json_out:
+        print_json(rows)
+        return
+    t = table("run", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
+    for r in rows:
+        add_row(t, r["id"], r["kind"], r["state"], ", ".join(r.get("labels") or []) or r["config_hash"][:19],
+                r.get("boot_id"), f"{r['tau']:.3f}" if r.get("tau") else "-",
+                f"{r['best_output_tok_s']:.1f}" if r.get("best_output_tok_s") else "-", r.get("lossless") or "-",
+                human_duration(r.get("duration_s")), (r.get("error") or "")[:60])
+    out(t)
+
+
+def bench_cmd(
+    boot: str = typer.Argument(..., help="A ready boot (id or prefix)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: bundled)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Benchmark a running boot (throughput levels, and acceptance when speculative).
+
+    Example: dynocell bench 3f2a
+    """
+    from dynocell.runbooks.run import bench
+
+    live = _Live()
+    with live.status:
+        run_id = bench(get_cell(), boot, workload=workload, progress=live)
+    _show(run_id, json_out)
+
+
+def profile_cmd(
+    boot: str = typer.Argument(..., help="A ready boot (id or prefix)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: bundled)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Open a profiler window on a running boot and split where the time goes.
+
+    Example: dynocell profile 3f2a
+    """
+    from dynocell.runbooks.run import profile
+
+    live = _Live()
+    with live.status:
+        run_id = profile(get_cell(), boot, workload=workload, progress=live)
+    _show(run_id, json_out)

@@ -1,0 +1,257 @@
+"""``dynocell runbook lint|search|show|add``, ``note``, ``diagnose`` and ``bisect plan|run``.
+
+Runbook entries are markdown with front matter (see ``dynocell/runbooks/knowledge.py``);
+the doctor is ``dynocell/runbooks/doctor.py``; bisect plans ``dynocell/runbooks/bisect.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from dynocell.cli.common import JSON_OPTION_HELP, err_console, get_cell, get_settings, out, print_json
+
+runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.", no_args_is_help=True)
+bisect_app = typer.Typer(help="Bisect two configs to the knob that flips the verdict.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runbook``, ``note``, ``diagnose`` and ``bisect`` to the root app."""
+    app.add_typer(runbook_app, name="runbook")
+    app.add_typer(bisect_app, name="bisect")
+    app.command("note")(note_cmd)
+    app.command("diagnose")(diagnose_cmd)
+
+
+# ------------------------------------------------------------------ runbook
+
+@runbook_app.command("lint")
+def lint_cmd(
+    paths: Optional[list[Path]] = typer.Argument(None, help="Entry files or directories (default: bundled + operator directory)."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Validate runbook entries: front matter fields, selectors, version ranges, log regexes (timed).
+
+    Prints one line per problem as FILE: FIELD: MESSAGE; exit code 1 when any.
+
+    Example: dynocell runbook lint ~/my-runbooks/
+    """
+    from dynocell.runbooks.knowledge import BUNDLED_DIR, lint_paths, operator_dir
+
+    if not paths:
+        paths = [BUNDLED_DIR]
+        op = operator_dir(get_settings())
+        if op.is_dir():
+            paths.append(op)
+    entries, errors = lint_paths(paths)
+    if json_out:
+        print_json({"entries": len(entries), "errors": [{"path": e.path, "field": e.field, "message": e.message}
+                                                      for e in errors]})
+    else:
+        for e in errors:
+            out(str(e))
+        err_console.print(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} valid, {len(errors)} problem(s)",
+                          markup=False, highlight=False)
+    if errors:
+        raise typer.Exit(1)
+
+
+@runbook_app.command("search")
+def search_cmd(
+    query: list[str] = typer.Argument(..., help="Words to search for (title, tags, body, evidence, fix)."),
+    limit: int = typer.Option(10, "--limit", "-n", min=1, help="At most this many results."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Full-text search over runbook entries, best match first.
+
+    Example: dynocell runbook search cuda graph capture
+    """
+    from dynocell.runbooks.knowledge import knowledge_for, search
+
+    cell = get_cell()
+    hits = search(cell.store, knowledge_for(cell.settings), " ".join(query), limit=limit)
+    if json_out:
+        print_json(hits)
+        return
+    if not hits:
+        out("no entries match")
+        return
+    for h in hits:
+        out(f"{h['slug']}  [{h['kind']}]  {h['title']}")
+        out(f"    {h['snippet']}")
+
+
+@runbook_app.command("show")
+def show_cmd(
+    slug: str = typer.Argument(..., help="Entry slug (or a unique prefix)."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Show one entry: front matter, evidence, what to try, body, and notes attached to it.
+
+    Example: dynocell runbook show draft-parallel-config-copies-every-size
+    """
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.knowledge import knowledge_for
+
+    cell = get_cell()
+    e = knowledge_for(cell.settings).get(slug)
+    notes = dbk.list_notes(cell.store, "entry", e.slug)
+    if json_out:
+        d = e.to_dict()
+        d["notes"] = notes
+        print_json(d)
+        return
+    from rich.markdown import Markdown
+
+    out(f"{e.title}")
+    out(f"slug: {e.slug}   kind: {e.kind}   origin: {e.origin}   tags: {', '.join(e.tags)}")
+    if e.engines:
+        out("engines: " + ", ".join(f"{k} {v}" for k, v in e.engines.items()))
+    sig = {k: v for k, v in e.signatures.items() if v}
+    if sig:
+        out("signatures: " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in sig.items()))
+    if e.applies_to:
+        out(f"applies to: {e.applies_to}")
+    out("\nevidence:")
+    for x in e.evidence:
+        out(f"  - {x}")
+    out("what to try:")
+    for x in e.fix:
+        out(f"  - {x}")
+    out("")
+    out(Markdown(e.body))
+    for n in notes:
+        out(f"note {dbk.timestamp(n['created_at'])}: {n['text']}")
+
+
+@runbook_app.command("add")
+def add_cmd(
+    file: Path = typer.Argument(..., help="A markdown entry file to lint and copy into the operator directory."),
+) -> None:
+    """Lint an entry and copy it into the operator directory (same slug as a bundled entry = override).
+
+    Example: dynocell runbook add my-trap.md
+    """
+    from dynocell.runbooks.knowledge import add_entry_file, knowledge_for, sync_index
+
+    cell = get_cell()
+    entry, dest, overrides = add_entry_file(cell.settings, file)
+    sync_index(cell.store, knowledge_for(cell.settings))
+    out(f"added {entry.slug} → {dest}" + (" (overrides the bundled entry)" if overrides else ""))
+
+
+# ------------------------------------------------------------------ note
+
+def note_cmd(
+    target: str = typer.Argument(..., help="KIND:ID (config, boot, run, entry, experiment) or a bare id/name/slug."),
+    text: Optional[str] = typer.Argument(None, help="The note; omit to list the target's notes."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Attach a timestamped note to a config, boot, run, runbook entry or experiment (or list its notes).
+
+    Example: dynocell note run:3f2a "τ collapse reproduced with dcp 4"
+    """
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.knowledge import knowledge_for, resolve_note_target
+
+    cell = get_cell()
+    kind, ident = resolve_note_target(cell.store, knowledge_for(cell.settings), target)
+    if text is None:
+        notes = dbk.list_notes(cell.store, kind, ident)
+        if json_out:
+            print_json(notes)
+            return
+        for n in notes:
+            out(f"{dbk.timestamp(n['created_at'])}  {n['text']}")
+        if not notes:
+            out(f"no notes on {kind}:{ident}")
+        return
+    if not text.strip():
+        from dynocell.errors import UserError
+
+        raise UserError("empty note", "write the note text in quotes after the target")
+    n = dbk.add_note(cell.store, kind, ident, text.strip())
+    if json_out:
+        print_json(n)
+    else:
+        out(f"noted on {kind}:{ident} at {dbk.timestamp(n['created_at'])}")
+
+
+# ------------------------------------------------------------------ diagnose
+
+def diagnose_cmd(
+    ref: str = typer.Argument(..., help="Run id or boot id (or a unique prefix)."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Run the acceptance doctor on a run (or every run of a boot) and store the findings.
+
+    Each finding has its evidence numbers and the runbook entries that explain it.
+
+    Example: dynocell diagnose 3f2a
+    """
+    from dynocell.runbooks.doctor import diagnose, render_findings
+
+    findings = diagnose(get_cell(), ref)
+    if json_out:
+        print_json([f.to_dict() for f in findings])
+        return
+    out(render_findings(findings))
+
+
+# ------------------------------------------------------------------ bisect
+
+def _load(ref: str) -> Any:
+    from dynocell.engine.config import load_config
+
+    if Path(ref).is_file():
+        return load_config(ref)
+    from dynocell.runbooks.configs import resolve_config
+
+    return resolve_config(get_cell(), ref)[0]
+
+
+@bisect_app.command("plan")
+def bisect_plan_cmd(
+    good: str = typer.Argument(..., help="The good config: TOML file, name or hash."),
+    bad: str = typer.Argument(..., help="The bad config: TOML file, name or hash."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """List the knobs that differ and the intermediate configs that isolate the responsible one.
+
+    Example: dynocell bisect plan examples/tiny.toml examples/tiny-ngram.toml
+    """
+    from dynocell.runbooks.bisect import plan
+
+    p = plan(_load(good), _load(bad))
+    if json_out:
+        print_json(p.to_dict())
+    else:
+        out(p.render())
+
+
+@bisect_app.command("run")
+def bisect_run_cmd(
+    good: str = typer.Argument(..., help="The good config: TOML file, name or hash."),
+    bad: str = typer.Argument(..., help="The bad config: TOML file, name or hash."),
+    tau_drop: float = typer.Option(0.1, "--tau-drop", help="A step is bad when its τ is this fraction below GOOD's (or lossless fails)."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Run the main job on GOOD, BAD and each bisect step; report which knob flips τ or lossless.
+
+    Example: dynocell bisect run eager.toml graph.toml
+    """
+    from dynocell.runbooks.bisect import run_bisect
+
+    def show(msg: str, _d: dict[str, Any]) -> None:
+        err_console.print(msg, markup=False, highlight=False)
+
+    res = run_bisect(get_cell(), good, bad, tau_drop=tau_drop, progress=show)
+    if json_out:
+        print_json(res)
+        return
+    r = res["result"]
+    for run in res["runs"]:
+        out(f"{run['label']:<10} run {run['run_id']}  τ {run['tau']}  lossless {run['lossless']}")
+    out("responsible: " + (", ".join(r["responsible"]) if r.get("responsible") else "not isolated (the knobs interact)"))

@@ -1,0 +1,67 @@
+"""``dynocell web [--host H] [--port P]`` serves the browser panel; ``dynocell web token create`` makes a login token.
+
+Binding to an address other than loopback needs at least one token (the panel can start and
+stop GPU engines); the command refuses otherwise. Tokens are printed once and stored hashed.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dynocell.cli.common import err_console, get_cell, get_settings
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``web`` (serve) and ``web token create`` to the root app."""
+    web = typer.Typer(help="The browser admin panel (FastAPI + htmx).", invoke_without_command=True,
+                      no_args_is_help=False)
+    token = typer.Typer(help="Web-panel login tokens.", no_args_is_help=True)
+    web.callback(invoke_without_command=True)(web_cmd)
+    token.command("create")(token_create_cmd)
+    web.add_typer(token, name="token")
+    app.add_typer(web, name="web")
+
+
+def web_cmd(
+    ctx: typer.Context,
+    host: Optional[str] = typer.Option(None, "--host", help="Bind address (default: setting web_host, 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port (default: setting web_port, 8700)."),
+) -> None:
+    """Serve the panel (example: dynocell web --port 8700; then open http://127.0.0.1:8700/)."""
+    if ctx.invoked_subcommand:
+        return
+    from dynocell.errors import UserError
+    from dynocell.runbooks import views
+    from dynocell.web.auth import is_loopback
+
+    settings = get_settings()
+    host = host or settings.web_host
+    port = port or settings.web_port
+    cell = get_cell()
+    tokens = views.web_token_count(cell)
+    if not is_loopback(host) and tokens == 0:
+        raise UserError(f"refusing to bind the web panel to {host}: no login token exists and the panel can "
+                        "start and stop engines",
+                        "run `dynocell web token create` first (then log in with the printed token), "
+                        "or bind to 127.0.0.1")
+    import uvicorn
+
+    from dynocell.web.app import create_app
+
+    app = create_app(settings, bind_host=host, cell=cell)
+    mode = "login required" if app.state.login_required() else "open on loopback (no token created)"
+    err_console.print(f"dynocell panel on http://{host}:{port}/ ({mode})", markup=False, highlight=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def token_create_cmd(
+    label: Optional[str] = typer.Option(None, "--label", help="A name to remember the token by."),
+) -> None:
+    """Create a login token and print it once (only its salted hash is stored)."""
+    from dynocell.runbooks import views
+
+    tok = views.web_token_create(get_cell(), label)
+    typer.echo(tok)
+    err_console.print("Store it now: it is not shown again. Log in at /login with it.", markup=False)

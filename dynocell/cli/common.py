@@ -1,0 +1,164 @@
+"""Helpers every CLI command shares: the cell (settings built once, here at the edge),
+JSON output, rich console output and small formatters.
+
+Kept light on imports: ``dynocell --help`` imports this module, so settings,
+the store and the procedures are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynocell.runbooks.cell import Cell
+    from dynocell.settings import Settings
+
+console = Console(highlight=False)
+if not console.is_terminal and console.width == 80:
+    console.width = 160  # piped output: don't squeeze tables into 80 columns (rich's default)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _State:
+    """Process-wide CLI state set by the root callback."""
+
+    debug: bool = False
+    settings: "Settings | None" = None
+    cell: "Cell | None" = None
+
+
+state = _State()
+
+JSON_OPTION_HELP = "Print machine-readable JSON on stdout instead of a table."
+
+
+def get_settings() -> "Settings":
+    """The process's settings, loaded once from the environment (``load_settings()``)."""
+    if state.settings is None:
+        from dynocell.settings import load_settings
+
+        try:
+            state.settings = load_settings()
+        except Exception as exc:  # pydantic ValidationError of a DYNOCELL_* variable
+            from dynocell.errors import UserError
+
+            raise UserError(f"invalid setting in the environment: {exc}",
+                            "fix or unset the DYNOCELL_* variable named above") from exc
+        if state.settings.debug:
+            state.debug = True
+    return state.settings
+
+
+def get_cell() -> "Cell":
+    """The process's :class:`~dynocell.runbooks.cell.Cell` over :func:`get_settings`."""
+    if state.cell is None:
+        from dynocell.runbooks.cell import open_cell
+
+        state.cell = open_cell(get_settings())
+    return state.cell
+
+
+def print_json(obj: Any) -> None:
+    """Write ``obj`` as indented JSON to stdout (datetimes and paths as strings)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, datetime):
+        return o.isoformat()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+def human_time(iso_or_dt: str | datetime | None, now: datetime | None = None) -> str:
+    """``"2026-11-30 04:12 UTC (3 min ago)"`` for an ISO 8601 string or datetime; ``"-"`` for None."""
+    if iso_or_dt is None:
+        return "-"
+    t = datetime.fromisoformat(iso_or_dt) if isinstance(iso_or_dt, str) else iso_or_dt
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    now = now or datetime.now(timezone.utc)
+    return f"{t.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC ({human_duration((now - t).total_seconds())} ago)"
+
+
+def human_ago(iso_or_dt: str | datetime | None, now: datetime | None = None) -> str:
+    """``"3 min ago"`` for an ISO 8601 string or datetime; ``"-"`` for None."""
+    if iso_or_dt is None:
+        return "-"
+    t = datetime.fromisoformat(iso_or_dt) if isinstance(iso_or_dt, str) else iso_or_dt
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return human_duration(((now or datetime.now(timezone.utc)) - t).total_seconds()) + " ago"
+
+
+def human_duration(seconds: float | None) -> str:
+    """Seconds as ``"850 ms"``, ``"42 s"``, ``"7 min"``, ``"3.2 h"`` or ``"4 d"``; ``"-"`` for None."""
+    if seconds is None:
+        return "-"
+    s = abs(seconds)
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 48 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.0f} d"
+
+
+def human_bytes(n: int | None) -> str:
+    """Bytes as ``"512 B"``, ``"1.5 KiB"``, ``"3.2 MiB"``, ``"1.1 GiB"``; ``"-"`` for None."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def fmt_value(v: Any) -> str:
+    """A config value for a table cell: None → ``-``, lists joined, strings bare."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return json.dumps(v)
+    return str(v)
+
+
+def table(*columns: str, title: str | None = None) -> Any:
+    """A plain rich Table with ``columns`` (no markup interpretation of cells is needed by callers)."""
+    from rich.table import Table
+
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+def add_row(t: Any, *cells: Any) -> None:
+    """Add a row to a rich Table; cells are shown literally (``[meta]`` is not rich markup)."""
+    from rich.text import Text
+
+    t.add_row(*(c if hasattr(c, "__rich_console__") else Text(fmt_value(c)) for c in cells))
+
+
+def out(renderable: Any = "") -> None:
+    """Print a rich renderable or plain text to stdout (text is not parsed as markup)."""
+    if isinstance(renderable, str):
+        console.print(renderable, markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print(renderable)

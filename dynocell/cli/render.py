@@ -1,0 +1,210 @@
+"""Rich renderings of stored records: the run report, the boot timeline, small text charts.
+
+Input is the face-neutral data of :mod:`dynocell.runbooks.views` (plain dicts);
+output is a list of rich renderables. Bars are drawn with block characters so
+the report reads in a terminal, a log file or a CI transcript.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+BAR_WIDTH = 30
+
+
+def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of ``fraction`` (0..1) of ``width`` cells, eighth-cell resolution."""
+    if fraction is None:
+        return ""
+    f = max(0.0, min(1.0, fraction))
+    eighths = round(f * width * 8)
+    full, rest = divmod(eighths, 8)
+    return "█" * full + ("" if rest == 0 else " ▏▎▍▌▋▊▉"[rest])
+
+
+def _ms(v: Any) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _tbl(title: str, *cols: str) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, header_style="bold")
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
+    """Config name + hash, run state and step, boot id, ready time."""
+    r = run
+    t = Text()
+    t.append(f"run {r['id']}", style="bold")
+    t.append(f"  [{r['state']}]", style={"completed": "green", "failed": "red", "interrupted": "yellow"}.get(r["state"], ""))
+    t.append(f"\nconfig {', '.join(r.get('labels') or []) or '-'}  {r.get('config_hash', '')}")
+    if r.get("build_hash"):
+        t.append(f"\nbuild  {r['build_hash']}")
+    if r.get("error"):
+        t.append(f"\nerror  {r['error']}", style="red")
+    if boot:
+        b = boot.get("boot", boot)
+        t.append(f"\nboot   {b.get('id')}  {b.get('engine')}  port {b.get('port')}  "
+                 f"ready {_ms(b.get('ready_s'))} s  [{b.get('state')}]")
+        if b.get("failure_signature"):
+            t.append(f"\nfailure signature: {b['failure_signature']}", style="red")
+    return t
+
+
+def phases_table(boot_detail: dict[str, Any]) -> Table | None:
+    """Phase timeline: each phase's offset from spawn (s) with a bar."""
+    phases = [e for e in boot_detail.get("events", []) if e.get("kind") == "phase"]
+    if not phases:
+        return None
+    total = max((e["offset_s"] for e in phases), default=1.0) or 1.0
+    t = _tbl("boot phases", "phase", "at (s)", "")
+    for e in phases:
+        t.add_row(e["name"], f"{e['offset_s']:.2f}", bar(e["offset_s"] / total, 24))
+    return t
+
+
+def health_table(boot_detail: dict[str, Any]) -> Table | None:
+    """The newest health verdict with each check."""
+    hist = boot_detail.get("health") or []
+    if not hist:
+        return None
+    h = hist[-1]
+    t = _tbl(f"health: {h['verdict']}" + (f" ({h['failed']})" if h.get("failed") else ""), "check", "ok", "latency ms", "reason")
+    for c in h.get("checks", []):
+        t.add_row(str(c.get("name")), "yes" if c.get("ok") else "NO", _ms(c.get("latency_ms")), Text(str(c.get("reason") or "")))
+    return t
+
+
+def bench_table(bench: list[dict[str, Any]]) -> Table | None:
+    """Throughput and latency per level (ms percentiles p50/p90/p99)."""
+    if not bench:
+        return None
+    t = _tbl("throughput and latency", "level", "req", "fail", "out tok/s", "req/s", "TTFT p50/p90/p99 ms",
+             "TPOT p50/p90/p99 ms", "ITL p50 ms", "e2e p50 ms", "prefill tok/s", "decode tok/s")
+
+    def pct(d: dict[str, Any] | None) -> str:
+        d = d or {}
+        return "/".join(_ms(d.get(k)) for k in ("p50", "p90", "p99"))
+
+    for b in bench:
+        label = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
+        t.add_row(label, str(b["num_requests"]), str(b.get("num_failed") or 0), f"{b['output_tok_s']:.1f}",
+                  f"{b['request_throughput']:.2f}", pct(b.get("ttft_ms")), pct(b.get("tpot_ms")),
+                  _ms((b.get("itl_ms") or {}).get("p50")), _ms((b.get("e2e_ms") or {}).get("p50")),
+                  _ms(b.get("prefill_tok_s")), _ms(b.get("decode_tok_s")))
+    return t
+
+
+def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
+    """Per text class: τ, accept rate, and bars of p_i (unconditional) and a_i (conditional)."""
+    if not curves:
+        return None
+    parts: list[Any] = [Text("acceptance per text class (p_i unconditional, a_i conditional)", style="bold")]
+    for c in curves:
+        head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
+                    f"steps {c['steps']}  D {c['num_drafts']}  histogram {c['histogram']}")
+        if c.get("engine_tau") is not None:
+            head.append(f"  engine τ {c['engine_tau']:.3f}")
+        if c.get("warning"):
+            head.append(f"\n  warning: {c['warning']}", style="yellow")
+        parts.append(head)
+        for p in c.get("points", []):
+            parts.append(Text(f"  p{p['position']} {p['p']:.3f} {bar(p['p'], 20):<20}  "
+                              f"a{p['position']} {p['a']:.3f} {bar(p['a'], 20)}"))
+    return Group(*parts)
+
+
+def profile_panel(profile: dict[str, Any] | None) -> Group | None:
+    """Profile split as bars with %, totals, and top kernels."""
+    if not profile:
+        return None
+    if profile.get("state") == "failed":
+        return Group(Text(f"profile failed: {profile.get('error')}", style="red"))
+    parts: list[Any] = []
+    head = (f"profile split ({profile.get('source')}; device {_ms(profile.get('device_ms'))} ms over "
+            f"{_ms(profile.get('window_ms'))} ms window, busy {_ms(profile.get('busy_pct'))} %, "
+            f"{profile.get('launches')} launches, {_ms(profile.get('ms_per_token'))} ms/token, "
+            f"{_ms(profile.get('launches_per_token'))} launches/token, graph launches {profile.get('graph_launches')}")
+    if profile.get("num_ranks") and profile["num_ranks"] > 1:
+        head += f", {profile['num_ranks']} ranks, skew {_ms(profile.get('rank_skew'))}×"
+    parts.append(Text(head, style="bold"))
+    for w in profile.get("warnings") or []:
+        parts.append(Text(f"  warning: {w}", style="yellow"))
+    for sp in profile.get("splits", []):
+        parts.append(Text(f"  {sp['category']:<14} {sp['pct']:5.1f} % {bar(sp['pct'] / 100):<30} "
+                          f"{sp['ms']:9.2f} ms {sp['launches']:6d} launches"))
+    kernels = profile.get("kernels") or []
+    if kernels:
+        t = _tbl("top kernels", "kernel", "category", "ms", "launches")
+        for k in kernels[:20]:
+            t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
+        parts.append(t)
+    return Group(*parts)
+
+
+def lossless_text(run: dict[str, Any]) -> Text | None:
+    """``lossless: yes`` or the first divergence with both continuations."""
+    if not run.get("lossless"):
+        return None
+    t = Text("lossless: ", style="bold")
+    t.append(run["lossless"], style="green" if run["lossless"] == "yes" else "red")
+    for mm in (run.get("lossless_detail") or {}).get("mismatches", [])[:3]:
+        t.append(f"\n  first diverging {mm['unit']} {mm['first_diverging_index']}: "
+                 f"speculative {mm['speculative'][:60]!r} vs plain {mm['plain'][:60]!r}")
+    return t
+
+
+def breakeven_text(run: dict[str, Any]) -> Text | None:
+    """Break-even: speculation pays while a speculative step < τ × plain step."""
+    be = run.get("breakeven")
+    if not be:
+        return None
+    pays = be.get("pays")
+    t = Text("break-even: ", style="bold")
+    t.append(f"spec step {be['spec_step_ms']:.2f} ms vs τ × plain step = {be['tau']:.3f} × {be['plain_step_ms']:.2f} "
+             f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} % ")
+    t.append("(speculation pays)" if pays else "(speculation does NOT pay)", style="green" if pays else "red")
+    return t
+
+
+def findings_table(findings: list[dict[str, Any]]) -> Table | None:
+    """Doctor findings with evidence and linked entries."""
+    if not findings:
+        return None
+    t = _tbl("doctor findings", "rule", "severity", "message", "entries")
+    for f in findings:
+        t.add_row(f["rule"], f["severity"], Text(f["message"]), ", ".join(f.get("entries") or []))
+    return t
+
+
+def steps_table(steps: list[dict[str, Any]]) -> Table:
+    """Each step's state, seconds and error."""
+    t = _tbl("steps", "step", "state", "s", "note")
+    for s in steps:
+        d = s.get("detail") or {}
+        t.add_row(s["name"], s["state"], _ms(d.get("seconds")), Text(str(s.get("error") or "")))
+    return t
+
+
+def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]:
+    """The whole report of a run, as renderables in reading order."""
+    run = detail["run"]
+    items: list[Any] = [Panel(run_header(run, boot), expand=False)]
+    if boot:
+        for x in (phases_table(boot), health_table(boot)):
+            if x is not None:
+                items.append(x)
+    for x in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
+              lossless_text(run), profile_panel(detail.get("profile")), breakeven_text(run),
+              findings_table(detail.get("findings") or [])):
+        if x is not None:
+            items.append(x)
+    items.append(steps_table(detail.get("steps") or []))
+    return items

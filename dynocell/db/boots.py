@@ -1,0 +1,128 @@
+"""Read/write functions for boots, their events and health verdicts.
+
+Each function opens one short transaction on the given :class:`~dynocell.db.session.Store`
+and takes/returns plain values (dicts with the columns of ``models.Boot`` etc.).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from dynocell.db.models import Boot, BootEvent, HealthCheck, utcnow
+from dynocell.db.session import Store
+
+TERMINAL_STATES = ("stopped", "failed", "crashed", "lost")
+LIVE_STATES = ("starting", "ready", "stopping")
+
+
+def _row(obj: Any) -> dict[str, Any]:
+    return {c.key: getattr(obj, c.key) for c in obj.__table__.columns}
+
+
+def create_boot(store: Store, **values: Any) -> dict[str, Any]:
+    """Insert a boot row (``values`` are ``Boot`` columns; ``id`` required); returns it."""
+    with store.session() as s:
+        boot = Boot(**values)
+        s.add(boot)
+        s.flush()
+        return _row(boot)
+
+
+def update_boot(store: Store, boot_id: str, **values: Any) -> dict[str, Any]:
+    """Set columns of one boot; returns the updated row. Raises KeyError if absent."""
+    with store.session() as s:
+        boot = s.get(Boot, boot_id)
+        if boot is None:
+            raise KeyError(boot_id)
+        for k, v in values.items():
+            setattr(boot, k, v)
+        s.flush()
+        return _row(boot)
+
+
+def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str, **values: Any) -> bool:
+    """Compare-and-set the state: move to ``new`` only if the state is in ``old``.
+
+    Returns False (and writes nothing) when another writer moved the boot first —
+    the guard that keeps two processes from both finishing one boot.
+    """
+    olds = (old,) if isinstance(old, str) else old
+    with store.session() as s:
+        boot = s.get(Boot, boot_id)
+        if boot is None or boot.state not in olds:
+            return False
+        previous = boot.state
+        boot.state = new
+        for k, v in values.items():
+            setattr(boot, k, v)
+        detail: dict[str, Any] = {"from": previous}
+        if values.get("failure_signature"):
+            detail["signature"] = values["failure_signature"]
+        s.add(BootEvent(boot_id=boot_id, ts=utcnow(), offset_s=_offset(boot), kind="state",
+                        name=new, detail=detail))
+        return True
+
+
+def _offset(boot: Boot) -> float:
+    started = boot.started_at
+    if started.tzinfo is None:
+        from datetime import timezone
+        started = started.replace(tzinfo=timezone.utc)
+    return round((utcnow() - started).total_seconds(), 3)
+
+
+def get_boot(store: Store, boot_id: str) -> dict[str, Any] | None:
+    """One boot row or None."""
+    with store.session() as s:
+        boot = s.get(Boot, boot_id)
+        return _row(boot) if boot else None
+
+
+def find_boots(store: Store, prefix: str) -> list[dict[str, Any]]:
+    """Boots whose id starts with ``prefix``."""
+    with store.session() as s:
+        rows = s.scalars(select(Boot).where(Boot.id.startswith(prefix, autoescape=True))).all()
+        return [_row(b) for b in rows]
+
+
+def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """Boots, newest first, optionally only those in ``states``."""
+    with store.session() as s:
+        q = select(Boot).order_by(Boot.started_at.desc()).limit(limit)
+        if states:
+            q = q.where(Boot.state.in_(states))
+        return [_row(b) for b in s.scalars(q).all()]
+
+
+def add_event(store: Store, boot_id: str, kind: str, name: str, offset_s: float,
+              detail: dict[str, Any] | None = None, ts: datetime | None = None) -> None:
+    """Append one boot event (``kind``: phase | state | note)."""
+    with store.session() as s:
+        s.add(BootEvent(boot_id=boot_id, ts=ts or utcnow(), offset_s=offset_s, kind=kind, name=name, detail=detail))
+
+
+def events(store: Store, boot_id: str) -> list[dict[str, Any]]:
+    """The events of a boot in order."""
+    with store.session() as s:
+        rows = s.scalars(select(BootEvent).where(BootEvent.boot_id == boot_id).order_by(BootEvent.id)).all()
+        return [_row(e) for e in rows]
+
+
+def add_health(store: Store, boot_id: str, verdict: str, checks: list[dict[str, Any]], failed: str = "") -> dict[str, Any]:
+    """Store one health verdict with its checks (``[{name, ok, latency_ms, reason, …}]``)."""
+    with store.session() as s:
+        h = HealthCheck(boot_id=boot_id, ts=utcnow(), verdict=verdict, checks=checks, failed=failed)
+        s.add(h)
+        s.flush()
+        return _row(h)
+
+
+def health_history(store: Store, boot_id: str, limit: int = 50) -> list[dict[str, Any]]:
+    """Health verdicts of a boot, newest first."""
+    with store.session() as s:
+        q = (select(HealthCheck).where(HealthCheck.boot_id == boot_id)
+             .order_by(HealthCheck.id.desc()).limit(limit))
+        return [_row(h) for h in s.scalars(q).all()]

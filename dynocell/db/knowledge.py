@@ -1,0 +1,327 @@
+"""Small read/write functions for runbook entries, their FTS5 index, notes, findings and doctor inputs.
+
+Every function takes a :class:`~dynocell.db.session.Store` and plain values
+and returns plain values (dicts, lists), never ORM objects. The FTS5 table
+``runbook_fts(slug UNINDEXED, title, tags, body)`` exists on SQLite only
+(migration 0001); on other databases search falls back to ``LIKE``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select, text
+
+from dynocell.db.models import (
+    AcceptanceCurve, BenchRun, Boot, Config, ConfigLabel, Experiment, Finding, Golden, Note, Run, RunbookEntry, utcnow,
+)
+
+#: bm25 column weights (slug, title, tags, body): a word in the title counts 10×, in tags 5×.
+BM25_WEIGHTS = (0.0, 10.0, 5.0, 1.0)
+
+
+def _is_sqlite(store: Any) -> bool:
+    return store.engine.dialect.name == "sqlite"
+
+
+# ------------------------------------------------------------------ entries
+
+def upsert_entries(store: Any, rows: list[dict[str, Any]], replace_all: bool = False) -> int:
+    """Insert or update entries by slug and mirror them into ``runbook_fts``.
+
+    ``rows``: dicts with slug, title, kind, tags (list), origin, source_path,
+    sha256, front_matter (dict), body. With ``replace_all`` rows whose slug is
+    not in ``rows`` are deleted. Unchanged rows (same sha256 and origin) are
+    left as they are. Returns the number of rows given.
+    """
+    with store.session() as s:
+        existing = {e.slug: e for e in s.scalars(select(RunbookEntry))}
+        wanted = {r["slug"] for r in rows}
+        changed: list[dict[str, Any]] = []
+        for r in rows:
+            cur = existing.get(r["slug"])
+            if cur is not None and cur.sha256 == r["sha256"] and cur.origin == r["origin"] \
+                    and cur.source_path == r["source_path"]:
+                continue
+            if cur is None:
+                s.add(RunbookEntry(**r, indexed_at=utcnow()))
+            else:
+                for k, v in r.items():
+                    setattr(cur, k, v)
+                cur.indexed_at = utcnow()
+            changed.append(r)
+        stale = [slug for slug in existing if slug not in wanted] if replace_all else []
+        if stale:
+            s.execute(delete(RunbookEntry).where(RunbookEntry.slug.in_(stale)))
+        if _is_sqlite(store):
+            fts_slugs = set(s.execute(text("SELECT slug FROM runbook_fts")).scalars())
+            final = (set(existing) - set(stale)) | wanted
+            changed_slugs = {r["slug"] for r in changed}
+            # Rows missing from the index (e.g. a crash between writes) are re-indexed too.
+            to_index = changed + [r for r in rows if r["slug"] not in fts_slugs and r["slug"] not in changed_slugs]
+            to_drop = (fts_slugs - final) | {r["slug"] for r in to_index}
+            for slug in to_drop:
+                s.execute(text("DELETE FROM runbook_fts WHERE slug = :slug"), {"slug": slug})
+            for r in to_index:
+                s.execute(
+                    text("INSERT INTO runbook_fts (slug, title, tags, body) VALUES (:slug, :title, :tags, :body)"),
+                    {"slug": r["slug"], "title": r["title"], "tags": " ".join(r.get("tags") or []),
+                     "body": r["body"] + "\n" + _front_matter_text(r.get("front_matter") or {})},
+                )
+    return len(rows)
+
+
+def _front_matter_text(fm: dict[str, Any]) -> str:
+    """Evidence and fix lines (searchable) from front matter."""
+    parts: list[str] = []
+    for key in ("evidence", "fix"):
+        val = fm.get(key)
+        if isinstance(val, list):
+            parts.extend(str(v) for v in val)
+        elif isinstance(val, str):
+            parts.append(val)
+    return "\n".join(parts)
+
+
+def _entry_dict(e: RunbookEntry) -> dict[str, Any]:
+    return {
+        "slug": e.slug, "title": e.title, "kind": e.kind, "tags": list(e.tags or []), "origin": e.origin,
+        "source_path": e.source_path, "sha256": e.sha256, "front_matter": e.front_matter, "body": e.body,
+        "indexed_at": e.indexed_at,
+    }
+
+
+def get_entry(store: Any, slug: str) -> dict[str, Any] | None:
+    """The stored entry ``slug`` as a dict, or None."""
+    with store.session() as s:
+        e = s.get(RunbookEntry, slug)
+        return _entry_dict(e) if e else None
+
+
+def list_entries(store: Any) -> list[dict[str, Any]]:
+    """Every stored entry (dicts), by slug."""
+    with store.session() as s:
+        return [_entry_dict(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
+
+
+def _fts_query(query: str, joiner: str) -> str:
+    terms = re.findall(r"\w+", query.lower())
+    return f" {joiner} ".join('"' + t.replace('"', "") + '"' for t in terms)
+
+
+def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, Any]]:
+    """Search the index: all words first (AND), then any word (OR) if that finds nothing.
+
+    Returns ``[{slug, title, kind, score, snippet}]`` best first; ``score`` is
+    SQLite FTS5 ``bm25`` with :data:`BM25_WEIGHTS` (lower is better, negative).
+    Query words are quoted, so FTS syntax characters in ``query`` are inert.
+    """
+    if not re.findall(r"\w+", query):
+        return []
+    with store.session() as s:
+        if not _is_sqlite(store):
+            like = f"%{query.lower()}%"
+            rows = s.scalars(select(RunbookEntry).where(
+                RunbookEntry.title.ilike(like) | RunbookEntry.body.ilike(like)).limit(limit))
+            return [{"slug": e.slug, "title": e.title, "kind": e.kind, "score": 0.0, "snippet": e.title}
+                    for e in rows]
+        w = ", ".join(str(x) for x in BM25_WEIGHTS)
+        sql = text(
+            f"SELECT f.slug, f.title, e.kind, bm25(runbook_fts, {w}) AS score, "
+            "snippet(runbook_fts, 3, '[', ']', '…', 12) AS snip "
+            "FROM runbook_fts f JOIN runbook_entries e ON e.slug = f.slug "
+            "WHERE runbook_fts MATCH :q ORDER BY score LIMIT :limit"
+        )
+        for joiner in ("AND", "OR"):
+            rows = s.execute(sql, {"q": _fts_query(query, joiner), "limit": limit}).all()
+            if rows:
+                return [{"slug": r[0], "title": r[1], "kind": r[2], "score": float(r[3]),
+                         "snippet": " ".join(str(r[4]).replace("#", " ").split())}
+                        for r in rows]
+    return []
+
+
+# ------------------------------------------------------------------ notes
+
+def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> dict[str, Any]:
+    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict."""
+    with store.session() as s:
+        n = Note(target_kind=target_kind, target_id=target_id, text=note_text, created_at=utcnow())
+        s.add(n)
+        s.flush()
+        return {"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
+                "created_at": n.created_at}
+
+
+def list_notes(store: Any, target_kind: str | None = None, target_id: str | None = None) -> list[dict[str, Any]]:
+    """Notes, oldest first, optionally of one target."""
+    with store.session() as s:
+        q = select(Note).order_by(Note.created_at, Note.id)
+        if target_kind:
+            q = q.where(Note.target_kind == target_kind)
+        if target_id:
+            q = q.where(Note.target_id == target_id)
+        return [{"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
+                 "created_at": n.created_at} for n in s.scalars(q)]
+
+
+def resolve_target(store: Any, kind: str, ident: str) -> str | None:
+    """The one id of ``kind`` (run, boot, config, experiment) that ``ident`` names, else None.
+
+    Runs and boots match by id or unique id prefix; configs by label (newest),
+    full hash, or unique hash prefix (with or without ``sha256:``); experiments by name.
+    """
+    with store.session() as s:
+        if kind in ("run", "boot"):
+            model = Run if kind == "run" else Boot
+            if s.get(model, ident) is not None:
+                return ident
+            ids = list(s.scalars(select(model.id).where(model.id.like(_prefix(ident))).limit(2)))
+            return ids[0] if len(ids) == 1 else None
+        if kind == "config":
+            label = s.scalars(select(ConfigLabel).where(ConfigLabel.name == ident)
+                              .order_by(ConfigLabel.id.desc()).limit(1)).first()
+            if label:
+                return label.config_hash
+            h = ident if ident.startswith("sha256:") else "sha256:" + ident
+            hashes = list(s.scalars(select(Config.config_hash).where(Config.config_hash.like(_prefix(h))).limit(2)))
+            return hashes[0] if len(hashes) == 1 and len(ident) >= 6 else None
+        if kind == "experiment":
+            return ident if s.get(Experiment, ident) is not None else None
+    return None
+
+
+def _prefix(ident: str) -> str:
+    return ident.replace("\\", "").replace("%", "").replace("_", "\\_") + "%" if ident else "\x00"
+
+
+# ------------------------------------------------------------------ findings
+
+def save_findings(store: Any, findings: list[dict[str, Any]], run_id: str | None = None,
+                  boot_id: str | None = None, replace: bool = True) -> list[int]:
+    """Store doctor findings (dicts with rule, severity, message, evidence, entries) on a run and/or boot.
+
+    With ``replace`` earlier findings of the same run (or, without a run, the
+    same boot) are deleted first, so re-diagnosing does not duplicate. Returns the new ids.
+    """
+    with store.session() as s:
+        if replace:
+            if run_id is not None:
+                s.execute(delete(Finding).where(Finding.run_id == run_id))
+            elif boot_id is not None:
+                s.execute(delete(Finding).where(Finding.boot_id == boot_id, Finding.run_id.is_(None)))
+        rows = [Finding(run_id=run_id, boot_id=boot_id, rule=f["rule"], severity=f["severity"],
+                        message=f["message"], evidence=f.get("evidence") or {}, entries=list(f.get("entries") or []),
+                        created_at=utcnow()) for f in findings]
+        s.add_all(rows)
+        s.flush()
+        return [r.id for r in rows]
+
+
+def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = None) -> list[dict[str, Any]]:
+    """Stored findings of a run or boot (or all), in insertion order."""
+    with store.session() as s:
+        q = select(Finding).order_by(Finding.id)
+        if run_id is not None:
+            q = q.where(Finding.run_id == run_id)
+        if boot_id is not None:
+            q = q.where(Finding.boot_id == boot_id)
+        return [{"id": f.id, "run_id": f.run_id, "boot_id": f.boot_id, "rule": f.rule, "severity": f.severity,
+                 "message": f.message, "evidence": f.evidence, "entries": f.entries, "created_at": f.created_at}
+                for f in s.scalars(q)]
+
+
+# ------------------------------------------------------------------ doctor inputs
+
+def _run_dict(r: Run) -> dict[str, Any]:
+    return {"id": r.id, "kind": r.kind, "config_hash": r.config_hash, "boot_id": r.boot_id, "state": r.state,
+            "step": r.step, "options": r.options or {}, "lossless": r.lossless,
+            "lossless_detail": r.lossless_detail or {}, "breakeven": r.breakeven or {}, "summary": r.summary or {},
+            "workload_sha256": r.workload_sha256, "started_at": r.started_at}
+
+
+def get_run(store: Any, run_id: str) -> dict[str, Any] | None:
+    """One run as a dict (id, kind, config_hash, boot_id, state, options, lossless, breakeven, summary …)."""
+    with store.session() as s:
+        r = s.get(Run, run_id)
+        return _run_dict(r) if r else None
+
+
+def get_boot(store: Any, boot_id: str) -> dict[str, Any] | None:
+    """One boot as a dict (id, config_hash, state, failure_signature, failure_detail, log_path, engine)."""
+    with store.session() as s:
+        b = s.get(Boot, boot_id)
+        if b is None:
+            return None
+        return {"id": b.id, "config_hash": b.config_hash, "engine": b.engine, "state": b.state,
+                "failure_signature": b.failure_signature, "failure_detail": b.failure_detail or {},
+                "log_path": b.log_path, "last_phase": b.last_phase}
+
+
+def runs_of_boot(store: Any, boot_id: str) -> list[str]:
+    """Ids of the runs on a boot, oldest first."""
+    with store.session() as s:
+        return list(s.scalars(select(Run.id).where(Run.boot_id == boot_id).order_by(Run.started_at)))
+
+
+def config_json(store: Any, config_hash: str) -> str | None:
+    """The canonical JSON of a stored config, or None."""
+    with store.session() as s:
+        c = s.get(Config, config_hash)
+        return c.canonical_json if c else None
+
+
+def curves_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """Acceptance curves of a run: dicts with text_class, num_drafts, steps, tau, accept_rate, histogram,
+    engine_tau, engine_source, disagreement_pct, completion_tokens, p (list p_1..p_D), a (list a_1..a_D)."""
+    with store.session() as s:
+        out = []
+        for c in s.scalars(select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id)
+                           .order_by(AcceptanceCurve.id)):
+            pts = sorted(c.points, key=lambda p: p.position)
+            out.append({"id": c.id, "text_class": c.text_class, "num_drafts": c.num_drafts, "steps": c.steps,
+                        "tau": c.tau, "accept_rate": c.accept_rate, "histogram": list(c.histogram or []),
+                        "engine_tau": c.engine_tau, "engine_source": c.engine_source,
+                        "disagreement_pct": c.disagreement_pct, "completion_tokens": c.completion_tokens,
+                        "p": [p.p_uncond for p in pts], "a": [p.a_cond for p in pts]})
+        return out
+
+
+def bench_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """Bench rows of a run: dicts with text_class, concurrency, decode_tok_s, output_tok_s, prompt_tokens,
+    completion_tokens, num_requests, extra."""
+    with store.session() as s:
+        return [{"text_class": b.text_class, "concurrency": b.concurrency, "decode_tok_s": b.decode_tok_s,
+                 "output_tok_s": b.output_tok_s, "prompt_tokens": b.prompt_tokens,
+                 "completion_tokens": b.completion_tokens, "num_requests": b.num_requests, "extra": b.extra or {}}
+                for b in s.scalars(select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id))]
+
+
+def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields + ``canonical_json``."""
+    with store.session() as s:
+        q = (select(Run, Config.canonical_json).join(Config, Config.config_hash == Run.config_hash)
+             .where(Run.state == "completed").order_by(Run.started_at.desc()).limit(limit))
+        out = []
+        for r, cj in s.execute(q):
+            if r.id == exclude_run:
+                continue
+            d = _run_dict(r)
+            d["canonical_json"] = cj
+            out.append(d)
+        return out
+
+
+def goldens_of_config(store: Any, config_hash: str, kind: str = "lossless") -> list[dict[str, Any]]:
+    """Recorded greedy continuations of a config: dicts with prompt, output_text, output_ids (or None)."""
+    with store.session() as s:
+        return [{"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
+                for g in s.scalars(select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind)
+                                   .order_by(Golden.id))]
+
+
+def timestamp(dt: datetime | None) -> str:
+    """ISO-8601 text of a stored time ('' for None)."""
+    return dt.isoformat(timespec="seconds") if dt else ""

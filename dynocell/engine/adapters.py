@@ -1,0 +1,288 @@
+"""Engine adapters: an :class:`~dynocell.engine.config.EngineConfig` → the exact command and environment.
+
+One adapter per engine kind; both speak SGLang's argument names
+(``sglang/srt/server_args.py`` of 0.5.17; the argv actually used on the H200
+host is in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``):
+
+- :class:`SGLangAdapter` → ``PYTHON -m sglang.launch_server --model-path … --host
+  … --port … [--served-model-name] [--tp-size/--pp-size/--dp-size/--ep-size when
+  > 1] [--dcp-size when > 1] [--speculative-*] [--mem-fraction-static]
+  [--chunked-prefill-size] [--context-length] [--max-running-requests]
+  [--kv-cache-dtype] [--disable-cuda-graph | --cuda-graph-max-bs]
+  [--attention-backend] --enable-metrics EXTRA_ARGS…``
+- :class:`ReferenceAdapter` → ``PYTHON -m dynocell.engine.reference`` with the
+  subset the reference engine understands (``--model-path --host --port
+  --served-model-name --context-length --speculative-algorithm
+  --speculative-num-steps --speculative-eagle-topk --speculative-num-draft-tokens
+  --speculative-draft-model-path --enable-metrics --disable-cuda-graph``) plus
+  ``extra_args``.
+
+Only knobs the config sets are rendered (None = the engine's default), so the
+argv shows what the operator chose. ``extra_args`` are appended verbatim.
+
+The child's environment is explicit, never a copy of ``os.environ``:
+``base_env`` (given by the caller, e.g. PATH/HOME/CUDA_VISIBLE_DEVICES chosen by
+the runbook) + the config's ``[env]`` + ``PYTHONPATH`` with the engine build's
+directory first (``build_pythonpath``) so every process the engine spawns sees
+the build's code.
+
+Model paths: ``dynocell:tiny`` style names are rendered as written; the caller
+resolves them first (``cfg.with_changes(model_path=...)``) when the engine
+needs a directory.
+
+API: :func:`render` ``(cfg, *, python, port, base_env, build_pythonpath=None) ->
+LaunchSpec``; :func:`render_nodes` for multi-node configs (one LaunchSpec per
+node); :func:`adapter_for` ``(engine)``; :func:`pick_free_port` ``(host)``;
+:func:`redact_env` ``(env)``; :func:`argv_string` ``(argv)``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import socket
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dynocell.engine.config import EngineConfig
+from dynocell.errors import ConfigError, UserError
+
+_SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to spawn: ``argv`` (list, argv[0] the interpreter), ``env`` (the child's
+    complete environment), ``host``/``port`` the HTTP server binds (port resolved,
+    never 0). For multi-node plans ``node_rank`` and ``node_host`` (the machine
+    that runs this process) are set; single-node specs leave them None."""
+
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    host: str
+    node_rank: int | None = None
+    node_host: str | None = None
+    engine: str = "sglang"
+
+    @property
+    def argv_string(self) -> str:
+        """``shlex.join(argv)``: the exact command, copy-pasteable into a shell."""
+        return argv_string(self.argv)
+
+    @property
+    def redacted_env(self) -> dict[str, str]:
+        """``env`` with secret-looking values replaced (see :func:`redact_env`)."""
+        return redact_env(self.env)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` to reach the engine (0.0.0.0 / :: binds are reached on loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+class EngineAdapter(Protocol):
+    """Renders one engine kind's command line from a config."""
+
+    engine: str
+    module: str
+
+    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
+        """Engine arguments (without interpreter and ``-m module``) for ``cfg`` on ``port``."""
+        ...
+
+
+def _opt(out: list[str], flag: str, value: object | None) -> None:
+    if value is not None:
+        out += [flag, str(value)]
+
+
+class SGLangAdapter:
+    """``python -m sglang.launch_server`` with SGLang 0.5.17 argument names."""
+
+    engine = "sglang"
+    module = "sglang.launch_server"
+
+    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
+        out = ["--model-path", cfg.model_path]
+        _opt(out, "--served-model-name", cfg.served_model_name)
+        out += ["--host", cfg.host, "--port", str(port)]
+        p = cfg.parallel
+        for flag, value in (("--tp-size", p.tp_size), ("--pp-size", p.pp_size),
+                            ("--dp-size", p.dp_size), ("--ep-size", p.ep_size),
+                            ("--dcp-size", p.dcp_size)):
+            if value > 1:
+                out += [flag, str(value)]
+        s = cfg.speculative
+        if s.algorithm:
+            out += ["--speculative-algorithm", s.algorithm]
+            _opt(out, "--speculative-draft-model-path", s.draft_model_path)
+            _opt(out, "--speculative-num-steps", s.num_steps)
+            _opt(out, "--speculative-eagle-topk", s.eagle_topk)
+            _opt(out, "--speculative-num-draft-tokens", s.num_draft_tokens)
+        m = cfg.memory
+        _opt(out, "--mem-fraction-static", m.mem_fraction_static)
+        _opt(out, "--chunked-prefill-size", m.chunked_prefill_size)
+        _opt(out, "--context-length", m.context_length)
+        _opt(out, "--max-running-requests", m.max_running_requests)
+        _opt(out, "--kv-cache-dtype", m.kv_cache_dtype)
+        if cfg.cuda_graph.disable:
+            out.append("--disable-cuda-graph")
+        else:
+            _opt(out, "--cuda-graph-max-bs", cfg.cuda_graph.max_bs)
+        _opt(out, "--attention-backend", cfg.attention_backend)
+        out.append("--enable-metrics")
+        out += list(cfg.extra_args)
+        return out
+
+
+class ReferenceAdapter:
+    """``python -m dynocell.engine.reference``: the subset of SGLang's flags it implements.
+
+    Knobs it cannot honour (parallel sizes > 1, memory knobs, attention
+    backend) are refused with ConfigError rather than silently dropped —
+    except ``mem_fraction_static``/``chunked_prefill_size``/``kv_cache_dtype``/
+    ``max_running_requests``/``cuda_graph.max_bs`` which have no meaning on CPU
+    and are ignored (documented here, visible in the stored config).
+    """
+
+    engine = "reference"
+    module = "dynocell.engine.reference"
+
+    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
+        p = cfg.parallel
+        if max(p.tp_size, p.pp_size, p.dp_size, p.ep_size, p.dcp_size) > 1:
+            raise ConfigError("<config>", "parallel", "the reference engine runs on one device",
+                              "set every parallel size to 1 with engine = \"reference\"")
+        out = ["--model-path", cfg.model_path, "--host", cfg.host, "--port", str(port)]
+        _opt(out, "--served-model-name", cfg.served_model_name)
+        _opt(out, "--context-length", cfg.memory.context_length)
+        s = cfg.speculative
+        if s.algorithm:
+            out += ["--speculative-algorithm", s.algorithm]
+            _opt(out, "--speculative-draft-model-path", s.draft_model_path)
+            _opt(out, "--speculative-num-steps", s.num_steps)
+            _opt(out, "--speculative-eagle-topk", s.eagle_topk)
+            _opt(out, "--speculative-num-draft-tokens", s.num_draft_tokens)
+        out.append("--enable-metrics")
+        if cfg.cuda_graph.disable:
+            out.append("--disable-cuda-graph")
+        out += list(cfg.extra_args)
+        return out
+
+
+_ADAPTERS: dict[str, EngineAdapter] = {"sglang": SGLangAdapter(), "reference": ReferenceAdapter()}
+
+
+def adapter_for(engine: str) -> EngineAdapter:
+    """The adapter of ``engine`` ("sglang" | "reference"); UserError for anything else."""
+    try:
+        return _ADAPTERS[engine]
+    except KeyError:
+        raise UserError(f"unknown engine {engine!r}", f"use one of: {', '.join(_ADAPTERS)}") from None
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (the OS picks it by binding port 0).
+
+    Another process may take it before the engine binds; the engine then
+    fails with the ``port_in_use`` signature.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Copy of ``env`` with values of keys matching ``TOKEN|KEY|SECRET|PASSWORD``
+    (case-insensitive) replaced by ``"***"`` — for storing and printing."""
+    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in env.items()}
+
+
+def argv_string(argv: list[str]) -> str:
+    """``shlex.join(argv)``."""
+    return shlex.join(argv)
+
+
+def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str | None) -> dict[str, str]:
+    """The child's environment: ``base_env`` + ``cfg.env`` + the build's PYTHONPATH first.
+
+    ``build_pythonpath`` is prepended to any PYTHONPATH already in base/cfg env.
+    """
+    env = dict(base_env)
+    env.update(cfg.env)
+    env.setdefault("PYTHONUNBUFFERED", "1")  # line-buffered engine output, so logs are timely
+    if build_pythonpath:
+        rest = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = build_pythonpath + (":" + rest if rest else "")
+    return env
+
+
+def render(
+    cfg: EngineConfig,
+    *,
+    python: str,
+    port: int | None = None,
+    base_env: dict[str, str],
+    build_pythonpath: str | None = None,
+) -> LaunchSpec:
+    """Render the single-node launch of ``cfg``.
+
+    ``python``: interpreter path (``settings.engine_python``). ``port``: the
+    port to use; None or 0 means ``cfg.port``, and if that is 0 a free port is
+    picked on ``cfg.host``. Raises UserError for an unknown engine,
+    ConfigError for a config the adapter cannot run, and UserError for a
+    multi-node config (use :func:`render_nodes`).
+    """
+    if len(cfg.nodes) > 1:
+        raise UserError("this config names several nodes", "render it with render_nodes() (one launch per node)")
+    adapter = adapter_for(cfg.engine)
+    port = port or cfg.port or pick_free_port(cfg.host)
+    argv = [python, "-m", adapter.module, *adapter.args(cfg, port=port)]
+    return LaunchSpec(argv=argv, env=build_env(cfg, base_env, build_pythonpath), port=port,
+                      host=cfg.host, engine=cfg.engine)
+
+
+def render_nodes(
+    cfg: EngineConfig,
+    *,
+    python: str,
+    port: int | None = None,
+    base_env: dict[str, str],
+    build_pythonpath: str | None = None,
+) -> list[LaunchSpec]:
+    """One LaunchSpec per ``[[nodes]]`` entry (ordered by node_rank) for a multi-node SGLang engine.
+
+    Each argv adds ``--nnodes N --node-rank R --dist-init-addr cfg.dist_init_addr``
+    (SGLang's multi-node flags); ``node_host`` says where to run it. Every node
+    gets the same HTTP port (only node 0 serves HTTP in SGLang). A config with
+    no nodes renders one local spec. Raises ConfigError without
+    ``dist_init_addr`` when there are 2+ nodes, UserError for the reference engine.
+    """
+    if not cfg.nodes:
+        return [render(cfg, python=python, port=port, base_env=base_env, build_pythonpath=build_pythonpath)]
+    if cfg.engine != "sglang":
+        raise UserError("multi-node plans need engine = \"sglang\"", "remove [[nodes]] for the reference engine")
+    if len(cfg.nodes) > 1 and not cfg.dist_init_addr:
+        raise ConfigError("<config>", "dist_init_addr", "required when more than one node is named",
+                          "add dist_init_addr = \"HOST:PORT\" of node 0")
+    adapter = adapter_for(cfg.engine)
+    port = port or cfg.port or pick_free_port(cfg.host)
+    env = build_env(cfg, base_env, build_pythonpath)
+    specs = []
+    for node in sorted(cfg.nodes, key=lambda n: n.node_rank):
+        args = adapter.args(cfg, port=port)
+        core, extra = args[: len(args) - len(cfg.extra_args)], list(cfg.extra_args)
+        argv = [python, "-m", adapter.module, *core]
+        argv += ["--nnodes", str(len(cfg.nodes)), "--node-rank", str(node.node_rank)]
+        if cfg.dist_init_addr:
+            argv += ["--dist-init-addr", cfg.dist_init_addr]
+        argv += extra  # extra_args stay last, verbatim
+        specs.append(LaunchSpec(argv=argv, env=dict(env), port=port, host=cfg.host,
+                                node_rank=node.node_rank, node_host=node.host, engine=cfg.engine))
+    return specs

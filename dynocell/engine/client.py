@@ -1,0 +1,203 @@
+"""A small httpx client of the engine HTTP surface (SGLang's; the reference engine speaks the same).
+
+Endpoints (SGLang 0.5.17 ``sglang/srt/entrypoints/http_server.py``):
+``GET /health``, ``GET /health_generate``, ``GET /get_server_info``,
+``GET /get_model_info``, ``GET /metrics`` (needs ``--enable-metrics``),
+``POST /generate``, ``POST /start_profile``, ``POST /stop_profile``,
+``POST /flush_cache``.
+
+Every call returns an :class:`HttpResult` — ``status`` (HTTP code),
+``latency_ms`` (wall time of the request, ms), ``body`` (parsed JSON when the
+response is JSON, else None) and ``text`` — whatever the status: a 503 is an
+answer, not an error. Only transport failures raise
+:class:`EngineUnreachable` (an :class:`~dynocell.errors.EngineError`) with
+``kind`` = ``"connect"`` (refused / no route), ``"timeout"`` or
+``"protocol"`` (garbage on the socket) and a message naming the URL.
+
+:class:`EngineClient` is synchronous (one ``httpx.Client``, use as a context
+manager or call ``close()``); :class:`AsyncEngineClient` has the same methods
+as coroutines.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from dynocell.errors import EngineError
+
+
+class EngineUnreachable(EngineError):
+    """The engine did not answer at the transport level. ``kind``: connect | timeout | protocol; ``url``."""
+
+    def __init__(self, url: str, kind: str, detail: str) -> None:
+        hints = {
+            "connect": "is the engine running and listening on that host/port? (dynocell ps)",
+            "timeout": "the engine is alive but slow or stuck: check its log and /metrics",
+            "protocol": "something else may be listening on that port",
+        }
+        super().__init__(f"engine at {url} unreachable ({kind}): {detail}", hints.get(kind))
+        self.url = url
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    """One answer: ``status`` (HTTP code), ``latency_ms`` (ms), ``body`` (JSON or None), ``text``."""
+
+    status: int
+    latency_ms: float
+    body: Any
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def _result(resp: httpx.Response, t0: float) -> HttpResult:
+    latency_ms = (time.perf_counter() - t0) * 1000.0
+    body: Any = None
+    ctype = resp.headers.get("content-type", "")
+    if "json" in ctype:
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+    return HttpResult(resp.status_code, latency_ms, body, resp.text)
+
+
+def _translate(url: str, exc: Exception) -> EngineUnreachable:
+    if isinstance(exc, httpx.TimeoutException):
+        return EngineUnreachable(url, "timeout", type(exc).__name__)
+    if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+        kind = "connect" if isinstance(exc, httpx.ConnectError) else "protocol"
+        return EngineUnreachable(url, kind, str(exc) or type(exc).__name__)
+    return EngineUnreachable(url, "protocol", str(exc) or type(exc).__name__)
+
+
+class EngineClient:
+    """Synchronous client of one engine at ``base_url`` (e.g. ``http://127.0.0.1:30000``).
+
+    ``timeout_s`` is the default per-request timeout (seconds); each method
+    takes an optional ``timeout_s`` override.
+    """
+
+    def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+
+    def __enter__(self) -> "EngineClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None) -> HttpResult:
+        """Send one request; raises EngineUnreachable on transport failure only."""
+        url = self.base_url + path
+        t0 = time.perf_counter()
+        try:
+            resp = self._http.request(method, path, json=json,
+                                      timeout=timeout_s if timeout_s is not None else self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise _translate(url, exc) from None
+        return _result(resp, t0)
+
+    def health(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /health``: 200 when serving, 503 while starting (SGLang)."""
+        return self.request("GET", "/health", timeout_s=timeout_s)
+
+    def health_generate(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /health_generate``: a one-token generation."""
+        return self.request("GET", "/health_generate", timeout_s=timeout_s)
+
+    def server_info(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /get_server_info``: server args (model_path, tp_size, speculative_*), version…"""
+        return self.request("GET", "/get_server_info", timeout_s=timeout_s)
+
+    def model_info(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /get_model_info``."""
+        return self.request("GET", "/get_model_info", timeout_s=timeout_s)
+
+    def metrics_text(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /metrics`` (Prometheus text in ``.text``)."""
+        return self.request("GET", "/metrics", timeout_s=timeout_s)
+
+    def generate(self, payload: dict[str, Any], timeout_s: float | None = None) -> HttpResult:
+        """``POST /generate`` with ``{"text"|"input_ids", "sampling_params", ...}`` (non-streaming)."""
+        return self.request("POST", "/generate", json=payload, timeout_s=timeout_s)
+
+    def start_profile(self, req: dict[str, Any] | None = None, timeout_s: float | None = None) -> HttpResult:
+        """``POST /start_profile`` with ``{output_dir, num_steps, activities, ...}``."""
+        return self.request("POST", "/start_profile", json=req or {}, timeout_s=timeout_s)
+
+    def stop_profile(self, timeout_s: float | None = None) -> HttpResult:
+        """``POST /stop_profile``."""
+        return self.request("POST", "/stop_profile", json={}, timeout_s=timeout_s)
+
+    def flush_cache(self, timeout_s: float | None = None) -> HttpResult:
+        """``POST /flush_cache``."""
+        return self.request("POST", "/flush_cache", timeout_s=timeout_s)
+
+
+class AsyncEngineClient:
+    """Async twin of :class:`EngineClient` (same methods, awaitable; ``aclose()``)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+
+    async def __aenter__(self) -> "AsyncEngineClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None) -> HttpResult:
+        url = self.base_url + path
+        t0 = time.perf_counter()
+        try:
+            resp = await self._http.request(method, path, json=json,
+                                            timeout=timeout_s if timeout_s is not None else self.timeout_s)
+        except httpx.HTTPError as exc:
+            raise _translate(url, exc) from None
+        return _result(resp, t0)
+
+    async def health(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("GET", "/health", timeout_s=timeout_s)
+
+    async def health_generate(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("GET", "/health_generate", timeout_s=timeout_s)
+
+    async def server_info(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("GET", "/get_server_info", timeout_s=timeout_s)
+
+    async def model_info(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("GET", "/get_model_info", timeout_s=timeout_s)
+
+    async def metrics_text(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("GET", "/metrics", timeout_s=timeout_s)
+
+    async def generate(self, payload: dict[str, Any], timeout_s: float | None = None) -> HttpResult:
+        return await self.request("POST", "/generate", json=payload, timeout_s=timeout_s)
+
+    async def start_profile(self, req: dict[str, Any] | None = None, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("POST", "/start_profile", json=req or {}, timeout_s=timeout_s)
+
+    async def stop_profile(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("POST", "/stop_profile", json={}, timeout_s=timeout_s)
+
+    async def flush_cache(self, timeout_s: float | None = None) -> HttpResult:
+        return await self.request("POST", "/flush_cache", timeout_s=timeout_s)

@@ -1,0 +1,444 @@
+"""FastAPI routes of the reference engine (SGLang 0.5.17 shapes) and the process entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from .decoding import SamplingParams
+from .server import BadRequest, Engine, Req, log
+
+
+def _err(message: str, status: int = 400) -> JSONResponse:
+    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "Error")
+    return JSONResponse({"object": "error", "message": message, "type": kind, "param": None, "code": status},
+                        status_code=status)
+
+
+async def _json(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"malformed JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the JSON body must be an object")
+    return body
+
+
+def _num(d: dict, key: str, typ, default, lo=None, hi=None, lo_open=False):
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and isinstance(v, float) and not v.is_integer()):
+        raise BadRequest(f"sampling parameter {key!r} must be a number, got {v!r}")
+    v = typ(v)
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise BadRequest(f"sampling parameter {key!r} must be {'>' if lo_open else '>='} {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise BadRequest(f"sampling parameter {key!r} must be <= {hi}, got {v}")
+    return v
+
+
+def create_app(engine: Engine) -> FastAPI:
+    """The FastAPI app serving SGLang's endpoints over ``engine``."""
+    app = FastAPI(title="dynocell reference engine")
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_request, exc: BadRequest):
+        return _err(exc.message, exc.status)
+
+    def sampling(d: dict | None) -> SamplingParams:
+        d = d or {}
+        if not isinstance(d, dict):
+            raise BadRequest("'sampling_params' must be an object")
+        gd = engine.gen_defaults
+        stop = d.get("stop") or []
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise BadRequest("'stop' must be a string or a list of strings")
+        mnt = d.get("max_new_tokens", 128)
+        if mnt is None:
+            mnt = engine.context_length
+        sp = SamplingParams(
+            max_new_tokens=_num({"max_new_tokens": mnt}, "max_new_tokens", int, 128, lo=0, lo_open=True),
+            temperature=_num(d, "temperature", float, float(gd.get("temperature", 1.0)), lo=0),
+            top_p=_num(d, "top_p", float, float(gd.get("top_p", 1.0)), lo=0, hi=1, lo_open=True),
+            top_k=_num(d, "top_k", int, int(gd.get("top_k", -1) or -1)),
+            stop=stop,
+            stop_token_ids=list(d.get("stop_token_ids") or []),
+            ignore_eos=bool(d.get("ignore_eos", False)),
+            seed=_num(d, "seed", int, None) if d.get("seed") is not None else None,
+        )
+        if sp.top_k == 0 or sp.top_k < -1:
+            raise BadRequest("sampling parameter 'top_k' must be -1 (all) or >= 1")
+        return sp
+
+    def encode(text) -> list[int]:
+        if not isinstance(text, str):
+            raise BadRequest("'text' must be a string")
+        return engine.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def check_ids(ids) -> list[int]:
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise BadRequest("'input_ids' must be a non-empty list of integers")
+        vocab = engine.target.config.vocab_size
+        bad = [i for i in ids if i < 0 or i >= vocab]
+        if bad:
+            raise BadRequest(f"'input_ids' holds ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+        if len(ids) >= engine.context_length:
+            raise BadRequest(f"The input ({len(ids)} tokens) is longer than the model's context length "
+                             f"({engine.context_length} tokens).")
+        return ids
+
+    def ensure_ready():
+        if not engine.ready:
+            raise BadRequest("the server is not ready (starting or shutting down)", 503)
+
+    async def run(ids: list[int], sp: SamplingParams, stream: bool, rid: str | None = None) -> Req:
+        req = Req(rid=rid or uuid.uuid4().hex, prompt_ids=ids, sp=sp, loop=asyncio.get_running_loop(),
+                  events=asyncio.Queue(), stream=stream)
+        engine.submit(req)
+        return req
+
+    async def wait_done(req: Req) -> dict:
+        while True:
+            kind, payload = await req.events.get()
+            if kind == "done":
+                return payload
+
+    async def _generate_one(body: dict, text, ids, sp_d, stream: bool):
+        if ids is None:
+            if text is None:
+                raise BadRequest("either 'text' or 'input_ids' is required")
+            ids = encode(text)
+            if not ids:
+                raise BadRequest("'text' is empty")
+        ids = check_ids(ids)
+        sp = sampling(sp_d)
+        return await run(ids, sp, stream, body.get("rid") if isinstance(body.get("rid"), str) else None)
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200 if engine.ready else 503)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        if not engine.ready:
+            return Response(status_code=503)
+        req = await run([engine.tokenizer.encode("a").ids[0]], SamplingParams(max_new_tokens=1, temperature=0),
+                        False)
+        snap = await wait_done(req)
+        ok = snap["meta_info"]["finish_reason"] and snap["meta_info"]["finish_reason"]["type"] != "abort"
+        return Response(status_code=200 if ok else 503)
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def get_server_info():
+        return engine.server_info()
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def get_model_info():
+        return {"model_path": engine.model_path, "tokenizer_path": engine.args.tokenizer_path or engine.model_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False, "model_type": "llama",
+                "architectures": [engine.target.architecture]}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": engine.served_model_name, "object": "model",
+                                            "created": int(engine.t0), "owned_by": "sglang",
+                                            "root": engine.model_path, "max_model_len": engine.context_length}]}
+
+    @app.get("/metrics")
+    async def metrics():
+        if not engine.args.enable_metrics:
+            return _err("metrics are disabled: start the engine with --enable-metrics", 404)
+        return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
+                                 "running or waiting requests, the operation will not be performed.)\n")
+
+    @app.post("/start_profile")
+    async def start_profile(request: Request):
+        raw = await request.body()
+        body = {}
+        if raw.strip():
+            body = await _json(request)
+        if body.get("num_steps") is not None:
+            _num(body, "num_steps", int, None, lo=1)
+        msg = await asyncio.to_thread(engine.start_profile, body)
+        return PlainTextResponse(msg)
+
+    @app.post("/stop_profile")
+    async def stop_profile():
+        msg = await asyncio.to_thread(engine.stop_profile)
+        return PlainTextResponse(msg)
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        ensure_ready()
+        body = await _json(request)
+        stream = bool(body.get("stream", False))
+        text, ids, sp_d = body.get("text"), body.get("input_ids"), body.get("sampling_params")
+        batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
+        if batch:
+            if stream:
+                raise BadRequest("streaming is not supported for batched requests in the reference engine")
+            items = text if isinstance(text, list) else ids
+            n = len(items)
+            if n == 0:
+                raise BadRequest("empty batch")
+            sps = sp_d if isinstance(sp_d, list) else [sp_d] * n
+            if len(sps) != n:
+                raise BadRequest("'sampling_params' list must have one entry per prompt")
+            reqs = []
+            for i in range(n):
+                reqs.append(await _generate_one(body, items[i] if isinstance(text, list) else None,
+                                                None if isinstance(text, list) else items[i], sps[i], False))
+            return list(await asyncio.gather(*(wait_done(r) for r in reqs)))
+        req = await _generate_one(body, text, ids, sp_d, stream)
+        if not stream:
+            snap = await wait_done(req)
+            snap["meta_info"]["e2e_latency"] = time.time() - req.received
+            return snap
+
+        async def gen():
+            try:
+                while True:
+                    kind, snap = await req.events.get()
+                    if kind == "update" and snap["text"].endswith("\ufffd"):
+                        continue  # an incomplete UTF-8 character: wait for the rest
+                    yield b"data: " + json.dumps(snap).encode() + b"\n\n"
+                    if kind == "done":
+                        break
+                yield b"data: [DONE]\n\n"
+            finally:
+                req.aborted = req.aborted or ("client disconnected" if not req.gen or not req.gen.finished else None)
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    # ---- OpenAI-compatible -------------------------------------------------------------------
+    def oa_sampling(body: dict, default_max: int) -> SamplingParams:
+        mt = body.get("max_completion_tokens", body.get("max_tokens", default_max))
+        d = {"max_new_tokens": mt, "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+             "top_k": body.get("top_k"), "stop": body.get("stop"), "seed": body.get("seed"),
+             "ignore_eos": body.get("ignore_eos", False)}
+        if (body.get("n") or 1) != 1:
+            raise BadRequest("only n=1 is supported")
+        return sampling({k: v for k, v in d.items() if v is not None})
+
+    def finish_str(fr) -> str | None:
+        if not fr:
+            return None
+        return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr["type"], fr["type"])
+
+    def usage(snap) -> dict:
+        m = snap["meta_info"]
+        return {"prompt_tokens": m["prompt_tokens"], "completion_tokens": m["completion_tokens"],
+                "total_tokens": m["prompt_tokens"] + m["completion_tokens"]}
+
+    async def openai(body: dict, ids: list[int], chat: bool):
+        sp = oa_sampling(body, 16 if not chat else 256)
+        stream = bool(body.get("stream", False))
+        req = await run(check_ids(ids), sp, stream)
+        created = int(time.time())
+        oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+        model = body.get("model") or engine.served_model_name
+        if not stream:
+            snap = await wait_done(req)
+            fr = snap["meta_info"]["finish_reason"]
+            choice = {"index": 0, "logprobs": None, "finish_reason": finish_str(fr),
+                      "matched_stop": fr.get("matched") if fr else None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": snap["text"], "tool_calls": None,
+                                     "reasoning_content": None}
+            else:
+                choice["text"] = snap["text"]
+            return {"id": oid, "object": "chat.completion" if chat else "text_completion", "created": created,
+                    "model": model, "choices": [choice], "usage": usage(snap), "metadata": {"weight_version": "default"}}
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        async def gen():
+            sent = ""
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            if chat:
+                first = {"id": oid, "object": obj, "created": created, "model": model,
+                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                      "logprobs": None, "finish_reason": None}]}
+                yield b"data: " + json.dumps(first).encode() + b"\n\n"
+            last = None
+            try:
+                while True:
+                    kind, snap = await req.events.get()
+                    last = snap
+                    text = snap["text"]
+                    if kind == "update" and text.endswith("\ufffd"):
+                        continue
+                    delta = text[len(sent):] if text.startswith(sent) else text
+                    sent = text
+                    fr = finish_str(snap["meta_info"]["finish_reason"]) if kind == "done" else None
+                    ch = {"index": 0, "logprobs": None, "finish_reason": fr}
+                    if chat:
+                        ch["delta"] = {"content": delta} if delta or fr is None else {}
+                    else:
+                        ch["text"] = delta
+                    yield b"data: " + json.dumps({"id": oid, "object": obj, "created": created, "model": model,
+                                                  "choices": [ch]}).encode() + b"\n\n"
+                    if kind == "done":
+                        break
+                if include_usage and last is not None:
+                    yield b"data: " + json.dumps({"id": oid, "object": obj, "created": created, "model": model,
+                                                  "choices": [], "usage": usage(last)}).encode() + b"\n\n"
+                yield b"data: [DONE]\n\n"
+            finally:
+                req.aborted = req.aborted or ("client disconnected" if not req.gen or not req.gen.finished else None)
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        ensure_ready()
+        body = await _json(request)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
+            ids = prompt
+        else:
+            raise BadRequest("'prompt' is required: a string or a list of token ids (one prompt)")
+        return await openai(body, ids, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        ensure_ready()
+        body = await _json(request)
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("'messages' is required: a non-empty list of {role, content}")
+        parts = []
+        for m in msgs:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+                raise BadRequest("each message needs a string 'content'")
+            parts.append(f"{m.get('role', 'user')}: {m['content']}\n")
+        parts.append("assistant:")
+        return await openai(body, encode("".join(parts)), chat=True)
+
+    return app
+
+
+def _uvicorn_log_config(level: str) -> dict:
+    fmt = "[%(asctime)s] %(levelprefix)s %(message)s"
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {
+            "default": {"()": "uvicorn.logging.DefaultFormatter", "fmt": fmt, "datefmt": "%Y-%m-%d %H:%M:%S",
+                        "use_colors": False},
+            "access": {"()": "uvicorn.logging.AccessFormatter",
+                       "fmt": '[%(asctime)s] %(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
+                       "datefmt": "%Y-%m-%d %H:%M:%S", "use_colors": False},
+        },
+        "handlers": {
+            "default": {"formatter": "default", "class": "logging.StreamHandler", "stream": "ext://sys.stdout"},
+            "access": {"formatter": "access", "class": "logging.StreamHandler", "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": level.upper(), "propagate": False},
+            "uvicorn.error": {"level": level.upper()},
+            "uvicorn.access": {"handlers": ["access"], "level": "WARNING", "propagate": False},
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m dynocell.engine.reference``; returns the exit code (0 on SIGTERM/SIGINT)."""
+    import uvicorn
+
+    with contextlib.suppress(Exception):
+        sys.stdout.reconfigure(line_buffering=True)
+        sys.stderr.reconfigure(line_buffering=True)
+    from .args import parse
+
+    args, spec = parse(argv)
+    log(f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
+        f"speculative_algorithm={spec.algorithm!r}, speculative_draft_model_path="
+        f"{args.speculative_draft_model_path!r}, speculative_num_steps={spec.num_steps}, "
+        f"speculative_eagle_topk={spec.eagle_topk}, speculative_num_draft_tokens={spec.num_draft_tokens}, "
+        f"speculative_draft_mode={args.speculative_draft_mode!r}, context_length={args.context_length}, "
+        f"enable_metrics={args.enable_metrics}, decode_log_interval={args.decode_log_interval})")
+    engine = Engine(args, spec)
+    try:
+        engine.load()
+    except (OSError, ValueError) as exc:
+        log(f"Error: cannot load the model: {exc}")
+        return 1
+    app = create_app(engine)
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            orig = {s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, h in orig.items():
+                    signal.signal(s, h)
+
+        def handle_exit(self, sig, frame):
+            engine.begin_shutdown()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=_uvicorn_log_config(args.log_level),
+                            access_log=args.log_level == "debug", timeout_graceful_shutdown=2,
+                            timeout_keep_alive=5, lifespan="off")
+    server = _Server(config)
+
+    def warmup():
+        while not server.started and not server.should_exit:
+            time.sleep(0.02)
+        if server.should_exit:
+            return
+        if args.startup_delay > 0:
+            time.sleep(args.startup_delay)
+        if not args.skip_server_warmup:
+            import asyncio as _a
+            loop = _a.new_event_loop()
+            try:
+                req = Req(rid="warmup", prompt_ids=engine.tokenizer.encode("The").ids or [3],
+                          sp=SamplingParams(max_new_tokens=8, temperature=0), loop=loop, events=_a.Queue(),
+                          stream=False)
+                engine.submit(req)
+                while True:
+                    kind, _ = loop.run_until_complete(req.events.get())
+                    if kind == "done":
+                        break
+            except BadRequest:
+                return
+            finally:
+                loop.close()
+        if not engine.stopping:
+            engine.ready = True
+            log("The server is fired up and ready to roll!")
+
+    threading.Thread(target=warmup, name="warmup", daemon=True).start()
+    server.run()
+    engine.begin_shutdown()
+    engine.worker.join(timeout=2)
+    log("Shutdown complete.")
+    return 0

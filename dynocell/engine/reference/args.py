@@ -1,0 +1,122 @@
+"""Command-line arguments of the reference engine, named as SGLang 0.5.17's ``ServerArgs``.
+
+Unknown arguments: one clear message on stderr and exit code 2 (argparse's
+convention). ``--speculative-eagle-topk`` other than 1 is refused (exit 2): the
+reference only drafts chains. Reference-only extras are marked as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n"
+                         f"hint: run `python -m dynocell.engine.reference --help` for the accepted "
+                         f"(SGLang-named) arguments\n")
+        sys.exit(2)
+
+
+def _bool_flag(p, name: str, help_: str) -> None:
+    p.add_argument(name, action="store_true", default=False, help=help_)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser (SGLang argument names)."""
+    p = _Parser(prog="python -m dynocell.engine.reference",
+                description="dynocell reference engine: SGLang's HTTP surface with real speculative "
+                            "decoding on a small local model (CPU fp32, CUDA when present).",
+                allow_abbrev=False)
+    p.add_argument("--model-path", required=True, help="Target model folder (Hugging Face layout).")
+    p.add_argument("--tokenizer-path", default=None, help="Tokenizer folder (default: --model-path).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--served-model-name", default=None, help="Name in /v1/models (default: --model-path).")
+    p.add_argument("--context-length", type=int, default=None,
+                   help="Max tokens of prompt + output (default: the model's max_position_embeddings).")
+    p.add_argument("--speculative-algorithm", default=None,
+                   type=lambda s: None if s.lower() in ("none", "") else s.upper(),
+                   help="none | STANDALONE | NGRAM.")
+    p.add_argument("--speculative-draft-model-path", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None, help="Draft steps per verify (D).")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None, help="Only 1 is supported.")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+                   help="Tokens per verify forward (D + 1 for a chain).")
+    p.add_argument("--speculative-draft-mode", choices=["top1", "sampled"], default="top1",
+                   help="(reference only) how the draft proposes under sampling: top1 = SGLang eagle_topk 1 "
+                        "semantics (default); sampled = textbook speculative sampling.")
+    _bool_flag(p, "--enable-metrics", "Serve Prometheus /metrics.")
+    _bool_flag(p, "--disable-cuda-graph", "Accepted for compatibility (no CUDA graphs here).")
+    _bool_flag(p, "--disable-radix-cache", "Accepted for compatibility.")
+    _bool_flag(p, "--trust-remote-code", "Accepted for compatibility.")
+    _bool_flag(p, "--skip-server-warmup", "Do not run the warmup generation before reporting ready.")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--log-level-http", default=None)
+    p.add_argument("--decode-log-interval", type=int, default=40,
+                   help="Print a `Decode batch` line every N decode steps (SGLang default 40).")
+    p.add_argument("--max-running-requests", type=int, default=16)
+    p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument("--tp-size", "--tp", type=int, default=1, help="Only 1.")
+    p.add_argument("--dtype", default="auto", help="auto | float32 (the reference computes in fp32).")
+    p.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available).")
+    p.add_argument("--mem-fraction-static", type=float, default=None, help="Accepted for compatibility.")
+    p.add_argument("--load-format", default="auto", help="Accepted for compatibility (auto only).")
+    p.add_argument("--attention-backend", default=None, help="Accepted for compatibility.")
+    p.add_argument("--sampling-backend", default=None, help="Accepted for compatibility.")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="Accepted for compatibility.")
+    p.add_argument("--chunked-prefill-size", type=int, default=None, help="Accepted for compatibility.")
+    p.add_argument("--kv-cache-dtype", default="auto", help="Accepted for compatibility.")
+    p.add_argument("--startup-delay", type=float, default=0.0,
+                   help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
+    return p
+
+
+@dataclass
+class ResolvedSpec:
+    """Speculative settings after SGLang-like defaulting: ``algorithm`` None|STANDALONE|NGRAM, D drafts."""
+
+    algorithm: str | None
+    num_steps: int | None
+    eagle_topk: int | None
+    num_draft_tokens: int | None
+
+    @property
+    def num_drafts(self) -> int:
+        """D, drafts per verify step (= num_draft_tokens − 1 for a chain)."""
+        return (self.num_draft_tokens or 1) - 1 if self.algorithm else 0
+
+
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSpec]:
+    """Parse argv; exits 2 with a message on unknown or invalid arguments."""
+    p = build_parser()
+    a = p.parse_args(argv)
+    alg = a.speculative_algorithm
+    if alg not in (None, "STANDALONE", "NGRAM"):
+        p.error(f"--speculative-algorithm {alg!r} is not supported by the reference engine "
+                f"(supported: none, STANDALONE, NGRAM)")
+    if a.tp_size != 1:
+        p.error("--tp-size must be 1 for the reference engine")
+    if alg is None:
+        return a, ResolvedSpec(None, None, None, None)
+    topk = 1 if a.speculative_eagle_topk is None else a.speculative_eagle_topk
+    if topk != 1:
+        p.error(f"--speculative-eagle-topk {topk} is not supported: the reference engine drafts a chain "
+                f"(use --speculative-eagle-topk 1)")
+    if alg == "STANDALONE":
+        if not a.speculative_draft_model_path:
+            p.error("--speculative-algorithm STANDALONE needs --speculative-draft-model-path")
+        steps = a.speculative_num_steps or ((a.speculative_num_draft_tokens or 4) - 1)
+        if steps < 1:
+            p.error("--speculative-num-steps must be ≥ 1")
+        # SGLang: with topk 1 the draft token count is num_steps + 1.
+        ndt = steps + 1
+    else:
+        ndt = a.speculative_num_draft_tokens or 4
+        if ndt < 2:
+            p.error("--speculative-num-draft-tokens must be ≥ 2 for NGRAM")
+        steps = a.speculative_num_steps or (ndt - 1)
+    return a, ResolvedSpec(alg, steps, topk, ndt)

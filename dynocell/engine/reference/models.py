@@ -1,0 +1,278 @@
+"""The made-locally reference model pair: a byte-level Llama target and a smaller draft.
+
+No hub, no network: the tokenizer is built offline with the ``tokenizers``
+library (the 256 byte symbols + ``<pad> <s> </s>``, no merges, GPT-2 byte-level
+alphabet) and both models are trained with ``transformers``' ``LlamaForCausalLM``
+on CPython's own library sources (``sysconfig.get_paths()["stdlib"]``, ``*.py``
+files read in sorted order) for a FIXED number of optimizer steps, with
+``torch.manual_seed(seed)`` and ``torch.set_num_threads(2)``, so one seed gives
+one pair on one Python/torch build.
+
+Why trained and not random: random weights collapse into one repeated token and
+give a degenerate acceptance curve (τ = D + 1). The recipe follows the
+feasibility measurement in issue 3 / ``shared/gpu/README.md`` ("Real weights"):
+target 3 layers × width 192, draft 1 layer × width 192.
+
+Public API: :class:`ModelPair`, :func:`ensure_pair`, :func:`make_pair`,
+:data:`DEFAULT_TEMPERATURE`, :data:`RECIPE_VERSION`, :func:`recipe_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dynocell.errors import EngineError, UserError
+
+#: Bump when the recipe (architecture, corpus, steps, tokenizer) changes: it is part of the cache key.
+RECIPE_VERSION = 1
+#: Sampling temperature at which the default pair gives its documented acceptance curve.
+DEFAULT_TEMPERATURE = 0.8
+#: Token ids of the special tokens; byte ``b`` is token ``BYTE_OFFSET + b``.
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+BYTE_OFFSET = 3
+VOCAB_SIZE = 256 + BYTE_OFFSET
+
+# Recipe (fixed, deterministic for a seed).
+SEQ_LEN = 256
+BATCH = 16
+CORPUS_MAX_BYTES = 6_000_000
+TARGET = {"layers": 3, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 300, "lr": 3e-3}
+DRAFT = {"layers": 1, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 250, "lr": 3e-3}
+NUM_THREADS = 2
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """Directories (Hugging Face layout) of the target and the draft model sharing one tokenizer."""
+
+    target: Path
+    draft: Path
+
+
+def recipe_id(seed: int = 0) -> str:
+    """Cache key of the pair made by this recipe for ``seed``, e.g. ``tiny-llama-byte-r1-s0``."""
+    return f"tiny-llama-byte-r{RECIPE_VERSION}-s{seed}"
+
+
+def _complete(pair_dir: Path) -> bool:
+    need = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
+    return all((pair_dir / sub / f).is_file() for sub in ("target", "draft") for f in need)
+
+
+def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = None) -> ModelPair:
+    """Return the cached pair ``models_dir/<recipe_id(seed)>/{target,draft}``, making it if missing.
+
+    Fast (a few ``stat`` calls) when cached. Making is atomic: built in a
+    temporary sibling directory then renamed into place, so a crash never leaves
+    a half-written pair under the final name; concurrent makers race benignly
+    (the loser discards its copy). Takes about 3-4 CPU minutes on 2 cores.
+
+    Raises :class:`EngineError` if training fails or ``models_dir`` is not writable.
+    """
+    models_dir = Path(models_dir)
+    final = models_dir / recipe_id(seed)
+    if _complete(final):
+        return ModelPair(final / "target", final / "draft")
+    try:
+        models_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{recipe_id(seed)}.", dir=models_dir))
+    except OSError as exc:
+        raise EngineError(f"models directory {models_dir} is not writable: {exc}",
+                          "set DYNOCELL_HOME to a writable directory") from exc
+    try:
+        make_pair(tmp, seed=seed, progress=progress)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _complete(final):
+                if final.exists():
+                    shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return ModelPair(final / "target", final / "draft")
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable-character map (the ByteLevel alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def build_tokenizer():
+    """A byte-level ``tokenizers.Tokenizer``: ids 0-2 ``<pad> <s> </s>``, id ``3 + b`` for byte ``b``.
+
+    BPE with no merges over the ByteLevel alphabet, so every UTF-8 string
+    round-trips (Chinese text is 3 tokens per character).
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    b2u = bytes_to_unicode()
+    vocab = {"<pad>": PAD_ID, "<s>": BOS_ID, "</s>": EOS_ID}
+    for b in range(256):
+        vocab[b2u[b]] = BYTE_OFFSET + b
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<pad>", "<s>", "</s>")])
+    return tok
+
+
+def corpus_files() -> list[Path]:
+    """The training corpus: ``*.py`` under the stdlib directory (no site-packages, no tests), sorted."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__", "lib2to3"}
+    files = [p for p in root.rglob("*.py") if not (set(p.relative_to(root).parts[:-1]) & skip)]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def load_corpus(max_bytes: int = CORPUS_MAX_BYTES) -> tuple[bytes, int]:
+    """Concatenated bytes of :func:`corpus_files` (each followed by ``\\n\\n``), capped at ``max_bytes``.
+
+    Returns ``(data, number_of_files)``. Raises :class:`EngineError` if the stdlib has no sources.
+    """
+    chunks, total, n = [], 0, 0
+    for p in corpus_files():
+        try:
+            data = p.read_bytes()
+        except OSError:
+            continue
+        chunks.append(data + b"\n\n")
+        total += len(data) + 2
+        n += 1
+        if total >= max_bytes:
+            break
+    if total < 100_000:
+        raise EngineError("the Python stdlib sources are missing, cannot make the reference model",
+                          "use a Python install that ships its library .py files")
+    return b"".join(chunks)[:max_bytes], n
+
+
+def _llama_config(spec: dict):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=VOCAB_SIZE, hidden_size=spec["hidden"], intermediate_size=spec["intermediate"],
+        num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"], num_key_value_heads=spec["heads"],
+        max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, use_cache=True,
+    )
+
+
+def _train(spec: dict, data, seed: int, name: str, progress: Progress | None):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_llama_config(spec)).float()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], betas=(0.9, 0.95), weight_decay=0.01)
+    steps = spec["steps"]
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.05, 0.5 * (1 + __import__("math").cos(3.14159265 * s / steps)))
+    )
+    gen = torch.Generator().manual_seed(seed + 1)
+    n = data.numel() - SEQ_LEN - 1
+    t0 = time.monotonic()
+    loss_v = float("nan")
+    for step in range(steps):
+        starts = torch.randint(0, n, (BATCH,), generator=gen)
+        idx = starts[:, None] + torch.arange(SEQ_LEN + 1)[None, :]
+        batch = data[idx]
+        out = model(input_ids=batch[:, :-1], use_cache=False)
+        logits = out.logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_v = float(loss.detach())
+        if progress and (step % 50 == 0 or step == steps - 1):
+            progress(f"{name}: step {step + 1}/{steps} loss {loss_v:.3f} ({time.monotonic() - t0:.0f} s)")
+    model.eval()
+    return model, loss_v, time.monotonic() - t0
+
+
+def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) -> ModelPair:
+    """Make the pair into ``out_dir/{target,draft}`` (overwriting files there) and write ``out_dir/README.md``.
+
+    Deterministic for ``seed`` on one Python/torch build (fixed steps, seeds and
+    thread count). Takes about 3-4 minutes on 2 CPU cores. Raises
+    :class:`UserError` if ``out_dir`` is an existing non-directory, :class:`EngineError`
+    if the corpus is missing.
+    """
+    import torch
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory", "choose another DIR for make-tiny")
+    t_start = time.monotonic()
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(NUM_THREADS)
+    try:
+        raw, nfiles = load_corpus()
+        if progress:
+            progress(f"corpus: {nfiles} stdlib files, {len(raw) / 1e6:.2f} MB")
+        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() + BYTE_OFFSET
+        tok = build_tokenizer()
+        results = {}
+        for name, spec, s in (("target", TARGET, seed), ("draft", DRAFT, seed + 1000)):
+            model, loss, secs = _train(spec, data, s, name, progress)
+            d = out_dir / name
+            d.mkdir(parents=True, exist_ok=True)
+            model.config.dtype = "float32"
+            model.save_pretrained(d, safe_serialization=True)
+            tok.save(str(d / "tokenizer.json"))
+            (d / "tokenizer_config.json").write_text(json.dumps({
+                "backend": "tokenizers", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
+                "model_max_length": 1024, "tokenizer_class": "PreTrainedTokenizerFast",
+                "add_bos_token": False, "clean_up_tokenization_spaces": False,
+            }, indent=2) + "\n")
+            results[name] = (loss, secs)
+            if progress:
+                progress(f"{name}: saved to {d} (final loss {loss:.3f}, {secs:.0f} s)")
+    finally:
+        torch.set_num_threads(prev_threads)
+    total = time.monotonic() - t_start
+    readme = f"""# Reference model pair `{recipe_id(seed)}`
+
+Made locally by `dynocell model make-tiny` (`dynocell.engine.reference.models.make_pair`), no network.
+
+- Tokenizer: byte-level (256 byte symbols, id = 3 + byte, plus `<pad>`=0 `<s>`=1 `</s>`=2; no merges),
+  built offline with the `tokenizers` library; shared by both models.
+- Target: `LlamaForCausalLM`, {TARGET['layers']} layers, width {TARGET['hidden']}, {TARGET['heads']} heads,
+  MLP {TARGET['intermediate']}, vocab {VOCAB_SIZE}; {TARGET['steps']} AdamW steps (lr {TARGET['lr']}, cosine),
+  batch {BATCH} × {SEQ_LEN} tokens; seed {seed}; final loss {results['target'][0]:.3f}; {results['target'][1]:.0f} s.
+- Draft: the same with {DRAFT['layers']} layer(s); {DRAFT['steps']} steps; seed {seed + 1000};
+  final loss {results['draft'][0]:.3f}; {results['draft'][1]:.0f} s.
+- Corpus: CPython's own library sources (`sysconfig.get_paths()["stdlib"]`, `*.py` in sorted order,
+  no tests/site-packages), {nfiles} files, {len(raw)} bytes; Python {sysconfig.get_python_version()},
+  torch {torch.__version__}; {NUM_THREADS} torch threads; recipe version {RECIPE_VERSION}.
+- Total time to make: {total:.0f} s.
+- Default sampling temperature for the documented acceptance curve: {DEFAULT_TEMPERATURE}
+  (greedy decoding of a model this small tends to collapse into whitespace runs).
+"""
+    (out_dir / "README.md").write_text(readme)
+    if progress:
+        progress(f"pair made in {total:.0f} s")
+    return ModelPair(out_dir / "target", out_dir / "draft")

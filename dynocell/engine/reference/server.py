@@ -1,0 +1,544 @@
+"""The reference engine process: SGLang 0.5.17's HTTP surface over :mod:`.decoding`.
+
+One worker thread owns the models: it admits queued requests (prefill), then
+round-robins one decode / draft-and-verify step over every running request
+(at most ``--max-running-requests``), pushing snapshots to the waiting HTTP
+handlers. Log lines copy SGLang's shapes (``[YYYY-MM-DD HH:MM:SS] Load weight
+begin…``, ``Decode batch, … accept len: X, accept rate: Y, … gen throughput
+(token/s): Z, #queue-req: Q``, ``The server is fired up and ready to roll!``)
+so the same phase rules match both engines. Endpoints and ``meta_info`` fields
+follow SGLang's ``entrypoints/http_server.py`` / ``managers/io_struct.py`` and the
+real responses in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from .args import ResolvedSpec, parse
+from .decoding import Generation, LoadedModel, SamplingParams, load_tokenizer
+
+VERSION = "0.5.17-dynocell-reference"
+
+
+def log(msg: str) -> None:
+    """Print one SGLang-shaped log line ``[YYYY-MM-DD HH:MM:SS] msg`` to stdout, flushed."""
+    sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
+    sys.stdout.flush()
+
+
+class BadRequest(Exception):
+    """A 4xx answer: ``status`` and ``message``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+@dataclass
+class Req:
+    """One queued / running generation and the channel back to its HTTP handler."""
+
+    rid: str
+    prompt_ids: list[int]
+    sp: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue
+    stream: bool
+    received: float = field(default_factory=time.time)
+    gen: Generation | None = None
+    first_token_t: float | None = None
+    aborted: str | None = None
+    stop_cut: int | None = None
+    stop_matched: str | None = None
+
+
+class Engine:
+    """Models, queue, worker thread, counters, metrics and profiler of one engine process."""
+
+    def __init__(self, args, spec: ResolvedSpec) -> None:
+        self.args, self.spec = args, spec
+        self.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.ready = False
+        self.stopping = False
+        self.lock = threading.Condition()
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.commands: deque = deque()
+        self.t0 = time.time()
+        # cumulative counters
+        self.prompt_tokens_total = 0
+        self.gen_tokens_total = 0
+        self.requests_total = 0
+        self.verify_steps_total = 0
+        self.correct_total = 0
+        self.proposed_total = 0
+        self.spec_tokens_total = 0  # tokens emitted by verify steps (accepted + bonus)
+        self.at_position = [0] * (spec.num_drafts + 1)  # index i: verify steps with ≥ i accepted
+        self.last_gen_throughput = 0.0
+        self.forward_steps = 0
+        self._interval = self._new_interval()
+        self.profile: dict | None = None
+        self.last_profile: dict | None = None
+        self.ttft: list[float] = []
+        self.e2e: list[float] = []
+
+    # -- loading ----------------------------------------------------------------------------
+    def _avail_gb(self) -> float:
+        if self.device.startswith("cuda"):
+            return torch.cuda.mem_get_info()[0] / 2**30
+        return psutil.virtual_memory().available / 2**30
+
+    def _load(self, path: Path) -> LoadedModel:
+        import transformers  # noqa: F401 - import cost is not load time
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        before = self._avail_gb()
+        log(f"Load weight begin. avail mem={before:.2f} GB")
+        t = time.time()
+        m = LoadedModel(path, self.device)
+        after = self._avail_gb()
+        usage = m.num_params * 4 / 2**30
+        log(f"Load weight end. elapsed={time.time() - t:.2f} s, type={m.architecture}, "
+            f"avail mem={after:.2f} GB, mem usage={usage:.2f} GB.")
+        return m
+
+    def load(self) -> None:
+        """Load tokenizer, target and draft (STANDALONE), log SGLang's loading lines. Raises on bad paths."""
+        a = self.args
+        if a.random_seed is not None:
+            torch.manual_seed(a.random_seed)
+        self.model_path = str(a.model_path)
+        self.served_model_name = a.served_model_name or self.model_path
+        self.tokenizer = load_tokenizer(Path(a.tokenizer_path or a.model_path))
+        log(f"Init torch distributed begin.")
+        log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+        self.target = self._load(Path(a.model_path))
+        self.draft = None
+        if self.spec.algorithm == "STANDALONE":
+            self.draft = self._load(Path(a.speculative_draft_model_path))
+            if self.draft.config.vocab_size != self.target.config.vocab_size:
+                raise SystemExit(f"draft vocab {self.draft.config.vocab_size} != target vocab "
+                                 f"{self.target.config.vocab_size}: the draft must share the tokenizer")
+        cfg = self.target.config
+        self.context_length = a.context_length or int(getattr(cfg, "max_position_embeddings", 2048))
+        eos = cfg.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        gcfg = Path(a.model_path) / "generation_config.json"
+        self.gen_defaults = json.loads(gcfg.read_text()) if gcfg.is_file() else {}
+        self.max_total_tokens = self.context_length * a.max_running_requests
+        for m in [self.target] + ([self.draft] if self.draft else []):
+            c = m.config
+            head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+            size = self.max_total_tokens * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4 / 2**30
+            log(f"KV Cache is allocated. dtype: torch.float32, #tokens: {self.max_total_tokens}, "
+                f"K size: {size:.2f} GB, V size: {size:.2f} GB")
+            log(f"Memory pool end. avail mem={self._avail_gb():.2f} GB")
+        self.worker = threading.Thread(target=self._worker, name="reference-worker", daemon=True)
+        self.worker.start()
+
+    # -- request intake ----------------------------------------------------------------------
+    def submit(self, req: Req) -> None:
+        with self.lock:
+            if self.stopping:
+                raise BadRequest("the server is shutting down", 503)
+            self.waiting.append(req)
+            self.lock.notify()
+
+    def run_command(self, fn) -> Any:
+        """Run ``fn()`` on the worker thread (between steps) and wait for its result."""
+        box: dict = {}
+        done = threading.Event()
+
+        def wrapped():
+            try:
+                box["v"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - returned to the caller
+                box["e"] = exc
+            done.set()
+
+        with self.lock:
+            self.commands.append(wrapped)
+            self.lock.notify()
+        if not done.wait(120):
+            raise BadRequest("the engine worker did not answer in 120 s", 503)
+        if "e" in box:
+            raise box["e"]
+        return box.get("v")
+
+    def begin_shutdown(self) -> None:
+        """Stop accepting, abort queued and running requests (their handlers answer at once)."""
+        with self.lock:
+            self.stopping = True
+            self.ready = False
+            for r in list(self.waiting) + list(self.running):
+                r.aborted = "server shutting down"
+            self.lock.notify()
+
+    # -- worker --------------------------------------------------------------------------------
+    @staticmethod
+    def _new_interval() -> dict:
+        return {"t": time.time(), "steps": 0, "tokens": 0, "verify": 0, "spec_tokens": 0, "correct": 0,
+                "proposed": 0}
+
+    def _push(self, req: Req, kind: str, payload: Any = None) -> None:
+        try:
+            req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, payload))
+        except RuntimeError:
+            pass  # the handler's loop is gone
+
+    def snapshot(self, req: Req) -> dict:
+        """SGLang ``/generate`` response body for the request's current state."""
+        g = req.gen
+        ids = list(g.output_ids) if g else []
+        text = self.tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+        finish = None
+        if req.aborted:
+            finish = {"type": "abort", "message": req.aborted}
+        elif g and g.finished:
+            finish = dict(g.finished)
+        if req.stop_cut is not None:
+            text = text[:req.stop_cut]
+            finish = {"type": "stop", "matched": req.stop_matched}
+        now = time.time()
+        meta = {
+            "id": req.rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(req.prompt_ids),
+            "weight_version": "default",
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+            "e2e_latency": now - req.received,
+            "request_received_ts": req.received,
+        }
+        if g is not None:
+            meta.update(g.meta())
+        elif self.spec.algorithm:
+            meta.update({"spec_verify_ct": 0, "spec_correct_drafts_histogram": [0] * (self.spec.num_drafts + 1)})
+        return {"text": text, "output_ids": ids, "meta_info": meta}
+
+    def _finish(self, req: Req) -> None:
+        snap = self.snapshot(req)
+        self.e2e.append(time.time() - req.received)
+        self._push(req, "done", snap)
+
+    def _check_stop_strings(self, req: Req) -> None:
+        if not req.sp.stop or req.gen.finished:
+            return
+        text = self.tokenizer.decode(req.gen.output_ids, skip_special_tokens=True)
+        best = None
+        for s in req.sp.stop:
+            i = text.find(s)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        if best:
+            req.stop_cut, req.stop_matched = best
+            req.gen.finished = {"type": "stop", "matched": best[1]}
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.args.max_running_requests:
+            req = self.waiting.popleft()
+            if req.aborted:
+                self._finish(req)
+                continue
+            t = time.time()
+            req.gen = Generation(req.prompt_ids, req.sp, self.target, self.draft, self.spec.algorithm,
+                                 self.spec.num_drafts, self.args.speculative_draft_mode, self.eos_ids,
+                                 self.context_length)
+            try:
+                kept = req.gen.step()  # prefill
+            except Exception as exc:  # noqa: BLE001 - reported to the client
+                req.aborted = f"internal error: {exc!r}"
+                self._finish(req)
+                continue
+            self.forward_steps += 1
+            self._profile_tick()
+            dt = max(time.time() - t, 1e-9)
+            log(f"Prefill batch, #new-seq: 1, #new-token: {len(req.prompt_ids)}, #cached-token: 0, "
+                f"token usage: {self._usage():.2f}, #running-req: {len(self.running)}, "
+                f"#queue-req: {len(self.waiting)}, #pending-token: 0, cuda graph: False, "
+                f"input throughput (token/s): {len(req.prompt_ids) / dt:.2f}")
+            self.requests_total += 1
+            self.prompt_tokens_total += len(req.prompt_ids)
+            req.first_token_t = time.time()
+            self.ttft.append(req.first_token_t - req.received)
+            self._account(req, kept, verify=False)
+            if req.gen.finished:
+                self._finish(req)
+            else:
+                self.running.append(req)
+                if req.stream:
+                    self._push(req, "update", self.snapshot(req))
+
+    def _usage(self) -> float:
+        return sum(len(r.gen.tokens) for r in self.running if r.gen) / max(self.max_total_tokens, 1)
+
+    def _account(self, req: Req, kept: list[int], verify: bool) -> None:
+        self.gen_tokens_total += len(kept)
+        self._interval["tokens"] += len(kept)
+        self._check_stop_strings(req)
+
+    def _decode_round(self) -> None:
+        iv = self._interval
+        for req in list(self.running):
+            if req.aborted:
+                self.running.remove(req)
+                self._finish(req)
+                continue
+            g = req.gen
+            vc, cc, pc = g.verify_ct, g.num_correct, g.num_proposed
+            hist_before = list(g.histogram)
+            try:
+                kept = g.step()
+            except Exception as exc:  # noqa: BLE001 - reported to the client
+                req.aborted = f"internal error: {exc!r}"
+                self.running.remove(req)
+                self._finish(req)
+                continue
+            if g.verify_ct > vc:
+                k = next(i for i, (a, b) in enumerate(zip(g.histogram, hist_before)) if a != b)
+                self.verify_steps_total += 1
+                self.correct_total += g.num_correct - cc
+                self.proposed_total += g.num_proposed - pc
+                self.spec_tokens_total += k + 1
+                for i in range(k + 1):
+                    self.at_position[i] += 1
+                iv["verify"] += 1
+                iv["spec_tokens"] += k + 1
+                iv["correct"] += g.num_correct - cc
+                iv["proposed"] += g.num_proposed - pc
+            self._account(req, kept, verify=True)
+            if g.finished:
+                self.running.remove(req)
+                self._finish(req)
+            elif req.stream:
+                self._push(req, "update", self.snapshot(req))
+        iv["steps"] += 1
+        self.forward_steps += 1
+        self._profile_tick()
+        if iv["steps"] >= max(1, self.args.decode_log_interval):
+            self._log_decode()
+
+    def _log_decode(self) -> None:
+        iv = self._interval
+        dt = max(time.time() - iv["t"], 1e-9)
+        thr = iv["tokens"] / dt
+        self.last_gen_throughput = thr
+        ntok = sum(len(r.gen.tokens) for r in self.running if r.gen)
+        spec = ""
+        if self.spec.algorithm:
+            al = iv["spec_tokens"] / iv["verify"] if iv["verify"] else 1.0
+            ar = iv["correct"] / iv["proposed"] if iv["proposed"] else 0.0
+            spec = f"accept len: {al:.2f}, accept rate: {ar:.2f}, "
+        log(f"Decode batch, #running-req: {len(self.running)}, #token: {ntok}, "
+            f"token usage: {ntok / max(self.max_total_tokens, 1):.2f}, {spec}cuda graph: False, "
+            f"gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}")
+        self._interval = self._new_interval()
+
+    def _worker(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self.lock:
+                while not (self.waiting or self.running or self.commands or self.stopping):
+                    self.lock.wait(0.5)
+                cmds = list(self.commands)
+                self.commands.clear()
+            for c in cmds:
+                c()
+            if self.stopping:
+                with self.lock:
+                    for r in list(self.waiting) + list(self.running):
+                        r.aborted = r.aborted or "server shutting down"
+                        self._finish(r)
+                    self.waiting.clear()
+                    self.running.clear()
+                self._stop_profile()
+                return
+            with self.lock:
+                self._admit()
+            if self.running:
+                self._decode_round()
+            elif self._interval["steps"]:
+                self._log_decode()
+
+    # -- profiler --------------------------------------------------------------------------------
+    def start_profile(self, body: dict) -> str:
+        """Start torch.profiler on the worker thread (SGLang ``ProfileReq`` fields). Returns a message."""
+        def start():
+            if self.profile is not None:
+                raise BadRequest("Profiling is already in progress. Call /stop_profile first.")
+            acts = [str(a).upper() for a in (body.get("activities") or ["CPU", "GPU"])]
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.device.startswith("cuda") and ("GPU" in acts or "CUDA" in acts):
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            out = Path(body.get("output_dir") or tempfile.gettempdir())
+            out.mkdir(parents=True, exist_ok=True)
+            prof = torch.profiler.profile(activities=activities, record_shapes=bool(body.get("record_shapes")),
+                                          with_stack=bool(body.get("with_stack")))
+            prof.__enter__()
+            pid = body.get("profile_id") or str(time.time())
+            self.profile = {"prof": prof, "dir": out, "id": str(pid), "prefix": body.get("profile_prefix") or "",
+                            "num_steps": body.get("num_steps"), "steps": 0, "file": None}
+            log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {pid})")
+        self.run_command(start)
+        return "Start profiling.\n"
+
+    def _profile_tick(self) -> None:
+        p = self.profile
+        if p is None:
+            return
+        p["steps"] += 1
+        if p["num_steps"] and p["steps"] >= int(p["num_steps"]):
+            self._stop_profile()
+
+    def _stop_profile(self) -> Path | None:
+        p = self.profile
+        if p is None:
+            return None
+        self.profile = None
+        prof = p["prof"]
+        prof.__exit__(None, None, None)
+        name = f"{p['prefix']}{p['id']}-TP-0.trace.json.gz"
+        final = p["dir"] / name
+        with tempfile.TemporaryDirectory() as td:
+            raw = Path(td) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            with open(raw, "rb") as src, gzip.open(final, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        p["file"] = final
+        self.last_profile = p
+        log(f"Profiling done. Traces are saved to: {p['dir']}")
+        return final
+
+    def stop_profile(self) -> str:
+        def stop():
+            if self.profile is None:
+                if self.last_profile is not None:
+                    return f"Profiling already stopped after num_steps; trace: {self.last_profile['file']}\n"
+                raise BadRequest("Profiling is not in progress. Call /start_profile first.")
+            f = self._stop_profile()
+            return f"Stop profiling. This will take some time.\nTrace: {f}\n"
+        return self.run_command(stop)
+
+    # -- info ----------------------------------------------------------------------------------
+    def server_args(self) -> dict:
+        a, s = self.args, self.spec
+        return {
+            "model_path": self.model_path, "tokenizer_path": a.tokenizer_path or self.model_path,
+            "served_model_name": self.served_model_name, "host": a.host, "port": a.port,
+            "context_length": a.context_length, "dtype": "float32", "device": self.device,
+            "tp_size": 1, "pp_size": 1, "dp_size": 1, "ep_size": 1,
+            "max_running_requests": a.max_running_requests, "max_total_tokens": None,
+            "enable_metrics": a.enable_metrics, "disable_cuda_graph": True,
+            "log_level": a.log_level, "decode_log_interval": a.decode_log_interval,
+            "random_seed": a.random_seed, "load_format": a.load_format, "kv_cache_dtype": a.kv_cache_dtype,
+            "mem_fraction_static": a.mem_fraction_static, "chunked_prefill_size": a.chunked_prefill_size,
+            "attention_backend": a.attention_backend, "sampling_backend": a.sampling_backend,
+            "speculative_algorithm": s.algorithm,
+            "speculative_draft_model_path": a.speculative_draft_model_path if s.algorithm == "STANDALONE" else None,
+            "speculative_num_steps": s.num_steps, "speculative_eagle_topk": s.eagle_topk,
+            "speculative_num_draft_tokens": s.num_draft_tokens,
+            "speculative_draft_mode": a.speculative_draft_mode,
+        }
+
+    def avg_accept_length(self) -> float:
+        """Mean accept length since start (emitted tokens per verify step, bonus included); 1.0 without steps."""
+        return self.spec_tokens_total / self.verify_steps_total if self.verify_steps_total else 1.0
+
+    def server_info(self) -> dict:
+        args = self.server_args()
+        internal = dict(args)
+        internal.update({"avg_spec_accept_length": self.avg_accept_length(),
+                         "last_gen_throughput": self.last_gen_throughput,
+                         "effective_max_running_requests_per_dp": self.args.max_running_requests})
+        return {**args, "status": "ready" if self.ready else "starting",
+                "max_total_num_tokens": self.max_total_tokens, "max_req_input_len": self.context_length - 1,
+                "internal_states": [internal], "version": VERSION, "engine": "dynocell-reference"}
+
+    def metrics_text(self) -> bytes:
+        """Prometheus exposition text with SGLang's metric names (gauges are cumulative since start)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        eng = self
+        base = {"engine_type": "unified", "model_name": self.served_model_name, "pp_rank": "0", "tp_rank": "0",
+                "moe_ep_rank": "0"}
+        lk, lv = list(base), list(base.values())
+        with self.lock:
+            running, queued = len(self.running), len(self.waiting)
+            ntok = sum(len(r.gen.tokens) for r in self.running if r.gen)
+
+        def hist(name, doc, values, buckets):
+            h = HistogramMetricFamily(name, doc, labels=["engine_type", "model_name"])
+            vals = list(values)
+            cum = [(str(b), float(sum(1 for v in vals if v <= b))) for b in buckets] + [("+Inf", float(len(vals)))]
+            h.add_metric(["unified", eng.served_model_name], cum, float(sum(vals)))
+            return h
+
+        class C:
+            def collect(self):
+                def g(name, doc, v):
+                    m = GaugeMetricFamily(name, doc, labels=lk)
+                    m.add_metric(lv, float(v))
+                    return m
+                yield g("sglang:num_running_reqs", "The number of running requests.", running)
+                yield g("sglang:num_queue_reqs", "The number of requests in the waiting queue.", queued)
+                yield g("sglang:num_used_tokens", "The number of used tokens.", ntok)
+                yield g("sglang:token_usage", "The token usage.", ntok / max(eng.max_total_tokens, 1))
+                yield g("sglang:gen_throughput", "The generation throughput (token/s).", eng.last_gen_throughput)
+                yield g("sglang:spec_accept_length", "Mean acceptance length of speculative decoding "
+                        "(accepted drafts + bonus token per forward).",
+                        eng.avg_accept_length() if eng.spec.algorithm else 0.0)
+                yield g("sglang:spec_accept_rate", "Accepted drafts / proposed drafts.",
+                        eng.correct_total / eng.proposed_total if eng.proposed_total else 0.0)
+                yield g("sglang:spec_num_steps", "speculative_num_steps.", eng.spec.num_steps or 0)
+                yield g("sglang:spec_num_draft_tokens", "speculative_num_draft_tokens.",
+                        eng.spec.num_draft_tokens or 0)
+                ck = ["engine_type", "model_name"]
+                cv = ["unified", eng.served_model_name]
+                for name, doc, v in (
+                    ("sglang:prompt_tokens", "Number of prefill tokens processed.", eng.prompt_tokens_total),
+                    ("sglang:generation_tokens", "Number of generation tokens processed.", eng.gen_tokens_total),
+                    ("sglang:num_requests", "Number of requests processed.", eng.requests_total),
+                    ("sglang:spec_verify_steps", "Speculative verify steps (target forwards over drafts).",
+                     eng.verify_steps_total),
+                    ("sglang:spec_accepted_drafts", "Accepted draft tokens.", eng.correct_total),
+                    ("sglang:spec_proposed_drafts", "Proposed draft tokens.", eng.proposed_total),
+                ):
+                    m = CounterMetricFamily(name, doc, labels=ck)
+                    m.add_metric(cv, float(v))
+                    yield m
+                m = CounterMetricFamily("sglang:spec_accepted_drafts_at_position",
+                                        "Verify steps whose accepted drafts were >= position "
+                                        "(p_i = this / spec_verify_steps_total).", labels=ck + ["position"])
+                for i in range(1, len(eng.at_position)):
+                    m.add_metric(cv + [str(i)], float(eng.at_position[i]))
+                yield m
+                yield hist("sglang:time_to_first_token_seconds", "Time to first token (s).", eng.ttft,
+                           [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10])
+                yield hist("sglang:e2e_request_latency_seconds", "End-to-end request latency (s).", eng.e2e,
+                           [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
+
+        reg = CollectorRegistry()
+        reg.register(C())
+        return generate_latest(reg)

@@ -1,0 +1,397 @@
+"""Phase rules and failure signatures, kept as data (TOML files next to this module).
+
+Files:
+
+- ``<engine>.toml`` (``sglang.toml``, ``reference.toml``): ``[[phase]]`` entries
+  ``{name, regex}``; named regex groups become the phase ``detail``.
+  ``ready_phase`` names the phase that means "the engine says it is ready".
+- ``signatures.toml``: ``[[signature]]`` entries ``{id, title, regex (str or
+  list), hint, last_phase?, ready?, context?}``; order is priority (see the
+  file's header). Operators (and runbook knowledge) add files through
+  ``load_signatures(extra_paths=...)``; extra entries are tried *before* the
+  bundled ones so a more specific operator rule wins.
+
+API:
+
+- :func:`load_phase_rules` ``(engine) -> list[PhaseRule]`` (cached);
+  :class:`PhaseMatcher` ``(engine).match(line) -> PhaseHit | None``;
+  :func:`match_phase` ``(line, engine="sglang")``.
+- :func:`load_signatures` ``(extra_paths=()) -> list[Signature]``;
+  :func:`classify` ``(log_tail, *, last_phase, was_ready, exit_code, signatures=None)
+  -> SignatureMatch`` (``id == "unknown"`` when nothing matches — never a guess).
+- :func:`classify_log` ``(lines, engine, exit_code)``: classify a whole log file
+  (e.g. a stored boot log or a real SGLang log), deriving the last phase and
+  readiness from the lines themselves.
+- :func:`phase_timeline` ``(lines, engine)``: phases of a log that carries
+  SGLang's own ``[YYYY-mm-dd HH:MM:SS]`` timestamps, with offsets in seconds from
+  the first timestamped line.
+
+Regexes are compiled once per load. Patterns from files are checked before
+use: nested unbounded repetition such as ``(a+)+`` or ``(a*)*`` (catastrophic
+backtracking) is refused with :class:`~dynocell.errors.ConfigError`; lines are
+cut to :data:`MAX_LINE_CHARS` before matching.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import re._parser as sre_parse  # the stdlib regex parser (Python ≥ 3.11)
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from dynocell.errors import ConfigError, NotFound
+
+RULES_DIR = Path(__file__).parent
+SIGNATURES_FILE = RULES_DIR / "signatures.toml"
+MAX_LINE_CHARS = 4096
+NO_PHASE = "none"
+
+# dynocell's own log prefix (written by the supervisor): "2026-11-30T03:25:28.123Z | text"
+_DYNO_PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z \| ")
+# SGLang's logger prefix: "[2026-11-30 03:25:28] " or "[2026-11-30 03:25:28 TP0] "
+_SGLANG_TS = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: [^\]]*)?\] ")
+
+
+# ---------------------------------------------------------------- regex safety
+
+_REPEATS = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
+try:  # Python 3.11+ possessive repeats cannot backtrack; treat like the others for simplicity
+    _REPEATS.add(sre_parse.POSSESSIVE_REPEAT)
+except AttributeError:  # pragma: no cover
+    pass
+
+
+def _nested_unbounded(items: Any, inside_unbounded: bool) -> bool:
+    for op, av in items:
+        if op in _REPEATS:
+            lo, hi, sub = av
+            unbounded = hi == sre_parse.MAXREPEAT or hi > 100
+            if unbounded and inside_unbounded:
+                return True
+            if _nested_unbounded(sub, inside_unbounded or unbounded):
+                return True
+        elif op == sre_parse.SUBPATTERN:
+            if _nested_unbounded(av[-1], inside_unbounded):
+                return True
+        elif op == sre_parse.BRANCH:
+            if any(_nested_unbounded(b, inside_unbounded) for b in av[1]):
+                return True
+        elif op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
+            if _nested_unbounded(av[1], inside_unbounded):
+                return True
+    return False
+
+
+def compile_safe(pattern: str, source: str, field_name: str) -> re.Pattern[str]:
+    """Compile ``pattern`` or raise ConfigError naming ``source``/``field_name``.
+
+    Refuses syntax errors and nested unbounded repetition (``(a+)+``,
+    ``(x*y)*`` …), the shape behind catastrophic backtracking.
+    """
+    try:
+        parsed = sre_parse.parse(pattern)
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(source, field_name, f"bad regex {pattern!r}: {exc}", "fix the pattern") from None
+    if _nested_unbounded(list(parsed), False):
+        raise ConfigError(
+            source, field_name,
+            f"regex {pattern!r} nests unbounded repetition (catastrophic backtracking)",
+            "remove the outer or inner + / * (e.g. write (ab)+ instead of (a+b)+)",
+        )
+    return compiled
+
+
+def strip_prefix(line: str) -> str:
+    """The engine's text of a log line: dynocell's ``<ISO time>Z | `` prefix and the newline removed."""
+    line = line.rstrip("\r\n")
+    m = _DYNO_PREFIX.match(line)
+    return line[m.end():] if m else line
+
+
+# ---------------------------------------------------------------- phases
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """One phase pattern: ``name`` and compiled ``regex`` (named groups → detail)."""
+
+    name: str
+    regex: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class PhaseHit:
+    """A log line that matched a phase rule: ``name``, ``detail`` (named groups, strings), ``line``."""
+
+    name: str
+    detail: dict[str, str]
+    line: str
+
+
+@dataclass(frozen=True)
+class PhaseRules:
+    """All phase rules of one engine plus its ``ready_phase`` name."""
+
+    engine: str
+    ready_phase: str
+    rules: tuple[PhaseRule, ...]
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NotFound(f"rules file not found: {path}", "check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), None, f"TOML syntax error: {exc}", "fix the line and column shown") from None
+
+
+@functools.lru_cache(maxsize=None)
+def load_engine_rules(engine: str) -> PhaseRules:
+    """Phase rules of ``engine`` ("sglang" or "reference") from ``rules/<engine>.toml`` (cached).
+
+    Raises NotFound for an engine without a rules file, ConfigError for a bad file.
+    """
+    path = RULES_DIR / f"{engine}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in RULES_DIR.glob("*.toml") if p.stem != "signatures")
+        raise NotFound(f"no phase rules for engine {engine!r}", f"known engines: {', '.join(known)}")
+    data = _read_toml(path)
+    rules = []
+    for i, entry in enumerate(data.get("phase", [])):
+        where = f"phase[{i}]"
+        if not isinstance(entry, dict) or "name" not in entry or "regex" not in entry:
+            raise ConfigError(str(path), where, "each [[phase]] needs name and regex", "add both keys")
+        rules.append(PhaseRule(entry["name"], compile_safe(entry["regex"], str(path), f"{where}.regex")))
+    return PhaseRules(engine, data.get("ready_phase", "ready"), tuple(rules))
+
+
+def load_phase_rules(engine: str) -> list[PhaseRule]:
+    """The ``[[phase]]`` rules of ``engine`` in file order (see :func:`load_engine_rules`)."""
+    return list(load_engine_rules(engine).rules)
+
+
+class PhaseMatcher:
+    """Matches log lines against one engine's phase rules (first matching rule wins)."""
+
+    def __init__(self, engine: str) -> None:
+        self.rules = load_engine_rules(engine)
+
+    @property
+    def ready_phase(self) -> str:
+        return self.rules.ready_phase
+
+    def match(self, line: str) -> PhaseHit | None:
+        """The phase a log line reports, or None. Accepts raw or dynocell-prefixed lines."""
+        text = strip_prefix(line)[:MAX_LINE_CHARS]
+        for segment in text.split("\r"):  # tqdm progress bars share a line with log lines
+            for rule in self.rules.rules:
+                m = rule.regex.search(segment)
+                if m:
+                    detail = {k: v for k, v in m.groupdict().items() if v is not None}
+                    return PhaseHit(rule.name, detail, segment)
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _matcher(engine: str) -> PhaseMatcher:
+    return PhaseMatcher(engine)
+
+
+def match_phase(line: str, engine: str = "sglang") -> PhaseHit | None:
+    """Shortcut for ``PhaseMatcher(engine).match(line)`` with a cached matcher."""
+    return _matcher(engine).match(line)
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """A phase of a log with SGLang timestamps: offset (s) from the first timestamped line."""
+
+    name: str
+    offset_s: float
+    detail: dict[str, str]
+    occurrence: int
+
+
+def phase_timeline(lines: Iterable[str], engine: str = "sglang") -> list[TimelineEntry]:
+    """Phases of a log whose lines carry SGLang's ``[YYYY-mm-dd HH:MM:SS …]`` stamps.
+
+    Offsets are seconds (1 s resolution, SGLang's) from the first stamped line;
+    a phase line without a stamp gets the last stamp seen. ``occurrence``
+    counts hits of the same phase name from 1.
+    """
+    matcher = _matcher(engine)
+    first: datetime | None = None
+    last: datetime | None = None
+    counts: dict[str, int] = {}
+    out: list[TimelineEntry] = []
+    for line in lines:
+        text = strip_prefix(line)
+        m = _SGLANG_TS.match(text)
+        if m:
+            last = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+            first = first or last
+        hit = matcher.match(text)
+        if hit:
+            counts[hit.name] = counts.get(hit.name, 0) + 1
+            off = (last - first).total_seconds() if (first and last) else 0.0
+            out.append(TimelineEntry(hit.name, off, hit.detail, counts[hit.name]))
+    return out
+
+
+# ---------------------------------------------------------------- signatures
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure-signature entry (see ``signatures.toml`` for field meanings)."""
+
+    id: str
+    title: str
+    hint: str
+    regexes: tuple[re.Pattern[str], ...]
+    last_phase: tuple[str, ...] | None = None
+    ready: bool | None = None
+    context: tuple[re.Pattern[str], ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class SignatureMatch:
+    """Result of :func:`classify`: ``id`` (``unknown`` when nothing matched), ``title``,
+    ``hint``, ``groups`` (named regex groups of the matched line), ``line`` (the
+    matched line or None), ``source`` (rules file)."""
+
+    id: str
+    title: str
+    hint: str
+    groups: dict[str, str] = field(default_factory=dict)
+    line: str | None = None
+    source: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.id != "unknown"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (for storing on a boot row)."""
+        return {"id": self.id, "title": self.title, "hint": self.hint, "groups": dict(self.groups),
+                "line": self.line, "source": self.source}
+
+
+UNKNOWN = SignatureMatch(
+    "unknown", "Unknown failure", "no failure signature matched: read the log tail and add a signature if it recurs"
+)
+
+
+def _as_list(v: Any) -> list[Any]:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _parse_signatures(path: Path) -> list[Signature]:
+    data = _read_toml(path)
+    out = []
+    for i, e in enumerate(data.get("signature", [])):
+        where = f"signature[{i}]"
+        if not isinstance(e, dict):
+            raise ConfigError(str(path), where, "must be a table", "write [[signature]] entries")
+        for key in ("id", "title", "regex", "hint"):
+            if key not in e:
+                raise ConfigError(str(path), f"{where}.{key}", "missing", "each signature needs id, title, regex, hint")
+        unknown_keys = set(e) - {"id", "title", "regex", "hint", "last_phase", "ready", "context"}
+        if unknown_keys:
+            raise ConfigError(str(path), f"{where}.{sorted(unknown_keys)[0]}", "unknown key",
+                              "keys: id, title, regex, hint, last_phase, ready, context")
+        regexes = tuple(compile_safe(p, str(path), f"{where}.regex") for p in _as_list(e["regex"]))
+        context = tuple(compile_safe(p, str(path), f"{where}.context") for p in _as_list(e.get("context", [])))
+        lp = e.get("last_phase")
+        out.append(Signature(
+            id=e["id"], title=e["title"], hint=e["hint"], regexes=regexes,
+            last_phase=tuple(_as_list(lp)) if lp is not None else None,
+            ready=e.get("ready"), context=context, source=str(path),
+        ))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(paths: tuple[str, ...]) -> tuple[Signature, ...]:
+    sigs: list[Signature] = []
+    for p in paths:
+        sigs.extend(_parse_signatures(Path(p)))
+    return tuple(sigs)
+
+
+def load_signatures(extra_paths: Sequence[str | Path] = ()) -> list[Signature]:
+    """Signatures of ``extra_paths`` (first, in order) then the bundled ``signatures.toml``.
+
+    Compiled once per distinct list of paths (cached). Raises ConfigError for a
+    bad file or pattern, NotFound for a missing extra file.
+    """
+    paths = tuple(str(Path(p)) for p in extra_paths) + (str(SIGNATURES_FILE),)
+    return list(_load_cached(paths))
+
+
+def classify(
+    log_tail: Sequence[str],
+    *,
+    last_phase: str | None,
+    was_ready: bool,
+    exit_code: int | None = None,
+    signatures: Sequence[Signature] | None = None,
+) -> SignatureMatch:
+    """Name the failure that ``log_tail`` shows, or ``unknown``.
+
+    ``log_tail``: the last lines of the log (raw or dynocell-prefixed);
+    ``last_phase``: name of the last phase reached (None = none);
+    ``was_ready``: whether the engine had been ready (crash while serving);
+    ``exit_code``: recorded by callers, not used by the bundled rules.
+    Signatures are tried in order; for a matching signature the *last*
+    matching line of the tail provides ``groups``.
+    """
+    sigs = signatures if signatures is not None else load_signatures()
+    texts = [strip_prefix(l)[:MAX_LINE_CHARS] for l in log_tail]
+    # Lines may hold several \r-separated segments (progress bars); match each.
+    segments = [seg for t in texts for seg in t.split("\r")]
+    phase = last_phase or NO_PHASE
+    for sig in sigs:
+        if sig.ready is not None and sig.ready != was_ready:
+            continue
+        if sig.last_phase is not None and phase not in sig.last_phase:
+            continue
+        if sig.context and not any(c.search(s) for c in sig.context for s in segments):
+            continue
+        for seg in reversed(segments):
+            for rx in sig.regexes:
+                m = rx.search(seg)
+                if m:
+                    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                    return SignatureMatch(sig.id, sig.title, sig.hint, groups, seg, sig.source)
+    return UNKNOWN
+
+
+def classify_log(
+    lines: Sequence[str],
+    engine: str = "sglang",
+    exit_code: int | None = None,
+    tail: int = 200,
+    signatures: Sequence[Signature] | None = None,
+) -> tuple[SignatureMatch, str | None, bool]:
+    """Classify a whole log: ``(match, last_phase, was_ready)``.
+
+    The last phase and readiness are derived from all ``lines`` with the
+    engine's phase rules; the last ``tail`` lines are classified.
+    """
+    matcher = _matcher(engine)
+    last_phase: str | None = None
+    ready = False
+    for line in lines:
+        hit = matcher.match(line)
+        if hit:
+            last_phase = hit.name
+            ready = ready or hit.name == matcher.ready_phase
+    match = classify(list(lines)[-tail:], last_phase=last_phase, was_ready=ready,
+                     exit_code=exit_code, signatures=signatures)
+    return match, last_phase, ready

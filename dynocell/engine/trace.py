@@ -1,0 +1,574 @@
+"""Streaming Chrome-trace split by category (DESIGN.md "Profiler split").
+
+Input: a torch-profiler / Kineto Chrome trace (``*.trace.json.gz`` as SGLang's
+``/start_profile`` writes it, or plain JSON), either the object form
+``{"traceEvents": [...], ...}`` or the bare array form ``[...]``. It is read
+with ``ijson`` (C backend ``yajl2_c`` when available) one event at a time, so
+memory stays bounded whatever the file size: per event only a few numbers are
+kept; per distinct name a small aggregate.
+
+What counts:
+- GPU mode (any device event present): events with ``cat`` ``kernel``,
+  ``gpu_memcpy`` or ``gpu_memset`` (case-insensitive). Their ``dur`` (µs) sums to
+  ``device_ms``; the union of their intervals over the window [first start, last
+  end] of device activity gives ``busy_pct``.
+- CPU mode (no device event at all, e.g. the reference engine on CPU): ``cpu_op``
+  events, by **self time** (duration minus direct children on the same thread,
+  so ``aten::linear`` does not double count its ``aten::addmm``).
+- ``graph_launches``: ``cudaGraphLaunch*`` runtime events (0 in an eager trace).
+
+Categories come from ``trace_rules.toml`` (regex → category, first match wins).
+Errors: :class:`TraceError` (a :class:`dynocell.errors.UserError`) naming the
+file for a missing file, truncated gzip, invalid JSON or no ``traceEvents``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import math
+import re
+import tomllib
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+
+from dynocell.errors import UserError
+
+__all__ = [
+    "CATEGORIES",
+    "CategoryStat",
+    "KernelStat",
+    "RankedSplit",
+    "Rules",
+    "TraceError",
+    "TraceSplit",
+    "analyze_ranks",
+    "analyze_trace",
+    "load_rules",
+    "per_token",
+    "rank_of",
+]
+
+CATEGORIES: tuple[str, ...] = (
+    "gemm", "attention", "moe", "router_topk", "elementwise", "norm",
+    "communication", "memcpy_gather", "sampling", "other",
+)
+RULES_FILE = Path(__file__).with_name("trace_rules.toml")
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+try:  # the C backend is ~10× faster than the pure-Python one
+    _IJSON = ijson.get_backend("yajl2_c")
+except Exception:  # pragma: no cover - depends on the wheel
+    _IJSON = ijson
+
+
+class TraceError(UserError):
+    """A trace file that cannot be read: missing, truncated, not JSON, no ``traceEvents``."""
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Ordered (compiled regex, category) pairs; :meth:`category` gives the first match or ``other``."""
+
+    rules: tuple[tuple[re.Pattern[str], str], ...]
+
+    def category(self, name: str) -> str:
+        for rx, cat in self.rules:
+            if rx.search(name):
+                return cat
+        return "other"
+
+
+def load_rules(path: Path | None = None) -> Rules:
+    """Load category rules from a TOML file (default: the bundled ``trace_rules.toml``).
+
+    Format: ``[[rule]]`` tables with ``category`` (one of :data:`CATEGORIES`) and
+    ``regex`` (Python syntax, matched case-insensitively with ``re.search``).
+    Raises :class:`TraceError` naming the file and rule for a bad category or regex.
+    """
+    p = Path(path) if path is not None else RULES_FILE
+    return _load_rules_cached(str(p))
+
+
+@lru_cache(maxsize=8)
+def _load_rules_cached(p: str) -> Rules:
+    try:
+        data = tomllib.loads(Path(p).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TraceError(f"{p}: cannot read trace category rules: {exc}") from None
+    out = []
+    for i, r in enumerate(data.get("rule", []), start=1):
+        cat, rx = r.get("category"), r.get("regex")
+        if cat not in CATEGORIES:
+            raise TraceError(f"{p}: rule {i}: category {cat!r} is not one of {', '.join(CATEGORIES)}")
+        try:
+            out.append((re.compile(rx, re.IGNORECASE), cat))
+        except (re.error, TypeError) as exc:
+            raise TraceError(f"{p}: rule {i} ({cat}): bad regex {rx!r}: {exc}") from None
+    return Rules(tuple(out))
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CategoryStat:
+    """One category of a split: ``ms`` (device or CPU self time), ``pct`` of the total, ``launches``."""
+
+    category: str
+    ms: float
+    pct: float
+    launches: int
+
+
+@dataclass(frozen=True)
+class KernelStat:
+    """One kernel/op name: total ``ms``, ``pct`` of the total, ``launches``, ``category``, ``source``."""
+
+    name: str
+    category: str
+    ms: float
+    pct: float
+    launches: int
+    source: str
+
+
+@dataclass(frozen=True)
+class TraceSplit:
+    """Category split of one trace.
+
+    - ``source``: ``"kernel"`` (GPU device events) or ``"cpu_op"`` (CPU self time).
+    - ``categories``: every category of :data:`CATEGORIES`, in that order (zeros kept).
+    - ``device_ms``: Σ durations counted (GPU kernel + memcpy/memset time, or CPU self time), ms.
+    - ``window_ms``: first start → last end of the counted events, ms.
+    - ``busy_pct``: union of the counted intervals / window, % (overlapping
+      kernels on several streams count once).
+    - ``trace_span_ms``: first start → last end of every complete event (the
+      whole profiler window, idle time included), ms.
+    - ``launches``: counted events; ``graph_launches``: ``cudaGraphLaunch`` calls.
+    - ``top``: the heaviest names (default 20); ``warnings``: skipped or odd events.
+    """
+
+    path: str
+    source: str
+    categories: tuple[CategoryStat, ...]
+    device_ms: float
+    window_ms: float
+    busy_pct: float
+    trace_span_ms: float
+    launches: int
+    graph_launches: int
+    top: tuple[KernelStat, ...]
+    events: int
+    warnings: tuple[str, ...] = ()
+    rank: int | None = None
+
+    def category(self, name: str) -> CategoryStat:
+        """The stat of category ``name`` (KeyError for an unknown category)."""
+        for c in self.categories:
+            if c.category == name:
+                return c
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "path": self.path, "source": self.source, "rank": self.rank,
+            "categories": [c.__dict__ for c in self.categories],
+            "device_ms": self.device_ms, "window_ms": self.window_ms, "busy_pct": self.busy_pct,
+            "trace_span_ms": self.trace_span_ms, "launches": self.launches,
+            "graph_launches": self.graph_launches, "events": self.events,
+            "top": [k.__dict__ for k in self.top], "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class RankedSplit:
+    """Per-rank splits of one profile window plus their combination.
+
+    ``ranks``: splits sorted by rank; ``combined``: categories and top kernels
+    summed over ranks (``device_ms`` summed, ``window_ms`` the longest,
+    ``busy_pct`` the mean); ``rank_skew``: max / min ``device_ms`` over ranks
+    (1.0 for one rank; ``inf`` when a rank has no device time).
+    """
+
+    ranks: tuple[TraceSplit, ...]
+    combined: TraceSplit
+    rank_skew: float
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open trace: {exc.strerror or exc}") from None
+    head = f.read(2)
+    f.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    return f
+
+
+def _iter_events(path: Path) -> Iterator[dict[str, Any]]:
+    """Events of ``traceEvents`` (object form) or of the top-level array, streamed."""
+    found = False
+    with _open(path) as f:
+        for ev in _IJSON.items(f, "traceEvents.item", use_float=True):
+            found = True
+            yield ev
+    if found:
+        return
+    # Nothing under traceEvents: empty list, array form, or no such key.
+    with _open(path) as f:
+        kind = None
+        has_key = False
+        for prefix, event, value in _IJSON.parse(f):
+            if prefix == "" and kind is None:
+                kind = event
+                if event == "start_array":
+                    break
+            if prefix == "" and event == "map_key" and value == "traceEvents":
+                has_key = True
+                break
+    if kind == "start_array":
+        with _open(path) as f:
+            yield from _IJSON.items(f, "item", use_float=True)
+        return
+    if not has_key:
+        raise TraceError(
+            f"{path}: not a Chrome trace: no 'traceEvents' list",
+            "expected a torch profiler / Kineto trace (*.trace.json[.gz])",
+        )
+
+
+def rank_of(path: str | Path) -> int | None:
+    """Tensor-parallel rank from a trace file name (SGLang writes ``…-TP-<n>…``), else ``None``."""
+    m = re.search(r"(?:^|[-._])TP-(\d+)", Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+class _Union:
+    """Union length of intervals arriving nearly sorted, in bounded memory.
+
+    Intervals wait in a min-heap of at most ``horizon`` entries; the earliest
+    leaves the heap into a running merged interval. An interval that starts
+    before the already-emitted frontier (more than ``horizon`` events out of
+    order) is clipped to the frontier and counted in ``late`` (the union is then
+    approximate, and the split says so).
+    """
+
+    def __init__(self, horizon: int = 65536) -> None:
+        self.heap: list[tuple[float, float]] = []
+        self.horizon = horizon
+        self.cur_s: float | None = None
+        self.cur_e = -math.inf
+        self.total = 0.0
+        self.late = 0
+
+    def add(self, s: float, e: float) -> None:
+        heapq.heappush(self.heap, (s, e))
+        if len(self.heap) > self.horizon:
+            self._emit(*heapq.heappop(self.heap))
+
+    def _emit(self, s: float, e: float) -> None:
+        if self.cur_s is None:
+            self.cur_s, self.cur_e = s, e
+            return
+        if s < self.cur_s:  # earlier than something already emitted
+            self.late += 1
+            s = self.cur_s
+            if e <= s:
+                return
+        if s <= self.cur_e:
+            if e > self.cur_e:
+                self.cur_e = e
+        else:
+            self.total += self.cur_e - self.cur_s
+            self.cur_s, self.cur_e = s, e
+
+    def finish(self) -> float:
+        while self.heap:
+            self._emit(*heapq.heappop(self.heap))
+        if self.cur_s is not None:
+            self.total += self.cur_e - self.cur_s
+            self.cur_s = None
+        return self.total
+
+
+class _Agg:
+    __slots__ = ("dur", "n")
+
+    def __init__(self) -> None:
+        self.dur = 0.0
+        self.n = 0
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -> TraceSplit:
+    """Category split of one Chrome trace file (gzipped or plain), streamed.
+
+    ``top``: how many heaviest kernels/ops to list. ``rules``: category rules
+    (default :func:`load_rules`). Times in the result are ms; the trace's ``ts``
+    and ``dur`` are µs (Chrome trace format). Events with negative or missing
+    durations are skipped and counted in ``warnings``.
+
+    Raises :class:`TraceError` naming the file for a missing/unreadable file, a
+    truncated gzip, invalid JSON, or a JSON document without ``traceEvents``.
+    """
+    p = Path(path)
+    rules = rules or load_rules()
+    dev: dict[str, _Agg] = {}
+    cpu: dict[str, _Agg] = {}
+    dev_union = _Union()
+    cpu_union = _Union()
+    dev_lo = cpu_lo = span_lo = math.inf
+    dev_hi = cpu_hi = span_hi = -math.inf
+    graph_launches = 0
+    events = 0
+    neg = 0
+    cpu_unordered = 0
+    # per-thread stacks of open cpu ops: [end, name, dur, child_dur]
+    stacks: dict[Any, list[list[Any]]] = {}
+    last_ts: dict[Any, float] = {}
+
+    def close_cpu(item: list[Any]) -> None:
+        a = cpu.get(item[1])
+        if a is None:
+            a = cpu[item[1]] = _Agg()
+        a.dur += max(0.0, item[2] - item[3])
+        a.n += 1
+
+    try:
+        for ev in _iter_events(p):
+            events += 1
+            if not isinstance(ev, dict):
+                continue
+            name = ev.get("name")
+            if isinstance(name, str) and name.startswith("cudaGraphLaunch"):
+                graph_launches += 1
+            if ev.get("ph") != "X":
+                continue
+            ts = _num(ev.get("ts"))
+            dur = _num(ev.get("dur"))
+            if ts is None or dur is None:
+                continue
+            if dur < 0:
+                neg += 1
+                continue
+            end = ts + dur
+            if ts < span_lo:
+                span_lo = ts
+            if end > span_hi:
+                span_hi = end
+            cat = ev.get("cat")
+            if not isinstance(cat, str):
+                continue
+            lcat = cat.lower()
+            sname = name if isinstance(name, str) else str(name)
+            if lcat in DEVICE_CATS:
+                a = dev.get(sname)
+                if a is None:
+                    a = dev[sname] = _Agg()
+                a.dur += dur
+                a.n += 1
+                dev_union.add(ts, end)
+                if ts < dev_lo:
+                    dev_lo = ts
+                if end > dev_hi:
+                    dev_hi = end
+            elif lcat == "cpu_op" and not dev:
+                # CPU ops only matter while no device event has been seen.
+                tid = (ev.get("pid"), ev.get("tid"))
+                stack = stacks.setdefault(tid, [])
+                if ts < last_ts.get(tid, -math.inf):
+                    cpu_unordered += 1
+                last_ts[tid] = ts
+                while stack and stack[-1][0] <= ts:
+                    close_cpu(stack.pop())
+                if stack:
+                    stack[-1][3] += dur
+                stack.append([end, sname, dur, 0.0])
+                cpu_union.add(ts, end)
+                if ts < cpu_lo:
+                    cpu_lo = ts
+                if end > cpu_hi:
+                    cpu_hi = end
+    except TraceError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{p}: trace is truncated or not valid gzip: {exc}",
+                         "the profiler may still be writing it, or the copy was cut short") from None
+    except ijson.JSONError as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "premature EOF" in msg or "Incomplete JSON" in msg:
+            raise TraceError(f"{p}: trace is not complete JSON (truncated?): {msg}",
+                             "re-collect the trace; a profile window still being written looks like this") from None
+        raise TraceError(f"{p}: trace is not valid JSON: {msg}",
+                         "expected a torch profiler / Kineto trace (*.trace.json[.gz])") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{p}: trace is not UTF-8 JSON text: {exc}") from None
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read trace: {exc}") from None
+
+    warnings: list[str] = []
+    if neg:
+        warnings.append(f"{neg} event(s) with negative duration skipped")
+    if dev:
+        source, aggs, union, lo, hi = "kernel", dev, dev_union, dev_lo, dev_hi
+        for stack in stacks.values():
+            stack.clear()
+    else:
+        for stack in stacks.values():
+            while stack:
+                close_cpu(stack.pop())
+        source, aggs, union, lo, hi = "cpu_op", cpu, cpu_union, cpu_lo, cpu_hi
+        if cpu_unordered:
+            warnings.append(f"{cpu_unordered} CPU op(s) out of time order on their thread; self times approximate")
+        if not cpu:
+            warnings.append("trace holds neither GPU kernels nor CPU ops")
+    busy_us = union.finish()
+    if union.late:
+        warnings.append(f"{union.late} event(s) far out of time order; busy % approximate")
+
+    by_cat: dict[str, _Agg] = {c: _Agg() for c in CATEGORIES}
+    cat_of: dict[str, str] = {}
+    for nm, a in aggs.items():
+        c = cat_of[nm] = rules.category(nm)
+        by_cat[c].dur += a.dur
+        by_cat[c].n += a.n
+    total_us = math.fsum(a.dur for a in aggs.values())
+    launches = sum(a.n for a in aggs.values())
+
+    def pct(x: float) -> float:
+        return 100.0 * x / total_us if total_us > 0 else 0.0
+
+    cats = tuple(CategoryStat(c, by_cat[c].dur / 1000.0, pct(by_cat[c].dur), by_cat[c].n) for c in CATEGORIES)
+    heavy = heapq.nlargest(max(0, top), aggs.items(), key=lambda kv: kv[1].dur)
+    tops = tuple(KernelStat(nm, cat_of[nm], a.dur / 1000.0, pct(a.dur), a.n, source) for nm, a in heavy)
+    window_us = hi - lo if hi > lo else 0.0
+    return TraceSplit(
+        path=str(p),
+        source=source,
+        categories=cats,
+        device_ms=total_us / 1000.0,
+        window_ms=window_us / 1000.0,
+        busy_pct=100.0 * busy_us / window_us if window_us > 0 else 0.0,
+        trace_span_ms=(span_hi - span_lo) / 1000.0 if span_hi > span_lo else 0.0,
+        launches=launches,
+        graph_launches=graph_launches,
+        top=tops,
+        events=events,
+        warnings=tuple(warnings),
+        rank=rank_of(p),
+    )
+
+
+def _combine(splits: Sequence[TraceSplit], top: int) -> TraceSplit:
+    total = math.fsum(s.device_ms for s in splits)
+
+    def pct(x: float) -> float:
+        return 100.0 * x / total if total > 0 else 0.0
+
+    cats = []
+    for c in CATEGORIES:
+        ms = math.fsum(s.category(c).ms for s in splits)
+        cats.append(CategoryStat(c, ms, pct(ms), sum(s.category(c).launches for s in splits)))
+    kern: dict[tuple[str, str], list[Any]] = {}
+    for s in splits:
+        for k in s.top:
+            e = kern.setdefault((k.name, k.source), [k.category, 0.0, 0])
+            e[1] += k.ms
+            e[2] += k.launches
+    heavy = heapq.nlargest(top, kern.items(), key=lambda kv: kv[1][1])
+    sources = {s.source for s in splits}
+    return TraceSplit(
+        path=", ".join(s.path for s in splits),
+        source=sources.pop() if len(sources) == 1 else "mixed",
+        categories=tuple(cats),
+        device_ms=total,
+        window_ms=max((s.window_ms for s in splits), default=0.0),
+        busy_pct=math.fsum(s.busy_pct for s in splits) / len(splits) if splits else 0.0,
+        trace_span_ms=max((s.trace_span_ms for s in splits), default=0.0),
+        launches=sum(s.launches for s in splits),
+        graph_launches=sum(s.graph_launches for s in splits),
+        top=tuple(KernelStat(n, v[0], v[1], pct(v[1]), v[2], src) for (n, src), v in heavy),
+        events=sum(s.events for s in splits),
+        warnings=tuple(f"rank {s.rank}: {w}" for s in splits for w in s.warnings),
+        rank=None,
+    )
+
+
+def analyze_ranks(paths: Iterable[str | Path], top: int = 20, rules: Rules | None = None) -> RankedSplit:
+    """Split each rank's trace and combine them (issue 11 "Per-rank profiles").
+
+    Rank = ``-TP-<n>`` in the file name; files without one get the next free
+    rank in the given order (with a warning). The combined top list is built from
+    each rank's top ``top`` (a name outside every rank's top is not counted there).
+    Raises :class:`TraceError` for no paths, duplicate ranks or any unreadable trace.
+    """
+    ps = [Path(x) for x in paths]
+    if not ps:
+        raise TraceError("no trace files given", "a profile window writes one trace per rank")
+    splits = [analyze_trace(x, top=top, rules=rules) for x in ps]
+    used = {s.rank for s in splits if s.rank is not None}
+    fixed = []
+    nxt = 0
+    for s in splits:
+        if s.rank is None:
+            while nxt in used:
+                nxt += 1
+            used.add(nxt)
+            s = replace(s, rank=nxt, warnings=s.warnings + (f"no -TP-<n> in file name; rank {nxt} assumed",))
+        fixed.append(s)
+    ranks = [s.rank for s in fixed]
+    if len(set(ranks)) != len(ranks):
+        dup = sorted({r for r in ranks if ranks.count(r) > 1})
+        raise TraceError(
+            f"traces of the same rank given twice: rank(s) {dup} in {', '.join(map(str, ps))}",
+            "pass one trace per rank of one profile window",
+        )
+    fixed.sort(key=lambda s: s.rank)  # type: ignore[arg-type, return-value]
+    dms = [s.device_ms for s in fixed]
+    skew = 1.0 if len(dms) == 1 else (max(dms) / min(dms) if min(dms) > 0 else math.inf)
+    return RankedSplit(tuple(fixed), _combine(fixed, top), skew)
+
+
+def per_token(split: TraceSplit, output_tokens: int) -> dict[str, float]:
+    """Cost per output token of a profile window.
+
+    Returns ``{"ms_per_token": device_ms / tokens, "launches_per_token":
+    launches / tokens, "window_ms_per_token": window_ms / tokens}``. Raises
+    :class:`UserError` when ``output_tokens`` ≤ 0 (no tokens in the window).
+    """
+    if output_tokens <= 0:
+        raise UserError(
+            f"output tokens in the profile window must be > 0, got {output_tokens}",
+            "the profile window saw no decode steps; profile under load",
+        )
+    return {
+        "ms_per_token": split.device_ms / output_tokens,
+        "launches_per_token": split.launches / output_tokens,
+        "window_ms_per_token": split.window_ms / output_tokens,
+    }

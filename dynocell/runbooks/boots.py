@@ -1,0 +1,555 @@
+"""Boot, watch, probe and stop engines — and record every step of it.
+
+Procedures here compose the engine layer (adapters, supervisor, health oracle)
+with the store. Ownership rule: one process supervises a boot (its
+``supervisor_pid``): the ``dynocell run`` process for the main job, a
+``dynocell boot`` in the foreground, or a detached supervisor process
+(``python -m dynocell.runbooks.supervise``) for ``dynocell boot --detach``.
+Stopping a boot asks its supervisor (SIGTERM) and waits for the store to
+show the end; when the supervisor is gone the stopper applies the stop
+discipline itself. A boot whose supervisor vanished is ``lost`` if its engine
+is gone too, and shown as running-unsupervised while its engine lives — never
+``ready`` by assumption.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import psutil
+
+from dynocell.db import boots as db_boots
+from dynocell.db import configs as db_configs
+from dynocell.engine.adapters import LaunchSpec, adapter_for, pick_free_port, redact_env
+from dynocell.engine.client import EngineClient
+from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
+from dynocell.engine import health as engine_health
+from dynocell.engine.supervisor import Supervisor, file_digest, process_alive, stop_process_group
+from dynocell.errors import EngineError, NotFound, UserError
+from dynocell.runbooks import events
+from dynocell.runbooks.cell import Cell
+from dynocell.settings import child_base_env
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+def _noop(_msg: str, _data: dict[str, Any]) -> None:
+    pass
+
+
+def new_id() -> str:
+    """A short random id (12 hex chars) for boots and runs."""
+    return uuid.uuid4().hex[:12]
+
+
+# ---------------------------------------------------------------- model paths
+
+def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) -> EngineConfig:
+    """Replace ``dynocell:tiny`` / ``dynocell:tiny-draft`` with the made-locally pair's paths.
+
+    Makes the pair on first use (cached in the data directory). The config's
+    hash is NOT recomputed from the result: the stored config keeps the label.
+    """
+    paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
+    if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
+        return cfg
+    from dynocell.runbooks.models import default_pair
+
+    pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
+    table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
+    changes: dict[str, Any] = {}
+    for key, value in (("model_path", cfg.model_path), ("speculative.draft_model_path", cfg.speculative.draft_model_path)):
+        if value and value.startswith(BUILTIN_MODEL_PREFIX):
+            if value not in table:
+                raise UserError(f"{key}: unknown built-in model {value!r}", "use dynocell:tiny or dynocell:tiny-draft")
+            changes[key] = table[value]
+    return cfg.with_changes(**changes)
+
+
+# ---------------------------------------------------------------- live boots
+
+@dataclass
+class LiveBoot:
+    """A boot this process supervises: the row id, the supervisor, the launch spec."""
+
+    boot_id: str
+    config_hash: str
+    cfg: EngineConfig
+    spec: LaunchSpec
+    supervisor: Supervisor
+    log_path: Path
+    boot_dir: Path
+    ready_s: float | None = None
+    progress_sample: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the engine."""
+        return f"http://{self.spec.host}:{self.spec.port}"
+
+    def client(self, timeout_s: float) -> EngineClient:
+        """An HTTP client of this engine."""
+        return EngineClient(self.base_url, timeout_s)
+
+
+def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
+    """The supervisor's event callback: every phase and transition becomes a row and a notification."""
+
+    def on_event(ev: Any) -> None:
+        kind = type(ev).__name__
+        if kind == "PhaseReached":
+            db_boots.add_event(cell.store, boot_id, "phase", ev.name, ev.offset_s, ev.detail or None)
+            db_boots.update_boot(cell.store, boot_id, last_phase=ev.name)
+            events.publish("boot.phase_reached", boot_id=boot_id, phase=ev.name, offset_s=ev.offset_s,
+                           detail=ev.detail)
+        elif kind == "StateChanged":
+            events.publish("boot.state_changed", boot_id=boot_id, old=ev.old, new=ev.new, reason=ev.reason)
+
+    return on_event
+
+
+def start_boot(
+    cell: Cell,
+    cfg: EngineConfig,
+    config_hash: str,
+    *,
+    timeout_s: float | None = None,
+    boot_id: str | None = None,
+    port: int | None = None,
+    build: dict[str, Any] | None = None,
+    progress: Progress = _noop,
+) -> LiveBoot:
+    """Spawn the engine for ``cfg`` under this process's supervision and wait until ready.
+
+    Writes the boot row first (state ``starting``), each phase as it is
+    reached, and the final ``ready``/``failed`` transition. On failure the
+    boot row keeps exit code, signature and log tail, and :class:`EngineError`
+    is raised (the engine is already gone or stopped).
+    """
+    settings = cell.settings
+    cfg_run = resolve_models(cell, cfg, progress)
+    boot_id = boot_id or new_id()
+    boot_dir = settings.boots_dir / boot_id
+    boot_dir.mkdir(parents=True, exist_ok=True)
+    log_path = boot_dir / "engine.log"
+    port = port or cfg_run.port or pick_free_port(cfg_run.host)
+    adapter = adapter_for(cfg_run.engine)
+    spec = adapter.render(
+        cfg_run, python=settings.engine_python, port=port,
+        build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+    )
+    db_boots.create_boot(
+        cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
+        engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
+        argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
+        supervisor_pid=os.getpid(),
+    )
+    events.publish("boot.created", boot_id=boot_id, config_hash=config_hash, port=spec.port)
+    progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
+    sup = Supervisor(on_event=_record_event(cell, boot_id))
+    try:
+        sup.start(spec, log_path)
+    except OSError as exc:
+        db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
+                            failure_signature="spawn_error", failure_detail={"error": str(exc)})
+        raise EngineError(f"could not start the engine: {exc}", f"check engine_python ({settings.engine_python})") from exc
+    db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid)
+    live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
+    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+    result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+    if result.ok:
+        live.ready_s = result.ready_s
+        db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
+        progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
+        return live
+    # Not ready: make sure nothing survives, then record why.
+    stop = sup.stop(settings.stop_grace_s) if sup.alive() else None
+    finish_log(cell, boot_id, log_path)
+    sig = result.signature
+    db_boots.transition(
+        cell.store, boot_id, ("starting", "stopping"), "failed", ended_at=_now(),
+        exit_code=result.exit_code if result.exit_code is not None else (stop.exit_code if stop else None),
+        failure_signature=sig.id if sig else "unknown",
+        failure_detail={"reason": result.reason, "title": sig.title if sig else None,
+                        "hint": sig.hint if sig else None, "groups": sig.groups if sig else {},
+                        "last_phase": result.last_phase, "tail": list(result.tail)[-50:]},
+        stop_how=stop.how if stop else None, stop_s=stop.seconds if stop else None,
+    )
+    raise EngineError(
+        f"boot {boot_id} failed: {result.reason}"
+        + (f" — {sig.id}: {sig.title}" if sig and sig.id != "unknown" else ""),
+        (sig.hint if sig and sig.hint else f"see `dynocell logs {boot_id}`"),
+    )
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+def finish_log(cell: Cell, boot_id: str, log_path: Path) -> None:
+    """Record the log file's size (bytes) and sha256 on the boot row."""
+    if log_path.exists():
+        size, sha = file_digest(log_path)
+        db_boots.update_boot(cell.store, boot_id, log_size=size, log_sha256=sha)
+
+
+def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None, reason: str = "stop requested") -> dict[str, Any]:
+    """Stop a boot this process supervises: ``stopping`` → TERM, grace, KILL, verify → ``stopped``.
+
+    Returns ``{exit_code, how, seconds, survivors, zombies}``; survivors (which
+    should be none) are also recorded as a failure detail.
+    """
+    grace = cell.settings.stop_grace_s if grace_s is None else grace_s
+    db_boots.transition(cell.store, live.boot_id, ("starting", "ready"), "stopping")
+    events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="stopping", reason=reason)
+    res = live.supervisor.stop(grace)
+    finish_log(cell, live.boot_id, live.log_path)
+    detail = {"survivors": list(res.survivors)} if res.survivors else None
+    db_boots.transition(
+        cell.store, live.boot_id, ("stopping", "ready", "starting"), "stopped", ended_at=_now(),
+        exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds, zombies=len(res.zombies),
+        **({"failure_detail": detail} if detail else {}),
+    )
+    events.publish("boot.state_changed", boot_id=live.boot_id, old="stopping", new="stopped", reason=reason)
+    return {"exit_code": res.exit_code, "how": res.how, "seconds": res.seconds,
+            "survivors": list(res.survivors), "zombies": list(res.zombies)}
+
+
+def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
+    """Record that a ready engine died without a stop request (``crashed``, with signature)."""
+    info = live.supervisor.crash_info()
+    finish_log(cell, live.boot_id, live.log_path)
+    sig = info.signature
+    db_boots.transition(
+        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=_now(), exit_code=info.exit_code,
+        failure_signature=sig.id if sig else "unknown",
+        failure_detail={"title": sig.title if sig else None, "hint": sig.hint if sig else None,
+                        "tail": list(info.tail)[-50:]},
+    )
+    events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="crashed",
+                   reason=sig.id if sig else "unknown")
+    return db_boots.get_boot(cell.store, live.boot_id) or {}
+
+
+# ---------------------------------------------------------------- health
+
+def expected_server(cfg: EngineConfig) -> "engine_health.ExpectedServer":
+    """What /get_server_info must report for ``cfg`` (model path, tp size, speculative widths)."""
+    spec = cfg.speculative
+    return engine_health.ExpectedServer(
+        model_path=cfg.model_path, tp_size=cfg.parallel.tp_size, speculative_algorithm=spec.algorithm,
+        speculative_num_steps=spec.num_steps, speculative_num_draft_tokens=spec.num_draft_tokens,
+    )
+
+
+def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> dict[str, Any]:
+    """Store a health verdict and publish it."""
+    checks = [c.as_dict() if hasattr(c, "as_dict") else dict(c.__dict__) for c in verdict.checks]
+    row = db_boots.add_health(cell.store, boot_id, verdict.verdict, checks, ",".join(verdict.failed))
+    events.publish("health.recorded", boot_id=boot_id, verdict=verdict.verdict, failed=list(verdict.failed))
+    return row
+
+
+# ---------------------------------------------------------------- boots by reference
+
+def resolve_boot(cell: Cell, ref: str) -> dict[str, Any]:
+    """A boot row by id or unique id prefix. Raises NotFound naming the ambiguity or absence."""
+    ref = ref.strip()
+    if not ref:
+        raise NotFound("empty boot id", "see `dynocell ps --all`")
+    matches = db_boots.find_boots(cell.store, ref)
+    if not matches:
+        raise NotFound(f"no boot matches {ref!r}", "see `dynocell ps --all` for boot ids")
+    exact = [m for m in matches if m["id"] == ref]
+    if exact:
+        return exact[0]
+    if len(matches) > 1:
+        raise NotFound(f"boot prefix {ref!r} is ambiguous ({len(matches)} boots)", "give more characters of the id")
+    return matches[0]
+
+
+def _is_our_process(pid: int | None, marker: str) -> bool:
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return marker in " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
+    """Check a live-looking boot against reality; marks it ``lost`` when supervisor and engine are gone.
+
+    Adds ``supervised`` (bool) and ``engine_alive`` (bool) to the returned row.
+    """
+    row = dict(boot)
+    if row["state"] not in db_boots.LIVE_STATES:
+        row["supervised"], row["engine_alive"] = False, False
+        return row
+    supervised = row["supervisor_pid"] == os.getpid() or _is_our_process(row["supervisor_pid"], "dynocell")
+    engine_alive = bool(row["pid"]) and process_alive(row["pid"])
+    row["supervised"], row["engine_alive"] = supervised, engine_alive
+    if not supervised and not engine_alive:
+        if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
+                               failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
+            row["state"] = "lost"
+            events.publish("boot.state_changed", boot_id=row["id"], old=boot["state"], new="lost", reason="supervisor gone")
+    return row
+
+
+def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
+    """Boots (live ones unless ``all``), reconciled against reality, each with its last health verdict."""
+    rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES)
+    out = []
+    for b in rows:
+        r = reconcile(cell, b)
+        if not all and r["state"] not in db_boots.LIVE_STATES:
+            continue
+        last = db_boots.health_history(cell.store, r["id"], limit=1)
+        r["health"] = last[0]["verdict"] if last else None
+        r["uptime_s"] = _uptime(r)
+        out.append(r)
+    return out
+
+
+def _uptime(row: dict[str, Any]) -> float | None:
+    start = row.get("ready_at") or row.get("started_at")
+    if start is None:
+        return None
+    from datetime import timezone
+
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    end = row.get("ended_at") or _now()
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=timezone.utc)
+    return max(0.0, (end - start).total_seconds())
+
+
+def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
+    """Run the health oracle on a boot now and store the verdict.
+
+    The progress check compares with the previous stored verdict's sample.
+    Returns the stored row (``verdict``, ``checks``, ``failed``).
+    """
+    boot = reconcile(cell, resolve_boot(cell, boot_ref))
+    cfg = config_of_boot(cell, boot)
+    client = EngineClient(f"http://{boot['host']}:{boot['port']}", cell.settings.http_timeout_s)
+    prev = db_boots.health_history(cell.store, boot["id"], limit=1)
+    prev_sample = None
+    if prev:
+        for c in prev[0]["checks"]:
+            if c.get("name") == "progress" and c.get("sample"):
+                prev_sample = engine_health.ProgressSample(**c["sample"])
+    verdict = engine_health.check_health(
+        client,
+        process_alive=boot["engine_alive"],
+        stop_requested=boot["state"] in ("stopping", "stopped"),
+        expected=expected_server(resolve_models(cell, cfg)),
+        canary=None,
+        previous_progress=prev_sample,
+        generate_timeout_s=cell.settings.health_generate_timeout_s,
+    )
+    return record_verdict(cell, boot["id"], verdict)
+
+
+def config_of_boot(cell: Cell, boot: dict[str, Any]) -> EngineConfig:
+    """The EngineConfig a boot was started with (from its stored canonical JSON)."""
+    return db_configs.load_config_by_hash(cell.store, boot["config_hash"])
+
+
+# ---------------------------------------------------------------- stop
+
+def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float = 60.0) -> dict[str, Any]:
+    """Stop a boot by reference, from any process.
+
+    If its supervisor lives, it is asked (SIGTERM) and this waits for the store
+    to show the end (at most grace + ``wait_s`` seconds). Otherwise this process
+    applies the stop discipline to the engine's process group and records it.
+    Returns the final boot row. A boot already ended is returned unchanged.
+    """
+    boot = reconcile(cell, resolve_boot(cell, boot_ref))
+    if boot["state"] not in db_boots.LIVE_STATES:
+        return boot
+    grace = cell.settings.stop_grace_s if grace_s is None else grace_s
+    if boot["supervised"] and boot["supervisor_pid"] != os.getpid():
+        if grace_s is not None:
+            db_boots.update_boot(cell.store, boot["id"], failure_detail={"requested_grace_s": grace})
+        os.kill(boot["supervisor_pid"], signal.SIGTERM)
+        deadline = time.monotonic() + grace + wait_s
+        while time.monotonic() < deadline:
+            row = db_boots.get_boot(cell.store, boot["id"])
+            if row and row["state"] not in db_boots.LIVE_STATES:
+                return row
+            time.sleep(0.2)
+        boot = reconcile(cell, db_boots.get_boot(cell.store, boot["id"]) or boot)
+        if boot["state"] not in db_boots.LIVE_STATES:
+            return boot
+    # Unsupervised (or the supervisor did not finish): do it here.
+    db_boots.transition(cell.store, boot["id"], ("starting", "ready"), "stopping")
+    res = stop_process_group(boot["pid"], boot["pgid"], grace) if boot["pid"] else None
+    finish_log(cell, boot["id"], Path(boot["log_path"]))
+    db_boots.transition(
+        cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
+        exit_code=res.exit_code if res else None, stop_how=res.how if res else "gone",
+        stop_s=res.seconds if res else 0.0, zombies=len(res.zombies) if res else 0,
+    )
+    events.publish("boot.state_changed", boot_id=boot["id"], old=boot["state"], new="stopped", reason="stop")
+    return db_boots.get_boot(cell.store, boot["id"]) or boot
+
+
+# ---------------------------------------------------------------- boot from the CLI / web
+
+def boot(
+    cell: Cell,
+    config_ref: str,
+    *,
+    detach: bool = True,
+    timeout_s: float | None = None,
+    progress: Progress = _noop,
+) -> str:
+    """Boot a config and return the boot id once it is ready (raises EngineError on failure).
+
+    ``detach=True`` hands supervision to a separate supervisor process
+    (``python -m dynocell.runbooks.supervise``) that outlives this call;
+    ``detach=False`` supervises in this process (the caller then watches and
+    stops it, e.g. ``dynocell boot`` in the foreground).
+    """
+    from dynocell.runbooks.configs import resolve_config
+
+    cfg, config_hash = resolve_config(cell, config_ref)
+    if not detach:
+        live = start_boot(cell, cfg, config_hash, timeout_s=timeout_s, progress=progress)
+        _live_boots[live.boot_id] = live
+        return live.boot_id
+    boot_id = new_id()
+    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id]
+    if timeout_s:
+        argv += ["--timeout", str(timeout_s)]
+    log = cell.settings.boots_dir / boot_id
+    log.mkdir(parents=True, exist_ok=True)
+    with open(log / "supervisor.log", "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    seen_phases: set[str] = set()
+    limit = (timeout_s or cell.settings.boot_timeout_s(cfg.engine)) + 120
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        row = db_boots.get_boot(cell.store, boot_id)
+        if row:
+            for ev in db_boots.events(cell.store, boot_id):
+                if ev["kind"] == "phase" and ev["name"] not in seen_phases:
+                    seen_phases.add(ev["name"])
+                    progress(f"{ev['offset_s']:7.1f} s  {ev['name']}", {"phase": ev["name"], "boot_id": boot_id})
+            if row["state"] == "ready":
+                return boot_id
+            if row["state"] in db_boots.TERMINAL_STATES:
+                det = row.get("failure_detail") or {}
+                raise EngineError(
+                    f"boot {boot_id} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
+                    + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
+                    det.get("hint") or f"see `dynocell logs {boot_id}`",
+                )
+        if proc.poll() is not None and not row:
+            tail = (log / "supervisor.log").read_text(errors="replace")[-2000:]
+            raise EngineError(f"the supervisor process exited ({proc.returncode}) before recording the boot",
+                              tail.strip().splitlines()[-1] if tail.strip() else None)
+        time.sleep(0.2)
+    raise EngineError(f"boot {boot_id} not ready after {limit:.0f} s", f"see `dynocell logs {boot_id}`")
+
+
+_live_boots: dict[str, LiveBoot] = {}
+
+
+@dataclass
+class AttachedBoot:
+    """A ready boot supervised elsewhere, driven over HTTP only (bench, profile)."""
+
+    boot_id: str
+    config_hash: str
+    cfg: EngineConfig
+    host: str
+    port: int
+    boot_dir: Path
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], cfg: EngineConfig) -> "AttachedBoot":
+        """Build from a boot row and its (model-resolved) config."""
+        return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the engine."""
+        return f"http://{self.host}:{self.port}"
+
+    def client(self, timeout_s: float) -> EngineClient:
+        """An HTTP client of this engine."""
+        return EngineClient(self.base_url, timeout_s)
+
+
+def live_boot(boot_id: str) -> LiveBoot | None:
+    """The LiveBoot this process supervises with that id, if any."""
+    return _live_boots.get(boot_id)
+
+
+def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interval_s: float = 0.5) -> str:
+    """Watch a ready boot until ``should_stop()`` (→ stop it, ``stopped``) or it dies (``crashed``).
+
+    Returns the final state.
+    """
+    while True:
+        if should_stop():
+            stop_live(cell, live)
+            return "stopped"
+        if not live.supervisor.alive():
+            record_crash(cell, live)
+            return "crashed"
+        time.sleep(interval_s)
+
+
+# ---------------------------------------------------------------- logs
+
+def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
+    """The last ``tail`` lines of a boot's log file (timestamped as written)."""
+    boot = resolve_boot(cell, boot_ref)
+    path = Path(boot["log_path"])
+    if not path.exists():
+        return []
+    with open(path, "r", encoding="utf-8", errors="replace") as f:
+        return [line.rstrip("\n") for line in deque(f, maxlen=max(tail, 0))]
+
+
+def follow(cell: Cell, boot_ref: str, tail: int = 50, poll_s: float = 0.3) -> Iterator[str]:
+    """Yield the last ``tail`` lines, then new lines as they are written, until the boot ends."""
+    boot = resolve_boot(cell, boot_ref)
+    path = Path(boot["log_path"])
+    yield from logs(cell, boot["id"], tail)
+    pos = path.stat().st_size if path.exists() else 0
+    while True:
+        if path.exists() and path.stat().st_size > pos:
+            with open(path, "r", encoding="utf-8", errors="replace") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            yield from chunk.splitlines()
+        else:
+            row = db_boots.get_boot(cell.store, boot["id"])
+            if row and row["state"] not in db_boots.LIVE_STATES:
+                return
+            time.sleep(poll_s)

@@ -1,0 +1,84 @@
+"""The test cell: settings plus the store, handed as first argument to every procedure.
+
+Faces build one :class:`Cell` at their edge (``open_cell(load_settings())``)
+and pass it down; procedures never read the environment or open their own
+store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynocell.db.session import Store, head_revision, open_store
+from dynocell.errors import UserError
+from dynocell.settings import Settings
+
+
+@dataclass
+class Cell:
+    """One dynocell data directory and its store.
+
+    ``store`` is opened (and migrated to head) lazily on first access, so
+    commands that do not touch the database never create it.
+    """
+
+    settings: Settings
+    _store: Store | None = field(default=None, repr=False)
+
+    @property
+    def store(self) -> Store:
+        """The migrated :class:`~dynocell.db.session.Store` at ``settings.db_url``.
+
+        Raises :class:`~dynocell.errors.UserError` when the URL is invalid or the
+        database cannot be opened.
+        """
+        if self._store is None:
+            self._store = _open(self.settings)
+        return self._store
+
+
+def _open(settings: Settings) -> Store:
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
+    try:
+        return open_store(settings.db_url)
+    except ArgumentError as exc:
+        raise UserError(f"database_url is not a valid SQLAlchemy URL: {settings.db_url!r} ({exc})",
+                        "fix DYNOCELL_DATABASE_URL, or unset it to use the SQLite file in the data directory") from exc
+    except OperationalError as exc:
+        raise UserError(f"cannot open the store at {settings.db_url}: {exc.orig}",
+                        "check that the data directory is writable (dynocell settings shows it)") from exc
+
+
+def open_cell(settings: Settings) -> Cell:
+    """A :class:`Cell` over ``settings`` (nothing is opened until used)."""
+    return Cell(settings=settings)
+
+
+def init(cell: Cell) -> dict[str, Any]:
+    """Create the data directory tree and migrate the store to head.
+
+    Returns ``{home, db_url, boots_dir, models_dir, builds_dir, revision_before,
+    revision, head, migrated}`` (``revision_before`` None for a new store).
+    Raises UserError when a directory cannot be created or the store opened.
+    """
+    s = cell.settings
+    try:
+        for d in (s.home, s.boots_dir, s.models_dir, s.builds_dir):
+            d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the data directory {s.home}: {exc.strerror}",
+                        "set DYNOCELL_HOME to a writable directory") from exc
+    store = cell.store
+    return {
+        "home": str(s.home),
+        "db_url": s.db_url,
+        "boots_dir": str(s.boots_dir),
+        "models_dir": str(s.models_dir),
+        "builds_dir": str(s.builds_dir),
+        "revision_before": store.revision_before,
+        "revision": store.revision,
+        "head": head_revision(),
+        "migrated": store.revision_before != store.revision,
+    }

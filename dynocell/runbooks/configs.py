@@ -1,0 +1,212 @@
+"""Config procedures: add a TOML file to the store, resolve a reference, list, show, diff.
+
+A *reference* (``ref``) names one stored config and is, in the order tried:
+a path to a ``.toml`` file (parsed and added on the fly), a label name, a full
+hash (``sha256:<64 hex>``) or a unique hash prefix of at least
+:data:`MIN_PREFIX` hex digits, with or without ``sha256:``.
+
+Stored per config: the file's text as given (``source_toml``) and the
+canonical JSON that is hashed (see :mod:`dynocell.engine.config`).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dynocell.db import configs as db
+from dynocell.engine.config import (
+    EngineConfig,
+    config_from_canonical,
+    diff_configs as _diff,
+    load_config,
+    to_toml,
+)
+from dynocell.errors import ConfigError, NotFound, UserError
+from dynocell.runbooks.cell import Cell
+
+MIN_PREFIX = 6
+HASH_PREFIX = "sha256:"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """Outcome of :func:`add_config`.
+
+    ``hash``: ``"sha256:…"``; ``name``: the label now pointing at it; ``created``:
+    a new config row was written; ``relabelled``: a new label row was written.
+    """
+
+    hash: str
+    name: str
+    created: bool
+    relabelled: bool = False
+
+
+def short_hash(config_hash: str, n: int = 12) -> str:
+    """``sha256:0123456789ab`` → ``0123456789ab`` (the first ``n`` hex digits)."""
+    return config_hash.removeprefix(HASH_PREFIX)[:n]
+
+
+def check_name(name: str) -> str:
+    """Validate a label name (letters, digits, ``. _ + -``; not a hash). Raises UserError."""
+    if not _NAME.match(name):
+        raise UserError(f"invalid config name {name!r}",
+                        "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit")
+    return name
+
+
+def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigRecord:
+    """Parse the TOML file at ``path`` and store it (insert-or-ignore by hash), then label it.
+
+    The label is ``name``, else ``[meta] name``, else the file stem; a label row
+    is appended only when the name does not already point at this hash (so a
+    re-label keeps history). Raises ConfigError (exit 2) for a bad file and
+    UserError for a bad name; nothing is written on error.
+    """
+    p = Path(path)
+    cfg = load_config(p)
+    label = check_name(name or cfg.meta.name or p.stem)
+    text = p.read_text(encoding="utf-8")
+    store = cell.store
+    created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
+                               cfg.canonical_json(), text)
+    relabelled = db.add_label(store, label, cfg.config_hash)
+    return ConfigRecord(cfg.config_hash, label, created, relabelled)
+
+
+def _meta_of(source_toml: str) -> dict[str, Any]:
+    try:
+        meta = tomllib.loads(source_toml).get("meta")
+    except tomllib.TOMLDecodeError:
+        return {}
+    return {k: v for k, v in (meta or {}).items() if k in ("name", "notes") and isinstance(v, str)}
+
+
+def _iso(t: datetime) -> str:
+    """ISO 8601 in UTC (SQLite hands back naive datetimes that were written as UTC)."""
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith(".toml") or "/" in ref or "\\" in ref
+
+
+def resolve_hash(cell: Cell, ref: str) -> str:
+    """The stored hash ``ref`` names (see the module docstring); a path is added first.
+
+    Raises NotFound when nothing matches or a prefix is ambiguous (listing the
+    candidates), ConfigError for a bad file.
+    """
+    ref = ref.strip()
+    if not ref:
+        raise UserError("empty config reference", "give a config name, hash, hash prefix or .toml path")
+    if _looks_like_path(ref) and Path(ref).is_file():
+        return add_config(cell, ref).hash
+    store = cell.store
+    target = db.current_target(store, ref)
+    if target is not None:
+        return target
+    hexpart = ref.lower().removeprefix(HASH_PREFIX)
+    if _HEX.match(hexpart):
+        if len(hexpart) < MIN_PREFIX:
+            raise NotFound(f"config {ref!r} not found (a hash prefix needs at least {MIN_PREFIX} hex digits)",
+                           "give a longer prefix, or a name from `dynocell config list`")
+        matches = db.hashes_with_prefix(store, HASH_PREFIX + hexpart)
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            shown = ", ".join(short_hash(h) for h in matches[:5])
+            raise NotFound(f"hash prefix {ref!r} is ambiguous: matches {shown}",
+                           "give more hex digits")
+    if _looks_like_path(ref):
+        raise ConfigError(ref, None, "no such config file", "give the path of a .toml config")
+    raise NotFound(f"no config named {ref!r} and no hash starting with it",
+                   "see `dynocell config list`, or add one with `dynocell config add FILE`")
+
+
+def resolve_config(cell: Cell, ref: str) -> tuple[EngineConfig, str]:
+    """``(config, hash)`` for ``ref`` (name | hash | unique prefix | .toml path).
+
+    The returned config carries ``[meta]`` from its stored TOML, with
+    ``meta.name`` set to ``ref`` when ``ref`` is a label. Raises NotFound or
+    ConfigError as :func:`resolve_hash`.
+    """
+    h = resolve_hash(cell, ref)
+    row = db.get_config(cell.store, h)
+    if row is None:  # pragma: no cover - a label always points at a stored row (FK)
+        raise NotFound(f"config {h} is labelled but not stored", "re-add its file with `dynocell config add`")
+    meta = _meta_of(row.source_toml)
+    if db.current_target(cell.store, ref) == h:
+        meta["name"] = ref
+    return config_from_canonical(row.canonical_json, meta or None), h
+
+
+def list_configs(cell: Cell) -> list[dict[str, Any]]:
+    """Every stored config, newest first, as ``{hash, short, names, engine, model_path,
+    algorithm, created_at}`` (``names``: labels pointing at it now; ``created_at`` ISO 8601 UTC)."""
+    store = cell.store
+    by_hash: dict[str, list[str]] = {}
+    for name, h in db.current_labels(store).items():
+        by_hash.setdefault(h, []).append(name)
+    out = []
+    for row in db.all_configs(store):
+        cfg = config_from_canonical(row.canonical_json)
+        out.append({
+            "hash": row.config_hash,
+            "short": short_hash(row.config_hash),
+            "names": sorted(by_hash.get(row.config_hash, [])),
+            "engine": row.engine,
+            "model_path": row.model_path,
+            "algorithm": cfg.speculative.algorithm,
+            "created_at": _iso(row.created_at),
+        })
+    return out
+
+
+def show_config(cell: Cell, ref: str) -> dict[str, Any]:
+    """One config in full: ``{hash, names, engine, model_path, created_at, canonical (dict),
+    meta, toml (canonical rendering), source_toml (as given), labels}``.
+
+    ``labels``: one entry per name that ever pointed here, ``{name, current
+    (bool: points here now), history: [{config_hash, at}]}``, history oldest first.
+    """
+    cfg, h = resolve_config(cell, ref)
+    store = cell.store
+    row = db.get_config(store, h)
+    assert row is not None
+    labels = []
+    for name in db.names_ever_pointing_at(store, h):
+        hist = db.label_history(store, name)
+        labels.append({
+            "name": name,
+            "current": hist[-1].config_hash == h,
+            "history": [{"config_hash": r.config_hash, "at": _iso(r.created_at)} for r in hist],
+        })
+    return {
+        "hash": h,
+        "names": [lab["name"] for lab in labels if lab["current"]],
+        "engine": row.engine,
+        "model_path": row.model_path,
+        "created_at": _iso(row.created_at),
+        "canonical": cfg.canonical(),
+        "meta": cfg.meta.model_dump(exclude_none=True),
+        "toml": to_toml(cfg),
+        "source_toml": row.source_toml,
+        "labels": labels,
+    }
+
+
+def diff_configs(cell: Cell, a: str, b: str) -> dict[str, Any]:
+    """Field-by-field differences of two refs: ``{a: {ref, hash}, b: {ref, hash}, same (bool),
+    differences: [{field, a, b}]}`` (only fields that differ; dotted field paths)."""
+    ca, ha = resolve_config(cell, a)
+    cb, hb = resolve_config(cell, b)
+    diffs = [{"field": f, "a": va, "b": vb} for f, va, vb in _diff(ca, cb)]
+    return {"a": {"ref": a, "hash": ha}, "b": {"ref": b, "hash": hb}, "same": ha == hb, "differences": diffs}

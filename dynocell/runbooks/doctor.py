@@ -1,0 +1,751 @@
+"""The acceptance doctor: rules over acceptance curves and runs that recognise the shapes silent bugs leave.
+
+Speculative decoding is lossless, so a drafter that sees wrong inputs still
+produces correct text, only slower. Each rule here looks for one shape in the
+numbers and names the runbook entries that explain it (entries whose front
+matter lists the rule in ``signatures.rules``). Thresholds live in
+``doctor_thresholds.toml`` next to this file, one comment each.
+
+Rules (id — shape):
+
+- ``pinned_near_one`` — τ ≤ 1.3 with D ≥ 3 on every class (repetition too):
+  the draft sees wrong or zero inputs.
+- ``recursive_collapse`` — a_1 healthy, mean(a_2..a_D) collapses.
+- ``depth_decay`` — τ falls with prompt length across a length ladder.
+- ``zero_past_length`` — acceptance exactly 0 beyond a context length.
+- ``scales_with_parallel`` — configs differing only in a parallel size: τ drops with the size.
+- ``graph_vs_eager`` — the same config with CUDA graphs disabled gives a different τ.
+- ``no_net_win`` — τ fine but speculative decode ≤ plain; the break-even margin.
+- ``definitions_mismatch`` — engine-reported τ vs client histogram > 2 % apart.
+- ``independence`` — τ vs (1 − p^(D+1)) / (1 − p) with p = p_1.
+- ``garbage_output`` — generations dominated by one token or a handful of tokens.
+- ``engine_vs_oracle`` — engine curve vs the reference engine's on the same prompts
+  (greedy within 2 % per position; sampled only against the engine's proposal mode).
+
+:func:`diagnose_inputs` is pure (plain inputs → findings); :func:`diagnose`
+loads a run's (or boot's) rows from the store, runs the rules and stores the findings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from dynocell.errors import NotFound
+
+THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
+SEVERITIES = ("info", "warn", "error")
+#: Flattened config fields that never change what an engine computes (ignored when comparing siblings).
+NOISE_FIELDS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One doctor finding.
+
+    ``rule``: rule id; ``severity``: info | warn | error; ``message``: one or two
+    sentences with the numbers; ``evidence``: the numbers (τ, p_i, sizes, tok/s …;
+    plus a few names such as ``text_class`` or ``knob``); ``entries``: linked runbook slugs.
+    """
+
+    rule: str
+    severity: str
+    message: str
+    evidence: dict[str, Any]
+    entries: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClassCurve:
+    """The curve of one text class (or one rung of a length ladder).
+
+    ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
+    prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
+    own τ for the same requests and ``engine_source`` where it came from.
+    """
+
+    text_class: str
+    curve: Any
+    prompt_tokens: float | None = None
+    engine_tau: float | None = None
+    engine_source: str | None = None
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ."""
+
+    label: str
+    knobs: dict[str, Any]
+    tau: float
+
+
+@dataclass(frozen=True)
+class OracleCurve:
+    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics)."""
+
+    text_class: str
+    mode: str
+    curve: Any
+
+
+@dataclass
+class DoctorInputs:
+    """Everything the rules look at, as plain values (all optional except ``curves``).
+
+    - ``curves``: per class; ``ladder``: per prompt length (defaults to the curves
+      that carry ``prompt_tokens``).
+    - ``knobs``: this run's flattened config (:func:`flatten_config`); ``siblings``:
+      other measured configs (for parallel-size and graph/eager comparisons).
+    - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
+      without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
+      ``plain_step_ms``: one verify step / one plain decode step (ms).
+    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run.
+    - ``oracle``: reference curves; ``sampling``: greedy | sampled;
+      ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
+      SGLang with eagle_topk 1, sampled otherwise).
+    """
+
+    curves: list[ClassCurve] = field(default_factory=list)
+    ladder: list[ClassCurve] = field(default_factory=list)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    siblings: list[Sibling] = field(default_factory=list)
+    spec_decode_tok_s: float | None = None
+    plain_decode_tok_s: float | None = None
+    spec_step_ms: float | None = None
+    plain_step_ms: float | None = None
+    output_ids: list[list[int]] = field(default_factory=list)
+    output_texts: list[str] = field(default_factory=list)
+    oracle: list[OracleCurve] = field(default_factory=list)
+    sampling: str = "greedy"
+    proposal_mode: str = "top1"
+
+    def overall_tau(self) -> float | None:
+        """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
+        cs = [c.curve for c in self.curves]
+        if not cs:
+            return None
+        w = [c.steps if c.steps else 1 for c in cs]
+        return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
+
+
+def load_thresholds(path: Path = THRESHOLDS_PATH) -> dict[str, dict[str, float]]:
+    """The thresholds file as ``{rule: {name: value}}``."""
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def flatten_config(cfg: Any) -> dict[str, Any]:
+    """An EngineConfig (or canonical dict / JSON text) as ``{dotted field: value}`` (``env.NAME`` per variable)."""
+    if isinstance(cfg, str):
+        data = json.loads(cfg)
+    elif isinstance(cfg, dict):
+        data = cfg
+    else:
+        data = cfg.canonical()
+    out: dict[str, Any] = {}
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else v
+
+    walk(data, "")
+    return out
+
+
+def _differing(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
+    keys = set(a) | set(b)
+    return {k for k in keys if a.get(k) != b.get(k)
+            and k.split(".")[0] not in NOISE_FIELDS and not k.startswith("meta.")}
+
+
+def _r(x: float | None, n: int = 4) -> float | None:
+    return None if x is None else round(float(x), n)
+
+
+# ------------------------------------------------------------------ rules
+
+def _judged(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+    min_steps = th["general"]["min_steps"]
+    return [c for c in inp.curves if c.curve.steps is None or c.curve.steps >= min_steps]
+
+
+def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["pinned_near_one"]
+    cs = [c for c in _judged(inp, th) if c.curve.num_drafts >= t["min_drafts"]]
+    if not cs or any(c.curve.tau > t["tau_max"] for c in cs):
+        return []
+    has_rep = any("repet" in c.text_class.lower() or "verbatim" in c.text_class.lower() for c in cs)
+    taus = {c.text_class: _r(c.curve.tau) for c in cs}
+    msg = (f"τ ≤ {t['tau_max']} on every class ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}) with "
+           f"D = {cs[0].curve.num_drafts}" + (", verbatim repetition included" if has_rep else "")
+           + ": the draft sees wrong or zero inputs (hidden state, positions, KV, parallel config) — not a weak drafter.")
+    return [Finding("pinned_near_one", "error", msg,
+                    {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
+                     "tau_max": t["tau_max"], "repetition_class": has_rep})]
+
+
+def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["recursive_collapse"]
+    out = []
+    for c in _judged(inp, th):
+        cv = c.curve
+        if cv.num_drafts < 2 or len(cv.a) < 2:
+            continue
+        a1 = cv.a[0]
+        later = list(cv.a[1:])
+        reach = cv.p[0] * cv.steps if cv.steps else None
+        if reach is not None and reach < t["min_reach"]:
+            continue
+        mean_later = sum(later) / len(later)
+        if a1 >= t["a1_min"] and mean_later <= t["later_ratio_max"] * a1:
+            out.append(Finding(
+                "recursive_collapse", "error",
+                f"{c.text_class}: a_1 = {a1:.2f} is healthy but a_2..a_{cv.num_drafts} average {mean_later:.2f} "
+                f"({mean_later / a1 * 100:.0f} % of a_1): draft steps after the first see the wrong context "
+                "(a seed, a position or a buffer taken from the wrong step).",
+                {"text_class": c.text_class, "a": [_r(x) for x in cv.a], "p": [_r(x) for x in cv.p],
+                 "a1": _r(a1), "mean_later_a": _r(mean_later), "ratio": _r(mean_later / a1)}))
+    return out
+
+
+def _ladder(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+    pts = inp.ladder or [c for c in inp.curves if c.prompt_tokens is not None]
+    min_steps = th["general"]["min_steps"]
+    return sorted((c for c in pts if c.prompt_tokens is not None and (c.curve.steps is None or c.curve.steps >= min_steps)),
+                  key=lambda c: c.prompt_tokens)
+
+
+def _zero_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float, float] | None:
+    """(last length with acceptance, first length with none) when acceptance is 0 exactly beyond a boundary."""
+    zero = [c.curve.accept_rate <= t["zero_accept_max"] for c in pts]
+    if not any(zero) or all(zero):
+        return None
+    first = zero.index(True)
+    if not all(zero[first:]):
+        return None
+    if any(c.curve.accept_rate < t["below_accept_min"] for c in pts[:first]):
+        return None
+    return pts[first - 1].prompt_tokens, pts[first].prompt_tokens
+
+
+def rule_zero_past_length(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["zero_past_length"]
+    pts = _ladder(inp, th)
+    b = _zero_boundary(pts, t) if len(pts) >= 2 else None
+    if b is None:
+        return []
+    return [Finding(
+        "zero_past_length", "error",
+        f"acceptance is exactly 0 for prompts of {b[1]:.0f} tokens and longer, and healthy up to {b[0]:.0f}: "
+        "the draft's max length or position scaling stops between them.",
+        {"last_length_with_acceptance": _r(b[0], 1), "first_length_without": _r(b[1], 1),
+         "lengths": [_r(c.prompt_tokens, 1) for c in pts], "accept_rate": [_r(c.curve.accept_rate) for c in pts],
+         "tau": [_r(c.curve.tau) for c in pts]})]
+
+
+def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    def ranks(v: Sequence[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return num / den if den else 0.0
+
+
+def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["depth_decay"]
+    pts = _ladder(inp, th)
+    lengths = sorted({c.prompt_tokens for c in pts})
+    if len(lengths) < t["min_points"]:
+        return []
+    if _zero_boundary(pts, th["zero_past_length"]) is not None:
+        return []  # the sharper zero_past_length finding explains it
+    # Mean τ per distinct length (classes at the same rung are averaged).
+    by_len = {L: [c.curve.tau for c in pts if c.prompt_tokens == L] for L in lengths}
+    taus = [sum(v) / len(v) for v in by_len.values()]
+    drop = 1 - taus[-1] / taus[0] if taus[0] else 0.0
+    rho = _spearman(lengths, taus)
+    if drop < t["drop_min"] or rho > t["rank_corr_max"]:
+        return []
+    return [Finding(
+        "depth_decay", "warn",
+        f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
+        f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): the draft loses the context as it grows "
+        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache).",
+        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho)})]
+
+
+def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:
+    tau = inp.overall_tau()
+    me = Sibling("this run", inp.knobs, tau) if inp.knobs and tau is not None else None
+    return me, list(inp.siblings)
+
+
+def rule_scales_with_parallel(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["scales_with_parallel"]
+    me, sibs = _self_and_siblings(inp)
+    if me is None:
+        return []
+    out = []
+    knobs = sorted({k for s in sibs for k in _differing(me.knobs, s.knobs) if k.startswith("parallel.")})
+    for knob in knobs:
+        group = [s for s in sibs if _differing(me.knobs, s.knobs) == {knob}]
+        if not group:
+            continue
+        members = sorted([me] + group, key=lambda s: (s.knobs.get(knob) or 1))
+        smallest = members[0]
+        my_size = me.knobs.get(knob) or 1
+        if smallest is me or (smallest.knobs.get(knob) or 1) >= my_size:
+            continue
+        drop = 1 - me.tau / smallest.tau if smallest.tau else 0.0
+        if drop < t["drop_min"]:
+            continue
+        sizes = [s.knobs.get(knob) for s in members]
+        taus = [_r(s.tau) for s in members]
+        out.append(Finding(
+            "scales_with_parallel", "error",
+            f"τ {me.tau:.2f} at {knob} = {my_size} vs {smallest.tau:.2f} at {knob} = {smallest.knobs.get(knob)} "
+            f"with everything else equal ({drop * 100:.0f} % lower): a size that the draft's parallel config does "
+            f"not carry. Bisect: dynocell bisect plan <{knob}={smallest.knobs.get(knob)} config> <this config>.",
+            {"knob": knob, "sizes": sizes, "tau": taus, "drop": _r(drop), "labels": [s.label for s in members]}))
+    return out
+
+
+def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["graph_vs_eager"]
+    me, sibs = _self_and_siblings(inp)
+    if me is None:
+        return []
+    out = []
+    for s in sibs:
+        if _differing(me.knobs, s.knobs) != {"cuda_graph.disable"}:
+            continue
+        graph, eager = (s, me) if s.knobs.get("cuda_graph.disable") is False else (me, s)
+        diff = abs(graph.tau - eager.tau) / max(graph.tau, eager.tau)
+        if diff <= t["rel_diff_min"]:
+            continue
+        pp = me.knobs.get("parallel.pp_size") or 1
+        stage = (f" With pp_size {pp}, disable graphs on one pipeline stage at a time next." if pp > 1 else "")
+        out.append(Finding(
+            "graph_vs_eager", "error",
+            f"CUDA graph τ {graph.tau:.2f} vs eager τ {eager.tau:.2f} for the same config ({diff * 100:.1f} % apart): "
+            "a static buffer the captured graph reads is not refreshed on some path. Bisect: dynocell bisect plan "
+            f"<eager config> <graph config>.{stage}",
+            {"tau_graph": _r(graph.tau), "tau_eager": _r(eager.tau), "rel_diff": _r(diff), "pp_size": pp,
+             "eager_label": eager.label, "graph_label": graph.label}))
+    return out
+
+
+def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["no_net_win"]
+    tau = inp.overall_tau()
+    if tau is None or tau < t["tau_min"]:
+        return []
+    speedup = None
+    if inp.spec_decode_tok_s and inp.plain_decode_tok_s:
+        speedup = inp.spec_decode_tok_s / inp.plain_decode_tok_s
+    elif inp.spec_step_ms and inp.plain_step_ms:
+        speedup = tau * inp.plain_step_ms / inp.spec_step_ms
+    if speedup is None or speedup > t["speedup_max"]:
+        return []
+    d = max((c.curve.num_drafts for c in inp.curves), default=0)
+    step_cost = tau / speedup  # a speculative step costs this many plain steps
+    ev = {"tau": _r(tau), "speedup": _r(speedup), "step_cost_ratio": _r(step_cost), "breakeven_tau": _r(step_cost),
+          "margin": _r(speedup - 1.0), "spec_decode_tok_s": _r(inp.spec_decode_tok_s, 2),
+          "plain_decode_tok_s": _r(inp.plain_decode_tok_s, 2), "spec_step_ms": _r(inp.spec_step_ms),
+          "plain_step_ms": _r(inp.plain_step_ms), "num_drafts": d}
+    msg = (f"τ {tau:.2f} but speculative decode is {speedup:.2f}× plain (margin {(speedup - 1) * 100:+.0f} %): "
+           f"a verify step costs {step_cost:.2f} plain steps, so τ must exceed {step_cost:.2f} to pay.")
+    if d and tau >= t["accounting_tau_fraction"] * (d + 1):
+        msg += (f" τ is near its maximum D + 1 = {d + 1} and throughput still does not rise: suspect the "
+                "acceptance accounting (drafts counted before verification) before the kernels.")
+        ev["accounting_suspect"] = True
+    else:
+        msg += " The shape is bound by per-token work (pointwise glue, expert transfers) that verification multiplies."
+    return [Finding("no_net_win", "warn", msg, ev)]
+
+
+def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    from dynocell.engine.acceptance import relative_diff
+
+    t = th["definitions_mismatch"]
+    out = []
+    for c in inp.curves:
+        if c.engine_tau is None or not c.curve.steps:
+            continue
+        diff = relative_diff(c.curve.tau, c.engine_tau)
+        if diff <= t["rel_diff_max"]:
+            continue
+        alts: dict[str, float] = {"no bonus token (τ − 1)": c.curve.tau - 1.0}
+        h = c.curve.histogram
+        if h and sum(h) > h[0]:
+            alts["skips verify steps with 0 accepted drafts"] = 1.0 + sum(k * x for k, x in enumerate(h)) / (sum(h) - h[0])
+        alts["accept rate × D + 1 over proposed positions"] = 1.0 + c.curve.accept_rate * c.curve.num_drafts
+        explained = [name for name, v in alts.items() if relative_diff(v, c.engine_tau) <= t["alt_match"]]
+        explained = [n for n in explained if not n.startswith("accept rate")]  # equals τ by definition
+        msg = (f"{c.text_class}: engine τ {c.engine_tau:.3f} ({c.engine_source or 'engine'}) vs client histogram "
+               f"τ {c.curve.tau:.3f}: {diff * 100:.1f} % apart (> {t['rel_diff_max'] * 100:.0f} %).")
+        msg += (f" The engine's figure matches an average that {explained[0]}." if explained else
+                " Find the engine's definition before comparing numbers across engines.")
+        out.append(Finding("definitions_mismatch", "warn", msg,
+                           {"text_class": c.text_class, "client_tau": _r(c.curve.tau), "engine_tau": _r(c.engine_tau),
+                            "rel_diff": _r(diff), "explained_by": explained[0] if explained else None,
+                            "alternatives": {k: _r(v) for k, v in alts.items()}}))
+    return out
+
+
+def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    from dynocell.engine.acceptance import expected_tau_independent
+
+    t = th["independence"]
+    out = []
+    for c in _judged(inp, th):
+        cv = c.curve
+        if cv.num_drafts < t["min_drafts"] or not cv.p or cv.p[0] <= 0:
+            continue
+        pred = expected_tau_independent(cv.p[0], cv.num_drafts)
+        rel = (cv.tau - pred) / pred
+        if -t["low_rel"] <= rel <= t["high_rel"]:
+            continue
+        low = rel < 0
+        out.append(Finding(
+            "independence", "warn" if low else "info",
+            f"{c.text_class}: τ {cv.tau:.2f} vs {pred:.2f} predicted by one p = p_1 = {cv.p[0]:.2f} "
+            f"((1 − p^(D+1)) / (1 − p), D = {cv.num_drafts}); {abs(rel) * 100:.0f} % "
+            + ("below: later positions fail far more often than the first — read a_i position by position."
+               if low else "above: acceptance comes in long bursts; one p does not describe this curve."),
+            {"text_class": c.text_class, "tau": _r(cv.tau), "tau_independent": _r(pred), "p1": _r(cv.p[0]),
+             "rel_diff": _r(rel), "num_drafts": cv.num_drafts}))
+    return out
+
+
+def _tokens(inp: DoctorInputs) -> tuple[list[Any], str]:
+    if inp.output_ids:
+        return [t for ids in inp.output_ids for t in ids], "token ids"
+    words = [w for txt in inp.output_texts for w in txt.split()]
+    chars = [ch for txt in inp.output_texts for ch in txt]
+    if len(words) >= 16:
+        return words, "words"
+    return chars, "characters"
+
+
+def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["garbage_output"]
+    toks, unit = _tokens(inp)
+    if len(toks) < t["min_tokens"]:
+        return []
+    counts = Counter(toks)
+    n = len(toks)
+    top = counts.most_common(int(t["topk"]))
+    top1_share = top[0][1] / n
+    topk_share = sum(c for _, c in top) / n
+    zero_share = counts.get(0, 0) / n if unit == "token ids" else 0.0
+    reason = None
+    if zero_share >= t["zero_id_share"]:
+        reason = f"token id 0 is {zero_share * 100:.0f} % of the output"
+    elif top1_share >= t["top1_share"]:
+        reason = f"one {unit[:-1]} ({top[0][0]!r}) is {top1_share * 100:.0f} % of the output"
+    elif topk_share >= t["topk_share"]:
+        reason = f"{len(top)} {unit} make up {topk_share * 100:.0f} % of the output"
+    if reason is None:
+        return []
+    tau = inp.overall_tau()
+    healthy = tau is not None and tau >= t["healthy_tau"]
+    msg = (f"generated output is degenerate: {reason} ({n} {unit}, {len(counts)} distinct)."
+           + (f" Acceptance τ {tau:.2f} looks healthy only because target and draft agree on degenerate text "
+              "(dummy or broken weights)." if healthy else ""))
+    return [Finding("garbage_output", "error" if healthy else "warn", msg,
+                    {"tokens": n, "distinct": len(counts), "top1_share": _r(top1_share), "topk_share": _r(topk_share),
+                     "zero_id_share": _r(zero_share), "tau": _r(tau), "top_tokens": [str(k) for k, _ in top]})]
+
+
+def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    t = th["engine_vs_oracle"]
+    out = []
+    want = "greedy" if inp.sampling == "greedy" else inp.proposal_mode
+    for c in inp.curves:
+        refs = [o for o in inp.oracle if o.text_class == c.text_class and o.mode == want]
+        if not refs:
+            continue  # only a reference in the wrong proposal mode (or none): comparing would be a false alarm
+        ref = refs[0].curve
+        d = min(len(c.curve.p), len(ref.p))
+        worst = None
+        for i in range(d):
+            pe, pr = c.curve.p[i], ref.p[i]
+            if want == "greedy":
+                tol = t["greedy_abs_tol"]
+            else:
+                ne, nr = c.curve.steps or 0, ref.steps or 0
+                se = math.sqrt((pe * (1 - pe) / ne if ne else 0.25) + (pr * (1 - pr) / nr if nr else 0.25))
+                tol = max(t["sampled_abs_floor"], t["sampled_z"] * se)
+            gap = abs(pe - pr)
+            if gap > tol and (worst is None or gap - tol > worst[1] - worst[2]):
+                worst = (i + 1, gap, tol)
+        if worst is None:
+            continue
+        pos, gap, tol = worst
+        out.append(Finding(
+            "engine_vs_oracle", "error" if want == "greedy" else "warn",
+            f"{c.text_class}: engine p_{pos} = {c.curve.p[pos - 1]:.3f} vs reference ({want}) "
+            f"{ref.p[pos - 1]:.3f}, {gap:.3f} apart (tolerance {tol:.3f}); τ {c.curve.tau:.3f} vs {ref.tau:.3f}. "
+            + ("Greedy curves of the same pair on the same prompts must agree."
+               if want == "greedy" else "The reference runs in the engine's draft-proposal mode, so the gap is real."),
+            {"text_class": c.text_class, "mode": want, "position": pos, "gap": _r(gap), "tolerance": _r(tol),
+             "p_engine": [_r(x) for x in c.curve.p], "p_reference": [_r(x) for x in ref.p],
+             "tau_engine": _r(c.curve.tau), "tau_reference": _r(ref.tau)}))
+    return out
+
+
+RULES = {
+    "pinned_near_one": rule_pinned_near_one,
+    "recursive_collapse": rule_recursive_collapse,
+    "zero_past_length": rule_zero_past_length,
+    "depth_decay": rule_depth_decay,
+    "scales_with_parallel": rule_scales_with_parallel,
+    "graph_vs_eager": rule_graph_vs_eager,
+    "no_net_win": rule_no_net_win,
+    "definitions_mismatch": rule_definitions_mismatch,
+    "independence": rule_independence,
+    "garbage_output": rule_garbage_output,
+    "engine_vs_oracle": rule_engine_vs_oracle,
+}
+
+
+def diagnose_inputs(inputs: DoctorInputs, thresholds: dict[str, Any] | None = None,
+                    knowledge: Any | None = None) -> list[Finding]:
+    """Run every rule over ``inputs``; findings carry the slugs of entries that name their rule.
+
+    Pure apart from reading the bundled thresholds and entries (``thresholds``
+    and ``knowledge`` override them). Findings are ordered error → warn → info,
+    then by rule order.
+    """
+    from dynocell.runbooks.knowledge import bundled_knowledge
+
+    th = thresholds or load_thresholds()
+    kn = knowledge or bundled_knowledge()
+    out: list[Finding] = []
+    for rule, fn in RULES.items():
+        for f in fn(inputs, th):
+            out.append(Finding(f.rule, f.severity, f.message, f.evidence, kn.for_rule(rule)))
+    order = list(RULES)
+    return sorted(out, key=lambda f: (-SEVERITIES.index(f.severity), order.index(f.rule)))
+
+
+# ------------------------------------------------------------------ from plain data
+
+def curve_from_dict(d: dict[str, Any]) -> Any:
+    """A Curve from ``{histogram: [...]}``, ``{p: [...], steps: N}`` or ``{tau, accept_rate, num_drafts}``."""
+    return _curve_from_row(d)
+
+
+def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
+    """:class:`DoctorInputs` from plain JSON data (the shape of ``tests/data/curves/*.json``).
+
+    Keys: ``curves`` / ``ladder`` (lists of ``{text_class, histogram | p + steps,
+    prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
+    ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
+    ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``,
+    ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``.
+    """
+    def cc(x: dict[str, Any]) -> ClassCurve:
+        return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
+                          x.get("engine_tau"), x.get("engine_source"))
+
+    return DoctorInputs(
+        curves=[cc(x) for x in d.get("curves", [])],
+        ladder=[cc(x) for x in d.get("ladder", [])],
+        knobs=dict(d.get("knobs", {})),
+        siblings=[Sibling(x.get("label", f"sibling {i}"), dict(x["knobs"]), float(x["tau"]))
+                  for i, x in enumerate(d.get("siblings", []))],
+        spec_decode_tok_s=d.get("spec_decode_tok_s"), plain_decode_tok_s=d.get("plain_decode_tok_s"),
+        spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
+        output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
+        oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
+        sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
+    )
+
+
+# ------------------------------------------------------------------ from the store
+
+def _curve_from_row(row: dict[str, Any]) -> Any:
+    from dynocell.engine.acceptance import Curve
+
+    if row.get("histogram") and len(row["histogram"]) >= 2:
+        return Curve.from_histogram(row["histogram"])
+    if row.get("p"):
+        return Curve.from_positions(row["p"], steps=row.get("steps"))
+    return Curve.from_summary(row["tau"], row.get("accept_rate"), row.get("num_drafts"))
+
+
+def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
+    from dynocell.db import knowledge as dbk
+
+    curves = dbk.curves_of_run(store, run_id)
+    bench = [b for b in dbk.bench_of_run(store, run_id) if b["text_class"]]
+    # Acceptance bench rows are written just before each curve, class by class: pair them in order.
+    queue: dict[str, list[dict[str, Any]]] = {}
+    for b in bench:
+        queue.setdefault(b["text_class"], []).append(b)
+    out = []
+    for row in curves:
+        b = queue.get(row["text_class"], [])
+        brow = b.pop(0) if b else None
+        prompt = (brow["prompt_tokens"] / brow["num_requests"]) if brow and brow["num_requests"] else None
+        out.append(ClassCurve(row["text_class"], _curve_from_row(row), prompt, row.get("engine_tau"),
+                              row.get("engine_source")))
+    return out
+
+
+def _run_tau(store: Any, run: dict[str, Any]) -> float | None:
+    from dynocell.db import knowledge as dbk
+
+    tau = (run.get("summary") or {}).get("tau")
+    if tau is not None:
+        return float(tau)
+    cs = dbk.curves_of_run(store, run["id"])
+    steps = sum(c["steps"] for c in cs)
+    return sum(c["tau"] * c["steps"] for c in cs) / steps if steps else None
+
+
+def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
+    """Build :class:`DoctorInputs` for a stored run: its curves (with prompt lengths from the acceptance
+    bench rows), its config's knobs, sibling runs (latest completed run per other config), break-even
+    numbers, the plain twin's decode throughput, greedy outputs and reference-engine oracle curves."""
+    from dynocell.db import knowledge as dbk
+
+    store = cell.store
+    run = dbk.get_run(store, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}", "see dynocell runs")
+    inp = DoctorInputs(curves=_class_curves(store, run_id))
+    cj = dbk.config_json(store, run["config_hash"])
+    if cj:
+        inp.knobs = flatten_config(cj)
+    opts = run.get("options") or {}
+    temp = opts.get("temperature")
+    inp.sampling = "sampled" if temp not in (None, 0, 0.0) else "greedy"
+    topk = inp.knobs.get("speculative.eagle_topk")
+    inp.proposal_mode = str(opts.get("draft_proposal") or ("top1" if topk in (None, 1) else "sampled"))
+    be = run.get("breakeven") or {}
+    inp.spec_step_ms = be.get("spec_step_ms")
+    inp.plain_step_ms = be.get("plain_step_ms")
+    inp.spec_decode_tok_s = (run.get("summary") or {}).get("decode_tok_s")
+    plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
+    seen: set[str] = {run["config_hash"]}
+    for other in dbk.completed_runs_with_configs(store, exclude_run=run_id):
+        h = other["config_hash"]
+        if h == plain_hash and inp.plain_decode_tok_s is None:
+            inp.plain_decode_tok_s = (other.get("summary") or {}).get("decode_tok_s")
+        if h in seen:
+            continue
+        seen.add(h)
+        knobs = flatten_config(other["canonical_json"])
+        tau = _run_tau(store, other)
+        if tau is None or not inp.knobs:
+            continue
+        diff = _differing(inp.knobs, knobs)
+        if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
+            inp.siblings.append(Sibling(other["id"], knobs, tau))
+        elif diff == {"engine"} and knobs.get("engine") == "reference":
+            o_opts = other.get("options") or {}
+            o_temp = o_opts.get("temperature")
+            mode = "greedy" if o_temp in (None, 0, 0.0) else str(o_opts.get("draft_proposal") or "top1")
+            for cc in _class_curves(store, other["id"]):
+                inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve))
+    if plain_hash:
+        inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
+        if not inp.output_ids:
+            inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]
+    return inp
+
+
+def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Finding]:
+    """Diagnose a run (id or unique prefix) or a boot (id or prefix) and store the findings.
+
+    A run: every rule over its stored rows (:func:`inputs_for_run`). A boot: its
+    failure signature resolved to entries (rule ``boot_failure``) plus the
+    findings of each run on it. Raises NotFound when ``ref`` names neither.
+    """
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.knowledge import knowledge_for
+
+    store = cell.store
+    kn = knowledge_for(cell.settings)
+    run_id = dbk.resolve_target(store, "run", ref)
+    if run_id:
+        findings = diagnose_inputs(inputs_for_run(cell, run_id), knowledge=kn)
+        if store_findings:
+            run = dbk.get_run(store, run_id) or {}
+            dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id, boot_id=run.get("boot_id"))
+        return findings
+    boot_id = dbk.resolve_target(store, "boot", ref)
+    if not boot_id:
+        raise NotFound(f"no run or boot matches {ref!r}", "see dynocell runs / dynocell ps for ids")
+    boot = dbk.get_boot(store, boot_id) or {}
+    findings = []
+    sig = boot.get("failure_signature")
+    if sig:
+        slugs = kn.for_signature(sig)
+        log_hits = _log_hits(kn, boot.get("log_path"))
+        for s in log_hits:
+            if s not in slugs:
+                slugs.append(s)
+        findings.append(Finding("boot_failure", "error",
+                                f"boot {boot_id} failed with signature {sig!r}"
+                                + (f": {boot['failure_detail'].get('line')}" if boot.get("failure_detail", {}).get("line") else ""),
+                                {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
+                                slugs))
+    if store_findings:
+        dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
+    for rid in dbk.runs_of_boot(store, boot_id):
+        findings.extend(diagnose(cell, rid, store_findings=store_findings))
+    return findings
+
+
+def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[str]:
+    if not log_path or not Path(log_path).is_file():
+        return []
+    with open(log_path, "rb") as fh:
+        fh.seek(0, 2)
+        size = fh.tell()
+        fh.seek(max(0, size - tail_bytes))
+        text = fh.read().decode("utf-8", "replace")
+    return sorted(kn.for_log(text.splitlines()))
+
+
+def render_findings(findings: Iterable[Finding]) -> str:
+    """Plain-text report: one block per finding (severity, rule, message, evidence, entries)."""
+    lines = []
+    for f in findings:
+        lines.append(f"[{f.severity}] {f.rule}: {f.message}")
+        ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v is not None)
+        if ev:
+            lines.append(f"    evidence: {ev}")
+        if f.entries:
+            lines.append(f"    entries: {', '.join(f.entries)}")
+    return "\n".join(lines) if lines else "no findings"

@@ -1,0 +1,130 @@
+"""The profile window: ``/start_profile`` → a fixed decode workload → ``/stop_profile`` → split.
+
+The window is opened and closed explicitly around the workload (no
+``num_steps``), so the output tokens in the window are exactly the workload's
+completion tokens. Traces (one per rank, ``…-TP-<rank>…trace.json.gz``) are
+written by the engine into the boot's artifact directory and parsed
+streaming (:func:`dynocell.engine.trace.analyze_ranks`). The profile row is
+written before the window opens and completed (or marked failed with the
+reason) after — a bad trace loses nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from dynocell.db import runs as db_runs
+from dynocell.errors import EngineError
+from dynocell.runbooks.cell import Cell
+
+PROFILE_REQUESTS = 2
+PROFILE_TOKENS = 32
+TRACE_WAIT_S = 60.0
+TRACE_GLOB = "*.trace.json*"
+
+
+def _wait_for_traces(trace_dir: Path, timeout_s: float) -> list[Path]:
+    """Trace files in ``trace_dir`` once their sizes stop changing (or [] after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[Path, int] = {}
+    while time.monotonic() < deadline:
+        files = sorted(p for p in trace_dir.glob(TRACE_GLOB) if p.is_file())
+        sizes = {p: p.stat().st_size for p in files}
+        if files and sizes == last and all(sizes.values()):
+            return files
+        last = sizes
+        time.sleep(0.5)
+    return sorted(p for p in trace_dir.glob(TRACE_GLOB) if p.is_file())
+
+
+def profile_window(
+    cell: Cell,
+    live: Any,
+    workload: Any,
+    context_length: int,
+    *,
+    run_id: str | None = None,
+    progress: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Profile ``live`` (a LiveBoot or AttachedBoot) over a fixed decode workload; store the split.
+
+    Returns the stored profile row (with ``splits`` and ``kernels``). Raises
+    :class:`~dynocell.errors.EngineError` / ``TraceError`` after marking the
+    row ``failed`` with the reason.
+    """
+    from dynocell.engine.bench import run_level_sync
+    from dynocell.engine.trace import analyze_ranks, per_token
+
+    progress = progress or (lambda _m, _d: None)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    trace_dir = Path(live.boot_dir) / "profiles" / (run_id or stamp)
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    row = db_runs.create_profile(cell.store, run_id=run_id, boot_id=live.boot_id, state="running",
+                                 trace_dir=str(trace_dir))
+    client = live.client(cell.settings.http_timeout_s)
+    try:
+        level = next(lv for lv in workload.levels() if lv.purpose == "throughput")
+        reqs = [dataclasses.replace(r, max_new_tokens=PROFILE_TOKENS, ignore_eos=True)
+                for r in workload.requests(level.name, context_length)[:PROFILE_REQUESTS]]
+        resp = client.start_profile({"output_dir": str(trace_dir), "activities": ["CPU", "GPU"],
+                                     "with_stack": False, "record_shapes": False,
+                                     "profile_id": run_id or stamp})
+        if resp.status_code != 200:
+            raise EngineError(f"/start_profile answered {resp.status_code}: {resp.text[:200]}",
+                              "is the engine started with profiling allowed (SGLANG_TORCH_PROFILER_DIR)?")
+        progress("profiling a fixed decode workload", {"step": "profile"})
+        result = run_level_sync(live.base_url, reqs, 1, warmup=0)
+        stop = client.stop_profile()
+        if stop.status_code != 200:
+            raise EngineError(f"/stop_profile answered {stop.status_code}: {stop.text[:200]}", None)
+        files = _wait_for_traces(trace_dir, TRACE_WAIT_S)
+        if not files:
+            raise EngineError(f"no trace file appeared in {trace_dir} within {TRACE_WAIT_S:.0f} s",
+                              "SGLang with speculative decoding and CUDA graphs may not write a trace; "
+                              "try --no-profile or profile a plain config")
+        ranked = analyze_ranks(files)
+        tokens = int(result.output_tokens)
+        combined = ranked.combined
+        ms_tok, launches_tok = per_token(combined, tokens)
+        warnings = list(combined.warnings)
+        cfg = getattr(live, "cfg", None)
+        if cfg is not None and cfg.engine == "sglang" and not cfg.cuda_graph.disable and combined.graph_launches == 0:
+            warnings.append("CUDA graphs are on in the config but the trace holds no cudaGraphLaunch: "
+                            "the window ran eager (or graphs were not captured for this batch size)")
+        traces = []
+        from dynocell.engine.supervisor import file_digest
+
+        for f in files:
+            size, sha = file_digest(f)
+            traces.append({"rank": _rank(f), "path": str(f), "size": size, "sha256": sha})
+        splits = [{"rank": -1, "category": c.category, "ms": c.ms, "pct": c.pct, "launches": c.launches}
+                  for c in combined.categories]
+        kernels = [{"rank": -1, "name": k.name, "category": k.category, "ms": k.ms, "launches": k.launches}
+                   for k in combined.top]
+        if len(ranked.ranks) > 1:
+            for r in ranked.ranks:
+                rank = r.rank if r.rank is not None else -2
+                splits += [{"rank": rank, "category": c.category, "ms": c.ms, "pct": c.pct, "launches": c.launches}
+                           for c in r.categories]
+                kernels += [{"rank": rank, "name": k.name, "category": k.category, "ms": k.ms,
+                             "launches": k.launches} for k in r.top[:10]]
+        db_runs.finish_profile(
+            cell.store, row["id"], splits, kernels, state="completed", traces=traces, source=combined.source,
+            num_ranks=len(ranked.ranks), device_ms=combined.device_ms, window_ms=combined.window_ms,
+            busy_pct=combined.busy_pct, launches=combined.launches, graph_launches=combined.graph_launches,
+            output_tokens=tokens, ms_per_token=ms_tok, launches_per_token=launches_tok,
+            rank_skew=ranked.rank_skew if len(ranked.ranks) > 1 else None, warnings=warnings,
+        )
+    except BaseException as exc:
+        db_runs.finish_profile(cell.store, row["id"], state="failed", error=str(exc) or type(exc).__name__)
+        raise
+    return db_runs.profiles(cell.store, run_id=run_id)[-1] if run_id else {**row, "state": "completed"}
+
+
+def _rank(path: Path) -> int | None:
+    from dynocell.engine.trace import rank_of
+
+    return rank_of(path)

@@ -1,0 +1,681 @@
+"""The main job, ``dynocell run``: one config on the stand, a complete record in the store.
+
+Steps, each a ``run_steps`` row written as it starts and ends (DESIGN.md,
+"Data flow of the main job"):
+
+    config → build → boot → health → bench → acceptance → lossless → profile
+    → breakeven → diagnose → stop
+
+Essential steps (config, build, boot, health, bench) end the run when they
+fail; the others are recorded as failed and the run goes on. Whatever
+happens — a failed step, Ctrl-C, SIGTERM — the engine is stopped and the run
+row says how it ended (``completed`` / ``failed`` / ``interrupted``) and at
+which step. ``bench`` and ``profile`` are also offered alone against a boot
+that is already up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from dynocell.db import boots as db_boots
+from dynocell.db import runs as db_runs
+from dynocell.engine import acceptance as acc
+from dynocell.engine.client import EngineClient
+from dynocell.engine.config import EngineConfig
+from dynocell.errors import DynocellError, EngineError, Interrupted, UserError
+from dynocell.runbooks import boots, events
+from dynocell.runbooks.cell import Cell
+
+Progress = Callable[[str, dict[str, Any]], None]
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "embedded.toml"
+ESSENTIAL = ("config", "build", "boot", "health", "bench")
+LOSSLESS_TOKENS = 48
+PROFILE_REQUESTS = 2
+PROFILE_TOKENS = 32
+
+
+def _noop(_m: str, _d: dict[str, Any]) -> None:
+    pass
+
+
+@dataclass
+class RunOptions:
+    """Knobs of one main-job run.
+
+    ``workload``: path of a workload TOML (None = bundled default);
+    ``lossless``: compare greedy outputs with a plain boot of the same target;
+    ``profile``: open a profiler window; ``boot_timeout_s``: overrides the
+    engine's default; ``stop_grace_s``: overrides the settings' grace.
+    """
+
+    workload: str | None = None
+    lossless: bool = True
+    profile: bool = True
+    diagnose: bool = True
+    boot_timeout_s: float | None = None
+    stop_grace_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, as stored on the run row."""
+        return dict(self.__dict__)
+
+
+class _StepFailed(Exception):
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"{name}: {error}")
+        self.name, self.error = name, error
+
+
+class _Skip(Exception):
+    """Raised inside a step to record it as ``skipped`` with a reason."""
+
+
+@dataclass
+class _Job:
+    cell: Cell
+    run_id: str
+    progress: Progress
+    failed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[dict[str, Any]]:
+        """Record a step: running → completed | skipped | failed | interrupted."""
+        sid = db_runs.start_step(self.cell.store, self.run_id, name)
+        events.publish("run.step_started", run_id=self.run_id, step=name)
+        self.progress(f"{name} …", {"step": name, "state": "running"})
+        detail: dict[str, Any] = {}
+        t0 = time.monotonic()
+        try:
+            yield detail
+        except _Skip as skip:
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "skipped", detail, str(skip))
+            self._ended(name, "skipped", str(skip))
+        except (KeyboardInterrupt, Interrupted):
+            db_runs.end_step(self.cell.store, sid, "interrupted", detail, "interrupted by the operator")
+            self._ended(name, "interrupted", "")
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or absorbed
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "failed", detail, _err(exc))
+            self._ended(name, "failed", _err(exc))
+            self.failed.append(name)
+            if name in ESSENTIAL:
+                raise _StepFailed(name, exc) from exc
+        else:
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "completed", detail)
+            self._ended(name, "completed", "")
+
+    def _ended(self, name: str, state: str, error: str) -> None:
+        events.publish("run.step_ended", run_id=self.run_id, step=name, state=state, error=error)
+        self.progress(f"{name} {state}" + (f": {error}" if error else ""), {"step": name, "state": state})
+
+
+def _err(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, DynocellError) else f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- the main job
+
+def run_job(
+    cell: Cell,
+    config_ref: str | None = None,
+    *,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """Run the main job on ``config_ref`` (name, hash, prefix or TOML path; None = embedded default).
+
+    Returns the run id. Rows are written as each step finishes. Raises
+    :class:`~dynocell.errors.Interrupted` after recording an interrupted run
+    (the engine is stopped first); other failures are recorded and the run id
+    is returned with state ``failed``.
+    """
+    from dynocell.runbooks.configs import resolve_config
+
+    opts = options or RunOptions()
+    progress = progress or _noop
+    cfg, config_hash = resolve_config(cell, str(config_ref or DEFAULT_CONFIG))
+    run_id = boots.new_id()
+    db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
+                       step="config", options=opts.as_dict(), pid=_pid())
+    events.publish("run.started", run_id=run_id, config_hash=config_hash)
+    job = _Job(cell, run_id, progress)
+    live: boots.LiveBoot | None = None
+    state, error = "completed", None
+    try:
+        with job.step("config") as d:
+            d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
+        with job.step("build") as d:
+            build = _build(cell, cfg, d)
+        with job.step("boot") as d:
+            live = boots.start_boot(cell, cfg, config_hash, timeout_s=opts.boot_timeout_s, build=build,
+                                    progress=progress)
+            db_runs.update_run(cell.store, run_id, boot_id=live.boot_id,
+                               build_hash=(build or {}).get("build_hash"))
+            d.update(boot_id=live.boot_id, ready_s=live.ready_s, port=live.spec.port)
+        with job.step("health") as d:
+            verdict = _health(cell, live, d)
+            if verdict != "healthy":
+                raise EngineError(f"health verdict is {verdict}: {d.get('failed')}",
+                                  f"see `dynocell health {live.boot_id}` and `dynocell logs {live.boot_id}`")
+        workload = _load_workload(opts.workload)
+        db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256)
+        client = live.client(cell.settings.http_timeout_s)
+        context_length = _context_length(client, live.cfg)
+        with job.step("bench") as d:
+            _bench(job, live, workload, context_length, d)
+        spec_on = live.cfg.speculative_enabled
+        with job.step("acceptance") as d:
+            if not spec_on:
+                raise _Skip("no speculative decoding in this config")
+            _acceptance(job, live, workload, context_length, d)
+        plain_step_ms: float | None = None
+        with job.step("lossless") as d:
+            if not spec_on:
+                raise _Skip("no speculative decoding in this config")
+            if not opts.lossless:
+                raise _Skip("--no-lossless-check")
+            plain_step_ms = _lossless(job, live, cfg, workload, opts, d)
+        with job.step("profile") as d:
+            if not opts.profile:
+                raise _Skip("--no-profile")
+            _profile(job, live, workload, context_length, d)
+        with job.step("breakeven") as d:
+            if not spec_on:
+                raise _Skip("no speculative decoding in this config")
+            _breakeven(job, plain_step_ms, d)
+    except _StepFailed as f:
+        state, error = "failed", f"{f.name}: {_err(f.error)}"
+    except (KeyboardInterrupt, Interrupted):
+        state, error = "interrupted", "interrupted by the operator"
+    finally:
+        if live is not None:
+            with job.step("stop") as d:
+                d.update(boots.stop_live(cell, live, opts.stop_grace_s, reason=f"run {run_id} {state}"))
+        if state != "interrupted" and opts.diagnose:
+            with job.step("diagnose") as d:
+                _diagnose(job, d)
+        if state == "completed" and job.failed:
+            state, error = "failed", "steps failed: " + ", ".join(job.failed)
+        db_runs.interrupt_running_steps(cell.store, run_id, "interrupted")
+        db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=boots._now(),
+                           summary=_summary(job))
+        events.publish("run.ended", run_id=run_id, state=state, error=error)
+        progress(f"run {run_id} {state}" + (f": {error}" if error else ""), {"run_id": run_id, "state": state})
+    if state == "interrupted":
+        raise Interrupted(f"run {run_id} interrupted; the engine was stopped and the steps done are recorded",
+                          f"dynocell show {run_id}")
+    return run_id
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] | None:
+    if not cfg.patches:
+        raise _Skip("no patches: the engine runs as installed")
+    from dynocell.runbooks import builds
+
+    build = builds.ensure_build(cell, cfg)
+    d.update(build_hash=build["build_hash"])
+    return build
+
+
+def _load_workload(path: str | None):  # noqa: ANN202 - engine type
+    from dynocell.engine.workloads import load_workload
+
+    return load_workload(path)
+
+
+def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
+    try:
+        info = client.server_info().json()
+        value = info.get("context_length") or info.get("max_total_num_tokens")
+        if value:
+            return int(value)
+    except Exception:  # noqa: BLE001 - fall back to the config
+        pass
+    return cfg.memory.context_length or 2048
+
+
+# ---------------------------------------------------------------- health
+
+def _health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
+    from dynocell.engine import health as engine_health
+
+    client = live.client(cell.settings.http_timeout_s)
+    canary = _canary(cell, live)
+    verdict = engine_health.check_health(
+        client, process_alive=live.supervisor.alive(), stop_requested=False,
+        expected=boots.expected_server(live.cfg), canary=canary, previous_progress=None,
+        generate_timeout_s=cell.settings.health_generate_timeout_s,
+    )
+    boots.record_verdict(cell, live.boot_id, verdict)
+    d.update(verdict=verdict.verdict, failed=list(verdict.failed))
+    if verdict.verdict == "healthy" and canary is not None and canary.golden is None:
+        # First qualification of this config: record the canary's continuation.
+        text = verdict.canary_output
+        if text is not None:
+            db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="canary",
+                               prompt_sha256=_sha(canary.prompt), prompt=canary.prompt,
+                               max_new_tokens=canary.max_new_tokens, output_text=text)
+            d["canary"] = "recorded"
+    return verdict.verdict
+
+
+CANARY_PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown"
+
+
+def _canary(cell: Cell, live: boots.LiveBoot):  # noqa: ANN202
+    from dynocell.engine import health as engine_health
+
+    golden = db_runs.get_golden(cell.store, live.config_hash, "canary", _sha(CANARY_PROMPT), 16)
+    return engine_health.Canary(prompt=CANARY_PROMPT, max_new_tokens=16,
+                                golden=golden["output_text"] if golden else None)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- bench
+
+def _run_level(job: _Job, live: boots.LiveBoot, level: Any, requests: list[Any]) -> Any:
+    from dynocell.engine.bench import run_level_sync
+
+    def tick(done: int, total: int) -> None:
+        job.progress(f"{level.name}: {done}/{total}", {"step": "bench", "level": level.name,
+                                                         "done": done, "total": total})
+
+    return run_level_sync(live.base_url, requests, level.concurrency, warmup=level.warmup, progress=tick)
+
+
+def _pct(p: Any) -> dict[str, Any]:
+    return {"p50": p.p50, "p90": p.p90, "p99": p.p99, "mean": p.mean, "n": p.n}
+
+
+def _verify_step_ms(results: list[Any]) -> float | None:
+    """Median decode time per verify step, ms: (e2e − TTFT) / (spec_verify_ct − 1) per request.
+
+    The first verify step happens inside TTFT (prefill + first decode), hence − 1.
+    """
+    vals = []
+    for r in results:
+        vct = (r.meta_info or {}).get("spec_verify_ct")
+        if r.ok and r.ttft_s is not None and r.e2e_s is not None and vct and vct > 1:
+            vals.append((r.e2e_s - r.ttft_s) / (vct - 1) * 1000)
+    return sorted(vals)[len(vals) // 2] if vals else None
+
+
+def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None) -> dict[str, Any]:
+    """Store one level (``engine.bench.LevelResult``) as a bench_runs row."""
+    extra = {"failures": result.failures, "warmup_requests": result.warmup_requests,
+             "warmup_failed": result.warmup_failed, "level": result.name,
+             "verify_step_ms_p50": _verify_step_ms(result.results)}
+    return db_runs.add_bench(
+        job.cell.store, run_id=job.run_id, boot_id=live.boot_id, text_class=text_class,
+        concurrency=result.concurrency, num_requests=result.num_requests, num_failed=result.failed,
+        length_mismatches=result.length_mismatches, duration_s=result.wall_s,
+        prompt_tokens=result.prompt_tokens, completion_tokens=result.output_tokens,
+        request_throughput=result.request_throughput, output_tok_s=result.output_throughput,
+        total_tok_s=result.total_throughput, prefill_tok_s=result.prefill_tok_s, decode_tok_s=result.decode_tok_s,
+        ttft_ms=_pct(result.ttft_ms), tpot_ms=_pct(result.tpot_ms), itl_ms=_pct(result.itl_ms),
+        e2e_ms=_pct(result.e2e_ms), extra=extra,
+    )
+
+
+def _bench(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+    levels = [lv for lv in workload.levels() if lv.purpose == "throughput"]
+    if not levels:
+        raise _Skip("the workload has no throughput levels")
+    out = []
+    for level in levels:
+        reqs = workload.requests(level.name, context_length)
+        result = _run_level(job, live, level, reqs)
+        row = _bench_row(job, live, result, None)
+        out.append({"level": level.name, "concurrency": level.concurrency, "output_tok_s": row["output_tok_s"],
+                    "failed": row["num_failed"]})
+        if row["num_failed"] == row["num_requests"]:
+            raise EngineError(f"every request of level {level.name} failed", "see the engine log")
+    d["levels"] = out
+
+
+def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+    from dynocell.engine import metrics as engine_metrics
+
+    client = live.client(job.cell.settings.http_timeout_s)
+    levels = [lv for lv in workload.levels() if lv.purpose == "acceptance"]
+    if not levels:
+        raise _Skip("the workload has no acceptance section")
+    per_class: dict[str, list[Any]] = {}
+    curves_out = []
+    for level in levels:
+        reqs = workload.requests(level.name, context_length)
+        by_class: dict[str, list[Any]] = {}
+        for r in reqs:
+            by_class.setdefault(r.text_class, []).append(r)
+        for text_class, creqs in by_class.items():
+            before = _metrics(client, engine_metrics)
+            result = _run_level(job, live, level, creqs)
+            after = _metrics(client, engine_metrics)
+            _bench_row(job, live, result, text_class)
+            metas = [r.meta_info for r in result.results if r.ok]
+            per_class.setdefault(text_class, []).extend(metas)
+            curve = acc.curve_from_meta_infos(metas)
+            if curve is None:
+                raise EngineError(f"class {text_class}: the engine returned no speculative histogram",
+                                  "the engine's meta_info lacks spec_correct_drafts_histogram")
+            engine_tau, source = _engine_tau(engine_metrics, before, after, metas)
+            dis = acc.relative_diff(curve.tau, engine_tau) if engine_tau else None
+            warning = None
+            if dis is not None and dis > 0.02:
+                warning = (f"client histogram τ {curve.tau:.3f} and engine {source} τ {engine_tau:.3f} "
+                           f"differ by {dis * 100:.1f} % (> 2 %)")
+                job.warnings.append(f"{text_class}: {warning}")
+            completion = sum(int(_get(m, "completion_tokens") or 0) for m in metas)
+            db_runs.add_curve(
+                job.cell.store,
+                [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
+                run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
+                tau=curve.tau, accept_rate=curve.accept_rate, histogram=list(curve.histogram or []),
+                completion_tokens=completion, engine_tau=engine_tau, engine_source=source,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning,
+            )
+            curves_out.append({"class": text_class, "tau": round(curve.tau, 4),
+                               "p": [round(x, 4) for x in curve.p]})
+    d["curves"] = curves_out
+
+
+def _get(m: Any, key: str) -> Any:
+    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+
+def _metrics(client: EngineClient, engine_metrics: Any) -> Any:
+    try:
+        resp = client.metrics_text()
+        return engine_metrics.parse_metrics(resp.text if hasattr(resp, "text") else resp)
+    except Exception:  # noqa: BLE001 - a broken /metrics must not lose the client-side curve
+        return None
+
+
+def _engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) -> tuple[float | None, str | None]:
+    """The engine's own τ over the class: per-position counter deltas when exported, else meta averages."""
+    if before is not None and after is not None:
+        try:
+            curve = engine_metrics.position_curve(engine_metrics.delta(before, after))
+            if curve is not None and curve.steps:
+                return curve.tau, "metrics per-position counters"
+        except Exception:  # noqa: BLE001
+            pass
+    # Engine-reported averages in meta_info (completion / verify_ct, SGLang's definition).
+    num = sum(int(_get(m, "completion_tokens") or 0) for m in metas)
+    den = sum(int(_get(m, "spec_verify_ct") or 0) for m in metas)
+    if den:
+        return num / den, "meta_info completion_tokens / spec_verify_ct"
+    return None, None
+
+
+# ---------------------------------------------------------------- lossless
+
+def _greedy(client: EngineClient, prompt: str, n: int) -> dict[str, Any]:
+    resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
+                                                                 "ignore_eos": True}})
+    body = resp.json()
+    if isinstance(body, list):
+        body = body[0]
+    return body
+
+
+def _lossless_prompts(workload: Any) -> list[str]:
+    return [tc.prompts[0] for tc in workload.classes.values()]
+
+
+def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
+              d: dict[str, Any]) -> float | None:
+    """Greedy outputs of the speculative engine vs a plain boot of the same target.
+
+    Returns the plain engine's decode step time (ms per token, p50 of single
+    requests) for the break-even step, or None when the plain outputs came
+    from stored goldens.
+    """
+    from dynocell.runbooks.configs import store_config
+
+    cell = job.cell
+    client = live.client(cell.settings.http_timeout_s)
+    prompts = _lossless_prompts(workload)
+    spec_out = [_greedy(client, p, LOSSLESS_TOKENS) for p in prompts]
+    plain_cfg = cfg.with_changes(speculative={}, meta={"name": None, "notes": "plain twin for the lossless check"})
+    plain_hash = store_config(cell, plain_cfg)
+    goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
+    plain_step_ms = None
+    if any(g is None for g in goldens):
+        job.progress("booting the plain twin for the lossless check", {"step": "lossless"})
+        twin = boots.start_boot(cell, plain_cfg, plain_hash, timeout_s=opts.boot_timeout_s)
+        try:
+            tclient = twin.client(cell.settings.http_timeout_s)
+            step_ms = []
+            for p, g in zip(prompts, goldens):
+                t0 = time.perf_counter()
+                body = _greedy(tclient, p, LOSSLESS_TOKENS)
+                elapsed = (time.perf_counter() - t0) * 1000
+                n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
+                step_ms.append(elapsed / max(n, 1))
+                if g is None:
+                    db_runs.put_golden(cell.store, config_hash=plain_hash, kind="lossless", prompt_sha256=_sha(p),
+                                       prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
+                                       output_ids=body.get("output_ids"))
+            plain_step_ms = sorted(step_ms)[len(step_ms) // 2]
+        finally:
+            boots.stop_live(cell, twin, opts.stop_grace_s, reason="lossless twin done")
+        goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
+        d["twin_boot_id"] = twin.boot_id
+    mismatches = []
+    for p, s, g in zip(prompts, spec_out, goldens):
+        a_ids, b_ids = s.get("output_ids"), (g or {}).get("output_ids")
+        a_txt, b_txt = s.get("text", ""), (g or {}).get("output_text", "")
+        if a_ids is not None and b_ids is not None:
+            same = list(a_ids) == list(b_ids)
+            idx = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), min(len(a_ids), len(b_ids)))
+            unit = "token"
+        else:
+            same = a_txt == b_txt
+            idx = next((i for i, (x, y) in enumerate(zip(a_txt, b_txt)) if x != y), min(len(a_txt), len(b_txt)))
+            unit = "character"
+        if not same:
+            mismatches.append({"prompt": p[:80], "first_diverging_index": idx, "unit": unit,
+                               "speculative": a_txt[:200], "plain": b_txt[:200]})
+    lossless = "yes" if not mismatches else "no"
+    detail = {"prompts": len(prompts), "max_new_tokens": LOSSLESS_TOKENS, "plain_config_hash": plain_hash,
+              "mismatches": mismatches}
+    db_runs.update_run(cell.store, job.run_id, lossless=lossless, lossless_detail=detail)
+    d.update(lossless=lossless, mismatches=len(mismatches))
+    if plain_step_ms is not None:
+        d["plain_step_ms"] = round(plain_step_ms, 4)
+    return plain_step_ms
+
+
+# ---------------------------------------------------------------- profile
+
+def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> int:
+    from dynocell.runbooks.profiles import profile_window
+
+    prof = profile_window(job.cell, live, workload, context_length, run_id=job.run_id,
+                          progress=job.progress)
+    d.update(profile_id=prof["id"], busy_pct=prof.get("busy_pct"), source=prof.get("source"))
+    return prof["id"]
+
+
+# ---------------------------------------------------------------- break-even
+
+def _breakeven(job: _Job, plain_step_ms: float | None, d: dict[str, Any]) -> None:
+    """Speculation pays while a speculative step costs less than τ × the plain step (DESIGN.md)."""
+    cell = job.cell
+    curves = db_runs.curves(cell.store, job.run_id)
+    if not curves:
+        raise _Skip("no acceptance curve")
+    steps = sum(c["steps"] for c in curves)
+    tau = sum(c["tau"] * c["steps"] for c in curves) / steps if steps else None
+    rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r["text_class"]]
+    spec_step = [r["extra"].get("verify_step_ms_p50") for r in rows if r.get("extra") and r["extra"].get("verify_step_ms_p50")]
+    spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
+    if plain_step_ms is None:
+        plain_step_ms = _plain_step_from_store(cell, job.run_id)
+    if tau is None or spec_step_ms is None or plain_step_ms is None:
+        raise _Skip("needs τ, the speculative step time and the plain step time")
+    budget = tau * plain_step_ms
+    margin = budget / spec_step_ms - 1.0
+    result = {"tau": round(tau, 4), "spec_step_ms": round(spec_step_ms, 4), "plain_step_ms": round(plain_step_ms, 4),
+              "budget_ms": round(budget, 4), "margin": round(margin, 4), "pays": spec_step_ms < budget,
+              "speedup_estimate": round(budget / spec_step_ms, 3)}
+    db_runs.update_run(cell.store, job.run_id, breakeven=result)
+    d.update(result)
+
+
+def _plain_step_from_store(cell: Cell, run_id: str) -> float | None:
+    run = db_runs.get_run(cell.store, run_id) or {}
+    detail = (run.get("lossless_detail") or {})
+    plain_hash = detail.get("plain_config_hash")
+    if not plain_hash:
+        return None
+    for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
+        vals = [b["tpot_ms"].get("p50") for b in db_runs.bench_rows(cell.store, r["id"])
+                if b["concurrency"] == 1 and b["tpot_ms"]]
+        vals = [v for v in vals if v]
+        if vals:
+            return sorted(vals)[len(vals) // 2]
+    return None
+
+
+# ---------------------------------------------------------------- diagnose + summary
+
+def _diagnose(job: _Job, d: dict[str, Any]) -> None:
+    try:
+        from dynocell.runbooks import doctor
+    except ImportError:
+        raise _Skip("the doctor is not installed") from None
+    findings = doctor.diagnose(job.cell, job.run_id)
+    d["findings"] = [f.rule if hasattr(f, "rule") else f.get("rule") for f in findings]
+
+
+def _summary(job: _Job) -> dict[str, Any]:
+    cell = job.cell
+    curves = db_runs.curves(cell.store, job.run_id)
+    steps = sum(c["steps"] for c in curves)
+    return {
+        "failed_steps": job.failed,
+        "warnings": job.warnings,
+        "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
+        "decode_tok_s": max((b["output_tok_s"] for b in db_runs.bench_rows(cell.store, job.run_id)
+                             if not b["text_class"]), default=None),
+    }
+
+
+# ---------------------------------------------------------------- bench / profile on a running boot
+
+def bench(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None) -> str:
+    """Benchmark a ready boot with a workload's throughput levels (and acceptance when speculative).
+
+    Returns the id of a ``bench`` run holding the rows.
+    """
+    return _on_boot(cell, boot_ref, "bench", workload, progress)
+
+
+def profile(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None) -> str:
+    """Open a profiler window on a ready boot; returns the id of a ``profile`` run holding the rows."""
+    return _on_boot(cell, boot_ref, "profile", workload, progress)
+
+
+def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, progress: Progress | None) -> str:
+    progress = progress or _noop
+    boot = boots.reconcile(cell, boots.resolve_boot(cell, boot_ref))
+    if boot["state"] != "ready" or not boot["engine_alive"]:
+        raise UserError(f"boot {boot['id']} is {boot['state']}, not ready", "boot it first: dynocell boot CONFIG")
+    cfg = boots.resolve_models(cell, boots.config_of_boot(cell, boot))
+    live = boots.AttachedBoot.from_row(boot, cfg)
+    run_id = boots.new_id()
+    db_runs.create_run(cell.store, id=run_id, kind=kind, config_hash=boot["config_hash"], boot_id=boot["id"],
+                       state="running", step=kind, pid=_pid())
+    job = _Job(cell, run_id, progress)
+    state, error = "completed", None
+    workload = _load_workload(workload_path)
+    db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256)
+    client = EngineClient(live.base_url, cell.settings.http_timeout_s)
+    ctx = _context_length(client, cfg)
+    try:
+        if kind == "bench":
+            with job.step("bench") as d:
+                _bench(job, live, workload, ctx, d)
+            with job.step("acceptance") as d:
+                if not cfg.speculative_enabled:
+                    raise _Skip("no speculative decoding in this config")
+                _acceptance(job, live, workload, ctx, d)
+        else:
+            with job.step("profile") as d:
+                _profile(job, live, workload, ctx, d)
+    except _StepFailed as f:
+        state, error = "failed", f"{f.name}: {_err(f.error)}"
+    except (KeyboardInterrupt, Interrupted):
+        state, error = "interrupted", "interrupted by the operator"
+    if state == "completed" and job.failed:
+        state, error = "failed", "steps failed: " + ", ".join(job.failed)
+    db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=boots._now(), summary=_summary(job))
+    if state == "interrupted":
+        raise Interrupted(f"{kind} {run_id} interrupted", f"dynocell show {run_id}")
+    return run_id
+
+
+# ---------------------------------------------------------------- interrupted runs from dead processes
+
+def reconcile_runs(cell: Cell) -> list[str]:
+    """Mark runs whose process is gone ``interrupted`` (their running step too); returns their ids."""
+    import psutil
+
+    fixed = []
+    for r in db_runs.list_runs(cell.store, states=("running",), limit=500):
+        pid = r.get("pid")
+        alive = False
+        if pid:
+            try:
+                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                alive = False
+        if not alive:
+            names = db_runs.interrupt_running_steps(cell.store, r["id"], "the dynocell process died")
+            db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=boots._now(),
+                               error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
+            fixed.append(r["id"])
+    return fixed
+
+
+def resolve_run(cell: Cell, ref: str) -> dict[str, Any]:
+    """A run row by id or unique prefix. Raises NotFound."""
+    from dynocell.errors import NotFound
+
+    matches = db_runs.find_runs(cell.store, ref.strip()) if ref.strip() else []
+    exact = [m for m in matches if m["id"] == ref]
+    if exact:
+        return exact[0]
+    if not matches:
+        raise NotFound(f"no run matches {ref!r}", "see `dynocell runs` for run ids")
+    if len(matches) > 1:
+        raise NotFound(f"run prefix {ref!r} is ambiguous ({len(matches)} runs)", "give more characters")
+    return matches[0]
+
+
+def latest_run_json(cell: Cell) -> str:
+    """The newest run id as JSON (for scripts)."""
+    rows = db_runs.list_runs(cell.store, limit=1)
+    return json.dumps(rows[0]["id"] if rows else None)

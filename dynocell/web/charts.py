@@ -1,0 +1,219 @@
+"""Server-side SVG charts (no JavaScript): acceptance curves, profile split, boot phase timeline.
+
+Each function returns ``markupsafe.Markup`` SVG with axis labels and units. Every text is
+escaped. Chart elements carry stable classes and data attributes so tests (and people with
+dev tools) can count them: ``<g class="series" data-name="p">``, ``<rect class="bar"
+data-category="gemm">``, ``<rect class="phase" data-name="load_weights">``,
+``<g class="tau-marker" data-tau="3.36">``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from markupsafe import Markup, escape
+
+PALETTE = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777",
+           "#4b5563", "#65a30d", "#7c3aed", "#0d9488"]
+CATEGORY_COLORS = {
+    "gemm": "#2563eb", "attention": "#ea580c", "moe": "#9333ea", "router/topk": "#db2777",
+    "elementwise": "#ca8a04", "norm": "#16a34a", "communication": "#dc2626", "memcpy/gather": "#0891b2",
+    "sampling": "#65a30d", "other": "#9ca3af",
+}
+FONT = "font-family='system-ui, sans-serif'"
+
+
+def _e(x: Any) -> str:
+    return str(escape(x))
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def category_color(cat: str, i: int = 0) -> str:
+    """Stable colour of a profile category (palette fallback by index)."""
+    return CATEGORY_COLORS.get(cat, PALETTE[i % len(PALETTE)])
+
+
+def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** len(str(int(raw))) / 10 if raw >= 1 else 1
+    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000):
+        if step * mag >= raw:
+            step = step * mag
+            break
+    else:
+        step = raw
+    ticks, t = [], lo
+    while t <= hi + 1e-9:
+        ticks.append(round(t, 6))
+        t += step
+    return ticks
+
+
+def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: int | None = None,
+                     taus: Iterable[dict[str, Any]] = (), width: int = 560, height: int = 300,
+                     css_class: str = "acceptance-chart") -> Markup:
+    """Per-position acceptance lines.
+
+    ``series``: ``[{name, label, points: [(position, value 0..1)]}]`` (p_i or a_i per draft
+    position 1..D). ``taus``: ``[{label, tau, engine_tau}]`` drawn as dashed vertical lines at
+    x = τ − 1 (expected accepted drafts per verify step, since τ = 1 + Σ p_i).
+    """
+    ml, mr, mt, mb = 56, 16, 34, 64
+    pw, ph = width - ml - mr, height - mt - mb
+    d_max = num_drafts or max((p[0] for s in series for p in s["points"]), default=1)
+    d_max = max(1, int(d_max))
+
+    def x(v: float) -> float:
+        return ml + (v / d_max) * pw
+
+    def y(v: float) -> float:
+        return mt + (1 - max(0.0, min(1.0, v))) * ph
+
+    out = [f"<svg class='chart {_e(css_class)}' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
+           f"role='img' aria-label='{_e(title)}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+           f"<text x='{ml}' y='20' font-size='14' font-weight='600' fill='#111827'>{_e(title)}</text>"]
+    for t in (0, 0.25, 0.5, 0.75, 1.0):
+        out.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{_f(y(t))}' y2='{_f(y(t))}' stroke='#e5e7eb'/>")
+        out.append(f"<text x='{ml - 6}' y='{_f(y(t) + 4)}' font-size='11' text-anchor='end' fill='#374151'>"
+                   f"{t:.2f}</text>")
+    for i in range(0, d_max + 1):
+        out.append(f"<line x1='{_f(x(i))}' x2='{_f(x(i))}' y1='{mt + ph}' y2='{mt + ph + 4}' stroke='#6b7280'/>")
+        out.append(f"<text x='{_f(x(i))}' y='{mt + ph + 17}' font-size='11' text-anchor='middle' "
+                   f"fill='#374151'>{i}</text>")
+    out.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{mt + ph}' y2='{mt + ph}' stroke='#6b7280'/>")
+    out.append(f"<line x1='{ml}' x2='{ml}' y1='{mt}' y2='{mt + ph}' stroke='#6b7280'/>")
+    out.append(f"<text x='{ml + pw / 2}' y='{height - 30}' font-size='12' text-anchor='middle' fill='#111827'>"
+               "draft position i (tokens after the verified one)</text>")
+    out.append(f"<text transform='translate(14 {mt + ph / 2}) rotate(-90)' font-size='12' text-anchor='middle' "
+               "fill='#111827'>acceptance (fraction)</text>")
+    for k, t in enumerate(taus):
+        tau = float(t["tau"])
+        xv = x(max(0.0, min(d_max, tau - 1)))
+        eng = t.get("engine_tau")
+        label = f"τ={tau:.2f}" + (f" (engine {float(eng):.2f})" if eng is not None else "")
+        if t.get("label"):
+            label = f"{t['label']}: {label}"
+        out.append(f"<g class='tau-marker' data-tau='{tau:.4f}'>"
+                   f"<line x1='{_f(xv)}' x2='{_f(xv)}' y1='{mt}' y2='{mt + ph}' stroke='#111827' "
+                   f"stroke-dasharray='5 4' stroke-width='1.2'/>"
+                   f"<text x='{_f(min(xv + 4, ml + pw - 150))}' y='{mt + 12 + 13 * k}' font-size='11' "
+                   f"fill='#111827'>{_e(label)}</text></g>")
+    legend_y = height - 10
+    lx = ml
+    for i, s in enumerate(series):
+        color = s.get("color") or PALETTE[i % len(PALETTE)]
+        dash = " stroke-dasharray='6 3'" if s.get("dashed") else ""
+        pts = sorted(s["points"])
+        path = " ".join(f"{'M' if j == 0 else 'L'}{_f(x(px))},{_f(y(py))}" for j, (px, py) in enumerate(pts))
+        out.append(f"<g class='series' data-name='{_e(s['name'])}'>")
+        if path:
+            out.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2.2'{dash}/>")
+        for px, py in pts:
+            out.append(f"<circle class='point' cx='{_f(x(px))}' cy='{_f(y(py))}' r='3.5' fill='{color}'>"
+                       f"<title>{_e(s.get('label', s['name']))} at i={px}: {py:.3f}</title></circle>")
+        out.append("</g>")
+        label = s.get("label", s["name"])
+        out.append(f"<g class='legend'><line x1='{lx}' x2='{lx + 18}' y1='{legend_y - 4}' y2='{legend_y - 4}' "
+                   f"stroke='{color}' stroke-width='3'{dash}/><text x='{lx + 22}' y='{legend_y}' font-size='11' "
+                   f"fill='#111827'>{_e(label)}</text></g>")
+        lx += 30 + 6.5 * len(str(label))
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by kernel category",
+                        width: int = 640) -> Markup:
+    """Stacked horizontal bars, one per profile: ``rows`` = ``[{label, splits: [{category, ms, pct}]}]``.
+
+    The x axis is the share of device time (%); each segment is ``<rect class="bar"
+    data-category=…>`` with its ms in a tooltip.
+    """
+    cats: list[str] = []
+    for r in rows:
+        for sp in r["splits"]:
+            if sp["category"] not in cats:
+                cats.append(sp["category"])
+    ml, mr, mt = 110, 20, 34
+    bar_h, gap = 26, 12
+    ph = max(1, len(rows)) * (bar_h + gap)
+    legend_rows = (len(cats) + 4) // 5
+    height = mt + ph + 44 + 18 * legend_rows
+    pw = width - ml - mr
+    out = [f"<svg class='chart profile-chart' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
+           f"role='img' aria-label='{_e(title)}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+           f"<text x='{ml}' y='20' font-size='14' font-weight='600' fill='#111827'>{_e(title)}</text>"]
+    for t in (0, 25, 50, 75, 100):
+        xv = ml + pw * t / 100
+        out.append(f"<line x1='{_f(xv)}' x2='{_f(xv)}' y1='{mt}' y2='{mt + ph}' stroke='#e5e7eb'/>"
+                   f"<text x='{_f(xv)}' y='{mt + ph + 14}' font-size='11' text-anchor='middle' "
+                   f"fill='#374151'>{t}</text>")
+    out.append(f"<text x='{ml + pw / 2}' y='{mt + ph + 30}' font-size='12' text-anchor='middle' fill='#111827'>"
+               "share of device time (%)</text>")
+    for i, r in enumerate(rows):
+        y0 = mt + i * (bar_h + gap) + gap / 2
+        total = sum(max(0.0, sp["pct"]) for sp in r["splits"]) or 100.0
+        scale = 100.0 / total if total > 100.0 else 1.0
+        out.append(f"<g class='stack' data-label='{_e(r['label'])}'>"
+                   f"<text x='{ml - 8}' y='{_f(y0 + bar_h / 2 + 4)}' font-size='12' text-anchor='end' "
+                   f"fill='#111827'>{_e(r['label'])}</text>")
+        xv = ml
+        for sp in r["splits"]:
+            w = pw * max(0.0, sp["pct"]) * scale / 100
+            color = category_color(sp["category"], cats.index(sp["category"]))
+            out.append(f"<rect class='bar' data-category='{_e(sp['category'])}' x='{_f(xv)}' y='{_f(y0)}' "
+                       f"width='{_f(w)}' height='{bar_h}' fill='{color}'><title>{_e(sp['category'])}: "
+                       f"{sp['pct']:.1f} % ({sp['ms']:.2f} ms)</title></rect>")
+            if w > 34:
+                out.append(f"<text x='{_f(xv + w / 2)}' y='{_f(y0 + bar_h / 2 + 4)}' font-size='10' "
+                           f"text-anchor='middle' fill='#fff'>{sp['pct']:.0f}%</text>")
+            xv += w
+        out.append("</g>")
+    ly = mt + ph + 48
+    for i, c in enumerate(cats):
+        lx = ml + (i % 5) * 100
+        yy = ly + (i // 5) * 18
+        out.append(f"<g class='legend'><rect x='{lx}' y='{yy - 9}' width='11' height='11' "
+                   f"fill='{category_color(c, i)}'/><text x='{lx + 15}' y='{yy}' font-size='11' "
+                   f"fill='#111827'>{_e(c)}</text></g>")
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
+def phase_timeline(phases: list[dict[str, Any]], *, title: str = "Boot phases", width: int = 640) -> Markup:
+    """Horizontal bars of boot phases: ``[{name, start_s, end_s, duration_s}]`` on a seconds axis."""
+    ml, mr, mt = 130, 20, 34
+    bar_h, gap = 18, 6
+    n = max(1, len(phases))
+    ph = n * (bar_h + gap)
+    height = mt + ph + 40
+    pw = width - ml - mr
+    t_max = max((p["end_s"] for p in phases), default=1.0) or 1.0
+    ticks = _nice_ticks(0, t_max)
+    t_max = max(t_max, ticks[-1])
+    out = [f"<svg class='chart phase-chart' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
+           f"role='img' aria-label='{_e(title)}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+           f"<text x='{ml}' y='20' font-size='14' font-weight='600' fill='#111827'>{_e(title)}</text>"]
+    for t in ticks:
+        xv = ml + pw * t / t_max
+        out.append(f"<line x1='{_f(xv)}' x2='{_f(xv)}' y1='{mt}' y2='{mt + ph}' stroke='#e5e7eb'/>"
+                   f"<text x='{_f(xv)}' y='{mt + ph + 14}' font-size='11' text-anchor='middle' "
+                   f"fill='#374151'>{t:g}</text>")
+    out.append(f"<text x='{ml + pw / 2}' y='{mt + ph + 32}' font-size='12' text-anchor='middle' fill='#111827'>"
+               "seconds since spawn (s)</text>")
+    for i, p in enumerate(phases):
+        y0 = mt + i * (bar_h + gap) + gap / 2
+        x0 = ml + pw * p["start_s"] / t_max
+        w = max(2.0, pw * p["duration_s"] / t_max)
+        color = PALETTE[i % len(PALETTE)]
+        out.append(f"<text x='{ml - 8}' y='{_f(y0 + bar_h - 5)}' font-size='11' text-anchor='end' "
+                   f"fill='#111827'>{_e(p['name'])}</text>"
+                   f"<rect class='phase' data-name='{_e(p['name'])}' x='{_f(x0)}' y='{_f(y0)}' width='{_f(w)}' "
+                   f"height='{bar_h}' fill='{color}' rx='2'><title>{_e(p['name'])}: {p['start_s']:.2f}–"
+                   f"{p['end_s']:.2f} s ({p['duration_s']:.2f} s)</title></rect>")
+    out.append("</svg>")
+    return Markup("".join(out))

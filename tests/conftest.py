@@ -1,0 +1,57 @@
+"""Shared fixtures: every test gets a private data directory; the reference model pair is made once.
+
+- ``isolated_home`` (autouse): ``DYNOCELL_HOME`` points at a fresh tmp dir, so no
+  test can touch the real data directory; ``settings`` is built from it.
+- ``model_pair`` (session): the made-locally reference pair, cached across test
+  sessions in ``<repo>/.cache/models`` (git-ignored) because training it costs
+  a few CPU minutes the first time.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+MODEL_CACHE = REPO / ".cache" / "models"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("dynocell-home")
+    monkeypatch.setenv("DYNOCELL_HOME", str(home))
+    monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
+    return home
+
+
+@pytest.fixture
+def settings(isolated_home):
+    from dynocell.settings import load_settings
+
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def model_pair():
+    """(target_dir, draft_dir) of the default made-locally pair."""
+    from dynocell.engine.reference.models import ensure_pair
+
+    return ensure_pair(MODEL_CACHE)
+
+
+@pytest.fixture
+def cli_env(isolated_home):
+    """Environment for running the real ``dynocell`` console script in a subprocess."""
+    env = dict(os.environ)
+    env["DYNOCELL_HOME"] = str(isolated_home)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture(scope="session")
+def python_exe() -> str:
+    return sys.executable

@@ -1,0 +1,188 @@
+"""Acceptance math (DESIGN.md "Acceptance math"): worked examples, properties, log-line parsers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dynocell.engine.acceptance import (
+    AcceptanceError,
+    Curve,
+    curve_from_meta_infos,
+    expected_tau_independent,
+    merge,
+    parse_decode_line,
+    parse_decode_lines,
+    parse_vllm_spec_line,
+    relative_diff,
+)
+from dynocell.errors import EngineError
+
+
+def test_worked_example_four_positions():
+    c = Curve.from_positions([0.917, 0.833, 0.583, 0.500])
+    assert c.tau == pytest.approx(3.833, abs=1e-9)
+    assert c.num_drafts == 4
+    assert c.accept_rate == pytest.approx(2.833 / 4)
+    assert c.a[0] == pytest.approx(0.917)
+    assert c.a[1] == pytest.approx(0.833 / 0.917)
+    assert c.histogram is None and c.steps is None
+
+
+def test_worked_example_three_positions():
+    assert Curve.from_positions([0.90, 0.79, 0.67]).tau == pytest.approx(3.36)
+
+
+def test_histogram_definitions():
+    # SGLang greedy on the trained pair (../shared/gpu/README.md): 14, 6, 6, 133 → τ 3.623
+    c = Curve.from_histogram([14, 6, 6, 133])
+    assert c.steps == 159 and c.num_drafts == 3
+    assert c.tau == pytest.approx(1 + (6 + 12 + 399) / 159)
+    assert round(c.tau, 3) == 3.623
+    assert [round(x, 3) for x in c.p] == [0.912, 0.874, 0.836]
+    assert c.accept_rate == pytest.approx((6 + 12 + 399) / (159 * 3))
+    assert c.a[1] == pytest.approx(c.p[1] / c.p[0])
+
+
+def test_standalone_all_accepted():
+    c = Curve.from_histogram([0, 0, 0, 8])
+    assert c.tau == 4.0 and c.accept_rate == 1.0 and c.p == (1.0, 1.0, 1.0) and c.a == (1.0, 1.0, 1.0)
+
+
+def test_conditional_zero_after_zero():
+    c = Curve.from_histogram([5, 0, 0])
+    assert c.p == (0.0, 0.0) and c.a == (0.0, 0.0) and c.tau == 1.0
+
+
+def test_zero_steps_is_neutral():
+    c = Curve.from_histogram([0, 0, 0, 0])
+    assert c.steps == 0 and c.tau == 1.0 and c.accept_rate == 0.0 and c.p == (0.0,) * 3
+
+
+@pytest.mark.parametrize("bad", [[3], [], [1, -1], [1.5, 2], "1,2", [True, 1]])
+def test_bad_histograms_raise(bad):
+    with pytest.raises(AcceptanceError) as exc:
+        Curve.from_histogram(bad)
+    assert isinstance(exc.value, EngineError)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=2, max_size=16))
+def test_properties(h):
+    c = Curve.from_histogram(h)
+    assert c.steps == sum(h)
+    if c.steps:
+        assert c.tau == pytest.approx(1 + sum(c.p), rel=1e-12)
+        assert c.accept_rate == pytest.approx(sum(c.p) / c.num_drafts, rel=1e-12)
+        assert all(x >= y - 1e-15 for x, y in zip(c.p, c.p[1:]))  # unconditional p is non-increasing
+        assert 1.0 <= c.tau <= c.num_drafts + 1
+        prod = 1.0
+        for pi, ai in zip(c.p, c.a):
+            prod *= ai
+            assert prod == pytest.approx(pi, abs=1e-12)
+
+
+@given(st.lists(st.lists(st.integers(min_value=0, max_value=500), min_size=4, max_size=4), min_size=1, max_size=6))
+def test_merge_sums_histograms(hs):
+    merged = merge(Curve.from_histogram(h) for h in hs)
+    assert merged.histogram == tuple(sum(col) for col in zip(*hs))
+    assert merged.steps == sum(map(sum, hs))
+
+
+def test_merge_positions_weighted_and_errors():
+    a = Curve.from_positions([1.0, 0.5], steps=10)
+    b = Curve.from_positions([0.0, 0.0], steps=30)
+    m = merge([a, b])
+    assert m.p == pytest.approx((0.25, 0.125)) and m.steps == 40
+    assert merge([]) is None
+    with pytest.raises(AcceptanceError):
+        merge([Curve.from_histogram([1, 1]), Curve.from_histogram([1, 1, 1])])
+    with pytest.raises(AcceptanceError):
+        merge([Curve.from_positions([0.5]), Curve.from_positions([0.5])])
+
+
+def test_from_positions_rejects_out_of_range():
+    with pytest.raises(AcceptanceError):
+        Curve.from_positions([1.2, 0.3])
+    with pytest.raises(AcceptanceError):
+        Curve.from_positions([])
+
+
+def test_curve_from_meta_infos():
+    metas = [
+        {"spec_correct_drafts_histogram": [0, 0, 0, 8]},
+        {"completion_tokens": 5},  # no speculation: skipped
+        {"spec_accept_histogram": [2, 0, 0, 0]},  # 0.5.17 alias
+    ]
+    c = curve_from_meta_infos(metas)
+    assert c.histogram == (2, 0, 0, 8) and c.steps == 10
+    assert curve_from_meta_infos([{"completion_tokens": 3}]) is None
+    assert curve_from_meta_infos([]) is None
+    with pytest.raises(AcceptanceError):
+        curve_from_meta_infos([{"spec_correct_drafts_histogram": [1, 1]}, {"spec_correct_drafts_histogram": [1, 1, 1]}])
+
+
+def test_expected_tau_independent():
+    assert expected_tau_independent(1.0, 3) == 4.0
+    assert expected_tau_independent(0.0, 3) == 1.0
+    assert expected_tau_independent(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    # A curve made by independent positions matches the model exactly.
+    p = 0.7
+    c = Curve.from_positions([p, p**2, p**3])
+    assert c.tau == pytest.approx(expected_tau_independent(p, 3))
+    with pytest.raises(AcceptanceError):
+        expected_tau_independent(1.5, 3)
+
+
+def test_relative_diff():
+    assert relative_diff(0, 0) == 0.0
+    assert relative_diff(3.0, 3.06) == pytest.approx(0.06 / 3.06)
+    assert relative_diff(1.0, 1.03) > 0.02 > relative_diff(1.0, 1.01)
+    assert relative_diff(-1, 1) == 2.0
+
+
+VLLM_LINE = (
+    "INFO 05-01 12:00:00 [metrics.py:100] SpecDecoding metrics: Mean acceptance length: 3.83, "
+    "Accepted throughput: 120.50 tokens/s, Drafted throughput: 160.00 tokens/s, Accepted: 2833 tokens, "
+    "Drafted: 4000 tokens, Per-position acceptance rate: 0.917, 0.833, 0.583, 0.500, "
+    "Avg Draft acceptance rate: 70.8%"
+)
+
+
+def test_vllm_line():
+    s = parse_vllm_spec_line(VLLM_LINE)
+    assert s is not None
+    assert s.curve.p == (0.917, 0.833, 0.583, 0.5)
+    assert s.curve.tau == pytest.approx(3.833)
+    assert s.mean_acceptance_length == 3.83
+    assert s.accepted == 2833 and s.drafted == 4000
+    assert relative_diff(s.curve.tau, s.mean_acceptance_length) < 0.02
+    assert parse_vllm_spec_line("Mean acceptance length: 3.83, nothing else") is None
+    # Per-position list at the end of the line, no trailing field.
+    t = parse_vllm_spec_line("Per-position acceptance rate: 0.90, 0.79, 0.67")
+    assert t.curve.tau == pytest.approx(3.36)
+
+
+def test_sglang_decode_line_and_summary_curve():
+    line = (
+        "[2026-11-30 03:25:43] Decode batch, #running-req: 3, #token: 20, token usage: 0.00, "
+        "accept len: 2.31, accept rate: 0.44, cuda graph: True, gen throughput (token/s): 589.77, #queue-req: 2"
+    )
+    s = parse_decode_line(line)
+    assert s.accept_len == 2.31 and s.accept_rate == 0.44 and s.gen_throughput == 589.77
+    assert s.running_req == 3 and s.queue_req == 2 and s.tokens == 20 and s.cuda_graph is True
+    assert s.timestamp == "2026-11-30 03:25:43"
+    c = s.to_curve()
+    assert c.num_drafts == 3 and c.tau == 2.31 and c.p == () and c.histogram is None
+    plain = parse_decode_line(
+        "[2026-11-30 03:25:43] Decode batch, #running-req: 1, #token: 5, token usage: 0.00, "
+        "cuda graph: False, gen throughput (token/s): 12.5, #queue-req: 0"
+    )
+    assert plain.accept_len is None and plain.to_curve() is None and plain.cuda_graph is False
+    assert parse_decode_line("Prefill batch, #new-seq: 1") is None
+    assert len(parse_decode_lines([line, "noise", line])) == 2
+    with pytest.raises(AcceptanceError):
+        Curve.from_summary(0.5, 0.1)
+    assert math.isclose(Curve.from_summary(3.0, num_drafts=4).accept_rate, 0.5)

@@ -1,0 +1,189 @@
+"""The acceptance doctor: each rule positive and negative, public-report shapes, log parsers, the store path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dynocell.runbooks.doctor import (
+    RULES, THRESHOLDS_PATH, diagnose_inputs, inputs_from_dict, load_thresholds, render_findings,
+)
+from dynocell.runbooks.knowledge import bundled_knowledge
+
+DATA = Path(__file__).parent / "data"
+CURVES = DATA / "curves"
+RULE_FILES = sorted(p for p in CURVES.glob("*.json") if p.name != "healthy.json")
+
+
+def _load(p: Path) -> dict:
+    return json.loads(p.read_text())
+
+
+def _cases(kind: str):
+    for f in RULE_FILES:
+        d = _load(f)
+        for c in d[kind]:
+            yield pytest.param(d["rule"], c["inputs"], id=f"{d['rule']}:{c['name']}")
+
+
+def test_every_rule_has_positive_and_negative_data():
+    rules = {_load(f)["rule"]: _load(f) for f in RULE_FILES}
+    assert set(rules) == set(RULES)
+    for d in rules.values():
+        assert d["positive"] and len(d["negative"]) >= 1
+
+
+@pytest.mark.parametrize("rule,inputs", list(_cases("positive")))
+def test_rule_fires_on_positive(rule, inputs):
+    findings = [f for f in diagnose_inputs(inputs_from_dict(inputs)) if f.rule == rule]
+    assert findings, f"{rule} did not fire"
+    f = findings[0]
+    assert f.severity in ("warn", "error")
+    assert f.evidence and f.message
+    assert f.entries, f"{rule} links no runbook entry"
+    assert all(slug in bundled_knowledge().entries for slug in f.entries)
+
+
+@pytest.mark.parametrize("rule,inputs", list(_cases("negative")))
+def test_rule_quiet_on_negative(rule, inputs):
+    assert rule not in [f.rule for f in diagnose_inputs(inputs_from_dict(inputs))]
+
+
+def test_healthy_reference_shaped_run_gives_no_finding():
+    findings = diagnose_inputs(inputs_from_dict(_load(CURVES / "healthy.json")["inputs"]))
+    assert findings == [], render_findings(findings)
+    assert render_findings(findings) == "no findings"
+
+
+def test_thresholds_each_have_a_comment():
+    th = load_thresholds()
+    assert set(RULES) <= set(th)
+    for line in THRESHOLDS_PATH.read_text().splitlines():
+        if re.match(r"^\s*\w+\s*=", line):
+            assert "#" in line, f"threshold without a comment: {line}"
+
+
+def test_public_flat_098_while_throughput_falls_is_accounting():
+    fs = diagnose_inputs(inputs_from_dict(_load(CURVES / "public/flat-098-throughput-falls.json")["inputs"]))
+    f = next(f for f in fs if f.rule == "no_net_win")
+    assert f.evidence["accounting_suspect"] is True
+    assert f.evidence["speedup"] < 1 and f.evidence["margin"] < 0
+    assert "high-acceptance-falling-throughput-accounting" in f.entries
+
+
+def test_public_zero_past_a_length_reports_the_boundary():
+    fs = diagnose_inputs(inputs_from_dict(_load(CURVES / "public/zero-past-32k.json")["inputs"]))
+    f = next(f for f in fs if f.rule == "zero_past_length")
+    assert (f.evidence["last_length_with_acceptance"], f.evidence["first_length_without"]) == (30000, 40000)
+    assert "zero-acceptance-past-length" in f.entries
+    assert "depth_decay" not in [x.rule for x in fs]  # the sharper finding explains it
+
+
+def test_public_collapse_only_at_dcp4():
+    fs = diagnose_inputs(inputs_from_dict(_load(CURVES / "public/dcp4-collapse.json")["inputs"]))
+    f = next(f for f in fs if f.rule == "scales_with_parallel")
+    assert f.evidence["knob"] == "parallel.dcp_size" and f.evidence["sizes"] == [1, 4]
+    assert "draft-parallel-config-copies-every-size" in f.entries
+    assert "pinned_near_one" in [x.rule for x in fs]
+
+
+def test_vllm_and_sglang_log_lines_give_the_same_curve_model():
+    from dynocell.engine.acceptance import Curve, parse_decode_lines, parse_vllm_spec_lines, relative_diff
+    from dynocell.runbooks.doctor import ClassCurve, DoctorInputs
+
+    v = parse_vllm_spec_lines((CURVES / "public/vllm-spec.log").read_text().splitlines())
+    s = parse_decode_lines((CURVES / "public/sglang-decode.log").read_text().splitlines())
+    assert len(v) == 1 and len(s) == 1
+    vc, sc = v[0].curve, s[0].to_curve()
+    assert isinstance(vc, Curve) and isinstance(sc, Curve)
+    assert vc.num_drafts == 4 and vc.tau == pytest.approx(3.833, abs=1e-3)
+    assert relative_diff(vc.tau, v[0].mean_acceptance_length) <= 0.02
+    assert sc.num_drafts == 3 and sc.tau == pytest.approx(2.31) and sc.accept_rate == pytest.approx(0.44)
+    # Both feed the doctor; the vLLM figure agrees with its own per-position rates.
+    inp = DoctorInputs(curves=[ClassCurve("vllm", vc, engine_tau=v[0].mean_acceptance_length),
+                               ClassCurve("sglang", sc)])
+    assert [f.rule for f in diagnose_inputs(inp)] == []
+
+
+def test_definitions_mismatch_names_the_convention():
+    d = _load(CURVES / "definitions_mismatch.json")["positive"][0]["inputs"]
+    f = next(f for f in diagnose_inputs(inputs_from_dict(d)) if f.rule == "definitions_mismatch")
+    assert f.evidence["explained_by"] == "skips verify steps with 0 accepted drafts"
+
+
+def test_sampled_oracle_in_the_wrong_mode_is_no_alarm():
+    d = _load(CURVES / "engine_vs_oracle.json")
+    wrong = next(c for c in d["negative"] if "not compared" in c["name"])["inputs"]
+    assert diagnose_inputs(inputs_from_dict(wrong)) == []
+    # The same engine curve judged as if it proposed sampled drafts does alarm (1.95 vs 2.78).
+    wrong["proposal_mode"] = "sampled"
+    assert "engine_vs_oracle" in [f.rule for f in diagnose_inputs(inputs_from_dict(wrong))]
+
+
+# ------------------------------------------------------------------ through the store
+
+def _stored_run(cell, cfg_path: Path, histograms: dict[str, list[int]], run_id: str) -> str:
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.acceptance import Curve
+    from dynocell.runbooks.configs import add_config
+
+    h = add_config(cell, cfg_path).hash
+    db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=h, state="completed")
+    for cls, hist in histograms.items():
+        c = Curve.from_histogram(hist)
+        db_runs.add_bench(cell.store, run_id=run_id, text_class=cls, concurrency=1, num_requests=3,
+                          duration_s=1.0, prompt_tokens=384, completion_tokens=192, request_throughput=3.0,
+                          output_tok_s=192.0, total_tok_s=576.0, ttft_ms={}, tpot_ms={}, itl_ms={}, e2e_ms={})
+        db_runs.add_curve(cell.store, [(i + 1, c.p[i], c.a[i]) for i in range(c.num_drafts)], run_id=run_id,
+                          text_class=cls, num_drafts=c.num_drafts, steps=c.steps, tau=c.tau,
+                          accept_rate=c.accept_rate, histogram=list(hist), completion_tokens=192)
+    return run_id
+
+
+def test_diagnose_stored_runs_and_store_findings(settings):
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+
+    cell = open_cell(settings)
+    healthy = {"code": [14, 6, 6, 133], "prose": [40, 20, 15, 80], "repetition": [5, 3, 2, 150]}
+    pinned = {k: [190, 8, 2, 0] for k in healthy}
+    good = _stored_run(cell, DATA / "configs/bisect-good.toml", healthy, "rungood0001")
+    bad = _stored_run(cell, DATA / "configs/bisect-bad-two.toml", pinned, "runbad00001")
+    # dcp 1 + eager (good) vs dcp 4 + graph (bad): two knobs differ, so they are not parallel-only siblings.
+    assert diagnose(cell, good) == []
+    fs = diagnose(cell, "runbad")  # a unique prefix works
+    assert [f.rule for f in fs] == ["pinned_near_one"]
+    stored = dbk.list_findings(cell.store, run_id=bad)
+    assert [s["rule"] for s in stored] == ["pinned_near_one"]
+    assert "pinned-near-one-wrong-inputs" in stored[0]["entries"]
+    diagnose(cell, bad)  # re-diagnosing replaces, not duplicates
+    assert len(dbk.list_findings(cell.store, run_id=bad)) == 1
+
+
+def test_diagnose_stored_parallel_sibling(settings, tmp_path):
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+
+    cell = open_cell(settings)
+    dcp1 = (DATA / "configs/bisect-bad-two.toml").read_text().replace("dcp_size = 4", "dcp_size = 1")
+    (tmp_path / "dcp1.toml").write_text(dcp1)
+    healthy = {"code": [14, 6, 6, 133], "repetition": [5, 3, 2, 150]}
+    _stored_run(cell, tmp_path / "dcp1.toml", healthy, "rundcp1")
+    _stored_run(cell, DATA / "configs/bisect-bad-two.toml", {k: [190, 8, 2, 0] for k in healthy}, "rundcp4")
+    rules = {f.rule: f for f in diagnose(cell, "rundcp4")}
+    assert set(rules) == {"pinned_near_one", "scales_with_parallel"}
+    assert rules["scales_with_parallel"].evidence["sizes"] == [1, 4]
+    assert diagnose(cell, "rundcp1") == []
+
+
+def test_diagnose_unknown_ref(settings):
+    from dynocell.errors import NotFound
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+
+    with pytest.raises(NotFound):
+        diagnose(open_cell(settings), "nosuchrun")

@@ -1,0 +1,164 @@
+"""Phase rules and failure signatures against synthetic logs and the real SGLang 0.5.17 logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.rules import (
+    UNKNOWN,
+    classify,
+    classify_log,
+    compile_safe,
+    load_phase_rules,
+    load_signatures,
+    match_phase,
+    phase_timeline,
+)
+from dynocell.errors import ConfigError
+
+DATA = Path(__file__).parent / "data"
+LOGS = sorted((DATA / "logs").glob("*.log"))
+SHARED = Path("/work/shared/gpu/artifacts")  # fallback while tests/data is being filled
+
+
+def real(rel: str) -> Path:
+    """tests/data/sglang-0.5.17/<rel>, or the shared original; skip when neither exists."""
+    p = DATA / "sglang-0.5.17" / rel
+    if p.is_file():
+        return p
+    fallback = {"trained-pair/": SHARED / "sglang-0.5.17-h200-trained-pair/"}
+    for prefix, base in fallback.items():
+        if rel.startswith(prefix) and (base / rel[len(prefix):]).is_file():
+            return base / rel[len(prefix):]
+    if (SHARED / "sglang-0.5.17-h200" / rel).is_file():
+        return SHARED / "sglang-0.5.17-h200" / rel
+    pytest.skip(f"{rel} not available")
+
+
+def expected_id(path: Path) -> str:
+    return path.stem.split("--")[0]
+
+
+def test_rules_files_load_and_are_safe():
+    names = [r.name for r in load_phase_rules("sglang")]
+    assert names == ["weights_begin", "weights_end", "kv_cache_allocated", "memory_pool_end",
+                     "cuda_graph_begin", "cuda_graph_end", "http_listening", "ready"]
+    assert [r.name for r in load_phase_rules("reference")] == names
+    ids = {s.id for s in load_signatures()}
+    for required in ("eagle3_not_supported", "cuda_graph_no_valid_sizes", "cuda_oom_graph_capture",
+                     "cuda_oom_weights", "kv_cache_too_small", "port_in_use", "nccl_timeout_startup",
+                     "nccl_timeout_serving", "model_path_not_found", "unrecognized_engine_argument",
+                     "python_import_error"):
+        assert required in ids
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_synthetic_log_classified(log: Path):
+    match, _, _ = classify_log(log.read_text().splitlines())
+    assert match.id == expected_id(log)
+    if match.id != "unknown":
+        assert match.title and match.hint and match.line
+
+
+def test_captured_groups():
+    def groups(name):
+        return classify_log((DATA / "logs" / name).read_text().splitlines())[0].groups
+
+    assert groups("kv_cache_too_small.log") == {"needed_gib": "9.5", "available_gib": "6.91"}
+    assert groups("kv_cache_too_small--sglang.log") == {"mem_fraction_static": "0.05"}
+    assert groups("port_in_use.log") == {"host": "127.0.0.1", "port": "30003"}
+    assert groups("eagle3_not_supported.log")["model_class"] == "MiniMaxM3SparseForConditionalGeneration"
+    assert groups("cuda_oom_graph_capture.log")["tried_to_allocate"] == "1.50 GiB"
+    assert groups("nccl_timeout_serving.log")["ran_ms"] == "600123"
+    assert groups("unrecognized_engine_argument.log") == {"args": "--speculative-num-drafts 4"}
+    assert groups("python_import_error.log") == {"module": "flashinfer.norm"}
+
+
+def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
+    oom = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    at = lambda phase, ready=False: classify(oom, last_phase=phase, was_ready=ready).id
+    assert at(None) == "cuda_oom_weights"
+    assert at("weights_begin") == "cuda_oom_weights"
+    assert at("memory_pool_end") == "cuda_oom_memory_pool"
+    assert at("cuda_graph_begin") == "cuda_oom_graph_capture"
+    assert at("ready", True) == "cuda_oom_serving"
+    nccl = ["[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+            "Timeout(ms)=600000) ran for 600001 milliseconds before timing out."]
+    assert classify(nccl, last_phase=None, was_ready=False).id == "nccl_timeout_startup"
+    assert classify(nccl, last_phase="ready", was_ready=True).id == "nccl_timeout_serving"
+
+
+def test_unknown_is_never_a_guess():
+    assert classify([], last_phase=None, was_ready=False) == UNKNOWN
+    # SGLang prints these on every healthy boot: they must not read as import errors
+    harmless = ["[2026-11-30 03:25:27] Ignore import error when loading sglang.srt.models.inkling: "
+                "No module named 'helion'",
+                "[2026-11-30 03:25:41] OpenAI Responses API (/v1/responses) disabled: OpenAIServingResponses "
+                "init failed (ModuleNotFoundError: No module named 'openai_harmony')"]
+    assert classify(harmless, last_phase="ready", was_ready=True).id == "unknown"
+
+
+@pytest.mark.parametrize("name,graphs", [("A", 0), ("B", 2), ("C", 5), ("D", 2), ("E", 5)])
+def test_real_sglang_logs_phases_and_ready_time(name, graphs):
+    log = real(f"{name}.server.log")
+    result = json.loads(real(f"{name}.result.json").read_text())
+    lines = log.read_text(errors="replace").splitlines()
+    tl = phase_timeline(lines)
+    names = [e.name for e in tl]
+    first = {n: names.index(n) for n in set(names)}
+    assert first["weights_begin"] < first["weights_end"] < first["kv_cache_allocated"] < first["memory_pool_end"]
+    assert first["memory_pool_end"] < first["http_listening"] < first["ready"]
+    assert names.count("cuda_graph_begin") == graphs == names.count("cuda_graph_end")
+    spec = names.count("weights_begin")
+    assert spec == (2 if name in ("C", "E") else 1)  # STANDALONE loads a draft too
+    kv = next(e for e in tl if e.name == "kv_cache_allocated")
+    assert int(kv.detail["tokens"]) > 1_000_000 and kv.detail["dtype"] == "torch.bfloat16"
+    ready = next(e for e in tl if e.name == "ready")
+    # The log starts after interpreter start-up, so its ready offset is below the measured boot time.
+    assert 20 < ready.offset_s < result["boot_s"]
+    match, last, was_ready = classify_log(lines)
+    assert was_ready and match.id == "unknown"  # a healthy boot names no failure
+
+
+def test_real_trained_pair_log_r():
+    lines = real("trained-pair/R.server.log").read_text(errors="replace").splitlines()
+    tl = phase_timeline(lines)
+    assert [e.name for e in tl if e.name == "weights_begin"] == ["weights_begin"] * 2
+    assert tl[-1].name == "ready" or "ready" in [e.name for e in tl]
+    assert next(e for e in tl if e.name == "kv_cache_allocated").detail["dtype"] == "torch.float16"
+
+
+def test_tp_rank_tagged_lines_match():
+    hit = match_phase("[2026-11-30 03:47:17 TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 28981312, "
+                      "K size: 13.82 GB, V size: 13.82 GB")
+    assert hit and hit.name == "kv_cache_allocated" and hit.detail["tokens"] == "28981312"
+    hit = match_phase("2026-11-30T03:25:29.001Z | [2026-11-30 03:25:29] Capture draft extend CUDA graph end. "
+                      "elapsed=1.24 s, mem usage=0.04 GB, avail mem=110.45 GB.")
+    assert hit and hit.name == "cuda_graph_end" and hit.detail == {"graph": "draft extend", "elapsed_s": "1.24"}
+    assert match_phase("Load weight begin.", "reference").name == "weights_begin"
+
+
+def test_catastrophic_and_broken_patterns_refused(tmp_path):
+    for bad in ["(a+)+", "(a*)*b", "(?:x|y+)+", "((ab)*c)+"]:
+        with pytest.raises(ConfigError, match="catastrophic"):
+            compile_safe(bad, "f.toml", "regex")
+    with pytest.raises(ConfigError, match="bad regex"):
+        compile_safe("(unclosed", "f.toml", "regex")
+    compile_safe(r"a{1,3}(?:bc)?d+", "f.toml", "regex")
+    f = tmp_path / "ops.toml"
+    f.write_text('[[signature]]\nid = "x"\ntitle = "t"\nhint = "h"\nregex = "(a+)+"\n')
+    with pytest.raises(ConfigError, match="signature\\[0\\].regex"):
+        load_signatures([f])
+
+
+def test_extra_signatures_win_over_bundled(tmp_path):
+    f = tmp_path / "ops.toml"
+    f.write_text('[[signature]]\nid = "our_flashinfer_stub"\ntitle = "Stand-in flashinfer lacks norm"\n'
+                 'hint = "rebuild the stubs"\nregex = "^ModuleNotFoundError: No module named \'flashinfer\\\\.norm\'"\n')
+    sigs = load_signatures([f])
+    lines = (DATA / "logs" / "python_import_error.log").read_text().splitlines()
+    assert classify_log(lines, signatures=sigs)[0].id == "our_flashinfer_stub"
+    assert classify_log(lines)[0].id == "python_import_error"

@@ -1,0 +1,184 @@
+"""Trace parser: synthetic edge cases, error paths, a real torch-profiler CPU trace made here."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.trace import (
+    CATEGORIES,
+    TraceError,
+    analyze_ranks,
+    analyze_trace,
+    load_rules,
+    per_token,
+    rank_of,
+)
+from dynocell.errors import UserError
+
+TRACES = Path(__file__).parent / "data" / "traces"
+REAL_A = Path(__file__).parent / "data" / "sglang-0.5.17" / "A.1796009075.4916983-TP-0.trace.json.gz"
+
+
+def test_array_form_union_and_warnings():
+    s = analyze_trace(TRACES / "array-form.json")
+    assert s.source == "kernel"
+    assert s.device_ms == pytest.approx(0.030)
+    assert s.window_ms == pytest.approx(0.050)
+    assert s.busy_pct == pytest.approx(50.0)
+    assert s.launches == 4 and s.graph_launches == 1
+    assert s.category("gemm").launches == 1 and s.category("attention").launches == 1  # "Kernel" cat, any case
+    assert s.category("norm").ms == pytest.approx(0.005)
+    assert s.category("memcpy_gather").ms == pytest.approx(0.005)
+    assert sum(c.pct for c in s.categories) == pytest.approx(100.0)
+    assert [c.category for c in s.categories] == list(CATEGORIES)
+    assert any("negative duration" in w for w in s.warnings)
+    assert s.top[0].source == "kernel"
+
+
+def test_plain_and_gzip_give_the_same_split(tmp_path):
+    gz = tmp_path / "x.trace.json.gz"
+    with gzip.open(gz, "wb") as f:
+        f.write((TRACES / "array-form.json").read_bytes())
+    assert analyze_trace(gz).categories == analyze_trace(TRACES / "array-form.json").categories
+
+
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        ("truncated.trace.json.gz", "truncated"),
+        ("not-json.trace.json.gz", "not valid JSON"),
+        ("no-trace-events.json", "no 'traceEvents'"),
+    ],
+)
+def test_bad_traces_raise_trace_error_naming_the_file(name, needle):
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(TRACES / name)
+    assert isinstance(exc.value, UserError)
+    assert name in str(exc.value) and needle in str(exc.value)
+
+
+def test_truncated_plain_json(tmp_path):
+    p = tmp_path / "cut.json"
+    p.write_bytes(gzip.decompress(REAL_A.read_bytes())[:100_000])
+    with pytest.raises(TraceError, match="cut.json.*not complete JSON"):
+        analyze_trace(p)
+
+
+def test_missing_file_and_empty_events(tmp_path):
+    with pytest.raises(TraceError, match="cannot open"):
+        analyze_trace(tmp_path / "nope.json.gz")
+    p = tmp_path / "empty.json"
+    p.write_text('{"traceEvents": []}')
+    s = analyze_trace(p)
+    assert s.device_ms == 0 and s.launches == 0 and "neither GPU kernels nor CPU ops" in s.warnings[0]
+
+
+def test_rank_of():
+    assert rank_of("A.1796009075.4916983-TP-0.trace.json.gz") == 0
+    assert rank_of("T.TP-1.trace.json.gz") == 1
+    assert rank_of("x-TP-12-DP-0.trace.json.gz") == 12
+    assert rank_of("trace.json.gz") is None
+
+
+def test_analyze_ranks_refuses_duplicates_and_assigns_missing(tmp_path):
+    a = tmp_path / "a.json"
+    shutil.copy(TRACES / "array-form.json", a)
+    r = analyze_ranks([a])
+    assert r.ranks[0].rank == 0 and r.rank_skew == 1.0 and "rank 0 assumed" in r.ranks[0].warnings[-1]
+    b = tmp_path / "b-TP-0.json"
+    c = tmp_path / "c-TP-0.json"
+    shutil.copy(a, b)
+    shutil.copy(a, c)
+    with pytest.raises(TraceError, match="same rank"):
+        analyze_ranks([b, c])
+    with pytest.raises(TraceError):
+        analyze_ranks([])
+
+
+def test_per_token():
+    s = analyze_trace(TRACES / "array-form.json")
+    pt = per_token(s, 10)
+    assert pt["ms_per_token"] == pytest.approx(0.003) and pt["launches_per_token"] == pytest.approx(0.4)
+    with pytest.raises(UserError):
+        per_token(s, 0)
+
+
+def test_bad_rules_file(tmp_path):
+    p = tmp_path / "r.toml"
+    p.write_text('[[rule]]\ncategory = "gpu_magic"\nregex = "x"\n')
+    with pytest.raises(TraceError, match="gpu_magic"):
+        load_rules(p)
+    p.write_text('[[rule]]\ncategory = "gemm"\nregex = "(unclosed"\n')
+    with pytest.raises(TraceError, match="bad regex"):
+        load_rules(p)
+
+
+def test_rules_on_real_kernel_and_op_names():
+    r = load_rules()
+    cases = {
+        "nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN": "gemm",
+        "void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(…)": "norm",
+        "_fwd_grouped_kernel_stage1": "attention",
+        "_fwd_kernel_stage2": "attention",
+        "void (anonymous namespace)::all_reduce_kernel<(anonymous namespace)::AllReducePushImpl<…>": "communication",
+        "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "communication",
+        "void (anonymous namespace)::fused_rope_kernel<true, 64l>": "elementwise",
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(…)": "memcpy_gather",
+        "void at::native::vectorized_elementwise_kernel<2, at::native::CUDAFunctorOnSelf_add<long>>": "elementwise",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>": "sampling",
+        "Memcpy DtoD (Device -> Device)": "memcpy_gather",
+        "fused_moe_kernel": "moe",
+        "topk_softmax": "router_topk",
+        "aten::mm": "gemm",
+        "aten::addmm": "gemm",
+        "aten::linear": "gemm",
+        "aten::scaled_dot_product_attention": "attention",
+        "aten::_softmax": "attention",
+        "aten::native_layer_norm": "norm",
+        "aten::relu": "elementwise",
+        "aten::copy_": "memcpy_gather",
+        "aten::empty": "other",
+    }
+    for name, cat in cases.items():
+        assert r.category(name) == cat, name
+
+
+@pytest.fixture(scope="session")
+def cpu_profile_trace(tmp_path_factory) -> Path:
+    """A real torch-profiler CPU trace of a tiny matmul loop, exported and gzipped."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64)
+    x = torch.randn(8, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(30):
+            y = torch.relu(lin(x))
+            y = torch.nn.functional.layer_norm(y, (64,))
+            y = torch.softmax(y @ y.T, dim=-1)
+    d = tmp_path_factory.mktemp("torch-trace")
+    raw = d / "cpu.trace.json"
+    prof.export_chrome_trace(str(raw))
+    gz = d / "cpu.trace.json.gz"
+    gz.write_bytes(gzip.compress(raw.read_bytes()))
+    return gz
+
+
+def test_real_torch_cpu_trace(cpu_profile_trace):
+    s = analyze_trace(cpu_profile_trace)
+    assert s.source == "cpu_op"
+    assert s.category("gemm").ms > 0 and s.category("gemm").launches >= 60  # linear/addmm/matmul/mm
+    assert s.category("norm").ms > 0 and s.category("attention").ms > 0 and s.category("elementwise").ms > 0
+    assert s.graph_launches == 0
+    assert all(k.source == "cpu_op" for k in s.top)
+    # Self time: the categories sum to the CPU self time, never more than the busy window allows.
+    assert s.device_ms <= s.window_ms * 1.0001 + 1e-6
+    raw = json.loads(gzip.decompress(cpu_profile_trace.read_bytes()))
+    inclusive = sum(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "cpu_op") / 1000
+    assert s.device_ms < inclusive  # nested ops are not double counted

@@ -1,0 +1,138 @@
+"""Security of the web panel in secured mode (a token exists / non-loopback bind).
+
+Covers: no session → redirect (pages) / 401 (API, htmx); every POST route without a CSRF token
+→ 403; login with a wrong token repeatedly → 429; path traversal on artifact routes (``../``,
+percent-encoded, absolute, symlink out) → 404; a ``<script>`` in a log line, a kernel name and a
+runbook entry renders inert; session cookie flags; loopback-only Host check in open mode.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.test_web_routes import web_store  # noqa: F401 - session fixture
+from tests.web_fill import XSS
+
+
+@pytest.fixture(scope="session")
+def web_token(web_store):  # noqa: F811
+    from dynocell.runbooks.views import web_token_create
+
+    return web_token_create(web_store[1], "test")
+
+
+@pytest.fixture
+def secured(web_store, web_token):  # noqa: F811
+    from dynocell.web.app import create_app
+
+    settings, cell, ids = web_store
+    token = web_token
+    app = create_app(settings, cell=cell, bind_host="0.0.0.0", login_max_failures=3)
+    with TestClient(app) as c:
+        yield c, token, ids, app
+
+
+def login(c, token):
+    r = c.post("/login", data={"token": token, "next": "/"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    return r
+
+
+def test_without_session_pages_redirect_and_api_401(secured):
+    c, _, ids, _ = secured
+    r = c.get(f"/runs/{ids['runs'][0]}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"].startswith("/login?next=")
+    assert c.get("/api/dashboard").status_code == 401
+    assert c.get("/", headers={"HX-Request": "true"}).headers.get("HX-Redirect") == "/login"
+    assert c.post("/actions/run", data={"config": "tiny"}).status_code in (401, 303)
+    assert c.get("/static/panel.css").status_code == 200  # public
+
+
+def test_login_sets_strict_httponly_cookie_and_bearer_works(secured):
+    c, token, _, _ = secured
+    r = login(c, token)
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+    assert c.get("/").status_code == 200
+    bare = TestClient(c.app)
+    assert bare.get("/api/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert bare.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_every_post_route_needs_csrf(secured):
+    c, token, ids, app = secured
+    login(c, token)
+    posts = [p for p in app.state.post_paths if p != "/login"]
+    assert len(posts) >= 12
+    for path in posts:
+        url = path.replace("{boot_id}", ids["live_boot"])
+        r = c.post(url, data={"config": "tiny", "kind": "run", "target": "x", "text": "t"})
+        assert r.status_code == 403, (url, r.status_code)
+        r = c.post(url, data={"config": "tiny", "csrf_token": "forged"})
+        assert r.status_code == 403, url
+    # the right token passes (a note: harmless)
+    token_csrf = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/").text).group(1)
+    ok = c.post("/notes", data={"kind": "run", "target": ids["runs"][0], "text": "csrf ok", "csrf_token": token_csrf},
+                follow_redirects=False)
+    assert ok.status_code == 303
+    ok = c.post("/api/notes", json={"kind": "run", "target": ids["runs"][0], "text": "hdr"},
+                headers={"X-CSRF-Token": token_csrf})
+    assert ok.status_code == 200
+
+
+def test_get_never_changes_state(secured):
+    c, token, ids, app = secured
+    login(c, token)
+    for path in ("/boots/{}/stop".format(ids["live_boot"]), "/actions/run", "/notes", "/logout"):
+        assert c.get(path).status_code in (404, 405)
+    assert app.state.jobs.list() == []
+
+
+def test_failed_logins_are_rate_limited(secured):
+    c, token, _, _ = secured
+    codes = [c.post("/login", data={"token": "nope"}).status_code for _ in range(4)]
+    assert codes[:3] == [401, 401, 401] and codes[3] == 429
+    # even the right token is refused while blocked
+    assert c.post("/login", data={"token": token}, follow_redirects=False).status_code == 429
+
+
+@pytest.mark.parametrize("name", [
+    "../../dynocell.db", "..%2F..%2Fdynocell.db", "%2e%2e/%2e%2e/dynocell.db", "%2Fetc%2Fpasswd",
+    "/etc/passwd", "traces/../../../dynocell.db", "..%252F..%252Fdynocell.db", "escape", "nonexistent.txt",
+])
+def test_artifact_traversal_is_404(secured, name):
+    c, token, ids, _ = secured
+    login(c, token)
+    b = ids["boots"][0]
+    home = c.app.state.settings.home
+    link = home / "boots" / b / "escape"
+    if not link.exists():
+        os.symlink("/etc/passwd", link)
+    r = c.get(f"/boots/{b}/artifacts/{name}")
+    assert r.status_code == 404, (name, r.status_code)
+    assert "root:" not in r.text and "SQLite" not in r.text
+
+
+def test_script_in_log_kernel_and_entry_renders_inert(secured):
+    c, token, ids, _ = secured
+    login(c, token)
+    for url in (f"/boots/{ids['boots'][0]}", f"/runs/{ids['runs'][0]}", "/runbooks/test-xss-entry"):
+        html = c.get(url).text
+        assert XSS not in html, url
+        assert "<img src=x" not in html and "onerror" not in html.replace("&lt;img src=x onerror", "")
+    assert "&lt;script&gt;window.__pwned" in c.get(f"/boots/{ids['boots'][0]}").text
+
+
+def test_open_mode_rejects_foreign_host(web_store):  # noqa: F811
+    from dynocell.web.app import create_app
+
+    settings, cell, _ = web_store
+    app = create_app(settings, cell=cell, require_login=False)
+    with TestClient(app, base_url="http://evil.example") as c:
+        assert c.get("/").status_code == 400
+    with TestClient(app, base_url="http://127.0.0.1:8700") as c:
+        assert c.get("/").status_code == 200
