@@ -187,3 +187,22 @@ def test_diagnose_unknown_ref(settings):
 
     with pytest.raises(NotFound):
         diagnose(open_cell(settings), "nosuchrun")
+
+
+def test_diagnose_failed_boot_links_signature_entries(settings, tmp_path):
+    from dynocell.db.models import Boot
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.configs import add_config
+    from dynocell.runbooks.doctor import diagnose
+
+    cell = open_cell(settings)
+    h = add_config(cell, DATA / "configs/bisect-good.toml").hash
+    log = tmp_path / "engine.log"
+    log.write_text("loading\nOSError: [Errno 98] error while attempting to bind on address: address already in use\n")
+    with cell.store.session() as s:
+        s.add(Boot(id="bootfail0001", config_hash=h, engine="sglang", hostname="h", host="127.0.0.1", argv="x",
+                   env={}, state="failed", log_path=str(log), failure_signature="port_in_use",
+                   failure_detail={"line": "address already in use"}))
+    fs = diagnose(cell, "bootfail")
+    assert [f.rule for f in fs] == ["boot_failure"]
+    assert fs[0].entries == ["port-in-use"] and fs[0].evidence["signature"] == "port_in_use"

@@ -234,3 +234,34 @@ def test_stop_from_another_process_by_pid_and_pgid(tmp_path):
         proc.wait()
     assert not process_alive(proc.pid)
     assert stop_process_group(proc.pid, proc.pid, grace_s=1).how == "gone"
+
+
+def test_reference_engine_boot_ready_healthy_stop(tmp_path, model_pair, python_exe):
+    """The embedded reference engine through the real adapter: boot → ready → healthy → graceful stop."""
+    from dynocell.engine.adapters import render
+    from dynocell.engine.config import EngineConfig
+    from dynocell.engine.health import ExpectedServer
+
+    target, draft = model_pair.target, model_pair.draft
+    cfg = EngineConfig.model_validate({
+        "engine": "reference", "model_path": str(target),
+        "speculative": {"algorithm": "STANDALONE", "draft_model_path": str(draft), "num_steps": 3,
+                        "eagle_topk": 1, "num_draft_tokens": 4},
+    })
+    spec = render(cfg, python=python_exe, base_env={**ENV, "HOME": str(tmp_path)})
+    rec = Recorder()
+    sup = Supervisor("reference", on_event=rec)
+    sup.start(spec, tmp_path / "ref.log")
+    try:
+        res = sup.wait_ready(timeout_s=120, probe_interval_s=0.2)
+        assert res.ok, (res.reason, res.tail)
+        for phase in ("weights_begin", "weights_end", "kv_cache_allocated", "http_listening"):
+            assert phase in rec.phases()
+        with EngineClient(spec.base_url, 30.0) as client:
+            v = check_health(client, process_alive=process_alive(sup.pid),
+                             expected=ExpectedServer.from_config(cfg))
+        assert v.verdict == "healthy", v.reason
+    finally:
+        stop = sup.stop(grace_s=15)
+    assert stop.how == "graceful" and stop.clean and sup.state is BootState.STOPPED
+    assert rec.states() == [("starting", "ready"), ("ready", "stopping"), ("stopping", "stopped")]

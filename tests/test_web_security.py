@@ -136,3 +136,26 @@ def test_open_mode_rejects_foreign_host(web_store):  # noqa: F811
         assert c.get("/").status_code == 400
     with TestClient(app, base_url="http://127.0.0.1:8700") as c:
         assert c.get("/").status_code == 200
+
+
+def test_cli_refuses_non_loopback_without_token_and_prints_token_once(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from dynocell.cli import common
+    from dynocell.cli.commands import web
+
+    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
+    monkeypatch.setattr(common.state, "settings", None)
+    monkeypatch.setattr(common.state, "cell", None)
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    web.register(app)
+    res = CliRunner().invoke(app, ["web", "--host", "0.0.0.0", "--port", "8799"])
+    assert res.exit_code != 0 and "dynocell web token create" in str(res.exception.hint)
+    res = CliRunner().invoke(app, ["web", "token", "create", "--label", "ops"])
+    assert res.exit_code == 0 and res.stdout.strip().startswith("dct_")
+    import sqlite3
+
+    rows = sqlite3.connect(tmp_path / "dynocell.db").execute("select token_hash from web_tokens").fetchall()
+    assert len(rows) == 1 and res.stdout.strip() not in rows[0][0] and rows[0][0].startswith("scrypt$")

@@ -26,6 +26,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.config",
     "dynocell.cli.commands.boots",
     "dynocell.cli.commands.run",
+    "dynocell.cli.commands.web",
+    "dynocell.cli.commands.runbook",
+    "dynocell.cli.commands.engine",
 )
 
 app = typer.Typer(
@@ -73,8 +76,6 @@ def _report(exc: BaseException, code: int, message: str, hint: str | None = None
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    import click
-
     from dynocell.errors import DynocellError
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -85,17 +86,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
     command = typer.main.get_command(build_app())
     try:
-        rv = command.main(args=args, prog_name="dynocell", standalone_mode=False)
+        # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
+        command.main(args=args, prog_name="dynocell", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        err_console.print(str(code), markup=False, highlight=False)
+        return 1
     except DynocellError as exc:
         return _report(exc, exc.exit_code, exc.message, exc.hint)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        if state.debug:
-            traceback.print_exception(exc, file=sys.stderr)
-        exc.show()
-        return exc.exit_code
-    except (click.Abort, KeyboardInterrupt) as exc:
+    except KeyboardInterrupt as exc:
         return _report(exc, 130, "interrupted")
     except BrokenPipeError:
         return 0
@@ -105,7 +108,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             return 1
         return _report(exc, 1, f"internal error: {type(exc).__name__}: {exc}",
                        "run again with --debug for the traceback, and report it")
-    return rv if isinstance(rv, int) else 0
+    return 0
 
 
 def main() -> None:

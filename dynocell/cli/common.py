@@ -42,13 +42,18 @@ def get_settings() -> "Settings":
     if state.settings is None:
         from dynocell.settings import load_settings
 
+        from pydantic import ValidationError
+
         try:
             state.settings = load_settings()
-        except Exception as exc:  # pydantic ValidationError of a DYNOCELL_* variable
+        except ValidationError as exc:  # a DYNOCELL_* variable that does not parse
             from dynocell.errors import UserError
+            from dynocell.settings import ENV_PREFIX
 
-            raise UserError(f"invalid setting in the environment: {exc}",
-                            "fix or unset the DYNOCELL_* variable named above") from exc
+            first = exc.errors()[0]
+            var = ENV_PREFIX + "_".join(str(p) for p in first["loc"]).upper()
+            raise UserError(f"invalid setting in the environment: {var}={first.get('input')!r}: "
+                            f"{first['msg']}", f"fix or unset {var}") from exc
         if state.settings.debug:
             state.debug = True
     return state.settings

@@ -75,15 +75,41 @@ def head_revision() -> str:
 
 
 def migrate(engine: Engine) -> tuple[str | None, str]:
-    """Upgrade the database behind ``engine`` to head; returns (revision before, revision after)."""
-    before = current_revision(engine)
+    """Upgrade the database behind ``engine`` to head; returns (revision before, revision after).
+
+    For a SQLite file, concurrent first uses (a CLI, the web panel and a
+    supervisor process starting together) are serialised with an exclusive
+    lock on ``<db>.migrate.lock`` and the revision is re-read under it, so two
+    processes never both create the schema.
+    """
     head = head_revision()
-    if before != head:
-        cfg = alembic_config(str(engine.url.render_as_string(hide_password=False)))
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+    before = current_revision(engine)
+    if before == head:
+        return before, head
+    with _migration_lock(engine):
+        before = current_revision(engine)
+        if before != head:
+            cfg = alembic_config(str(engine.url.render_as_string(hide_password=False)))
+            with engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
     return before, head
+
+
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    db = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if not db or db == ":memory:":
+        yield
+        return
+    import fcntl
+
+    with open(f"{db}.migrate.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class Store:

@@ -24,7 +24,8 @@ The child's environment is explicit, never a copy of ``os.environ``:
 ``base_env`` (given by the caller, e.g. PATH/HOME/CUDA_VISIBLE_DEVICES chosen by
 the runbook) + the config's ``[env]`` + ``PYTHONPATH`` with the engine build's
 directory first (``build_pythonpath``) so every process the engine spawns sees
-the build's code.
+the build's code. ``PYTHONUNBUFFERED=1`` is added unless set, so the engine's
+lines reach the supervisor's log as they are printed.
 
 Model paths: ``dynocell:tiny`` style names are rendered as written; the caller
 resolves them first (``cfg.with_changes(model_path=...)``) when the engine
@@ -41,7 +42,7 @@ from __future__ import annotations
 import re
 import shlex
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from dynocell.engine.config import EngineConfig

@@ -660,7 +660,10 @@ class Supervisor:
         return self._proc.pid
 
     def _failed_result(self, reason: str, stop_on_failure: bool, grace_s: float) -> ReadyResult:
-        stop = self._cleanup(grace_s) if stop_on_failure else None
+        stop = None
+        if stop_on_failure:
+            stop = self._cleanup(grace_s)
+            self.close()  # nothing left to log
         return ReadyResult(False, self._state.value, None, self._exit_code, self.last_phase,
                            self.tail(TAIL_LINES), self._failure, reason, stop)
 

@@ -7,7 +7,7 @@ with ``ijson`` (C backend ``yajl2_c`` when available) one event at a time, so
 memory stays bounded whatever the file size: per event only a few numbers are
 kept; per distinct name a small aggregate.
 
-What counts:
+What counts (complete events, ``"ph": "X"``, as Kineto writes them):
 - GPU mode (any device event present): events with ``cat`` ``kernel``,
   ``gpu_memcpy`` or ``gpu_memset`` (case-insensitive). Their ``dur`` (µs) sums to
   ``device_ms``; the union of their intervals over the window [first start, last

@@ -14,6 +14,8 @@ is gone too, and shown as running-unsupervised while its engine lives — never
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -29,8 +31,7 @@ from typing import Any, Callable, Iterator
 import psutil
 
 from dynocell.db import boots as db_boots
-from dynocell.db import configs as db_configs
-from dynocell.engine.adapters import LaunchSpec, adapter_for, pick_free_port, redact_env
+from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
 from dynocell.engine import health as engine_health
@@ -144,8 +145,7 @@ def start_boot(
     boot_dir.mkdir(parents=True, exist_ok=True)
     log_path = boot_dir / "engine.log"
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
-    adapter = adapter_for(cfg_run.engine)
-    spec = adapter.render(
+    spec = render(
         cfg_run, python=settings.engine_python, port=port,
         build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
     )
@@ -157,14 +157,15 @@ def start_boot(
     )
     events.publish("boot.created", boot_id=boot_id, config_hash=config_hash, port=spec.port)
     progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
-    sup = Supervisor(on_event=_record_event(cell, boot_id))
+    sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
     try:
         sup.start(spec, log_path)
     except OSError as exc:
         db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
                             failure_signature="spawn_error", failure_detail={"error": str(exc)})
         raise EngineError(f"could not start the engine: {exc}", f"check engine_python ({settings.engine_python})") from exc
-    db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid)
+    db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid,
+                         failure_detail={"engine_create_time": sup.create_time})
     live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
     limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
     result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
@@ -173,8 +174,9 @@ def start_boot(
         db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
         progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
         return live
-    # Not ready: make sure nothing survives, then record why.
-    stop = sup.stop(settings.stop_grace_s) if sup.alive() else None
+    # Not ready: wait_ready already stopped what was left of the group; record why.
+    stop = result.stop
+    sup.close()
     finish_log(cell, boot_id, log_path)
     sig = result.signature
     db_boots.transition(
@@ -202,8 +204,8 @@ def _now():
 def finish_log(cell: Cell, boot_id: str, log_path: Path) -> None:
     """Record the log file's size (bytes) and sha256 on the boot row."""
     if log_path.exists():
-        size, sha = file_digest(log_path)
-        db_boots.update_boot(cell.store, boot_id, log_size=size, log_sha256=sha)
+        digest = file_digest(log_path)
+        db_boots.update_boot(cell.store, boot_id, log_size=digest.size_bytes, log_sha256=digest.sha256)
 
 
 def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None, reason: str = "stop requested") -> dict[str, Any]:
@@ -230,14 +232,16 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None, reason: 
 
 def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
     """Record that a ready engine died without a stop request (``crashed``, with signature)."""
-    info = live.supervisor.crash_info()
+    sup = live.supervisor
+    sup.poll()
+    leftovers = sup.stop(0.0)  # a crashed engine may leave children behind: none may survive
     finish_log(cell, live.boot_id, live.log_path)
-    sig = info.signature
+    sig = sup.failure
     db_boots.transition(
-        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=_now(), exit_code=info.exit_code,
-        failure_signature=sig.id if sig else "unknown",
+        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=_now(), exit_code=sup.exit_code,
+        failure_signature=sig.id if sig else "unknown", stop_how=leftovers.how, zombies=len(leftovers.zombies),
         failure_detail={"title": sig.title if sig else None, "hint": sig.hint if sig else None,
-                        "tail": list(info.tail)[-50:]},
+                        "tail": sup.tail(50), "survivors": [str(x) for x in leftovers.survivors]},
     )
     events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="crashed",
                    reason=sig.id if sig else "unknown")
@@ -248,16 +252,15 @@ def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
 
 def expected_server(cfg: EngineConfig) -> "engine_health.ExpectedServer":
     """What /get_server_info must report for ``cfg`` (model path, tp size, speculative widths)."""
-    spec = cfg.speculative
-    return engine_health.ExpectedServer(
-        model_path=cfg.model_path, tp_size=cfg.parallel.tp_size, speculative_algorithm=spec.algorithm,
-        speculative_num_steps=spec.num_steps, speculative_num_draft_tokens=spec.num_draft_tokens,
-    )
+    return engine_health.ExpectedServer.from_config(cfg)
 
 
 def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> dict[str, Any]:
     """Store a health verdict and publish it."""
-    checks = [c.as_dict() if hasattr(c, "as_dict") else dict(c.__dict__) for c in verdict.checks]
+    checks = verdict.as_dict()["checks"]
+    if verdict.progress is not None:
+        checks.append({"name": "_progress_sample", "ok": True, "latency_ms": None, "reason": "",
+                       "sample": dataclasses.asdict(verdict.progress)})
     row = db_boots.add_health(cell.store, boot_id, verdict.verdict, checks, ",".join(verdict.failed))
     events.publish("health.recorded", boot_id=boot_id, verdict=verdict.verdict, failed=list(verdict.failed))
     return row
@@ -303,7 +306,8 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
         row["supervised"], row["engine_alive"] = False, False
         return row
     supervised = row["supervisor_pid"] == os.getpid() or _is_our_process(row["supervisor_pid"], "dynocell")
-    engine_alive = bool(row["pid"]) and process_alive(row["pid"])
+    ctime = (row.get("failure_detail") or {}).get("engine_create_time")
+    engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
     if not supervised and not engine_alive:
         if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
@@ -355,7 +359,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
     prev_sample = None
     if prev:
         for c in prev[0]["checks"]:
-            if c.get("name") == "progress" and c.get("sample"):
+            if c.get("name") == "_progress_sample" and c.get("sample"):
                 prev_sample = engine_health.ProgressSample(**c["sample"])
     verdict = engine_health.check_health(
         client,
@@ -371,7 +375,9 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
 
 def config_of_boot(cell: Cell, boot: dict[str, Any]) -> EngineConfig:
     """The EngineConfig a boot was started with (from its stored canonical JSON)."""
-    return db_configs.load_config_by_hash(cell.store, boot["config_hash"])
+    from dynocell.runbooks.configs import config_by_hash
+
+    return config_by_hash(cell, boot["config_hash"])
 
 
 # ---------------------------------------------------------------- stop
@@ -390,7 +396,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     if boot["supervised"] and boot["supervisor_pid"] != os.getpid():
         if grace_s is not None:
-            db_boots.update_boot(cell.store, boot["id"], failure_detail={"requested_grace_s": grace})
+            (Path(boot["log_path"]).parent / STOP_REQUEST).write_text(json.dumps({"grace_s": grace}))
         os.kill(boot["supervisor_pid"], signal.SIGTERM)
         deadline = time.monotonic() + grace + wait_s
         while time.monotonic() < deadline:
@@ -403,7 +409,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
             return boot
     # Unsupervised (or the supervisor did not finish): do it here.
     db_boots.transition(cell.store, boot["id"], ("starting", "ready"), "stopping")
-    res = stop_process_group(boot["pid"], boot["pgid"], grace) if boot["pid"] else None
+    res = stop_process_group(boot["pid"], boot["pgid"] or boot["pid"], grace) if boot["pid"] else None
     finish_log(cell, boot["id"], Path(boot["log_path"]))
     db_boots.transition(
         cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
@@ -508,6 +514,17 @@ def live_boot(boot_id: str) -> LiveBoot | None:
     return _live_boots.get(boot_id)
 
 
+STOP_REQUEST = "stop-request.json"
+
+
+def requested_grace(live: LiveBoot) -> float | None:
+    """The grace (s) a `dynocell stop --grace S` asked for, if any (read from the boot dir)."""
+    try:
+        return float(json.loads((live.boot_dir / STOP_REQUEST).read_text())["grace_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interval_s: float = 0.5) -> str:
     """Watch a ready boot until ``should_stop()`` (→ stop it, ``stopped``) or it dies (``crashed``).
 
@@ -515,9 +532,9 @@ def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interv
     """
     while True:
         if should_stop():
-            stop_live(cell, live)
+            stop_live(cell, live, requested_grace(live))
             return "stopped"
-        if not live.supervisor.alive():
+        if live.supervisor.poll().value in ("crashed", "failed"):
             record_crash(cell, live)
             return "crashed"
         time.sleep(interval_s)

@@ -210,3 +210,27 @@ def diff_configs(cell: Cell, a: str, b: str) -> dict[str, Any]:
     cb, hb = resolve_config(cell, b)
     diffs = [{"field": f, "a": va, "b": vb} for f, va, vb in _diff(ca, cb)]
     return {"a": {"ref": a, "hash": ha}, "b": {"ref": b, "hash": hb}, "same": ha == hb, "differences": diffs}
+
+
+def config_by_hash(cell: Cell, config_hash: str) -> EngineConfig:
+    """The stored config with exactly ``config_hash`` (with its ``[meta]``). Raises NotFound."""
+    row = db.get_config(cell.store, config_hash)
+    if row is None:
+        raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
+    return config_from_canonical(row.canonical_json, _meta_of(row.source_toml) or None)
+
+
+def store_config(cell: Cell, cfg: EngineConfig) -> str:
+    """Store a config made by a procedure (e.g. the plain twin of a speculative one); returns its hash.
+
+    Insert-or-ignore by hash; the stored TOML is :func:`~dynocell.engine.config.to_toml` of ``cfg``.
+    """
+    from dynocell.engine.config import to_toml
+
+    db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, cfg.canonical_json(), to_toml(cfg))
+    return cfg.config_hash
+
+
+def read_config_file(path: str | Path) -> EngineConfig:
+    """Parse a config file without storing it (for plans and dry runs). Raises ConfigError."""
+    return load_config(path)

@@ -72,14 +72,14 @@ def profile_window(
         resp = client.start_profile({"output_dir": str(trace_dir), "activities": ["CPU", "GPU"],
                                      "with_stack": False, "record_shapes": False,
                                      "profile_id": run_id or stamp})
-        if resp.status_code != 200:
-            raise EngineError(f"/start_profile answered {resp.status_code}: {resp.text[:200]}",
+        if not resp.ok:
+            raise EngineError(f"/start_profile answered {resp.status}: {resp.text[:200]}",
                               "is the engine started with profiling allowed (SGLANG_TORCH_PROFILER_DIR)?")
         progress("profiling a fixed decode workload", {"step": "profile"})
         result = run_level_sync(live.base_url, reqs, 1, warmup=0)
         stop = client.stop_profile()
-        if stop.status_code != 200:
-            raise EngineError(f"/stop_profile answered {stop.status_code}: {stop.text[:200]}", None)
+        if not stop.ok:
+            raise EngineError(f"/stop_profile answered {stop.status}: {stop.text[:200]}", None)
         files = _wait_for_traces(trace_dir, TRACE_WAIT_S)
         if not files:
             raise EngineError(f"no trace file appeared in {trace_dir} within {TRACE_WAIT_S:.0f} s",
@@ -98,8 +98,8 @@ def profile_window(
         from dynocell.engine.supervisor import file_digest
 
         for f in files:
-            size, sha = file_digest(f)
-            traces.append({"rank": _rank(f), "path": str(f), "size": size, "sha256": sha})
+            dg = file_digest(f)
+            traces.append({"rank": _rank(f), "path": str(f), "size": dg.size_bytes, "sha256": dg.sha256})
         splits = [{"rank": -1, "category": c.category, "ms": c.ms, "pct": c.pct, "launches": c.launches}
                   for c in combined.categories]
         kernels = [{"rank": -1, "name": k.name, "category": k.category, "ms": k.ms, "launches": k.launches}

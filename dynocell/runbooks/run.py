@@ -34,7 +34,7 @@ from dynocell.runbooks import boots, events
 from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "embedded.toml"
+DEFAULT_CONFIG = Path(__file__).parent / "data" / "embedded.toml"
 ESSENTIAL = ("config", "build", "boot", "health", "bench")
 LOSSLESS_TOKENS = 48
 PROFILE_REQUESTS = 2
@@ -242,7 +242,7 @@ def _load_workload(path: str | None):  # noqa: ANN202 - engine type
 
 def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
     try:
-        info = client.server_info().json()
+        info = client.server_info().body or {}
         value = info.get("context_length") or info.get("max_total_num_tokens")
         if value:
             return int(value)
@@ -254,37 +254,32 @@ def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
 # ---------------------------------------------------------------- health
 
 def _health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
+    """Run the health oracle (with the canary once the config has a golden) and store the verdict."""
     from dynocell.engine import health as engine_health
 
     client = live.client(cell.settings.http_timeout_s)
-    canary = _canary(cell, live)
+    golden = db_runs.get_golden(cell.store, live.config_hash, "canary", _sha(CANARY_PROMPT), CANARY_TOKENS)
+    canary = engine_health.Canary(CANARY_PROMPT, golden["output_text"], CANARY_TOKENS) if golden else None
     verdict = engine_health.check_health(
-        client, process_alive=live.supervisor.alive(), stop_requested=False,
+        client, process_alive=live.supervisor.poll().value == "ready", stop_requested=False,
         expected=boots.expected_server(live.cfg), canary=canary, previous_progress=None,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
     )
     boots.record_verdict(cell, live.boot_id, verdict)
-    d.update(verdict=verdict.verdict, failed=list(verdict.failed))
-    if verdict.verdict == "healthy" and canary is not None and canary.golden is None:
-        # First qualification of this config: record the canary's continuation.
-        text = verdict.canary_output
-        if text is not None:
-            db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="canary",
-                               prompt_sha256=_sha(canary.prompt), prompt=canary.prompt,
-                               max_new_tokens=canary.max_new_tokens, output_text=text)
-            d["canary"] = "recorded"
+    d.update(verdict=verdict.verdict, failed=list(verdict.failed), canary="checked" if canary else "none yet")
+    if verdict.verdict == "healthy" and golden is None:
+        # First qualification of this config: record the canary's greedy continuation.
+        body = _greedy(client, CANARY_PROMPT, CANARY_TOKENS)
+        db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="canary",
+                           prompt_sha256=_sha(CANARY_PROMPT), prompt=CANARY_PROMPT,
+                           max_new_tokens=CANARY_TOKENS, output_text=body.get("text", ""),
+                           output_ids=body.get("output_ids"))
+        d["canary"] = "recorded"
     return verdict.verdict
 
 
 CANARY_PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown"
-
-
-def _canary(cell: Cell, live: boots.LiveBoot):  # noqa: ANN202
-    from dynocell.engine import health as engine_health
-
-    golden = db_runs.get_golden(cell.store, live.config_hash, "canary", _sha(CANARY_PROMPT), 16)
-    return engine_health.Canary(prompt=CANARY_PROMPT, max_new_tokens=16,
-                                golden=golden["output_text"] if golden else None)
+CANARY_TOKENS = 16
 
 
 def _sha(text: str) -> str:
@@ -405,8 +400,7 @@ def _get(m: Any, key: str) -> Any:
 
 def _metrics(client: EngineClient, engine_metrics: Any) -> Any:
     try:
-        resp = client.metrics_text()
-        return engine_metrics.parse_metrics(resp.text if hasattr(resp, "text") else resp)
+        return engine_metrics.parse_metrics(client.metrics_text().text)
     except Exception:  # noqa: BLE001 - a broken /metrics must not lose the client-side curve
         return None
 
@@ -433,7 +427,9 @@ def _engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) 
 def _greedy(client: EngineClient, prompt: str, n: int) -> dict[str, Any]:
     resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
                                                                  "ignore_eos": True}})
-    body = resp.json()
+    if not resp.ok:
+        raise EngineError(f"/generate answered {resp.status}: {resp.text[:200]}", None)
+    body = resp.body
     if isinstance(body, list):
         body = body[0]
     return body

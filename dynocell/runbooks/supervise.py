@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    from dynocell.db import configs as db_configs
+    from dynocell.runbooks.configs import config_by_hash
 
-    cfg = db_configs.load_config_by_hash(cell.store, args.config_hash)
+    cfg = config_by_hash(cell, args.config_hash)
     try:
         live = boots.start_boot(cell, cfg, args.config_hash, timeout_s=args.timeout, boot_id=args.boot_id)
     except DynocellError as exc:

@@ -101,8 +101,8 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
         out.append(f"<g class='tau-marker' data-tau='{tau:.4f}'>"
                    f"<line x1='{_f(xv)}' x2='{_f(xv)}' y1='{mt}' y2='{mt + ph}' stroke='#111827' "
                    f"stroke-dasharray='5 4' stroke-width='1.2'/>"
-                   f"<text x='{_f(min(xv + 4, ml + pw - 150))}' y='{mt + 12 + 13 * k}' font-size='11' "
-                   f"fill='#111827'>{_e(label)}</text></g>")
+                   f"<text x='{_f(xv - 4 if xv > ml + pw / 2 else xv + 4)}' y='{mt + 12 + 13 * k}' font-size='11' "
+                   f"text-anchor='{'end' if xv > ml + pw / 2 else 'start'}' fill='#111827'>{_e(label)}</text></g>")
     legend_y = height - 10
     lx = ml
     for i, s in enumerate(series):
@@ -127,7 +127,7 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
 
 
 def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by kernel category",
-                        width: int = 640) -> Markup:
+                        width: int = 900) -> Markup:
     """Stacked horizontal bars, one per profile: ``rows`` = ``[{label, splits: [{category, ms, pct}]}]``.
 
     The x axis is the share of device time (%); each segment is ``<rect class="bar"
@@ -175,7 +175,7 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
         out.append("</g>")
     ly = mt + ph + 48
     for i, c in enumerate(cats):
-        lx = ml + (i % 5) * 100
+        lx = ml + (i % 5) * 130
         yy = ly + (i // 5) * 18
         out.append(f"<g class='legend'><rect x='{lx}' y='{yy - 9}' width='11' height='11' "
                    f"fill='{category_color(c, i)}'/><text x='{lx + 15}' y='{yy}' font-size='11' "

@@ -92,12 +92,11 @@ def show_cmd(
 
     Example: dynocell runbook show draft-parallel-config-copies-every-size
     """
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.knowledge import knowledge_for
+    from dynocell.runbooks.knowledge import knowledge_for, list_notes
 
     cell = get_cell()
     e = knowledge_for(cell.settings).get(slug)
-    notes = dbk.list_notes(cell.store, "entry", e.slug)
+    notes = list_notes(cell, "entry", e.slug)
     if json_out:
         d = e.to_dict()
         d["notes"] = notes
@@ -123,7 +122,7 @@ def show_cmd(
     out("")
     out(Markdown(e.body))
     for n in notes:
-        out(f"note {dbk.timestamp(n['created_at'])}: {n['text']}")
+        out(f"note {_ts(n['created_at'])}: {n['text']}")
 
 
 @runbook_app.command("add")
@@ -153,18 +152,17 @@ def note_cmd(
 
     Example: dynocell note run:3f2a "τ collapse reproduced with dcp 4"
     """
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.knowledge import knowledge_for, resolve_note_target
+    from dynocell.runbooks.knowledge import knowledge_for, list_notes, resolve_note_target
 
     cell = get_cell()
     kind, ident = resolve_note_target(cell.store, knowledge_for(cell.settings), target)
     if text is None:
-        notes = dbk.list_notes(cell.store, kind, ident)
+        notes = list_notes(cell, kind, ident)
         if json_out:
             print_json(notes)
             return
         for n in notes:
-            out(f"{dbk.timestamp(n['created_at'])}  {n['text']}")
+            out(f"{_ts(n['created_at'])}  {n['text']}")
         if not notes:
             out(f"no notes on {kind}:{ident}")
         return
@@ -172,11 +170,13 @@ def note_cmd(
         from dynocell.errors import UserError
 
         raise UserError("empty note", "write the note text in quotes after the target")
-    n = dbk.add_note(cell.store, kind, ident, text.strip())
+    from dynocell.runbooks.knowledge import add_note
+
+    n = add_note(cell, kind, ident, text.strip())
     if json_out:
         print_json(n)
     else:
-        out(f"noted on {kind}:{ident} at {dbk.timestamp(n['created_at'])}")
+        out(f"noted on {kind}:{ident} at {_ts(n['created_at'])}")
 
 
 # ------------------------------------------------------------------ diagnose
@@ -203,10 +203,10 @@ def diagnose_cmd(
 # ------------------------------------------------------------------ bisect
 
 def _load(ref: str) -> Any:
-    from dynocell.engine.config import load_config
+    from dynocell.runbooks.configs import read_config_file
 
     if Path(ref).is_file():
-        return load_config(ref)
+        return read_config_file(ref)
     from dynocell.runbooks.configs import resolve_config
 
     return resolve_config(get_cell(), ref)[0]
@@ -255,3 +255,8 @@ def bisect_run_cmd(
     for run in res["runs"]:
         out(f"{run['label']:<10} run {run['run_id']}  τ {run['tau']}  lossless {run['lossless']}")
     out("responsible: " + (", ".join(r["responsible"]) if r.get("responsible") else "not isolated (the knobs interact)"))
+
+
+def _ts(dt: Any) -> str:
+    """ISO-8601 text of a stored time ('' for None)."""
+    return dt.isoformat(timespec="seconds") if dt else ""

@@ -12,7 +12,7 @@ def init(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP)) 
 
     Safe to run again: an existing store is only migrated forward.
 
-    Example: DYNOCELL_HOME=/tmp/cell dynocell init
+    Example: dynocell init   (DYNOCELL_HOME=/tmp/cell dynocell init for a scratch cell)
     """
     from dynocell.runbooks.cell import init as do_init
 
@@ -40,7 +40,7 @@ def settings(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HEL
 
     Settings are read from DYNOCELL_* environment variables only.
 
-    Example: DYNOCELL_HOME=/tmp/cell dynocell settings --json
+    Example: dynocell settings --json
     """
     rows = get_settings().describe()
     if json_out:

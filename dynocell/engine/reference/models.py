@@ -44,6 +44,8 @@ VOCAB_SIZE = 256 + BYTE_OFFSET
 SEQ_LEN = 256
 BATCH = 16
 CORPUS_MAX_BYTES = 6_000_000
+#: 0 = byte-level tokenizer (259 ids); N > 0 = a byte-level BPE with N ids trained offline on the corpus.
+BPE_VOCAB = 0
 TARGET = {"layers": 3, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 300, "lr": 3e-3}
 DRAFT = {"layers": 1, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 250, "lr": 3e-3}
 NUM_THREADS = 2
@@ -117,13 +119,26 @@ def bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def build_tokenizer():
-    """A byte-level ``tokenizers.Tokenizer``: ids 0-2 ``<pad> <s> </s>``, id ``3 + b`` for byte ``b``.
+def build_tokenizer(corpus: bytes | None = None, bpe_vocab: int = 0):
+    """The shared ``tokenizers.Tokenizer``: ids 0-2 ``<pad> <s> </s>``.
 
-    BPE with no merges over the ByteLevel alphabet, so every UTF-8 string
-    round-trips (Chinese text is 3 tokens per character).
+    ``bpe_vocab == 0``: byte-level, id ``3 + b`` for byte ``b`` (BPE with no merges over the
+    ByteLevel alphabet). ``bpe_vocab > 0``: a byte-level BPE of that many ids trained offline on
+    ``corpus`` (tokenizers' ``BpeTrainer``, deterministic). Every UTF-8 string round-trips.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if bpe_vocab:
+        tok = Tokenizer(models.BPE(fuse_unk=False))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=bpe_vocab, min_frequency=2, show_progress=False,
+                                      special_tokens=["<pad>", "<s>", "</s>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        text = corpus.decode("utf-8", errors="replace")
+        chunks = [text[i:i + 65536] for i in range(0, len(text), 65536)]
+        tok.train_from_iterator(chunks, trainer=trainer)
+        return tok
 
     b2u = bytes_to_unicode()
     vocab = {"<pad>": PAD_ID, "<s>": BOS_ID, "</s>": EOS_ID}
@@ -166,23 +181,23 @@ def load_corpus(max_bytes: int = CORPUS_MAX_BYTES) -> tuple[bytes, int]:
     return b"".join(chunks)[:max_bytes], n
 
 
-def _llama_config(spec: dict):
+def _llama_config(spec: dict, vocab: int = VOCAB_SIZE):
     from transformers import LlamaConfig
 
     return LlamaConfig(
-        vocab_size=VOCAB_SIZE, hidden_size=spec["hidden"], intermediate_size=spec["intermediate"],
+        vocab_size=vocab, hidden_size=spec["hidden"], intermediate_size=spec["intermediate"],
         num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"], num_key_value_heads=spec["heads"],
         max_position_embeddings=1024, rms_norm_eps=1e-6, tie_word_embeddings=False,
         bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID, use_cache=True,
     )
 
 
-def _train(spec: dict, data, seed: int, name: str, progress: Progress | None):
+def _train(spec: dict, data, seed: int, name: str, progress: Progress | None, vocab: int = VOCAB_SIZE):
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(_llama_config(spec)).float()
+    model = LlamaForCausalLM(_llama_config(spec, vocab)).float()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], betas=(0.9, 0.95), weight_decay=0.01)
     steps = spec["steps"]
@@ -233,14 +248,25 @@ def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) ->
         raw, nfiles = load_corpus()
         if progress:
             progress(f"corpus: {nfiles} stdlib files, {len(raw) / 1e6:.2f} MB")
-        data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() + BYTE_OFFSET
-        tok = build_tokenizer()
+        tok = build_tokenizer(raw, BPE_VOCAB)
+        vocab = tok.get_vocab_size()
+        if BPE_VOCAB:
+            text = raw.decode("utf-8", errors="replace")
+            chunks = [text[i:i + 65536] for i in range(0, len(text), 65536)]
+            ids = [i for enc in tok.encode_batch(chunks, add_special_tokens=False) for i in enc.ids]
+            data = torch.tensor(ids, dtype=torch.long)
+        else:
+            data = torch.frombuffer(bytearray(raw), dtype=torch.uint8).long() + BYTE_OFFSET
+        if progress:
+            progress(f"tokenizer: {vocab} ids, corpus {data.numel()} tokens")
         results = {}
         for name, spec, s in (("target", TARGET, seed), ("draft", DRAFT, seed + 1000)):
-            model, loss, secs = _train(spec, data, s, name, progress)
+            model, loss, secs = _train(spec, data, s, name, progress, vocab)
             d = out_dir / name
             d.mkdir(parents=True, exist_ok=True)
             model.config.dtype = "float32"
+            model.generation_config.do_sample = True
+            model.generation_config.temperature = DEFAULT_TEMPERATURE
             model.save_pretrained(d, safe_serialization=True)
             tok.save(str(d / "tokenizer.json"))
             (d / "tokenizer_config.json").write_text(json.dumps({
@@ -254,14 +280,17 @@ def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) ->
     finally:
         torch.set_num_threads(prev_threads)
     total = time.monotonic() - t_start
+    tok_desc = (f"byte-level BPE, {vocab} ids (`<pad>`=0 `<s>`=1 `</s>`=2, 256 byte symbols, merges trained on "
+                f"the corpus)" if BPE_VOCAB else
+                "byte-level (256 byte symbols, id = 3 + byte, plus `<pad>`=0 `<s>`=1 `</s>`=2; no merges)")
     readme = f"""# Reference model pair `{recipe_id(seed)}`
 
 Made locally by `dynocell model make-tiny` (`dynocell.engine.reference.models.make_pair`), no network.
 
-- Tokenizer: byte-level (256 byte symbols, id = 3 + byte, plus `<pad>`=0 `<s>`=1 `</s>`=2; no merges),
+- Tokenizer: {tok_desc},
   built offline with the `tokenizers` library; shared by both models.
 - Target: `LlamaForCausalLM`, {TARGET['layers']} layers, width {TARGET['hidden']}, {TARGET['heads']} heads,
-  MLP {TARGET['intermediate']}, vocab {VOCAB_SIZE}; {TARGET['steps']} AdamW steps (lr {TARGET['lr']}, cosine),
+  MLP {TARGET['intermediate']}, vocab {vocab}; {TARGET['steps']} AdamW steps (lr {TARGET['lr']}, cosine),
   batch {BATCH} × {SEQ_LEN} tokens; seed {seed}; final loss {results['target'][0]:.3f}; {results['target'][1]:.0f} s.
 - Draft: the same with {DRAFT['layers']} layer(s); {DRAFT['steps']} steps; seed {seed + 1000};
   final loss {results['draft'][0]:.3f}; {results['draft'][1]:.0f} s.

@@ -1,0 +1,376 @@
+"""``dynocell tui``: the terminal dashboard (Textual) for watching and driving engines over SSH.
+
+A thin face over :mod:`dynocell.runbooks`: it reads the store through
+``runbooks.views``, acts through ``runbooks.boots`` / ``runbooks.run``, and listens to
+``runbooks.events``. Threading rules:
+
+- every runbooks call runs in a Textual *thread* worker (:meth:`DynocellApp.fetch`,
+  :meth:`DynocellApp.start_job`), so a slow engine or a long run never blocks a keypress;
+- widgets change only on the UI thread: workers hand results back with
+  ``call_from_thread``; event subscribers (called on procedure threads) only
+  ``post_message`` (thread-safe, non-blocking);
+- polling: every ``poll_interval_s`` (``settings.poll_interval_s``) one worker calls
+  ``boots.ps`` (which reconciles boots whose supervisor vanished → ``lost``) and the list
+  views; a store event triggers the same poll at once. A crashed engine therefore shows
+  ``crashed``/``lost`` with its signature within one to two polling intervals.
+
+Options for tests and demos: ``now`` (the clock used for uptimes and "ago"), ``alias``
+(id → displayed id, e.g. fixed names for snapshots), ``poll_interval_s=0`` (load once, no
+timer), ``start`` (a screen to open on top of the main one).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Callable
+
+from textual.app import App
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.worker import get_current_worker
+
+from dynocell.cli.tui import format as fmt
+from dynocell.cli.tui.jobs import Job, cancelling_progress
+from dynocell.cli.tui.screens import CompareScreen, DashScreen, MainScreen, RunbooksScreen
+from dynocell.cli.tui.widgets import DEFAULT_CHOICE, ConfigPicker, ConfirmScreen, RunsPicker
+from dynocell.errors import DynocellError, Interrupted
+from dynocell.runbooks import events, views
+
+LIVE = ("starting", "ready", "stopping")
+
+
+class StoreEvent(Message):
+    """A ``runbooks.events`` notification, re-posted on the UI thread."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__()
+        self.event = event
+
+
+class JobChanged(Message):
+    """A job's progress or state changed (posted from its worker thread)."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__()
+        self.job = job
+
+
+def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
+    """One poll: reconcile live boots (``boots.ps``), then boots (live first, then newest) and
+    runs by id. Returns ``{boots: [...], runs: {id: run}, error: str | None}``."""
+    from dynocell.runbooks import boots as rb_boots
+
+    error = None
+    try:
+        rb_boots.ps(cell, all=False)
+    except DynocellError as exc:
+        error = f"reconcile: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - show it, keep the table alive
+        error = f"reconcile: {type(exc).__name__}: {exc}"
+    rows = views.list_boots(cell, all=True, limit=limit)
+    rows.sort(key=lambda b: (b["state"] not in LIVE,))  # stable: newest first within each group
+    runs = {r["id"]: r for r in views.list_runs(cell, limit=200)}
+    return {"boots": rows, "runs": runs, "error": error}
+
+
+class DynocellApp(App[None]):
+    """The dashboard. ``cell``: a :class:`dynocell.runbooks.cell.Cell`; see the module doc
+    for ``poll_interval_s``, ``now``, ``alias`` and ``start``."""
+
+    CSS_PATH = "dynocell.tcss"
+    TITLE = "dynocell"
+    ENABLE_COMMAND_PALETTE = False  # the footer needs the room at 80 columns
+    BINDINGS = [Binding("ctrl+c", "quit_dash", "quit", show=False, priority=True)]
+
+    def __init__(
+        self,
+        cell: Any,
+        *,
+        poll_interval_s: float | None = None,
+        now: Callable[[], datetime] = fmt.utc_now,
+        alias: Callable[[str], str] | None = None,
+        start: Callable[[], Screen] | None = None,
+    ) -> None:
+        super().__init__()
+        self.cell = cell
+        interval = cell.settings.poll_interval_s if poll_interval_s is None else poll_interval_s
+        self.poll_interval_s = float(interval)
+        self.now = now
+        self.alias: Callable[[str], str] = alias or (lambda i: i[:8])
+        self.start = start
+        self.snapshot: dict[str, Any] = {"boots": [], "runs": {}, "error": None}
+        self.jobs: list[Job] = []
+        self.polls = 0
+        self._unsubscribe: Callable[[], None] | None = None
+        self._poll_running = threading.Lock()
+        self._poll_again = False
+
+    # ------------------------------------------------------------ lifecycle
+    def on_mount(self) -> None:
+        self.push_screen(MainScreen())
+        if self.start is not None:
+            self.push_screen(self.start())
+        self._unsubscribe = events.subscribe(self._on_store_event)
+        if self.poll_interval_s > 0:
+            self.set_interval(self.poll_interval_s, self._tick)
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe:
+            self._unsubscribe()
+
+    def _on_store_event(self, event: dict[str, Any]) -> None:
+        # Called on a procedure's thread: post only (thread-safe, never blocks the procedure).
+        try:
+            self.post_message(StoreEvent(event))
+        except Exception:  # noqa: BLE001 - app shutting down
+            pass
+
+    def on_store_event(self, message: StoreEvent) -> None:
+        self._tick()
+
+    def _tick(self) -> None:
+        screen = self.screen
+        if isinstance(screen, MainScreen):
+            self.request_poll()
+        elif isinstance(screen, DashScreen):
+            screen.refresh_data()
+            self.request_poll()
+
+    # ------------------------------------------------------------ fetching
+    def _ui(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the UI thread from a worker (ignored once the app has stopped)."""
+        try:
+            self.call_from_thread(fn, *args)
+        except RuntimeError:
+            pass
+
+    def fetch(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None], group: str = "fetch") -> None:
+        """Call ``fn(self.cell, *args)`` in a thread worker, then ``then(result)`` on the UI thread.
+        A newer fetch of the same ``group`` supersedes an older one's result. Errors become toasts."""
+
+        def work() -> None:
+            worker = get_current_worker()
+            try:
+                res = fn(self.cell, *args)
+            except DynocellError as exc:
+                self._ui(self.show_error, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug: say so, keep the dashboard up
+                self._ui(self.show_error, exc)
+                return
+            if not worker.is_cancelled:
+                self._ui(then, res)
+
+        self.run_worker(work, thread=True, group=group, exclusive=True, exit_on_error=False)
+
+    def show_error(self, exc: BaseException) -> None:
+        """A toast for an error: ``message`` + ``hint`` of a DynocellError, else type and text."""
+        if isinstance(exc, DynocellError):
+            text = exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")
+        else:
+            text = f"internal error: {type(exc).__name__}: {exc}"
+        self.notify(text, severity="error", timeout=10, markup=False)
+
+    def request_poll(self) -> None:
+        """Poll now (one poll at a time; a request during a poll runs one more after it)."""
+        if not self._poll_running.acquire(blocking=False):
+            self._poll_again = True
+            return
+        self.run_worker(self._poll_work, thread=True, group="poll", exit_on_error=False)
+
+    def _poll_work(self) -> None:
+        try:
+            while True:
+                self._poll_again = False
+                try:
+                    snap = poll_snapshot(self.cell)
+                except Exception as exc:  # noqa: BLE001
+                    self._ui(self.show_error, exc)
+                    return
+                self._ui(self._apply_snapshot, snap)
+                if not self._poll_again:
+                    return
+        finally:
+            self._poll_running.release()
+
+    def _apply_snapshot(self, snap: dict[str, Any]) -> None:
+        self.snapshot = snap
+        self.polls += 1
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                screen.show_snapshot(snap)
+
+    # ------------------------------------------------------------ jobs
+    def start_job(self, job: Job, fn: Callable[[Callable[[str, dict[str, Any]], None]], Any],
+                  done: Callable[[Any], None] | None = None) -> Job:
+        """Run ``fn(progress)`` in a thread worker as ``job``; ``done(result)`` on the UI thread."""
+        self.jobs.append(job)
+        self.jobs = [j for j in self.jobs if j.state == "running" or j is job][-20:]
+        notify = lambda j: self.post_message(JobChanged(j))  # noqa: E731 - thread-safe post
+        progress = cancelling_progress(job, notify)
+
+        def work() -> None:
+            try:
+                res = fn(progress)
+                job.state = "done"
+                if done is not None:
+                    self._ui(done, res)
+            except Interrupted as exc:
+                job.state, job.error = "interrupted", exc.message
+                self._ui(self.notify, f"{job.kind} {job.label}: {exc.message}", severity="warning")
+            except DynocellError as exc:
+                job.state, job.error = "failed", exc.message
+                self._ui(self.show_error, exc)
+            except Exception as exc:  # noqa: BLE001
+                job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
+                self._ui(self.show_error, exc)
+            finally:
+                job.ended.set()
+                notify(job)
+
+        self.post_message(JobChanged(job))
+        self.run_worker(work, thread=True, group=f"job-{job.id}", exit_on_error=False)
+        return job
+
+    def on_job_changed(self, message: JobChanged) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, DashScreen):
+                screen.show_jobs(self.jobs)
+        if message.job.state != "running":
+            self.request_poll()
+
+    def running_jobs(self, kind: str | None = None) -> list[Job]:
+        """Jobs still running (optionally of one ``kind``)."""
+        return [j for j in self.jobs if j.state == "running" and (kind is None or j.kind == kind)]
+
+    # ------------------------------------------------------------ actions
+    def action_run_config(self) -> None:
+        """``r``: pick a config, run the main job on it in this process (engine supervised here)."""
+        self.fetch(_configs, then=lambda cs: self.push_screen(ConfigPicker("run which config?", cs), self._run_picked),
+                   group="configs")
+
+    def _run_picked(self, choice: str | None) -> None:
+        if choice is None:
+            return
+        from dynocell.runbooks.run import RunOptions, run_job
+
+        ref = None if choice == DEFAULT_CHOICE else choice
+        label = "embedded" if ref is None else self._config_label(ref)
+        job = Job("run", label)
+        self.start_job(job, lambda progress: run_job(self.cell, ref, options=RunOptions(), progress=progress),
+                       done=lambda rid: self.notify(f"run {self.alias(rid)} ended (o opens it)", markup=False))
+
+    def action_boot_config(self) -> None:
+        """``b``: pick a config, boot it detached (its supervisor outlives the dashboard)."""
+        self.fetch(_configs, then=lambda cs: self.push_screen(ConfigPicker("boot which config?", cs),
+                                                              self._boot_picked), group="configs")
+
+    def _boot_picked(self, choice: str | None) -> None:
+        if choice is None:
+            return
+        from dynocell.runbooks import boots as rb_boots
+        from dynocell.runbooks.run import DEFAULT_CONFIG
+
+        ref = str(DEFAULT_CONFIG) if choice == DEFAULT_CHOICE else choice
+        job = Job("boot", "embedded" if choice == DEFAULT_CHOICE else self._config_label(choice))
+        self.start_job(job, lambda progress: rb_boots.boot(self.cell, ref, detach=True, progress=progress),
+                       done=lambda bid: self.notify(f"boot {self.alias(bid)} ready", markup=False))
+
+    def _config_label(self, config_hash: str) -> str:
+        return config_hash.removeprefix("sha256:")[:12]
+
+    def ask_stop(self, boot_id: str) -> None:
+        """``s``: confirm, then stop the boot (a run this dashboard drives is interrupted first)."""
+        row = next((b for b in self.snapshot.get("boots", []) if b["id"] == boot_id), None)
+        if row is not None and row["state"] not in LIVE:
+            self.notify(f"boot {self.alias(boot_id)} is already {row['state']}", severity="warning", markup=False)
+            return
+        self.push_screen(ConfirmScreen(f"Stop boot {self.alias(boot_id)}? (SIGTERM, grace, then SIGKILL of its "
+                                       "whole process group)"),
+                         lambda yes: self.stop_boot(boot_id) if yes else None)
+
+    def stop_boot(self, boot_id: str) -> Job:
+        """Stop ``boot_id`` in a worker: cancel our run on it (stops at its next step), wait for
+        it, then ``runbooks.boots.stop`` whatever is still live."""
+        from dynocell.runbooks import boots as rb_boots
+
+        owners = [j for j in self.running_jobs("run") if j.boot_id == boot_id]
+        for j in owners:
+            j.cancel.set()
+        grace = self.cell.settings.stop_grace_s
+
+        def work(progress: Callable[[str, dict[str, Any]], None]) -> Any:
+            for j in owners:
+                progress(f"waiting for run {j.label} to stop its engine", {})
+                j.ended.wait(timeout=grace + 30)
+            return rb_boots.stop(self.cell, boot_id)
+
+        return self.start_job(Job("stop", self.alias(boot_id)), work,
+                              done=lambda row: self.notify(f"boot {self.alias(boot_id)} {row.get('state')}",
+                                                           markup=False))
+
+    def start_profile(self, boot_id: str) -> Job:
+        """``p``: a profiler window on a ready boot (``runbooks.run.profile``)."""
+        from dynocell.runbooks import run as rb_run
+
+        return self.start_job(Job("profile", self.alias(boot_id)),
+                              lambda progress: rb_run.profile(self.cell, boot_id, progress=progress),
+                              done=lambda rid: self.notify(f"profile run {self.alias(rid)} recorded", markup=False))
+
+    def start_health(self, boot_id: str) -> Job:
+        """``h``: run the health oracle now (``runbooks.boots.health``) and record the verdict."""
+        from dynocell.runbooks import boots as rb_boots
+
+        return self.start_job(Job("health", self.alias(boot_id)),
+                              lambda progress: rb_boots.health(self.cell, boot_id),
+                              done=lambda row: self.notify(f"health {self.alias(boot_id)}: {row.get('verdict')}",
+                                                           markup=False))
+
+    def action_runbooks(self) -> None:
+        """``/``: the runbooks screen with the search box focused."""
+        if not isinstance(self.screen, RunbooksScreen):
+            self.push_screen(RunbooksScreen())
+
+    def action_compare(self) -> None:
+        """``c``: tick two runs, then compare them side by side."""
+        self.fetch(lambda cell: views.list_runs(cell, limit=50),
+                   then=lambda runs: self.push_screen(RunsPicker(runs, self.alias),
+                                                      lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
+                   group="runs")
+
+    def action_quit_dash(self) -> None:
+        """``q``: quit; a run driven from here is interrupted first (its engine stopped).
+        Detached boots keep running under their own supervisors."""
+        runs = self.running_jobs("run")
+        if not runs:
+            self.exit()
+            return
+
+        def answer(yes: bool | None) -> None:
+            if not yes:
+                return
+            for j in runs:
+                j.cancel.set()
+            self.notify("stopping the run(s) before quitting…", markup=False)
+
+            def wait(progress: Callable[[str, dict[str, Any]], None]) -> None:
+                for j in runs:
+                    progress(f"waiting for run {j.label}", {})
+                    j.ended.wait(timeout=self.cell.settings.stop_grace_s + 60)
+
+            self.start_job(Job("quit", "dashboard"), wait, done=lambda _r: self.exit())
+
+        self.push_screen(ConfirmScreen(f"{len(runs)} run(s) in progress: stop them and quit?"), answer)
+
+
+def _configs(cell: Any) -> list[dict[str, Any]]:
+    from dynocell.runbooks.configs import list_configs
+
+    return list_configs(cell)
+
+
+def run_dashboard(cell: Any, poll_interval_s: float | None = None) -> None:
+    """Run the dashboard in the terminal until the operator quits."""
+    DynocellApp(cell, poll_interval_s=poll_interval_s).run()

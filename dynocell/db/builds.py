@@ -1,0 +1,86 @@
+"""Read/write of ``engine_builds`` (plain values in, records out).
+
+Builds are content-addressed and immutable: :func:`insert_build` is an
+insert-or-ignore by ``build_hash``. ``manifest`` holds the build's identity,
+patched files and local facts (path, python, link mode) — not the per-file
+list of the whole package, which stays in the build folder's
+``manifest.json`` (its tree hash is part of the identity, so the two cannot
+silently disagree). Nothing here builds, hashes or reads files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from dynocell.db.models import EngineBuild
+from dynocell.db.session import Store
+
+
+@dataclass(frozen=True)
+class StoredBuild:
+    """One row of ``engine_builds``: hash (``"sha256:…"``), base dist/version, patch ids (ordered),
+    manifest (dict), overlay folder path, creation time (UTC)."""
+
+    build_hash: str
+    base_dist: str
+    base_version: str
+    patches: list[str]
+    manifest: dict[str, Any]
+    path: str
+    created_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict form of the row."""
+        return {"build_hash": self.build_hash, "base_dist": self.base_dist, "base_version": self.base_version,
+                "patches": list(self.patches), "manifest": self.manifest, "path": self.path,
+                "created_at": self.created_at}
+
+
+def _stored(row: EngineBuild) -> StoredBuild:
+    return StoredBuild(row.build_hash, row.base_dist, row.base_version, list(row.patches or []),
+                       dict(row.manifest or {}), row.path, row.created_at)
+
+
+def insert_build(store: Store, build_hash: str, base_dist: str, base_version: str, patches: list[str],
+                 manifest: dict[str, Any], path: str) -> bool:
+    """Insert a build unless its hash is stored; True when a row was written."""
+    with store.session() as s:
+        if s.get(EngineBuild, build_hash) is not None:
+            return False
+    try:
+        with store.session() as s:
+            s.add(EngineBuild(build_hash=build_hash, base_dist=base_dist, base_version=base_version,
+                              patches=list(patches), manifest=manifest, path=path))
+    except IntegrityError:  # a concurrent writer stored the same hash first
+        return False
+    return True
+
+
+def get_build(store: Store, build_hash: str) -> StoredBuild | None:
+    """The build with exactly this hash, or None."""
+    with store.session() as s:
+        row = s.get(EngineBuild, build_hash)
+        return _stored(row) if row else None
+
+
+def build_hashes_with_prefix(store: Store, prefix: str, limit: int = 10) -> list[str]:
+    """Stored build hashes starting with ``prefix`` (full ``"sha256:…"`` form), at most ``limit``."""
+    with store.session() as s:
+        rows = s.scalars(
+            select(EngineBuild.build_hash)
+            .where(func.substr(EngineBuild.build_hash, 1, len(prefix)) == prefix)
+            .order_by(EngineBuild.build_hash)
+            .limit(limit)
+        )
+        return list(rows)
+
+
+def all_builds(store: Store) -> list[StoredBuild]:
+    """Every stored build, newest first."""
+    with store.session() as s:
+        return [_stored(r) for r in s.scalars(select(EngineBuild).order_by(EngineBuild.created_at.desc()))]

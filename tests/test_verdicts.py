@@ -1,0 +1,202 @@
+"""The statistical core of experiments (dynocell.engine.verdicts) on synthetic samples."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dynocell.engine import verdicts as V
+
+
+def _normal(mean: float, cv: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(mean, mean * cv) for _ in range(n)]
+
+
+# ---------------------------------------------------------------- t quantile
+
+@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (5, 2.5706), (10, 2.2281), (30, 2.0423)])
+def test_t_quantile_matches_tables(df, expected):
+    assert V.t_quantile(0.975, df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_t_quantile_symmetric_and_normal_limit():
+    assert V.t_quantile(0.025, 7) == pytest.approx(-V.t_quantile(0.975, 7))
+    assert V.t_quantile(0.975, float("inf")) == pytest.approx(1.95996, abs=1e-4)
+
+
+# ---------------------------------------------------------------- compare
+
+def test_equal_distributions_are_neutral_with_many_runs():
+    inc = _normal(100.0, 0.05, 150, 1)
+    arm = _normal(100.0, 0.05, 150, 2)
+    c = V.compare("decode_tok_s", "c=1", inc, arm)
+    assert c.verdict == "neutral", c
+    assert c.ci_low >= -c.noise_floor and c.ci_high <= c.noise_floor
+    assert c.noise_floor == pytest.approx(max(V.MIN_FLOOR, _cv(inc)))
+
+
+def test_equal_distributions_few_runs_rarely_call_a_difference():
+    """Equal distributions, 3 runs a side: neutral/inconclusive, with false calls under the 5 % the CI allows."""
+    verdicts = [V.compare("decode_tok_s", "c=1", _normal(100.0, 0.05, 3, seed), _normal(100.0, 0.05, 3, 10_000 + seed)).verdict
+                for seed in range(200)]
+    false_calls = sum(v in ("better", "worse") for v in verdicts)
+    assert false_calls / len(verdicts) <= 0.05
+    assert verdicts.count("inconclusive") > len(verdicts) / 2
+
+
+def test_clear_shift_higher_is_better():
+    inc = [100.0, 101.0, 99.0, 100.5]
+    arm = [140.0, 141.0, 139.0, 140.5]
+    c = V.compare("decode_tok_s", "c=4", inc, arm)
+    assert c.verdict == "better"
+    assert c.rel_diff == pytest.approx(0.40, abs=0.01)
+    assert c.ci_low > c.noise_floor
+    # the same shift on a lower-is-better metric (latency) is worse
+    assert V.compare("ttft_p50_ms", "c=4", inc, arm).verdict == "worse"
+    assert V.compare("ttft_p50_ms", "c=4", arm, inc).verdict == "better"
+    assert V.compare("decode_tok_s", "c=4", arm, inc).verdict == "worse"
+
+
+def test_few_noisy_samples_are_inconclusive_with_a_repeat_count():
+    inc = [100.0, 112.0]
+    arm = [118.0, 130.0]
+    c = V.compare("decode_tok_s", "c=1", inc, arm)
+    assert c.verdict == "inconclusive"
+    assert c.more_repeats is not None and c.more_repeats >= 1
+    assert "more run" in c.reason
+    # following the advice decides: the same spread with the suggested number of runs per side
+    n = 2 + c.more_repeats
+    inc_more = _spread(106.0, 6.0, n)
+    arm_more = _spread(124.0, 6.0, n)
+    assert V.compare("decode_tok_s", "c=1", inc_more, arm_more).verdict == "better"
+
+
+def test_single_run_per_side_is_inconclusive():
+    c = V.compare("tpot_ms", "c=1", [10.0], [5.0])
+    assert c.verdict == "inconclusive"
+    assert c.more_repeats == 1
+    assert c.ci_low is None
+
+
+def test_noise_floor_comes_from_incumbent_spread():
+    # incumbent swings ±10 %: a 5 % gain is within its own noise even with a very precise arm
+    inc = _spread(100.0, 10.0, 30)
+    arm = [105.0] * 30
+    c = V.compare("decode_tok_s", "c=1", inc, arm)
+    assert c.noise_floor > 0.09
+    assert c.verdict in ("neutral", "inconclusive")
+    assert c.verdict != "better"
+
+
+def test_deterministic_metrics_use_the_minimum_floor():
+    c = V.compare("tau", "acceptance", [1.0, 1.0], [1.01, 1.01])
+    assert c.noise_floor == V.MIN_FLOOR and c.verdict == "neutral"
+    c = V.compare("tau", "acceptance", [1.0, 1.0], [2.5, 2.5])
+    assert c.verdict == "better" and c.rel_diff == pytest.approx(1.5)
+
+
+def test_missing_samples_are_inconclusive():
+    c = V.compare("prefill_tok_s", "c=1", [], [1.0, 2.0])
+    assert c.verdict == "inconclusive" and "incumbent" in c.reason
+    c = V.compare("prefill_tok_s", "c=1", [1.0, None, float("nan")], [1.0])
+    assert c.n_incumbent == 1
+
+
+# ---------------------------------------------------------------- arm verdict
+
+def _samples(**kv):
+    return {tuple(k.split("__")): v for k, v in kv.items()}
+
+
+INC = _samples(decode_tok_s__c1=[100.0, 100.5, 99.5, 100.2], ttft_p50_ms__c1=[20.0, 20.1, 19.9, 20.0],
+               tau__acceptance=[1.0] * 4)
+
+
+def test_arm_better_names_drivers():
+    arm = _samples(decode_tok_s__c1=[150.0, 151.0, 149.0], ttft_p50_ms__c1=[20.1, 20.4, 19.6],
+                   tau__acceptance=[2.4, 2.5, 2.45])
+    v = V.judge_arm("spec", INC, arm)
+    assert v.verdict == "better" and v.verdict_label == "better"
+    assert {(d["metric"], d["level"]) for d in v.drivers} == {("decode_tok_s", "c1"), ("tau", "acceptance")}
+    assert "decode tok/s @c1 +49.9%" in v.summary
+
+
+def test_arm_regression_anywhere_is_worse_with_tradeoffs():
+    arm = _samples(decode_tok_s__c1=[150.0, 151.0, 149.0], ttft_p50_ms__c1=[30.0, 30.5, 29.5],
+                   tau__acceptance=[1.0] * 3)
+    v = V.judge_arm("spec", INC, arm)
+    assert v.verdict == "worse"
+    assert [(d["metric"], d["level"]) for d in v.drivers] == [("ttft_p50_ms", "c1")]
+    assert [(d["metric"], d["level"]) for d in v.tradeoffs] == [("decode_tok_s", "c1")]
+    assert "though better" in v.summary
+
+
+def test_arm_all_within_noise_is_neutral():
+    v = V.judge_arm("same", INC, {k: list(x) for k, x in INC.items()})
+    assert v.verdict == "neutral"
+
+
+def test_arm_inconclusive_carries_more_repeats():
+    inc = _samples(decode_tok_s__c1=[100.0, 112.0])
+    arm = _samples(decode_tok_s__c1=[118.0, 130.0])
+    v = V.judge_arm("noisy", inc, arm)
+    assert v.verdict == "inconclusive" and v.more_repeats and v.more_repeats >= 1
+
+
+def test_correctness_failure_rejects_even_a_faster_arm():
+    arm = _samples(decode_tok_s__c1=[300.0, 301.0, 299.0])
+    v = V.judge_arm("fast-but-wrong", INC, arm, rejections=["lossless check failed (2 mismatching prompt(s)) in run r1"])
+    assert v.verdict == "rejected"
+    assert v.verdict_label.startswith("rejected: lossless check failed")
+    assert v.drivers == []
+    # the comparisons are still there for the record
+    assert any(c.verdict == "better" for c in v.comparisons)
+    d = v.as_dict()
+    assert d["comparisons"][0]["metric"] == "decode_tok_s"
+
+
+def test_levels_ordered_numerically():
+    inc = {("decode_tok_s", "c=16"): [1.0, 1.0], ("decode_tok_s", "c=4"): [1.0, 1.0], ("tau", "acceptance"): [1.0, 1.0]}
+    v = V.judge_arm("a", inc, inc)
+    assert [(c.metric, c.level) for c in v.comparisons] == [("decode_tok_s", "c=4"), ("decode_tok_s", "c=16"),
+                                                            ("tau", "acceptance")]
+
+
+# ---------------------------------------------------------------- schedule
+
+def test_interleaved_schedule_is_abba():
+    assert V.interleaved_schedule("I", ["A"], 4) == [("I", 0), ("A", 0), ("A", 1), ("I", 1),
+                                                     ("I", 2), ("A", 2), ("A", 3), ("I", 3)]
+    s = V.interleaved_schedule("I", ["A1", "A2"], 2)
+    assert [c for c, _ in s] == ["I", "A1", "A2", "A2", "A1", "I"]
+
+
+def test_interleaved_schedule_balances_positions():
+    s = V.interleaved_schedule("I", ["A", "B"], 4)
+    block = 3
+    for cfg in ("I", "A", "B"):
+        positions = [i % block for i, (c, _) in enumerate(s) if c == cfg]
+        # every config's mean position within its block is the same: no side gets the early slots
+        assert sum(positions) / len(positions) == pytest.approx(1.0)
+    assert all(sum(1 for c, _ in s if c == x) == 4 for x in ("I", "A", "B"))
+
+
+def test_interleaved_schedule_rejects_bad_input():
+    with pytest.raises(ValueError):
+        V.interleaved_schedule("I", [], 2)
+    with pytest.raises(ValueError):
+        V.interleaved_schedule("I", ["A"], 0)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _cv(xs):
+    m = sum(xs) / len(xs)
+    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 / m
+
+
+def _spread(mean: float, half: float, n: int) -> list[float]:
+    """n values alternating mean ± half (sample sd ≈ half)."""
+    return [mean + (half if i % 2 else -half) for i in range(n)]
