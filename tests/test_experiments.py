@@ -228,6 +228,23 @@ def _link_models(home: Path, pair) -> None:
         os.symlink(src, dst)
 
 
+def _configs(tmp: Path, pair) -> tuple[str, str, str]:
+    """The experiment's configs: the data files as they are (``dynocell:tiny``) when the procedures
+    resolve built-in model names, else copies pointing at the cached pair's directories."""
+    import importlib.util
+
+    if importlib.util.find_spec("dynocell.runbooks.models") is not None:
+        return PLAIN, STANDALONE, NGRAM
+    out = []
+    for src in (PLAIN, STANDALONE, NGRAM):
+        text = Path(src).read_text().replace('"dynocell:tiny-draft"', f'"{pair.draft}"') \
+            .replace('"dynocell:tiny"', f'"{pair.target}"')
+        dst = tmp / Path(src).name
+        dst.write_text(text)
+        out.append(str(dst))
+    return out[0], out[1], out[2]
+
+
 def _slots(home: Path, name: str) -> list[tuple]:
     with sqlite3.connect(home / "dynocell.db", timeout=30) as c:
         return c.execute("SELECT seq, state, run_id FROM experiment_runs WHERE experiment = ? ORDER BY seq",
@@ -247,7 +264,8 @@ def e2e(tmp_path_factory, model_pair):
     _link_models(home, model_pair)
     env = dict(os.environ, DYNOCELL_HOME=str(home), PYTHONUNBUFFERED="1")
     env.pop("DYNOCELL_DATABASE_URL", None)
-    cli(env, "experiment", "create", "spec", "--incumbent", PLAIN, "--arm", STANDALONE, "--arm", NGRAM,
+    plain, standalone, ngram = _configs(home, model_pair)
+    cli(env, "experiment", "create", "spec", "--incumbent", plain, "--arm", standalone, "--arm", ngram,
         "--workload", WORKLOAD, "--repeats", "2", "--no-lossless-check", "--no-profile")
 
     # Run, and Ctrl-C once the first run is stored and the second one has started.
@@ -276,7 +294,8 @@ def e2e(tmp_path_factory, model_pair):
     resumed = cli(env, "experiment", "run", "spec")
     shown = json.loads(cli(env, "experiment", "show", "spec", "--json").stdout)
     table = cli(env, "experiment", "show", "spec").stdout
-    return {"home": home, "env": env, "first": first, "resumed": resumed, "shown": shown, "table": table}
+    return {"home": home, "env": env, "first": first, "resumed": resumed, "shown": shown, "table": table,
+            "configs": (plain, standalone, ngram)}
 
 
 def test_e2e_interrupt_records_and_resume_redoes_only_the_interrupted_run(e2e):
@@ -322,15 +341,16 @@ def test_e2e_verdicts_stored_and_printed(e2e):
 
 def test_e2e_pin_the_winner_with_evidence(e2e):
     env = e2e["env"]
-    cli(env, "pin", PLAIN, "--note", "serving today")
-    row = json.loads(cli(env, "pin", STANDALONE, "--note", "experiment spec", "--json").stdout)
+    plain, standalone, _ = e2e["configs"]
+    cli(env, "pin", plain, "--note", "serving today")
+    row = json.loads(cli(env, "pin", standalone, "--note", "experiment spec", "--json").stdout)
     exps = row["evidence"]["experiments"]
     assert exps and exps[0]["name"] == "spec" and exps[0]["role"] == "arm" and exps[0]["verdict"]
     assert len(row["evidence"]["runs"]) == 2
     listed = json.loads(cli(env, "pin", "--list", "--json").stdout)
     assert [p["label"] for p in listed] == ["exp-standalone", "exp-plain"] and listed[0]["current"]
     text = cli(env, "rollback").stdout
-    assert "previous pin" in text and "exp-plain" in text and 'model_path = "dynocell:tiny"' in text
+    assert "previous pin" in text and "exp-plain" in text and "model_path = " in text
     assert "--port" in text and "dynocell boot " in text
-    bad = cli(env, "pin", PLAIN, ok=False)
+    bad = cli(env, "pin", plain, ok=False)
     assert bad.returncode == 2 and "needs --note" in bad.stderr

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.web",
     "dynocell.cli.commands.runbook",
     "dynocell.cli.commands.engine",
+    "dynocell.cli.commands.experiment",
 )
 
 app = typer.Typer(

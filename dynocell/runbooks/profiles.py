@@ -88,7 +88,8 @@ def profile_window(
         ranked = analyze_ranks(files)
         tokens = int(result.output_tokens)
         combined = ranked.combined
-        ms_tok, launches_tok = per_token(combined, tokens)
+        costs = per_token(combined, tokens)
+        ms_tok, launches_tok = costs["ms_per_token"], costs["launches_per_token"]
         warnings = list(combined.warnings)
         cfg = getattr(live, "cfg", None)
         if cfg is not None and cfg.engine == "sglang" and not cfg.cuda_graph.disable and combined.graph_launches == 0:

@@ -155,6 +155,7 @@ def run_job(
     try:
         with job.step("config") as d:
             d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
+        build: dict[str, Any] | None = None
         with job.step("build") as d:
             build = _build(cell, cfg, d)
         with job.step("boot") as d:
@@ -182,6 +183,9 @@ def run_job(
         plain_step_ms: float | None = None
         with job.step("lossless") as d:
             if not spec_on:
+                if opts.lossless:
+                    n = _record_goldens(job, live, workload)
+                    raise _Skip(f"no speculative decoding; recorded {n} greedy golden(s) for later lossless checks")
                 raise _Skip("no speculative decoding in this config")
             if not opts.lossless:
                 raise _Skip("--no-lossless-check")
@@ -230,7 +234,9 @@ def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] |
     from dynocell.runbooks import builds
 
     build = builds.ensure_build(cell, cfg)
-    d.update(build_hash=build["build_hash"])
+    d.update(build_hash=build["build_hash"], base_version=build.get("base_version"), patches=build.get("patches"))
+    # A boot that would run unpatched code must fail loudly, before the engine starts.
+    d["sglang_file"] = builds.check_import(cell, build, cfg)
     return build
 
 
@@ -269,7 +275,7 @@ def _health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
     d.update(verdict=verdict.verdict, failed=list(verdict.failed), canary="checked" if canary else "none yet")
     if verdict.verdict == "healthy" and golden is None:
         # First qualification of this config: record the canary's greedy continuation.
-        body = _greedy(client, CANARY_PROMPT, CANARY_TOKENS)
+        body = _greedy(client, CANARY_PROMPT, CANARY_TOKENS, cell.settings.request_timeout_s)
         db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="canary",
                            prompt_sha256=_sha(CANARY_PROMPT), prompt=CANARY_PROMPT,
                            max_new_tokens=CANARY_TOKENS, output_text=body.get("text", ""),
@@ -288,14 +294,16 @@ def _sha(text: str) -> str:
 
 # ---------------------------------------------------------------- bench
 
-def _run_level(job: _Job, live: boots.LiveBoot, level: Any, requests: list[Any]) -> Any:
+def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: int | None = None) -> Any:
     from dynocell.engine.bench import run_level_sync
 
     def tick(done: int, total: int) -> None:
         job.progress(f"{level.name}: {done}/{total}", {"step": "bench", "level": level.name,
                                                          "done": done, "total": total})
 
-    return run_level_sync(live.base_url, requests, level.concurrency, warmup=level.warmup, progress=tick)
+    return run_level_sync(live.base_url, requests, level.concurrency,
+                          warmup=level.warmup if warmup is None else warmup, progress=tick,
+                          timeout_s=job.cell.settings.request_timeout_s)
 
 
 def _pct(p: Any) -> dict[str, Any]:
@@ -363,8 +371,10 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
         for r in reqs:
             by_class.setdefault(r.text_class, []).append(r)
         for text_class, creqs in by_class.items():
+            # No warm-up here: the bench step warmed the engine, and a warm-up request would
+            # land in the engine's counters but not in the client's histogram.
             before = _metrics(client, engine_metrics)
-            result = _run_level(job, live, level, creqs)
+            result = _run_level(job, live, level, creqs, warmup=0)
             after = _metrics(client, engine_metrics)
             _bench_row(job, live, result, text_class)
             metas = [r.meta_info for r in result.results if r.ok]
@@ -424,9 +434,10 @@ def _engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) 
 
 # ---------------------------------------------------------------- lossless
 
-def _greedy(client: EngineClient, prompt: str, n: int) -> dict[str, Any]:
+def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """One greedy, non-streaming /generate of ``n`` tokens; returns the response body."""
     resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
-                                                                 "ignore_eos": True}})
+                                                                 "ignore_eos": True}}, timeout_s=timeout_s)
     if not resp.ok:
         raise EngineError(f"/generate answered {resp.status}: {resp.text[:200]}", None)
     body = resp.body
@@ -437,6 +448,21 @@ def _greedy(client: EngineClient, prompt: str, n: int) -> dict[str, Any]:
 
 def _lossless_prompts(workload: Any) -> list[str]:
     return [tc.prompts[0] for tc in workload.classes.values()]
+
+
+def _record_goldens(job: _Job, live: boots.LiveBoot, workload: Any) -> int:
+    """A plain config records its greedy outputs on the lossless prompts (once per config)."""
+    cell = job.cell
+    client = live.client(cell.settings.http_timeout_s)
+    n = 0
+    for p in _lossless_prompts(workload):
+        if db_runs.get_golden(cell.store, live.config_hash, "lossless", _sha(p), LOSSLESS_TOKENS) is None:
+            body = _greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
+            db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="lossless", prompt_sha256=_sha(p),
+                               prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
+                               output_ids=body.get("output_ids"))
+            n += 1
+    return n
 
 
 def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
@@ -452,7 +478,7 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
     cell = job.cell
     client = live.client(cell.settings.http_timeout_s)
     prompts = _lossless_prompts(workload)
-    spec_out = [_greedy(client, p, LOSSLESS_TOKENS) for p in prompts]
+    spec_out = [_greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s) for p in prompts]
     plain_cfg = cfg.with_changes(speculative={}, meta={"name": None, "notes": "plain twin for the lossless check"})
     plain_hash = store_config(cell, plain_cfg)
     goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
@@ -465,7 +491,7 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
             step_ms = []
             for p, g in zip(prompts, goldens):
                 t0 = time.perf_counter()
-                body = _greedy(tclient, p, LOSSLESS_TOKENS)
+                body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
                 elapsed = (time.perf_counter() - t0) * 1000
                 n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
                 step_ms.append(elapsed / max(n, 1))

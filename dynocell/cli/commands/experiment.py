@@ -161,8 +161,7 @@ def verdict_tables(res: dict[str, Any]) -> list[Any]:
         items.append("warning: the incumbent itself failed gates: " + "; ".join(inc["gates"]))
     t = table("arm", "verdict", "why", title="overall")
     for a in v["arms"]:
-        more = f" (≈{a['more_repeats']} more runs per side)" if a.get("more_repeats") else ""
-        add_row(t, a["label"], a["verdict_label"], a["summary"] + more)
+        add_row(t, a["label"], a["verdict_label"], a["summary"])
     items.append(t)
     mt = table("arm", "metric", "level", "better", "incumbent", "arm", "Δ", "95% CI", "floor", "n", "verdict",
                title="arms × metrics × levels")
@@ -171,7 +170,11 @@ def verdict_tables(res: dict[str, Any]) -> list[Any]:
             m = METRIC_BY_KEY.get(c["metric"])
             unit = m.unit if m else ""
             ci = "-" if c["ci_low"] is None else f"[{c['ci_low']:+.1%}, {c['ci_high']:+.1%}]"
-            verdict = c["verdict"] + (f" (+{c['more_repeats']})" if c.get("more_repeats") else "")
+            verdict = c["verdict"]
+            if c["verdict"] == "inconclusive" and c["ci_low"] is not None:
+                verdict += f" (+{c['more_repeats']} runs)" if c.get("more_repeats") else " (>50 runs)"
+            elif c.get("more_repeats"):
+                verdict += f" (+{c['more_repeats']} runs)"
             add_row(mt, a["label"], m.label if m else c["metric"], c["level"],
                     "higher" if c["direction"] == "higher-better" else "lower",
                     _fmt(c["incumbent_mean"], unit), _fmt(c["arm_mean"], unit), _pct(c["rel_diff"]), ci,

@@ -102,7 +102,7 @@ class MainScreen(DashScreen):
         # cell_padding=0 and one spare cell per column: the whole row fits 80 columns.
         for label, key, width in (("boot", "id", 9), ("state", "state", 11), ("health", "health", 11),
                                   ("config", "config", 11), ("port", "port", 6), ("uptime", "uptime", 7),
-                                  ("τ", "tau", 5), ("tok/s", "toks", 6), ("signature", "sig", 24)):
+                                  ("τ", "tau", 5), ("tok/s", "toks", 6), ("signature", "sig", 12)):
             t.add_column(label, key=key, width=width)
         self.query_one("#title", Static).update(Text("dynocell · loading…", style="bold"))
         self.refresh_data()
