@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     web_host: str = Field(default="127.0.0.1", description="Default bind address of `dynocell web`.")
     web_port: int = Field(default=8700, ge=1, le=65535, description="Default port of `dynocell web`.")
     model_seed: int = Field(default=0, description="Seed of the made-locally reference model pair.")
+    model_cache: Path | None = Field(
+        default=None,
+        description="Where made-locally models are cached (default: <home>/models); share it between data directories.",
+    )
     debug: bool = Field(default=False, description="Show tracebacks on errors.")
 
     def model_post_init(self, __context: Any) -> None:  # noqa: D401 - pydantic hook
@@ -89,8 +93,8 @@ class Settings(BaseSettings):
 
     @property
     def models_dir(self) -> Path:
-        """Directory holding made-locally models."""
-        return self.home / "models"
+        """Directory holding made-locally models (``model_cache`` or ``<home>/models``)."""
+        return Path(self.model_cache).expanduser().resolve() if self.model_cache else self.home / "models"
 
     @property
     def builds_dir(self) -> Path:

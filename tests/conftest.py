@@ -24,6 +24,7 @@ MODEL_CACHE = REPO / ".cache" / "models"
 def isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("dynocell-home")
     monkeypatch.setenv("DYNOCELL_HOME", str(home))
+    monkeypatch.setenv("DYNOCELL_MODEL_CACHE", str(MODEL_CACHE))
     monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
     return home
 
@@ -48,6 +49,7 @@ def cli_env(isolated_home):
     """Environment for running the real ``dynocell`` console script in a subprocess."""
     env = dict(os.environ)
     env["DYNOCELL_HOME"] = str(isolated_home)
+    env["DYNOCELL_MODEL_CACHE"] = str(MODEL_CACHE)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

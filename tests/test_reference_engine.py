@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import math
-import signal
 import time
 
 import httpx
@@ -150,7 +148,7 @@ def _chi2_p(table: list[list[int]]) -> tuple[float, int]:
 def _samples(eng, prompt, n, base_seed):
     body = {"text": [prompt] * n,
             "sampling_params": [{"max_new_tokens": 2, "temperature": 1.0, "seed": base_seed + i} for i in range(n)]}
-    r = httpx.post(eng.url + "/generate", json=body, timeout=300)
+    r = httpx.post(eng.url + "/generate", json=body, timeout=900)
     assert r.status_code == 200, r.text
     return [tuple(o["output_ids"][:2]) for o in r.json()]
 

@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.runbook",
     "dynocell.cli.commands.engine",
     "dynocell.cli.commands.experiment",
+    "dynocell.cli.commands.model",
 )
 
 app = typer.Typer(

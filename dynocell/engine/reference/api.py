@@ -379,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         f"speculative_eagle_topk={spec.eagle_topk}, speculative_num_draft_tokens={spec.num_draft_tokens}, "
         f"speculative_draft_mode={args.speculative_draft_mode!r}, context_length={args.context_length}, "
         f"enable_metrics={args.enable_metrics}, decode_log_interval={args.decode_log_interval})")
+    import torch
+
+    torch.set_num_threads(max(1, args.num_threads))
     engine = Engine(args, spec)
     try:
         engine.load()

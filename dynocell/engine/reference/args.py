@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph-max-bs", type=int, default=None, help="Accepted for compatibility.")
     p.add_argument("--chunked-prefill-size", type=int, default=None, help="Accepted for compatibility.")
     p.add_argument("--kv-cache-dtype", default="auto", help="Accepted for compatibility.")
+    p.add_argument("--num-threads", type=int, default=1,
+                   help="(reference only) torch CPU threads; 1 is fastest for the tiny model on a shared CPU.")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
     return p

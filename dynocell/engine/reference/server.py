@@ -14,17 +14,13 @@ real responses in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import json
-import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +29,7 @@ from typing import Any
 import psutil
 import torch
 
-from .args import ResolvedSpec, parse
+from .args import ResolvedSpec
 from .decoding import Generation, LoadedModel, SamplingParams, load_tokenizer
 
 VERSION = "0.5.17-dynocell-reference"

@@ -1,0 +1,139 @@
+"""The main job end to end on the reference engine: `dynocell run` through the real console script.
+
+Checks every row the run must leave, that the numbers agree with each other
+(τ = 1 + Σ p_i, Σ histogram = verify steps, TPOT consistent with e2e and
+TTFT), and that Ctrl-C during the bench stops the engine and keeps what was
+recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def dynocell(env, *args, timeout=900, check=True):
+    proc = subprocess.run([sys.executable, "-m", "dynocell", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dynocell {' '.join(args)} → {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def finished_run(model_pair, tmp_path_factory):
+    """One default `dynocell run` in its own data directory; returns (env, show --json)."""
+    import os
+
+    from tests.conftest import MODEL_CACHE
+
+    home = tmp_path_factory.mktemp("main-job-home")
+    env = dict(os.environ, DYNOCELL_HOME=str(home), DYNOCELL_MODEL_CACHE=str(MODEL_CACHE), PYTHONUNBUFFERED="1")
+    proc = dynocell(env, "run")
+    runs = json.loads(dynocell(env, "runs", "--json").stdout)
+    main = next(r for r in runs if r["kind"] == "run")
+    shown = json.loads(dynocell(env, "show", main["id"], "--json").stdout)
+    return env, shown, proc.stdout
+
+
+def test_report_prints_every_section(finished_run):
+    _env, _shown, report = finished_run
+    for heading in ("boot phases", "health: healthy", "throughput and latency", "acceptance per text class",
+                    "lossless: yes", "profile split", "top kernels", "steps"):
+        assert heading in report, heading
+
+
+def test_every_step_recorded_and_completed(finished_run):
+    _env, shown, _ = finished_run
+    run = shown["run"]
+    assert run["state"] == "completed", run
+    states = {s["name"]: s["state"] for s in shown["steps"]}
+    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
+        assert states.get(step) == "completed", (step, states)
+    boot = shown["boot"]["boot"]
+    assert boot["state"] == "stopped" and boot["stop_how"] == "graceful" and boot["ready_s"] > 0
+    assert [h["verdict"] for h in shown["boot"]["health"]][0] == "healthy"
+    phases = [e["name"] for e in shown["boot"]["events"] if e["kind"] == "phase"]
+    assert "weights_begin" in phases and phases[-1] == "ready", phases
+
+
+def test_bench_levels_and_latency_consistency(finished_run):
+    _env, shown, _ = finished_run
+    levels = [b for b in shown["bench"] if not b["text_class"]]
+    assert {b["concurrency"] for b in levels} == {1, 4}
+    for b in levels:
+        assert b["num_requests"] >= 5 * b["concurrency"] and b["num_failed"] == 0
+        assert b["output_tok_s"] > 0 and b["ttft_ms"]["p50"] > 0
+        assert b["ttft_ms"]["p50"] <= b["ttft_ms"]["p90"] <= b["ttft_ms"]["p99"]
+        # TPOT·(n−1) + TTFT ≈ e2e for the median request (64 output tokens, ignore_eos).
+        approx = b["tpot_ms"]["p50"] * 63 + b["ttft_ms"]["p50"]
+        assert approx == pytest.approx(b["e2e_ms"]["p50"], rel=0.5)
+
+
+def test_acceptance_curves_are_consistent(finished_run):
+    _env, shown, _ = finished_run
+    curves = shown["curves"]
+    assert {c["text_class"] for c in curves} == {"code", "prose", "repetition", "arithmetic", "chinese"}
+    for c in curves:
+        assert c["num_drafts"] == 3 and len(c["points"]) == 3
+        assert sum(c["histogram"]) == c["steps"]
+        p = [pt["p"] for pt in c["points"]]
+        assert c["tau"] == pytest.approx(1 + sum(p), abs=1e-9)
+        assert 1.0 <= c["tau"] <= 4.0
+        if c["engine_tau"] is not None and c["disagreement_pct"] is not None and c["disagreement_pct"] > 2:
+            assert c["warning"], "a disagreement above 2 % must be a stored warning"
+
+
+def test_lossless_and_profile(finished_run):
+    _env, shown, _ = finished_run
+    assert shown["run"]["lossless"] == "yes", shown["run"].get("lossless_detail")
+    prof = shown["profile"]
+    assert prof["state"] == "completed" and prof["source"] == "cpu_op"
+    nonzero = {s["category"] for s in prof["splits"] if s["ms"] > 0}
+    assert "gemm" in nonzero and len(nonzero) >= 3, nonzero
+    assert sum(s["pct"] for s in prof["splits"]) == pytest.approx(100, abs=0.5)
+    assert prof["output_tokens"] > 0 and prof["ms_per_token"] > 0 and prof["kernels"]
+
+
+def test_sigint_during_bench_interrupts_and_stops_engine(model_pair, cli_env):
+    proc = subprocess.Popen([sys.executable, "-m", "dynocell", "run", "--no-profile", "--no-lossless-check"],
+                            env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    bench_seen = False
+    while time.monotonic() < deadline and not bench_seen:
+        out = subprocess.run([sys.executable, "-m", "dynocell", "runs", "--json"], env=cli_env,
+                             capture_output=True, text=True)
+        rows = json.loads(out.stdout or "[]")
+        bench_seen = bool(rows) and rows[0]["state"] == "running" and rows[0].get("error") is None and \
+            _step(cli_env, rows[0]["id"]) == "bench"
+        if not bench_seen:
+            time.sleep(0.5)
+    assert bench_seen, "the run never reached the bench step"
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    shown = json.loads(dynocell(cli_env, "show", rows[0]["id"], "--json").stdout)
+    assert shown["run"]["state"] == "interrupted"
+    states = {s["name"]: s["state"] for s in shown["steps"]}
+    assert states["boot"] == "completed" and states["health"] == "completed"
+    assert states["bench"] == "interrupted" and states["stop"] == "completed"
+    boot = shown["boot"]["boot"]
+    assert boot["state"] == "stopped"
+    assert not psutil.pid_exists(boot["pid"]) or psutil.Process(boot["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def _step(env, run_id):
+    out = subprocess.run([sys.executable, "-m", "dynocell", "show", run_id, "--json"], env=env,
+                         capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout)["run"]["step"]
+    except (ValueError, KeyError):
+        return None
