@@ -22,6 +22,16 @@ export SGLANG_IS_FLASHINFER_AVAILABLE=false SGLANG_ENABLE_JIT_DEEPGEMM=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export DYNOCELL_HOME=${DYNOCELL_HOME:-$HOME/dynocell-home} DYNOCELL_BOOT_TIMEOUT_SGLANG_S=${DYNOCELL_BOOT_TIMEOUT_SGLANG_S:-400}
 dc() { python3 -m dynocell "$@"; }
+pack() {  # the store, reports, engine logs and traces so far, as one tarball in $DEST
+  mkdir -p "$OUTDIR/boots"
+  for b in "$DYNOCELL_HOME"/boots/*/; do
+    id=$(basename "$b"); mkdir -p "$OUTDIR/boots/$id"
+    cp "$b/engine.log" "$OUTDIR/boots/$id/" 2>/dev/null
+    find "$b" -name '*.trace.json*' -size -16M -exec cp {} "$OUTDIR/boots/$id/" \; 2>/dev/null
+  done
+  cp "$DYNOCELL_HOME/dynocell.db" "$OUTDIR/dynocell.db" 2>/dev/null
+  tar -C "$OUTDIR" -czf "$DEST/gpu-artifacts-$1.tgz" .
+}
 dc init >/dev/null || exit 1
 for spec in "$@"; do
   cfg=${spec%%:*}; flags=""; [ "$spec" != "$cfg" ] && flags=${spec#*:}
@@ -32,14 +42,6 @@ for spec in "$@"; do
   echo "exit $?"; tail -n 60 "$OUTDIR/$name.report.txt"
   run=$(dc runs --json -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   [ -n "$run" ] && dc show "$run" --json > "$OUTDIR/$name.run.json"
+  pack "$name"
 done
-mkdir -p "$OUTDIR/boots"
-for b in "$DYNOCELL_HOME"/boots/*/; do
-  id=$(basename "$b"); mkdir -p "$OUTDIR/boots/$id"
-  cp "$b/engine.log" "$OUTDIR/boots/$id/" 2>/dev/null
-  find "$b" -name '*.trace.json*' -size -16M -exec cp {} "$OUTDIR/boots/$id/" \; 2>/dev/null
-done
-cp "$DYNOCELL_HOME/dynocell.db" "$OUTDIR/dynocell.db" 2>/dev/null
-stamp=$(date -u +%H%M%S)
-tar -C "$OUTDIR" -czf "$DEST/gpu-artifacts-$stamp.tgz" .
 ls -la "$DEST"

@@ -219,7 +219,7 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None, reason: 
     events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="stopping", reason=reason)
     res = live.supervisor.stop(grace)
     finish_log(cell, live.boot_id, live.log_path)
-    detail = {"survivors": list(res.survivors)} if res.survivors else None
+    detail = {"survivors": [str(x) for x in res.survivors]} if res.survivors else None
     db_boots.transition(
         cell.store, live.boot_id, ("stopping", "ready", "starting"), "stopped", ended_at=_now(),
         exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds, zombies=len(res.zombies),
@@ -227,7 +227,7 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None, reason: 
     )
     events.publish("boot.state_changed", boot_id=live.boot_id, old="stopping", new="stopped", reason=reason)
     return {"exit_code": res.exit_code, "how": res.how, "seconds": res.seconds,
-            "survivors": list(res.survivors), "zombies": list(res.zombies)}
+            "survivors": [str(x) for x in res.survivors], "zombies": [str(x) for x in res.zombies]}
 
 
 def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
