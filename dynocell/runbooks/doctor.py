@@ -677,7 +677,12 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
             mode = "greedy" if o_temp in (None, 0, 0.0) else str(o_opts.get("draft_proposal") or "top1")
             for cc in _class_curves(store, other["id"]):
                 inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve))
-    if plain_hash:
+    # The run's own generations (kept by the bench step at the workload's sampling settings) say
+    # what the engine serves; the plain twin's greedy goldens are the fallback for older runs.
+    samples = [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
+    if samples:
+        inp.output_texts = samples
+    elif plain_hash:
         inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
         if not inp.output_ids:
             inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]

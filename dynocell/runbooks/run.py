@@ -170,7 +170,8 @@ def run_job(
                 raise EngineError(f"health verdict is {verdict}: {d.get('failed')}",
                                   f"see `dynocell health {live.boot_id}` and `dynocell logs {live.boot_id}`")
         workload = _load_workload(opts.workload)
-        db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256)
+        db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256,
+                           options={**opts.as_dict(), "temperature": workload.temperature, "draft_proposal": "top1"})
         client = live.client(cell.settings.http_timeout_s)
         context_length = _context_length(client, live.cfg)
         with job.step("bench") as d:
@@ -323,11 +324,19 @@ def _verify_step_ms(results: list[Any]) -> float | None:
     return sorted(vals)[len(vals) // 2] if vals else None
 
 
+SAMPLES_PER_LEVEL = 3
+
+
 def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None) -> dict[str, Any]:
-    """Store one level (``engine.bench.LevelResult``) as a bench_runs row."""
+    """Store one level (``engine.bench.LevelResult``) as a bench_runs row.
+
+    ``extra.samples`` keeps a few generated texts (at the workload's sampling
+    settings) so the doctor can judge the output itself, not only the numbers.
+    """
     extra = {"failures": result.failures, "warmup_requests": result.warmup_requests,
              "warmup_failed": result.warmup_failed, "level": result.name,
-             "verify_step_ms_p50": _verify_step_ms(result.results)}
+             "verify_step_ms_p50": _verify_step_ms(result.results),
+             "samples": [r.text for r in result.results if r.ok][:SAMPLES_PER_LEVEL]}
     return db_runs.add_bench(
         job.cell.store, run_id=job.run_id, boot_id=live.boot_id, text_class=text_class,
         concurrency=result.concurrency, num_requests=result.num_requests, num_failed=result.failed,
