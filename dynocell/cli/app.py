@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.engine",
     "dynocell.cli.commands.experiment",
     "dynocell.cli.commands.model",
+    "dynocell.cli.commands.plan",
 )
 
 app = typer.Typer(

@@ -29,6 +29,11 @@
    previous call returned). No /metrics (engine without --enable-metrics) →
    the check passes with reason "skipped".
 
+``ranks`` (only when a :class:`~dynocell.engine.ranks.RankStatus` is given, right
+after ``process``) — every expected rank process (SGLang's
+``sglang::scheduler_TP<n>``…) is found and alive; zombies are dead. No rank
+alive → ``down``; one dead or missing → ``degraded`` even when HTTP answers.
+
 Verdict: ``down`` when the process check fails (dead or stopping) or /health
 is unreachable / not 200; ``degraded`` when any other check fails (the
 reason names them); ``healthy`` otherwise. The oracle persists nothing: the
@@ -46,6 +51,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from dynocell.engine.client import EngineClient, EngineUnreachable, HttpResult
+from dynocell.engine.ranks import RankStatus
 
 HEALTHY, DEGRADED, DOWN = "healthy", "degraded", "down"
 
@@ -229,13 +235,15 @@ def check_health(
     generate_timeout_s: float = 30.0,
     stall_after_s: float = 30.0,
     now: float | None = None,
+    ranks: RankStatus | None = None,
 ) -> Verdict:
     """Run the oracle once against ``client``'s engine (see the module docstring).
 
     ``process_alive``/``stop_requested`` come from the supervisor (or
     :func:`dynocell.engine.supervisor.process_alive` for a boot this process
     did not start). ``now`` (monotonic s) is for the progress sample; default
-    ``time.monotonic()``. Never raises for engine failures: they become
+    ``time.monotonic()``. ``ranks``: the engine's rank processes
+    (:func:`dynocell.engine.ranks.rank_status`); None = not checked. Never raises for engine failures: they become
     failed checks.
     """
     checks: list[Check] = []
@@ -244,6 +252,10 @@ def check_health(
         checks.append(Check("process", False, None, why))
         return Verdict(DOWN, checks, why)
     checks.append(Check("process", True, None, "alive"))
+    if ranks is not None:
+        checks.append(Check("ranks", ranks.ok, None, ranks.reason))
+        if ranks.none_alive:
+            return Verdict(DOWN, checks, f"no rank process alive: {ranks.reason}")
 
     r, ms, err = _timed(client.health)
     if r is None or r.status != 200:

@@ -35,6 +35,7 @@ from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, ren
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
 from dynocell.engine import health as engine_health
+from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.supervisor import Supervisor, file_digest, process_alive, stop_process_group
 from dynocell.errors import EngineError, NotFound, UserError
 from dynocell.runbooks import events
@@ -369,8 +370,17 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
         canary=None,
         previous_progress=prev_sample,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
+        ranks=rank_status_of(cfg, boot["pid"], boot["pgid"] or boot["pid"]),
     )
     return record_verdict(cell, boot["id"], verdict)
+
+
+def rank_status_of(cfg: EngineConfig, pid: int | None, pgid: int | None) -> engine_ranks.RankStatus | None:
+    """The rank processes of a boot (issue 11) when ``cfg`` runs more than one rank, else None (not checked)."""
+    expected = engine_ranks.expected_ranks(cfg)
+    if expected <= 1 or not pid:
+        return None
+    return engine_ranks.rank_status(pid, pgid, expected)
 
 
 def config_of_boot(cell: Cell, boot: dict[str, Any]) -> EngineConfig:

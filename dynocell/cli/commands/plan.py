@@ -1,0 +1,45 @@
+"""``dynocell plan CONFIG``: the exact command to run on each node of a (multi-node) config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dynocell.cli.common import JSON_OPTION_HELP, print_json
+
+
+def plan_cmd(
+    config: str = typer.Argument(..., help="A .toml path (not stored) or a stored config name, hash or prefix."),
+    port: int = typer.Option(0, "--port", help="HTTP port of node 0 (default: the config's, else 30000)."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Print the command each node runs: NCCL and other [env] settings as KEY=VALUE, then the argv.
+
+    Multi-node configs name [[nodes]] (host, node_rank, gpus) and a
+    dist_init_addr; every node gets --nnodes, --node-rank and
+    --dist-init-addr. An inconsistent plan (a node rank missing or twice,
+    GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused naming the field.
+
+    Example: dynocell plan examples/two-nodes.toml --json
+    """
+    from dynocell.cli.common import get_cell, get_settings
+    from dynocell.runbooks.plan import plan, plan_config
+    from dynocell.runbooks.configs import read_config_file
+
+    if Path(config).is_file():
+        rows = plan_config(read_config_file(config), python=get_settings().engine_python, port=port or None)
+    else:
+        rows = plan(get_cell(), config, port=port or None)
+    if json_out:
+        print_json(rows)
+        return
+    for r in rows:
+        typer.echo(f"# node {r['node_rank']} on {r['host']}")
+        typer.echo(r["command"])
+        typer.echo("")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``plan`` command to the root app."""
+    app.command("plan")(plan_cmd)

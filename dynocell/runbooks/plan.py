@@ -1,0 +1,83 @@
+"""Multi-node plans: the exact command to run on each node of a config (issue 11).
+
+A config that names ``[[nodes]]`` (host, node_rank, gpus) and a
+``dist_init_addr`` is one SGLang engine spread over several hosts; each host
+runs ``python -m sglang.launch_server … --nnodes N --node-rank R
+--dist-init-addr HOST:PORT`` (rendered by
+:func:`dynocell.engine.adapters.render_nodes`). The environment of every node
+is the config's ``[env]`` (NCCL settings such as ``NCCL_NVLS_ENABLE=0``,
+``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``) plus ``PYTHONUNBUFFERED=1`` and the
+build's ``PYTHONPATH`` when given — never this host's PATH/HOME, which mean
+nothing on another machine. Secret-looking values are redacted.
+
+The config's consistency (ranks 0..n−1 once each, GPUs sum = tp × pp,
+``dist_init_addr`` with more than one node) is checked when the config is
+parsed (:func:`dynocell.engine.config.parse_config`), so an inconsistent plan
+is refused with a ConfigError naming the field.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from dynocell.engine.adapters import LaunchSpec, redact_env, render_nodes
+from dynocell.engine.config import EngineConfig
+from dynocell.runbooks.cell import Cell
+
+SGLANG_DEFAULT_PORT = 30000  # sglang ServerArgs.port default; used when the config leaves port = 0
+
+
+def _load(cell: Cell, config_ref: str) -> EngineConfig:
+    from dynocell.runbooks.configs import read_config_file, resolve_config
+
+    if Path(config_ref).is_file():
+        return read_config_file(config_ref)  # a plan stores nothing
+    return resolve_config(cell, config_ref)[0]
+
+
+def command_line(spec: LaunchSpec, env: dict[str, str]) -> str:
+    """``KEY=VALUE … ARGV`` with shell quoting: copy-pasteable on the node (POSIX shell)."""
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return (prefix + " " if prefix else "") + spec.argv_string
+
+
+def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None = None,
+                port: int | None = None) -> list[dict[str, Any]]:
+    """Per-node launch of ``cfg``: a list ordered by node_rank of dicts
+
+    ``node_rank`` (int; 0 for a single-node config), ``host`` (where to run it;
+    ``cfg.host`` when no nodes are named), ``argv`` (list), ``argv_string``,
+    ``env`` (redacted dict), ``command`` (``KEY=VALUE … argv``, redacted),
+    ``port`` (HTTP port; served by node 0 only).
+
+    ``port``: default ``cfg.port``, else SGLang's 30000 (a plan never picks a
+    random local port). Raises ConfigError / UserError from
+    :func:`~dynocell.engine.adapters.render_nodes`.
+    """
+    port = port or cfg.port or SGLANG_DEFAULT_PORT
+    specs = render_nodes(cfg, python=python, port=port, base_env={}, build_pythonpath=build_pythonpath)
+    rows = []
+    for spec in specs:
+        env = redact_env(spec.env)
+        rows.append({
+            "node_rank": spec.node_rank if spec.node_rank is not None else 0,
+            "host": spec.node_host or spec.host,
+            "argv": list(spec.argv),
+            "argv_string": spec.argv_string,
+            "env": env,
+            "command": command_line(spec, env),
+            "port": spec.port,
+        })
+    return rows
+
+
+def plan(cell: Cell, config_ref: str, *, port: int | None = None) -> list[dict[str, Any]]:
+    """The per-node commands of the config ``config_ref`` (a .toml path — not stored — or a
+    stored name/hash/prefix), with ``settings.engine_python`` as interpreter.
+
+    Returns :func:`plan_config`'s rows. Raises ConfigError for an
+    inconsistent config, NotFound for an unknown reference.
+    """
+    return plan_config(_load(cell, config_ref), python=cell.settings.engine_python, port=port)
