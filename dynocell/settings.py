@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "DYNOCELL_"
@@ -77,6 +77,14 @@ class Settings(BaseSettings):
         description="Where made-locally models are cached (default: <home>/models); share it between data directories.",
     )
     debug: bool = Field(default=False, description="Show tracebacks on errors.")
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _empty_home_is_default(cls, v: Any) -> Any:
+        """An empty DYNOCELL_HOME means unset (never the current directory)."""
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return Path(platformdirs.user_data_dir("dynocell"))
+        return v
 
     def model_post_init(self, __context: Any) -> None:  # noqa: D401 - pydantic hook
         object.__setattr__(self, "home", Path(self.home).expanduser().resolve())

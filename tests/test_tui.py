@@ -3,10 +3,11 @@
 - Pure formatting: glyph+word states, bars, the rate meter (baseline, resets).
 - Snapshots (pytest-textual-snapshot) of the main, boot, run and runbooks screens at 80×24 and
   160×48, with a fixed clock (``now``), timezone UTC, and ids shown as fixed aliases. The store
-  is filled by the REAL main job (``run_job`` on the reference engine, lossless off) when the
-  procedures complete; otherwise by tests/web_fill.py's stand-in rows (a warning says which).
-  Measurements that vary run to run (timestamps, latencies, throughputs, profile ms) are pinned
-  to fixed values by :func:`pin_measurements` so the pictures are stable; ids are aliased.
+  holds tests/web_fill.py's stand-in rows (the shapes the main job writes), with timestamps
+  pinned by :func:`pin_measurements`. A real ``run_job`` store was tried and rejected for
+  pictures: its acceptance histograms (τ 1.78 vs 2.01 on two runs of the same config), log
+  timestamps and pids differ from run to run; real-engine content is covered by the pilot
+  tests below instead (run from the picker, acceptance bars seen, stop, crash).
 - Pilot interaction tests that wait on conditions (never bare sleeps): start a run from the
   picker, see the boot ``ready`` and the acceptance bars, stop it, check no engine process
   survives; and an engine killed with SIGKILL while watched shows ``crashed``/``lost`` with its
@@ -19,13 +20,12 @@ import asyncio
 import os
 import signal
 import time
-import warnings
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import psutil
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from dynocell.cli.tui import format as fmt
 from dynocell.db import models as m
@@ -92,27 +92,9 @@ def pin_measurements(cell, ids: dict[str, Any]) -> None:
                     c.engine_tau = round(c.tau, 3)
 
 
-def _real_fill(cell) -> dict[str, Any] | None:
-    try:
-        from dynocell.runbooks.run import RunOptions, run_job
-
-        rid = run_job(cell, None, options=RunOptions(lossless=False))
-    except Exception as exc:  # noqa: BLE001 - procedures still in progress: fall back, loudly
-        warnings.warn(f"real run_job raised; TUI snapshots use stand-in rows: {exc}", stacklevel=1)
-        return None
-    from dynocell.runbooks import views
-
-    run = views.run_detail(cell, rid)["run"]
-    if run["state"] != "completed" or not run.get("boot_id"):
-        warnings.warn(f"real run_job ended {run['state']} ({run.get('error')}); TUI snapshots use stand-in rows",
-                      stacklevel=1)
-        return None
-    return {"runs": [rid], "boots": [run["boot_id"]], "mode": "real"}
-
-
 def fill_fixed(cell, ids: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Pin the measurements of a real run's store (``ids`` from :func:`_real_fill`), or fill
-    stand-in rows when ``ids`` is None; returns ids + aliases."""
+    """Fill stand-in rows (unless ``ids`` of rows already there are given: ``runs``, ``boots``),
+    pin their measurements, and return ids + fixed display aliases."""
     from tests.web_fill import fill_stand_in
 
     if ids is None:
@@ -138,13 +120,9 @@ def filled(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("TZ", "UTC")
     try:
-        mp.setenv("DYNOCELL_HOME", str(tmp_path_factory.mktemp("tui-home-real")))
+        mp.setenv("DYNOCELL_HOME", str(tmp_path_factory.mktemp("tui-home")))
         cell = open_cell(load_settings())
-        ids = _real_fill(cell)
-        if ids is None:  # a failed real run leaves rows behind: stand-in rows go to a clean store
-            mp.setenv("DYNOCELL_HOME", str(tmp_path_factory.mktemp("tui-home-standin")))
-            cell = open_cell(load_settings())
-        ids = fill_fixed(cell, ids)
+        ids = fill_fixed(cell)
     finally:
         mp.undo()
     return cell, ids
@@ -433,13 +411,18 @@ def test_engine_killed_while_watched_shows_crashed_with_signature(model_pair, tm
 
 # ------------------------------------------------------------------ pilot: keys on the filled store
 
-def test_keys_compare_log_search_and_runbook_search(filled):
+def test_keys_compare_log_search_and_runbook_search(isolated_home):
+    """On stand-in rows (two runs to compare, a known log): c compares, / searches the log and
+    the runbooks."""
     from textual.widgets import Input, SelectionList
 
     from dynocell.cli.tui.screens import BootScreen, CompareScreen, MainScreen, RunbooksScreen
     from dynocell.cli.tui.widgets import RunsPicker
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
 
-    cell, ids = filled
+    cell = open_cell(load_settings())
+    ids = fill_fixed(cell)
     boot = ids.get("failed_boot") or ids["boots"][0]
 
     async def main() -> None:

@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.experiment",
     "dynocell.cli.commands.model",
     "dynocell.cli.commands.plan",
+    "dynocell.cli.commands.tui",
 )
 
 app = typer.Typer(

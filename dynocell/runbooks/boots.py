@@ -131,6 +131,7 @@ def start_boot(
     port: int | None = None,
     build: dict[str, Any] | None = None,
     progress: Progress = _noop,
+    on_created: Callable[[], None] | None = None,
 ) -> LiveBoot:
     """Spawn the engine for ``cfg`` under this process's supervision and wait until ready.
 
@@ -156,6 +157,8 @@ def start_boot(
         argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
         supervisor_pid=os.getpid(),
     )
+    if on_created is not None:
+        on_created()
     events.publish("boot.created", boot_id=boot_id, config_hash=config_hash, port=spec.port)
     progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
     sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
@@ -354,6 +357,9 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
     Returns the stored row (``verdict``, ``checks``, ``failed``).
     """
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
+    if boot["state"] not in db_boots.LIVE_STATES:
+        raise UserError(f"boot {boot['id']} is {boot['state']}: there is no engine to probe",
+                        f"see `dynocell show {boot['id']}` for how it ended, or boot it again")
     cfg = config_of_boot(cell, boot)
     client = EngineClient(f"http://{boot['host']}:{boot['port']}", cell.settings.http_timeout_s)
     prev = db_boots.health_history(cell.store, boot["id"], limit=1)

@@ -49,6 +49,12 @@ def _open(settings: Settings) -> Store:
     except OperationalError as exc:
         raise UserError(f"cannot open the store at {settings.db_url}: {exc.orig}",
                         "check that the data directory is writable (dynocell settings shows it)") from exc
+    except ModuleNotFoundError as exc:
+        raise UserError(f"the database driver for {settings.db_url.split(':', 1)[0]} is not installed ({exc.name})",
+                        f"pip install {exc.name} (or a driver matching the URL), or unset DYNOCELL_DATABASE_URL") from exc
+    except OSError as exc:
+        raise UserError(f"cannot use the data directory {settings.home}: {exc.strerror or exc}",
+                        "set DYNOCELL_HOME to a writable directory (then: dynocell init)") from exc
 
 
 def open_cell(settings: Settings) -> Cell:

@@ -131,6 +131,8 @@ class Entry:
 
 # ------------------------------------------------------------------ regex safety
 
+_LIST_COMMANDS = {"boot": "dynocell ps --all", "run": "dynocell runs", "config": "dynocell config list", "entry": "dynocell runbook search", "experiment": "dynocell experiment list"}
+
 def _regex_parser():
     try:
         import re._parser as p  # Python ≥ 3.11
@@ -825,7 +827,8 @@ def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[
             return kind, knowledge.get(ident).slug
         found = dbk.resolve_target(store, kind, ident)
         if not found:
-            raise NotFound(f"no {kind} matches {ident!r}", f"list them with dynocell {kind}s, or check the id")
+            raise NotFound(f"no {kind} matches {ident!r}",
+                           f"list them with `{_LIST_COMMANDS.get(kind, 'dynocell --help')}`, or check the id")
         return kind, found
     hits: list[tuple[str, str]] = []
     if target in knowledge.entries:

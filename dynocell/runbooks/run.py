@@ -159,10 +159,13 @@ def run_job(
         with job.step("build") as d:
             build = _build(cell, cfg, d)
         with job.step("boot") as d:
-            live = boots.start_boot(cell, cfg, config_hash, timeout_s=opts.boot_timeout_s, build=build,
-                                    progress=progress)
-            db_runs.update_run(cell.store, run_id, boot_id=live.boot_id,
-                               build_hash=(build or {}).get("build_hash"))
+            boot_id = boots.new_id()
+            d["boot_id"] = boot_id
+            # The boot row is created by start_boot; link the run first so a failed boot stays linked.
+            start = boots.start_boot
+            live = start(cell, cfg, config_hash, timeout_s=opts.boot_timeout_s, build=build, boot_id=boot_id,
+                         progress=progress, on_created=lambda: db_runs.update_run(
+                             cell.store, run_id, boot_id=boot_id, build_hash=(build or {}).get("build_hash")))
             d.update(boot_id=live.boot_id, ready_s=live.ready_s, port=live.spec.port)
         with job.step("health") as d:
             verdict = _health(cell, live, d)

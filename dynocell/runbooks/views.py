@@ -29,6 +29,8 @@ FAILED_STATES = ("failed", "crashed", "lost")
 
 # ---------------------------------------------------------------- helpers
 
+_LIST_COMMANDS = {"boot": "dynocell ps --all", "run": "dynocell runs", "config": "dynocell config list", "entry": "dynocell runbook search", "experiment": "dynocell experiment list"}
+
 def _aware(dt: datetime | None) -> datetime | None:
     if dt is None:
         return None
@@ -65,7 +67,7 @@ def _resolve(s, model, key_col, ref: str, what: str) -> Any:
     if len(rows) == 1:
         return rows[0]
     if not rows:
-        raise NotFound(f"no {what} matches {ref!r}", f"list them with `dynocell {what}s` or the web panel")
+        raise NotFound(f"no {what} matches {ref!r}", f"list them with `{_LIST_COMMANDS.get(what, 'dynocell --help')}` or the web panel")
     raise NotFound(f"{what} prefix {ref!r} is ambiguous", "give more characters of the id")
 
 

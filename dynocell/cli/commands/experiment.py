@@ -16,7 +16,8 @@ from dynocell.cli.common import add_row, err_console, get_cell, out, print_json,
 
 experiment_app = typer.Typer(
     name="experiment",
-    help="Experiments against the incumbent: arms, repeated interleaved runs, noise-aware verdicts.",
+    help="Experiments against the incumbent: arms, repeated interleaved runs, noise-aware verdicts.\n\n"
+    "Example: dynocell experiment create spec --incumbent tiny-plain --arm tiny --arm tiny-ngram --repeats 3",
     no_args_is_help=True,
 )
 

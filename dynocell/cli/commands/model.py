@@ -11,7 +11,8 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the ``model`` command group (``make-tiny``) to ``app``."""
-    model_app = typer.Typer(help="The made-locally reference model pair (target + draft).", no_args_is_help=True)
+    model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\nExample: dynocell model make-tiny",
+                            no_args_is_help=True)
 
     @model_app.command("make-tiny")
     def make_tiny_cmd(
@@ -19,7 +20,10 @@ def register(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, "--seed", help="Seed of the pair (default: the model_seed setting)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        """Make (or find cached) the small target + draft pair in Hugging Face layout, offline and deterministic."""
+        """Make (or find cached) the small target + draft pair in Hugging Face layout, offline and deterministic.
+
+        Example: dynocell model make-tiny /tmp/pair --seed 0
+        """
         from rich.console import Console
 
         from dynocell.errors import DynocellError

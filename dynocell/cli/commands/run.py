@@ -65,6 +65,15 @@ def run_cmd(
     with live.status:
         run_id = run_job(cell, config, options=opts, progress=live)
     _show(run_id, json_out)
+    _exit_for(run_id)
+
+
+def _exit_for(run_id: str) -> None:
+    """Exit 1 when the run did not complete (the report above says which step failed)."""
+    from dynocell.runbooks.run import resolve_run
+
+    if resolve_run(get_cell(), run_id)["state"] != "completed":
+        raise typer.Exit(1)
 
 
 def _show(ref: str, json_out: bool) -> None:
@@ -160,6 +169,7 @@ def bench_cmd(
     with live.status:
         run_id = bench(get_cell(), boot, workload=workload, progress=live)
     _show(run_id, json_out)
+    _exit_for(run_id)
 
 
 def profile_cmd(
@@ -177,3 +187,4 @@ def profile_cmd(
     with live.status:
         run_id = profile(get_cell(), boot, workload=workload, progress=live)
     _show(run_id, json_out)
+    _exit_for(run_id)

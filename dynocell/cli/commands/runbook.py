@@ -13,8 +13,10 @@ import typer
 
 from dynocell.cli.common import JSON_OPTION_HELP, err_console, get_cell, get_settings, out, print_json
 
-runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.", no_args_is_help=True)
-bisect_app = typer.Typer(help="Bisect two configs to the knob that flips the verdict.", no_args_is_help=True)
+runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
+                          "Example: dynocell runbook search \"acceptance collapse\"", no_args_is_help=True)
+bisect_app = typer.Typer(help="Bisect two configs to the knob that flips the verdict.\n\n"
+                         "Example: dynocell bisect plan examples/tiny.toml examples/tiny-ngram.toml", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:

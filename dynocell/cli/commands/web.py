@@ -15,7 +15,8 @@ from dynocell.cli.common import err_console, get_cell, get_settings
 
 def register(app: typer.Typer) -> None:
     """Add ``web`` (serve) and ``web token create`` to the root app."""
-    web = typer.Typer(help="The browser admin panel (FastAPI + htmx).", invoke_without_command=True,
+    web = typer.Typer(help="The browser admin panel (FastAPI + htmx).\n\nExample: dynocell web --port 8700",
+                      invoke_without_command=True,
                       no_args_is_help=False)
     token = typer.Typer(help="Web-panel login tokens.", no_args_is_help=True)
     web.callback(invoke_without_command=True)(web_cmd)

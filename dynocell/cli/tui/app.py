@@ -112,15 +112,35 @@ class DynocellApp(App[None]):
         self.push_screen(MainScreen())
         if self.start is not None:
             self.push_screen(self.start())
-        self._unsubscribe = events.subscribe(self._on_store_event)
+        self._unsubscribe = events.subscribe(self._subscriber)
         if self.poll_interval_s > 0:
             self.set_interval(self.poll_interval_s, self._tick)
 
     def on_unmount(self) -> None:
         if self._unsubscribe:
             self._unsubscribe()
+        self.stop_owned_runs()
 
-    def _on_store_event(self, event: dict[str, Any]) -> None:
+    def stop_owned_runs(self, wait_s: float = 60.0) -> None:
+        """Safety net when the dashboard ends with a run still going (engines supervised in this
+        process would be orphaned): cancel each run, stop its boot through ``runbooks.boots.stop``,
+        and wait (at most ``wait_s``) for the run to record its end. Blocks the caller."""
+        runs = self.running_jobs("run")
+        if not runs:
+            return
+        from dynocell.runbooks import boots as rb_boots
+
+        for j in runs:
+            j.cancel.set()
+            if j.boot_id:
+                try:
+                    rb_boots.stop(self.cell, j.boot_id)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+        for j in runs:
+            j.ended.wait(timeout=wait_s)
+
+    def _subscriber(self, event: dict[str, Any]) -> None:
         # Called on a procedure's thread: post only (thread-safe, never blocks the procedure).
         try:
             self.post_message(StoreEvent(event))

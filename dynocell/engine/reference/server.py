@@ -37,8 +37,13 @@ VERSION = "0.5.17-dynocell-reference"
 
 def log(msg: str) -> None:
     """Print one SGLang-shaped log line ``[YYYY-MM-DD HH:MM:SS] msg`` to stdout, flushed."""
-    sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        # The supervisor that read our output is gone: keep serving; the boot
+        # shows as running-unsupervised until someone stops it.
+        pass
 
 
 class BadRequest(Exception):
