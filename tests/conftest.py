@@ -20,6 +20,19 @@ DATA = Path(__file__).parent / "data"
 MODEL_CACHE = REPO / ".cache" / "models"
 
 
+def pytest_sessionstart(session):
+    """Make (or find) the reference model pair before any test runs.
+
+    Making it costs a few CPU minutes once per machine; doing it here keeps
+    that out of every test's timeout, and every later process finds it cached.
+    """
+    if getattr(session.config.option, "collectonly", False):
+        return
+    from dynocell.engine.reference.models import ensure_pair
+
+    ensure_pair(MODEL_CACHE, progress=lambda msg: print(f"[dynocell tests] {msg}", flush=True))
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("dynocell-home")

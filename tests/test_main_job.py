@@ -32,9 +32,9 @@ def dynocell(env, *args, timeout=900, check=True):
 def finished_run(model_pair, tmp_path_factory):
     """One default `dynocell run` in its own data directory; returns (env, show --json)."""
     import os
+    from pathlib import Path
 
-    from tests.conftest import MODEL_CACHE
-
+    MODEL_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "models"
     home = tmp_path_factory.mktemp("main-job-home")
     env = dict(os.environ, DYNOCELL_HOME=str(home), DYNOCELL_MODEL_CACHE=str(MODEL_CACHE), PYTHONUNBUFFERED="1")
     proc = dynocell(env, "run")

@@ -20,6 +20,7 @@ Public API: :class:`ModelPair`, :func:`ensure_pair`, :func:`make_pair`,
 from __future__ import annotations
 
 import json
+import fcntl
 import os
 import shutil
 import sysconfig
@@ -87,10 +88,23 @@ def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = Non
         return ModelPair(final / "target", final / "draft")
     try:
         models_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{recipe_id(seed)}.", dir=models_dir))
+        lock = open(models_dir / f".{recipe_id(seed)}.lock", "a+")
     except OSError as exc:
         raise EngineError(f"models directory {models_dir} is not writable: {exc}",
                           "set DYNOCELL_HOME to a writable directory") from exc
+    # One maker at a time: a second process (a CLI run beside a test fixture, two
+    # boots at once) waits here and then finds the finished pair.
+    with lock:
+        if progress is not None:
+            progress(f"making the reference model pair {recipe_id(seed)} (once; a few CPU minutes)")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _complete(final):
+            return ModelPair(final / "target", final / "draft")
+        return _make_into(models_dir, final, seed, progress)
+
+
+def _make_into(models_dir: Path, final: Path, seed: int, progress: Progress | None) -> ModelPair:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe_id(seed)}.", dir=models_dir))
     try:
         make_pair(tmp, seed=seed, progress=progress)
         try:
