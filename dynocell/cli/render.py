@@ -77,7 +77,7 @@ def health_table(boot_detail: dict[str, Any]) -> Table | None:
         return None
     h = hist[-1]
     t = _tbl(f"health: {h['verdict']}" + (f" ({h['failed']})" if h.get("failed") else ""), "check", "ok", "latency ms", "reason")
-    for c in h.get("checks", []):
+    for c in (c for c in h.get("checks", []) if not str(c.get("name", "")).startswith("_")):
         t.add_row(str(c.get("name")), "yes" if c.get("ok") else "NO", _ms(c.get("latency_ms")), Text(str(c.get("reason") or "")))
     return t
 

@@ -165,7 +165,7 @@ def health_cmd(
 
 def _print_verdict(row: dict[str, Any]) -> None:
     t = table("check", "ok", "latency", "reason", title=f"{row['verdict']}" + (f" ({row['failed']})" if row["failed"] else ""))
-    for c in row["checks"]:
+    for c in (c for c in row["checks"] if not str(c.get("name", "")).startswith("_")):
         lat = c.get("latency_ms")
         add_row(t, c.get("name"), "yes" if c.get("ok") else "NO", f"{lat:.1f} ms" if lat is not None else "-",
                 c.get("reason") or "")
