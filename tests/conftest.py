@@ -27,6 +27,9 @@ def pytest_sessionstart(session):
     Making it costs a few CPU minutes once per machine; doing it here keeps
     that out of every test's timeout, and every later process finds it cached.
     """
+    # Every Settings built in this test process (session fixtures included, which run before
+    # the per-test isolated_home) and every dynocell subprocess shares the one model cache.
+    os.environ["DYNOCELL_MODEL_CACHE"] = str(MODEL_CACHE)
     if getattr(session.config.option, "collectonly", False):
         return
     from dynocell.engine.reference.models import ensure_pair, recipe_id
