@@ -444,19 +444,27 @@ def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def _tokens(inp: DoctorInputs) -> tuple[list[Any], str]:
+def _tokens(inp: DoctorInputs, min_tokens: int = 16) -> tuple[list[Any], str]:
+    """What to count for the garbage rule: token ids when known, else words of the texts.
+
+    Characters stand in for words only for text that is mostly CJK (no spaces to split on);
+    short English-like samples are not judged by characters, where spaces and a few letters
+    always dominate.
+    """
     if inp.output_ids:
         return [t for ids in inp.output_ids for t in ids], "token ids"
     words = [w for txt in inp.output_texts for w in txt.split()]
-    chars = [ch for txt in inp.output_texts for ch in txt]
-    if len(words) >= 16:
+    if len(words) >= min_tokens:
         return words, "words"
-    return chars, "characters"
+    chars = [ch for txt in inp.output_texts for ch in txt if not ch.isspace()]
+    if chars and sum(1 for ch in chars if ord(ch) >= 0x2E80) / len(chars) > 0.5:
+        return chars, "characters"
+    return words, "words"
 
 
 def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["garbage_output"]
-    toks, unit = _tokens(inp)
+    toks, unit = _tokens(inp, int(t["min_tokens"]))
     if len(toks) < t["min_tokens"]:
         return []
     counts = Counter(toks)
