@@ -172,7 +172,16 @@ def start_boot(
                          failure_detail={"engine_create_time": sup.create_time})
     live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
     limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
-    result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+    try:
+        result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+    except BaseException:
+        # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
+        res = sup.stop(settings.stop_grace_s)
+        finish_log(cell, boot_id, log_path)
+        db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=_now(),
+                            exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
+                            zombies=len(res.zombies), failure_detail={"reason": "interrupted while booting"})
+        raise
     if result.ok:
         live.ready_s = result.ready_s
         db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
