@@ -173,3 +173,36 @@ def asyncio_run(coro):
     import asyncio
 
     return asyncio.run(coro)
+
+
+def test_sse_split_across_reads_and_crlf_line_ends():
+    """The client splits SSE events itself: events cut anywhere (even inside the blank-line
+    separator) across TCP writes, several events in one write, and CRLF line ends all parse."""
+    import asyncio
+    import json
+
+    async def main() -> object:
+        events = [{"text": "a" * k, "output_ids": [k], "meta_info": {"completion_tokens": k}} for k in (1, 2, 3)]
+        events[-1]["meta_info"].update(prompt_tokens=5, finish_reason={"type": "length", "length": 3})
+        body = b"".join(b"data: " + json.dumps(e).encode() + b"\r\n\r\n" for e in events) + b"data: [DONE]\r\n\r\n"
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while (await r.readline()) not in (b"\r\n", b""):
+                pass
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+            for i in range(0, len(body), 7):  # 7-byte pieces: splits every event and separator
+                w.write(body[i:i + 7])
+                await w.drain()
+                await asyncio.sleep(0.001)
+            w.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await run_level(f"http://127.0.0.1:{port}", _reqs(1, tokens=3), 1)
+
+    lr = asyncio.run(main())
+    r = lr.results[0]
+    assert r.ok, r.error
+    assert r.text == "aaa" and r.completion_tokens == 3 and r.prompt_tokens == 5
+    assert len(r.itl_s) == 2 and not r.length_mismatch

@@ -1,8 +1,12 @@
 """Async streaming benchmark client for SGLang-compatible engines (and the reference engine).
 
 One level = a list of :class:`~dynocell.engine.workloads.BenchRequest` sent at a
-fixed concurrency over one shared ``httpx.AsyncClient`` whose pool holds one
-connection per concurrent stream. Definitions (times measured on the client
+fixed concurrency over one shared ``aiohttp.ClientSession`` whose pool holds one
+connection per concurrent stream. The bench client uses aiohttp (C HTTP parser)
+rather than httpx (pure-Python h11), which dynocell uses everywhere else: on a
+fake server emitting one token per chunk it read 2-3x more tokens/s on this
+2-core machine (``benchmarks/bench_client.py``), and the client must not be the
+bottleneck of what it measures. Definitions (times measured on the client
 with ``time.perf_counter``; token counts always from the server's
 ``meta_info`` / ``usage``, never re-tokenised):
 
@@ -49,18 +53,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
+import aiohttp
 
 from dynocell.engine.workloads import BenchRequest
 
-try:  # orjson parses ~3x faster when present; json is the always-available fallback
-    import orjson
+import orjson
 
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    import json
-
-    _loads = json.loads
+_loads = orjson.loads  # parses bytes directly, ~3-5x json.loads on SGLang's growing cumulative-text chunks
 
 Api = Literal["generate", "openai"]
 Progress = Callable[[int, int], None]
@@ -209,17 +208,53 @@ class LevelResult:
         return d
 
 
+def _bad_chunk(obj: Any, openai: bool) -> str | None:
+    """Why a decoded stream chunk cannot be used (None when it can): the engine answered garbage.
+
+    Checked per chunk so a lying engine is recorded as a failed request
+    (``bad_response``), never an exception out of the level.
+    """
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    if openai:
+        ch = obj.get("choices")
+        if ch is not None and not (isinstance(ch, list) and all(isinstance(c, dict) for c in ch)):
+            return "choices is not a list of objects"
+        if ch and not isinstance(ch[0].get("text") or "", str):
+            return "choices[0].text is not a string"
+        if obj.get("usage") is not None and not isinstance(obj["usage"], dict):
+            return "usage is not a JSON object"
+        return None
+    if not isinstance(obj.get("text") or "", str):
+        return f"text is {type(obj['text']).__name__}, not a string"
+    m = obj.get("meta_info")
+    if m is None:
+        return None
+    if not isinstance(m, dict):
+        return f"meta_info is {type(m).__name__}, not a JSON object"
+    for key in ("completion_tokens", "prompt_tokens"):
+        v = m.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            return f"meta_info.{key} is not a token count: {v!r}"
+    return None
+
+
+#: What a request failure is called in results, by aiohttp exception (first match wins).
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
 def _failure_kind(exc: BaseException) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return "timeout"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return "connect"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError,
+                        ConnectionError)):
         return "connection_closed"
     return "http_error"
 
 
-async def _one(client: httpx.AsyncClient, url: str, req: BenchRequest, api: Api, model: str, t_level: float) -> RequestResult:
+async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: Api, model: str, t_level: float) -> RequestResult:
     """Send one streaming request and time it. Never raises for engine/network trouble."""
     res = RequestResult(req.index, req.text_class, req.level, req.max_new_tokens, req.ignore_eos)
     body = req.payload(api, model)
@@ -237,52 +272,74 @@ async def _one(client: httpx.AsyncClient, url: str, req: BenchRequest, api: Api,
     t0 = time.perf_counter()
     res.start_s = t0 - t_level
     try:
-        async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code != 200:
-                raw = await resp.aread()
-                res.error, res.failure_kind = f"HTTP {resp.status_code}: {raw[:300].decode(errors='replace')}", "http_status"
+        async with client.post(url, json=body) as resp:
+            if resp.status != 200:
+                raw = await resp.read()
+                res.error, res.failure_kind = f"HTTP {resp.status}: {raw[:300].decode(errors='replace')}", "http_status"
                 return res
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
+            # Hot path (the client must not be the bottleneck): raw bytes split on the SSE event
+            # separator, no str decoding of the stream and no per-line async generator; events that
+            # arrive in one network read share its arrival stamp.
+            buf, crlf = b"", False
+            async for raw in resp.content.iter_any():
                 now = time.perf_counter()
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done, t_end = True, now
-                    continue  # read on to the end of the body so the connection goes back to the pool
-                obj = _loads(data)
-                if "error" in obj and obj["error"]:
-                    err = obj["error"]
-                    msg = err.get("message", err) if isinstance(err, dict) else err
-                    res.error, res.failure_kind = f"server error: {msg}", "server_error"
-                    return res
-                t_end = now
-                if openai:
-                    if obj.get("usage"):
-                        usage = obj["usage"]
-                    ch = obj.get("choices") or ()
-                    if ch:
-                        piece = ch[0].get("text") or ""
-                        if ch[0].get("finish_reason"):
-                            finish = ch[0]["finish_reason"]
-                        if piece:
-                            pieces.append(piece)
-                            chunks.append((now, None))
-                    continue
-                t = obj.get("text") or ""
-                meta = obj.get("meta_info") or meta
-                n = len(t)
-                if cumulative and n < text_len:  # server streams deltas (--incremental-streaming-output)
-                    cumulative = False
-                    pieces.append(last_text)
-                if cumulative:
-                    if n > text_len:
+                buf = buf + raw if buf else raw
+                if crlf or b"\r" in raw:  # SSE allows CRLF line ends; SGLang and uvicorn write LF
+                    crlf, buf = True, buf.replace(b"\r\n", b"\n")
+                start = 0
+                while True:
+                    end = buf.find(b"\n\n", start)
+                    if end < 0:
+                        break
+                    event, start = buf[start:end], end + 2
+                    if not event.startswith(b"data:"):
+                        continue
+                    data = event[5:].strip()
+                    if data == b"[DONE]":
+                        done, t_end = True, now
+                        continue  # read on to the end of the body so the connection goes back to the pool
+                    try:
+                        obj = _loads(data)
+                    except ValueError as e:  # orjson.JSONDecodeError is a ValueError
+                        res.error, res.failure_kind = f"malformed stream chunk: not JSON ({e})", "bad_response"
+                        return res
+                    bad = _bad_chunk(obj, openai)
+                    if bad:
+                        res.error, res.failure_kind = f"malformed stream chunk: {bad}", "bad_response"
+                        return res
+                    if "error" in obj and obj["error"]:
+                        err = obj["error"]
+                        msg = err.get("message", err) if isinstance(err, dict) else err
+                        res.error, res.failure_kind = f"server error: {msg}", "server_error"
+                        return res
+                    t_end = now
+                    if openai:
+                        if obj.get("usage"):
+                            usage = obj["usage"]
+                        ch = obj.get("choices") or ()
+                        if ch:
+                            piece = ch[0].get("text") or ""
+                            if ch[0].get("finish_reason"):
+                                finish = ch[0]["finish_reason"]
+                            if piece:
+                                pieces.append(piece)
+                                chunks.append((now, None))
+                        continue
+                    t = obj.get("text") or ""
+                    meta = obj.get("meta_info") or meta
+                    n = len(t)
+                    if cumulative and n < text_len:  # server streams deltas (--incremental-streaming-output)
+                        cumulative = False
+                        pieces.append(last_text)
+                    if cumulative:
+                        if n > text_len:
+                            chunks.append((now, meta.get("completion_tokens")))
+                            text_len, last_text = n, t
+                    elif t:
+                        pieces.append(t)
                         chunks.append((now, meta.get("completion_tokens")))
-                        text_len, last_text = n, t
-                elif t:
-                    pieces.append(t)
-                    chunks.append((now, meta.get("completion_tokens")))
-    except httpx.HTTPError as e:
+                buf = buf[start:]
+    except _TRANSPORT_ERRORS as e:
         res.failure_kind = _failure_kind(e)
         res.error = f"{type(e).__name__}: {e}" if res.failure_kind != "connection_closed" else f"connection closed mid-stream ({type(e).__name__}: {e})"
         return res
@@ -310,7 +367,7 @@ async def _one(client: httpx.AsyncClient, url: str, req: BenchRequest, api: Api,
     itl = res.itl_s
     for t, c in chunks[1:]:
         k = (c - prev_c) if (c is not None and prev_c is not None) else 1
-        k = k if k > 0 else 1
+        k = k if 0 < k <= req.max_new_tokens else 1  # a count that jumps past the request's limit is a lie
         gap = (t - prev_t) / k
         itl.extend([gap] * k)
         prev_t, prev_c = t, c
@@ -328,7 +385,7 @@ def _warmup_copy(req: BenchRequest, i: int) -> BenchRequest:
 
 
 async def _drive(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     reqs: Sequence[BenchRequest],
     concurrency: int,
@@ -372,7 +429,7 @@ async def run_level(
     name). Warm-up requests are copies of the first ``warmup`` requests with a
     rotated prompt (same length, no shared prefix), run at the same
     concurrency. ``progress(done, total)`` is called after each measured
-    request. ``timeout_s`` bounds each request's read gaps (httpx read
+    request. ``timeout_s`` bounds each request's read gaps (socket read
     timeout). Per-request failures are recorded, never raised; raises
     ValueError for ``concurrency < 1`` or an unknown ``api``.
     """
@@ -381,10 +438,11 @@ async def run_level(
     if api not in ENDPOINTS:
         raise ValueError(f"api must be one of {sorted(ENDPOINTS)}")
     url = base_url.rstrip("/") + ENDPOINTS[api]
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s))
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_s, sock_connect=min(30.0, timeout_s))
     warm = [_warmup_copy(requests[i % len(requests)], i) for i in range(warmup)] if requests else []
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,
+                                     json_serialize=lambda o: orjson.dumps(o).decode()) as client:
         warm_results: list[RequestResult] = []
         if warm:
             warm_results, _, _ = await _drive(client, url, warm, concurrency, api, model, None)
