@@ -2,25 +2,28 @@
 
 - Pure formatting: glyph+word states, bars, the rate meter (baseline, resets).
 - Snapshots (pytest-textual-snapshot) of the main, boot, run and runbooks screens at 80×24 and
-  160×48, with a fixed clock (``now``), timezone UTC, and ids shown as fixed aliases. The store
-  holds tests/web_fill.py's stand-in rows (the shapes the main job writes), with timestamps
-  pinned by :func:`pin_measurements`. A real ``run_job`` store was tried and rejected for
-  pictures: its acceptance histograms (τ 1.78 vs 2.01 on two runs of the same config), log
-  timestamps and pids differ from run to run; real-engine content is covered by the pilot
-  tests below instead (run from the picker, acceptance bars seen, stop, crash).
+  160×48, rendered from a store filled by REAL runs on the reference engine
+  (tests/data/stores/real-run: ``dynocell run``, ``dynocell run examples/tiny-ngram.toml`` and a
+  boot that failed with ``port_in_use``, recorded by tests/data/stores/record.py), with a fixed
+  clock (the recording's end + 10 min), timezone UTC and ids shown as fixed aliases. A live run
+  differs from one run to the next (latencies, acceptance draws, pids), so the run is recorded
+  once and replayed; re-record it when the schema or the model recipe changes.
 - Pilot interaction tests that wait on conditions (never bare sleeps): start a run from the
   picker, see the boot ``ready`` and the acceptance bars, stop it, check no engine process
   survives; and an engine killed with SIGKILL while watched shows ``crashed``/``lost`` with its
-  signature within two polling intervals.
+  signature within two polling intervals. The key test (compare, log search, runbook search)
+  runs on stand-in rows (tests/web_fill.py) with timestamps pinned by :func:`pin_measurements`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 import psutil
@@ -111,20 +114,44 @@ def fill_fixed(cell, ids: dict[str, Any] | None = None) -> dict[str, Any]:
     return ids
 
 
+REAL_RUN = Path(__file__).parent / "data" / "stores" / "real-run"
+
+
+def _recorder():
+    spec = importlib.util.spec_from_file_location("store_record", REAL_RUN.parent / "record.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="session")
 def filled(tmp_path_factory):
-    """A cell over a session-wide temp home filled once (see :func:`fill_fixed`)."""
+    """A cell over a session-wide temp home holding the recorded real-run store (see the module doc).
+
+    ids: ``boots``/``runs`` in start order, ``failed_boot``, ``aliases`` (boot-a…, run-1…) and
+    ``now`` (the fixed clock)."""
     from dynocell.runbooks.cell import open_cell
     from dynocell.settings import load_settings
 
+    home = tmp_path_factory.mktemp("tui-home")
+    _recorder().install(REAL_RUN, home)
     mp = pytest.MonkeyPatch()
     mp.setenv("TZ", "UTC")
     try:
-        mp.setenv("DYNOCELL_HOME", str(tmp_path_factory.mktemp("tui-home")))
+        mp.setenv("DYNOCELL_HOME", str(home))
         cell = open_cell(load_settings())
-        ids = fill_fixed(cell)
     finally:
         mp.undo()
+    with cell.store.session() as s:
+        boots = s.scalars(select(m.Boot).order_by(m.Boot.started_at)).all()
+        runs = s.scalars(select(m.Run).order_by(m.Run.started_at)).all()
+        ids: dict[str, Any] = {"boots": [b.id for b in boots], "runs": [r.id for r in runs],
+                               "failed_boot": next(b.id for b in boots if b.failure_signature)}
+        ends = [t for b in boots for t in (b.ended_at, b.started_at) if t] + [r.ended_at for r in runs if r.ended_at]
+        ids["now"] = max(ends).replace(tzinfo=timezone.utc) + timedelta(minutes=10)
+    aliases = {bid: f"boot-{chr(97 + i)}" for i, bid in enumerate(ids["boots"])}
+    aliases.update({rid: f"run-{k + 1}" for k, rid in enumerate(ids["runs"])})
+    ids["aliases"] = aliases
     return cell, ids
 
 
@@ -132,7 +159,8 @@ def make_app(cell, ids, start: Callable[[], Any] | None = None, poll: float = 0)
     from dynocell.cli.tui.app import DynocellApp
 
     aliases = ids["aliases"]
-    return DynocellApp(cell, poll_interval_s=poll, now=lambda: NOW, alias=lambda i: aliases.get(i, "id?"),
+    now = ids.get("now", NOW)
+    return DynocellApp(cell, poll_interval_s=poll, now=lambda: now, alias=lambda i: aliases.get(i, "id?"),
                        start=start)
 
 
