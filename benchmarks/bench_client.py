@@ -24,10 +24,14 @@ event loop is busy writing other streams before it reads a new request, and
 stamps ``request_received_ts`` only then); the raw reader's column shows that
 floor.
 
-Measured on the H200 host's CPU (16 idle cores, Python 3.12, httpx 0.28.1),
-256 tokens/request: c=1 ratio 0.985-0.998, TTFT overhead p50 0.96-1.2 ms;
-c=16 ratio 0.94-0.955; c=64 ratio 0.885-0.945, the client saturating one core
-at ~20k tok/s (httpx/h11 cost per chunk) where the raw reader reaches ~74k.
+Measured on this project's 2-core development machine on 2026-11-30, while a soak
+ran beside it (load average ~4), 256 tokens/request, after the switch from httpx
+to aiohttp: client 25,254 / 22,931 / 11,606 tok/s at c=1/16/64 (httpx/h11 read
+3,393 / 3,497 / 3,606 tok/s in the same conditions an hour earlier); ratio
+1.279 / 0.954 / 0.955 (c=1 above 1: the server's window also holds the warm-up
+request); TTFT overhead p50 3.3 ms at c=1, equal to the raw reader's 3.4 ms
+floor on the loaded machine. Earlier, on the H200 host's CPU (16 idle cores),
+httpx reached c=1 ratio 0.985-0.998 with 0.96-1.2 ms TTFT overhead.
 
 Usage: ``python benchmarks/bench_client.py [--tokens 256] [--levels 1,16,64] [--per-level 4]``
 """
