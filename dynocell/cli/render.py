@@ -140,6 +140,19 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
     for sp in profile.get("splits", []):
         parts.append(Text(f"  {sp['category']:<14} {sp['pct']:5.1f} % {bar(sp['pct'] / 100):<30} "
                           f"{sp['ms']:9.2f} ms {sp['launches']:6d} launches"))
+    ranks = profile.get("rank_splits") or []
+    if len(ranks) > 1:
+        t = _tbl("per rank (ms, % of the rank's device time)", "category",
+                 *[f"rank {r['rank']}" for r in ranks])
+        cats = [sp["category"] for sp in profile.get("splits", []) if sp.get("ms")]
+        for cat in cats:
+            cells = []
+            for r in ranks:
+                sp = next((x for x in r["splits"] if x["category"] == cat), None)
+                cells.append(f"{sp['ms']:.2f} ({sp['pct']:.1f} %)" if sp else "-")
+            t.add_row(cat, *cells)
+        t.add_row(Text("device total", style="bold"), *[f"{r['device_ms']:.2f}" for r in ranks])
+        parts.append(t)
     kernels = profile.get("kernels") or []
     if kernels:
         t = _tbl("top kernels", "kernel", "category", "ms", "launches")

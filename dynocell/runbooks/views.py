@@ -281,6 +281,12 @@ def _run_data(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
                              s.scalars(select(m.ProfileSplit).where(m.ProfileSplit.profile_id == pr.id,
                                                                     m.ProfileSplit.rank == -1)
                                        .order_by(desc(m.ProfileSplit.ms)))]
+        per_rank: dict[int, list[dict[str, Any]]] = {}
+        for x in s.scalars(select(m.ProfileSplit).where(m.ProfileSplit.profile_id == pr.id, m.ProfileSplit.rank >= 0)
+                           .order_by(m.ProfileSplit.rank, desc(m.ProfileSplit.ms))):
+            per_rank.setdefault(x.rank, []).append(_row(x, ("category", "ms", "pct", "launches")))
+        profile["rank_splits"] = [{"rank": rk, "device_ms": sum(x["ms"] or 0.0 for x in rows), "splits": rows}
+                                  for rk, rows in sorted(per_rank.items())]
         profile["kernels"] = [_row(x, ("name", "category", "ms", "launches")) for x in
                               s.scalars(select(m.ProfileKernel).where(m.ProfileKernel.profile_id == pr.id,
                                                                       m.ProfileKernel.rank == -1)
@@ -296,8 +302,9 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
 
     ``bench``: levels by concurrency (latency dicts p50/p90/p99 in ms; throughputs tok/s, req/s).
     ``curves``: per text class with ``points`` ``[{position, p, a}]``, ``tau``, ``engine_tau``.
-    ``profile``: newest profile window of the run with ``splits`` (all ranks, ms/pct/launches) and
-    top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
+    ``profile``: newest profile window of the run with ``splits`` (all ranks, ms/pct/launches),
+    ``rank_splits`` (``[{rank, device_ms, splits}]``, one per rank; empty for single-rank traces
+    stored without per-rank rows) and top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
     """
     with cell.store.session() as s:
         r = _resolve(s, m.Run, m.Run.id, run_id, "run")
