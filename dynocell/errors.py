@@ -54,6 +54,15 @@ class NotFound(UserError):
     http_status = 404
 
 
+class StoreUnavailable(UserError):
+    """The store cannot take a write: a read-only path or URL, a full disk, a lock held too long.
+
+    Exit code 2 (the operator fixes the path or the setting), HTTP 503.
+    """
+
+    http_status = 503
+
+
 class EngineError(DynocellError):
     """An engine misbehaved: failed to boot, died, answered garbage. Exit code 3."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dynocell.db.models import Boot, BootEvent, HealthCheck, utcnow
 from dynocell.db.session import Store
@@ -51,13 +51,21 @@ def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str,
     """
     olds = (old,) if isinstance(old, str) else old
     with store.session() as s:
-        boot = s.get(Boot, boot_id)
-        if boot is None or boot.state not in olds:
+        # A conditional UPDATE (state still what was read) is the compare-and-set: a plain
+        # read-then-write lets two processes that read the same state both "win". After the
+        # first UPDATE this transaction holds the write lock, so a re-read is current.
+        for _attempt in range(5):
+            boot = s.get(Boot, boot_id, populate_existing=True)
+            if boot is None or boot.state not in olds:
+                return False
+            previous = boot.state
+            moved = s.execute(update(Boot).where(Boot.id == boot_id, Boot.state == previous)
+                              .values(state=new, **values).execution_options(synchronize_session=False))
+            if moved.rowcount == 1:
+                break
+        else:
             return False
-        previous = boot.state
-        boot.state = new
-        for k, v in values.items():
-            setattr(boot, k, v)
+        s.refresh(boot)
         detail: dict[str, Any] = {"from": previous}
         if values.get("failure_signature"):
             detail["signature"] = values["failure_signature"]

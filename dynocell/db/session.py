@@ -17,7 +17,10 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from dynocell.errors import StoreUnavailable
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
@@ -112,6 +115,31 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def store_error(url: str, exc: OperationalError) -> StoreUnavailable | None:
+    """A :class:`~dynocell.errors.StoreUnavailable` naming the store and the fix for an SQLite
+    error a person can act on (read-only, disk full, locked too long); None for anything else."""
+    text = str(getattr(exc, "orig", None) or exc)
+    low = text.lower()
+    where = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    if "readonly" in low or "read-only" in low:
+        if "mode=ro" in url:
+            return StoreUnavailable(f"the store {where} is opened read-only (mode=ro in the URL): {text}",
+                                    "drop mode=ro from DYNOCELL_DATABASE_URL for commands that write")
+        folder = Path(where).parent if url.startswith("sqlite:///") else None
+        return StoreUnavailable(f"the store {where} is read-only: {text}",
+                                f"make {where}" + (f" and its directory {folder}" if folder else "")
+                                + " writable by this user, or point DYNOCELL_HOME (or DYNOCELL_DATABASE_URL)"
+                                " at a writable location")
+    if "disk is full" in low or "disk full" in low:
+        return StoreUnavailable(f"the disk holding the store {where} is full: {text}",
+                                "free space on that disk (df -h), or point DYNOCELL_HOME at another disk")
+    if "database is locked" in low:
+        return StoreUnavailable(f"the store {where} stayed locked by another process for "
+                                f"{BUSY_TIMEOUT_MS // 1000} s: {text}",
+                                "another process holds a long write transaction on it; retry when it is done")
+    return None
+
+
 class Store:
     """A migrated database: ``store.session()`` gives a short write transaction."""
 
@@ -125,14 +153,32 @@ class Store:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A session committed on success and rolled back on error."""
+        """A session committed on success and rolled back on error.
+
+        SQLite errors a person can act on (a read-only store, a full disk, a lock
+        held past the busy timeout) are raised as
+        :class:`~dynocell.errors.StoreUnavailable` naming the store and the fix.
+        """
         with self._sessions() as s:
             try:
                 yield s
                 s.commit()
+            except OperationalError as exc:
+                _rollback(s)
+                translated = store_error(self.url, exc)
+                if translated is None:
+                    raise
+                raise translated from exc
             except BaseException:
                 s.rollback()
                 raise
+
+
+def _rollback(s: Session) -> None:
+    try:
+        s.rollback()
+    except OperationalError:
+        pass  # the connection is unusable (read-only, disk full); the error being raised says why
 
 
 def open_store(url: str) -> Store:

@@ -30,7 +30,17 @@ from dynocell.errors import ConfigError
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 ENGINES = ("sglang", "reference")
 BUILTIN_MODEL_PREFIX = "dynocell:"
+#: The made-locally reference models a config may name (resolved at boot).
+BUILTIN_MODELS = ("dynocell:tiny", "dynocell:tiny-draft")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+#: A config file larger than this is refused unread (a real one is a few kB).
+MAX_CONFIG_BYTES = 1 << 20
+#: Upper bounds that keep absurd values out (no engine has more ranks, tokens or steps).
+MAX_PARALLEL = 4096
+MAX_SPEC_WIDTH = 1024
+MAX_TOKENS = (1 << 31) - 1
+MAX_BATCH = 1 << 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Section(BaseModel):
@@ -40,11 +50,11 @@ class _Section(BaseModel):
 class Parallel(_Section):
     """Parallel sizes (SGLang ``--tp-size`` … ``--dcp-size``); all ≥ 1."""
 
-    tp_size: int = Field(1, ge=1)
-    pp_size: int = Field(1, ge=1)
-    dp_size: int = Field(1, ge=1)
-    ep_size: int = Field(1, ge=1)
-    dcp_size: int = Field(1, ge=1)
+    tp_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    pp_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    dp_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    ep_size: int = Field(1, ge=1, le=MAX_PARALLEL)
+    dcp_size: int = Field(1, ge=1, le=MAX_PARALLEL)
 
 
 class Speculative(_Section):
@@ -55,9 +65,9 @@ class Speculative(_Section):
     """
 
     algorithm: str | None = None
-    num_steps: int | None = Field(None, ge=1)
-    eagle_topk: int | None = Field(None, ge=1)
-    num_draft_tokens: int | None = Field(None, ge=1)
+    num_steps: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
+    eagle_topk: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
+    num_draft_tokens: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
     draft_model_path: str | None = None
 
     @field_validator("algorithm", mode="before")
@@ -102,9 +112,9 @@ class Memory(_Section):
     """Memory knobs (SGLang ``--mem-fraction-static`` …). None = the engine's default."""
 
     mem_fraction_static: float | None = Field(None, gt=0, le=1)
-    chunked_prefill_size: int | None = Field(None, ge=1)
-    context_length: int | None = Field(None, ge=1)
-    max_running_requests: int | None = Field(None, ge=1)
+    chunked_prefill_size: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    context_length: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_running_requests: int | None = Field(None, ge=1, le=MAX_TOKENS)
     kv_cache_dtype: str | None = None
 
 
@@ -112,15 +122,15 @@ class CudaGraph(_Section):
     """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``)."""
 
     disable: bool = False
-    max_bs: int | None = Field(None, ge=1)
+    max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)
 
 
 class Node(_Section):
     """One host of a multi-node engine: ``host``, ``node_rank`` (0-based), ``gpus`` on it."""
 
     host: str
-    node_rank: int = Field(ge=0)
-    gpus: int = Field(ge=1)
+    node_rank: int = Field(ge=0, le=MAX_PARALLEL)
+    gpus: int = Field(ge=1, le=MAX_PARALLEL)
 
 
 class Meta(_Section):
@@ -263,6 +273,9 @@ def _hint_for(loc: str, msg: str, kind: str = "") -> str:
         return f"write it as a [{loc}] table" if "." not in loc else "write it as a table"
     if loc.endswith("port"):
         return "use 0 (pick a free port at boot) or 1–65535"
+    if kind in ("less_than_equal", "less_than") and not loc.endswith("mem_fraction_static"):
+        m = re.search(r"less than (?:or equal to )?(\S+)", msg)
+        return f"use a value of at most {m.group(1).rstrip(',')}" if m else "use a smaller value"
     if "greater than or equal to 1" in msg or "greater than 0" in msg or "less than or equal to 1" in msg:
         return "use a positive number" if "less than" not in msg else "use a fraction in (0, 1]"
     if "algorithm" in loc:
@@ -314,6 +327,9 @@ def _is_local_path(path: str) -> bool:
 
 
 def _resolve_model_path(value: str | None, base: Path | None, source: str, field: str) -> str | None:
+    if value is not None and value.startswith(BUILTIN_MODEL_PREFIX) and value not in BUILTIN_MODELS:
+        raise ConfigError(source, field, f"unknown built-in model {value!r}",
+                          f"use {' or '.join(BUILTIN_MODELS)} (check for stray or look-alike characters)")
     if value is None or not _is_local_path(value):
         return value
     p = Path(value).expanduser()
@@ -327,20 +343,48 @@ def _resolve_model_path(value: str | None, base: Path | None, source: str, field
     return str(p.resolve())
 
 
+def _check_strings(data: Any, source: str, path: str = "") -> None:
+    """Refuse NUL characters anywhere an engine would see them, and env names a process cannot carry.
+
+    ``[meta]`` is a label for people and never reaches the engine, so it is not checked.
+    """
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{path}.{key}" if path else str(key)
+            if not path and key == "meta":
+                continue
+            if path == "env" and not (isinstance(key, str) and _ENV_NAME.match(key)):
+                raise ConfigError(source, f"env.{key!r}", "not a valid environment variable name",
+                                  "use ASCII letters, digits and _ , not starting with a digit "
+                                  "(e.g. CUDA_VISIBLE_DEVICES)")
+            _check_strings(value, source, here)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _check_strings(value, source, f"{path}[{i}]")
+    elif isinstance(data, str) and "\x00" in data:
+        raise ConfigError(source, path or None, "contains a NUL character (\\u0000)",
+                          "remove it: no path, argument or environment value can hold NUL")
+
+
 def parse_config(text: str, source: str = "<string>", base_dir: Path | None = None) -> EngineConfig:
     """Parse TOML ``text`` into a validated :class:`EngineConfig`.
 
     ``source`` names the file in messages; relative local model paths resolve
     against ``base_dir``. Raises :class:`~dynocell.errors.ConfigError` naming the
-    source, the field and the fix (TOML syntax errors carry line and column).
+    source, the field and the fix (TOML syntax errors carry line and column;
+    absurdly deep nesting, NUL characters and bad env names are refused too).
     """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, None, f"TOML syntax error: {exc}", "fix the line and column shown") from None
+    except RecursionError:
+        raise ConfigError(source, None, "TOML nested too deeply to read",
+                          "a config has a few flat tables; see examples/tiny.toml") from None
     if "model_path" not in data:
         raise ConfigError(source, "model_path", "missing", "add model_path = \"/path/to/model\" (or dynocell:tiny)")
     _check_keys(data, source)
+    _check_strings(data, source)
     # Strict: TOML has real types, so "8000" for a port or 1 for a boolean is a mistake, not a
     # value to coerce. Lists become tuples first (strict mode accepts only tuples for tuple fields).
     data = {k: tuple(v) if isinstance(v, list) and k in ("extra_args", "patches", "nodes") else v
@@ -388,10 +432,18 @@ def _check_nodes(cfg: EngineConfig, source: str) -> None:
 
 
 def load_config(path: str | Path) -> EngineConfig:
-    """Read and parse the config file at ``path``. Raises ConfigError (missing file included)."""
+    """Read and parse the config file at ``path``.
+
+    Raises ConfigError for a missing file, one over :data:`MAX_CONFIG_BYTES`,
+    non-UTF-8 bytes, or any error of :func:`parse_config`.
+    """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(p), None, "no such config file", "give the path of a .toml config")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(str(p), None, f"file is {size / 1e6:.1f} MB; a config may be at most "
+                          f"{MAX_CONFIG_BYTES // 1024} KiB", "a config is a few kB of TOML: is this the right file?")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:

@@ -299,7 +299,10 @@ def check_health(
         try:
             cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
         except ValueError as exc:
-            checks.append(Check("progress", False, ms, f"/metrics unparsable: {exc}"))
+            why = "".join(ch if ch.isprintable() else "?" for ch in str(exc).strip()[:120]) or "parse error"
+            head = r.text.strip().splitlines()[0][:60] if r.text.strip() else ""
+            checks.append(Check("progress", False, ms,
+                                f"/metrics unparsable: not Prometheus text ({why}); it starts with {head!r}"))
         else:
             progress, ok, why = judge_progress(previous_progress, cur, stall_after_s)
             checks.append(Check("progress", ok, ms, why))

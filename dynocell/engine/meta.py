@@ -18,13 +18,13 @@ recorded) and :meth:`GenerationMeta.validate` lists every inconsistency.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynocell.errors import EngineError
 
-__all__ = ["GenerationMeta", "MetaError"]
+__all__ = ["GenerationMeta", "MetaError", "check_generations"]
 
 # Tolerance for "equal beyond rounding": engines may print 2-decimal values.
 _ROUND_TOL = 0.005 + 1e-9
@@ -244,3 +244,28 @@ class GenerationMeta:
         if self.spec_accept_rate is not None and not (0.0 <= self.spec_accept_rate <= 1.0 + _ROUND_TOL):
             out.append(f"spec_accept_rate {self.spec_accept_rate} is outside [0, 1]")
         return out
+
+
+def check_generations(metas: Iterable[Any]) -> list[str]:
+    """Problems of the ``meta_info`` of a set of generations, before τ is computed from them.
+
+    ``metas``: the ``meta_info`` of each generation (dicts as the engine sent
+    them). Returns one sentence per problem, naming the generation (0-based,
+    plus its ``id`` when it has one): a ``meta_info`` that is missing or not an
+    object, and every inconsistency :meth:`GenerationMeta.validate` finds — a
+    histogram that does not sum to ``spec_verify_ct``, a ``spec_num_correct_drafts``
+    the histogram contradicts, … An empty list means nothing to flag. Never raises.
+    """
+    out: list[str] = []
+    for i, m in enumerate(metas):
+        if not m:
+            out.append(f"generation {i}: no meta_info")
+            continue
+        try:
+            gm = GenerationMeta.from_meta_info(m)
+        except MetaError as exc:
+            out.append(f"generation {i}: {exc.message}")
+            continue
+        who = f"generation {i}" + (f" ({gm.id})" if gm.id else "")
+        out.extend(f"{who}: {p}" for p in gm.validate())
+    return out

@@ -92,6 +92,7 @@ from dynocell.engine.rules import (
 from dynocell.errors import EngineError, UserError
 
 TAIL_LINES = 50  # lines reported with a failure
+TAIL_LINE_CHARS = 2000  # longer lines are cut in the reported tail (the log file keeps them whole)
 _KEEP_LINES = 400  # lines kept in memory for classification
 
 
@@ -545,9 +546,12 @@ class Supervisor:
         return time.monotonic() - self._t0
 
     def tail(self, n: int = TAIL_LINES) -> list[str]:
-        """The last ``n`` output lines (engine text, no timestamp prefix)."""
+        """The last ``n`` output lines (engine text, no timestamp prefix), each cut to :data:`TAIL_LINE_CHARS`."""
         with self._lock:
-            return list(self._lines)[-n:]
+            lines = list(self._lines)[-n:]
+        return [line if len(line) <= TAIL_LINE_CHARS
+                else f"{line[:TAIL_LINE_CHARS]} … [{len(line) - TAIL_LINE_CHARS} more characters in the log]"
+                for line in lines]
 
     # ---- internals
     def _emit(self, event: Event) -> None:
@@ -647,7 +651,7 @@ class Supervisor:
                 spec.argv, env=spec.env, start_new_session=True, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment
             self._log.write(format_log_line(f"dynocell: cannot execute {spec.argv[0]}: {exc}").encode())
             self._log.close()
             self._failure = SignatureMatch("spawn_failed", "Engine could not be started",

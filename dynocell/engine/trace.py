@@ -19,7 +19,10 @@ What counts (complete events, ``"ph": "X"``, as Kineto writes them):
 
 Categories come from ``trace_rules.toml`` (regex → category, first match wins).
 Errors: :class:`TraceError` (a :class:`dynocell.errors.UserError`) naming the
-file for a missing file, truncated gzip, invalid JSON or no ``traceEvents``.
+file for a missing file, truncated gzip, invalid JSON, no ``traceEvents`` list,
+and for a hostile file: one event over :data:`MAX_EVENT_BYTES`, one string or
+number over :data:`MAX_VALUE_BYTES`, or nesting deeper than :data:`MAX_DEPTH` —
+refused while streaming, in bounded memory and time.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ import math
 import re
 import tomllib
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -61,6 +66,15 @@ CATEGORIES: tuple[str, ...] = (
 )
 RULES_FILE = Path(__file__).with_name("trace_rules.toml")
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: One trace event (or any stretch of the file between two events) larger than this is refused:
+#: a real Kineto event is well under 1 MB, and ijson would hold a larger one whole in memory.
+MAX_EVENT_BYTES = 8 << 20
+#: One JSON string or number longer than this is refused: yajl re-reads a token that spans its
+#: read buffers from the token's start, so its time grows with the square of the token's length.
+MAX_VALUE_BYTES = 4 << 20
+#: JSON nesting deeper than this is refused (a Chrome trace nests about 6 levels; ijson's
+#: bookkeeping grows with the square of the depth, so 30 000 levels already take 2 GB).
+MAX_DEPTH = 64
 
 try:  # the C backend is ~10× faster than the pure-Python one
     _IJSON = ijson.get_backend("yajl2_c")
@@ -221,36 +235,124 @@ def _open(path: Path) -> BinaryIO:
     return f
 
 
+class _Guard:
+    """A read-only byte stream over a trace that refuses what would exhaust memory.
+
+    ijson (yajl) keeps a whole value in memory until it ends, and its prefix
+    bookkeeping grows with the square of the nesting depth. So, at C speed per
+    chunk (regex and ``bytes.translate``, no per-byte Python): strings are cut
+    out, the brackets left give the nesting depth (> :data:`MAX_DEPTH` is
+    refused), one string or number longer than :data:`MAX_VALUE_BYTES` is
+    refused, and more than :data:`MAX_EVENT_BYTES` read since the consumer's
+    last :meth:`mark` (one event) is refused. Raises :class:`TraceError`.
+    """
+
+    _ESCAPE = re.compile(rb"\\.", re.S)  # a backslash and the byte it escapes (only valid inside strings)
+    _NOT_SYNTAX = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+    _SIGN = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")
+    _DELIMITERS = tuple(bytes([c]) for c in b'"[]{},: \t\r\n')
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self._f, self.path = f, path
+        self.total = self.marked = self.depth = self.run = 0
+        self.in_str = self.escaped = False
+
+    def __enter__(self) -> "_Guard":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._f.close()
+
+    def mark(self) -> None:
+        """An event ended: the byte budget of the next one starts here."""
+        self.marked = self.total
+
+    def read(self, n: int = -1) -> bytes:
+        """Read like the wrapped file; raises TraceError past the size or depth limits."""
+        chunk = self._f.read(n)
+        if chunk:
+            self.total += len(chunk)
+            if self.total - self.marked > MAX_EVENT_BYTES:
+                raise TraceError(
+                    f"{self.path}: one trace event (or value) is larger than {MAX_EVENT_BYTES >> 20} MiB; "
+                    "refused before it could fill memory",
+                    "a real profiler event is under 1 MB: is this file a trace, and is it intact?")
+            self._scan(chunk)
+        return chunk
+
+    def _scan(self, b: bytes) -> None:
+        if self.escaped:  # the previous chunk ended in a lone backslash: it escapes this first byte
+            b, self.escaped = b[1:], False
+        if b"\\" in b:
+            b = self._ESCAPE.sub(b"", b)  # escapes pair from the left, as JSON reads them
+            if b.endswith(b"\\"):
+                b, self.escaped = b[:-1], True
+        # Now every quote opens or closes a string. Keep only quotes and brackets; two adjacent
+        # quotes have no bracket between them, so dropping the pair changes nothing outside strings.
+        k = b.translate(None, self._NOT_SYNTAX).replace(b'""', b"")
+        if b'"' in k:
+            parts = k.split(b'"')
+            brackets = b"".join(parts[1::2] if self.in_str else parts[0::2])
+            if len(parts) % 2 == 0:
+                self.in_str = not self.in_str
+        else:
+            brackets = b"" if self.in_str else k
+        # Bytes of the value still open at the end of the chunk (a string, or a number/literal).
+        last = b.rfind(b'"') if self.in_str else max(b.rfind(d) for d in self._DELIMITERS)
+        self.run = self.run + len(b) if last < 0 else len(b) - last - 1
+        if self.run > MAX_VALUE_BYTES:
+            raise TraceError(f"{self.path}: one JSON string or number is longer than {MAX_VALUE_BYTES >> 20} MiB; "
+                             "not a profiler trace", "a real trace's names and values are short: is this file a trace?")
+        if brackets:
+            steps = array("b")
+            steps.frombytes(brackets.translate(self._SIGN))
+            peak = max(accumulate(steps, initial=self.depth))
+            self.depth += sum(steps)
+            if peak > MAX_DEPTH:
+                raise TraceError(f"{self.path}: JSON nested more than {MAX_DEPTH} levels deep; not a Chrome trace",
+                                 "a profiler trace nests about 6 levels: is this file a trace?")
+
+
+def _first_byte(path: Path) -> bytes:
+    """The first significant byte of the (decompressed) document: ``{``, ``[``, other, or ``b""`` if empty."""
+    with _open(path) as f:
+        head = f.read(4096)
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+
+
+_JSON_KINDS = {"start_map": "an object", "number": "a number", "string": "a string", "null": "null",
+               "boolean": "a boolean"}
+
+
 def _iter_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Events of ``traceEvents`` (object form) or of the top-level array, streamed."""
+    """Events of ``traceEvents`` (object form) or of the top-level array, streamed under a :class:`_Guard`."""
+    first = _first_byte(path)
+    if not first:
+        raise TraceError(f"{path}: trace file is empty", "re-collect the trace; the profiler may not have written it yet")
+    prefix = "item" if first == b"[" else "traceEvents.item"
     found = False
-    with _open(path) as f:
-        for ev in _IJSON.items(f, "traceEvents.item", use_float=True):
+    with _Guard(_open(path), path) as g:
+        for ev in _IJSON.items(g, prefix, use_float=True):
             found = True
+            g.mark()
             yield ev
-    if found:
+    if found or prefix == "item":
         return
-    # Nothing under traceEvents: empty list, array form, or no such key.
-    with _open(path) as f:
-        kind = None
-        has_key = False
-        for prefix, event, value in _IJSON.parse(f):
-            if prefix == "" and kind is None:
-                kind = event
-                if event == "start_array":
-                    break
-            if prefix == "" and event == "map_key" and value == "traceEvents":
-                has_key = True
-                break
-    if kind == "start_array":
-        with _open(path) as f:
-            yield from _IJSON.items(f, "item", use_float=True)
-        return
-    if not has_key:
-        raise TraceError(
-            f"{path}: not a Chrome trace: no 'traceEvents' list",
-            "expected a torch profiler / Kineto trace (*.trace.json[.gz])",
-        )
+    # Object form and not one event: an empty traceEvents list is fine; anything else is not a trace.
+    with _Guard(_open(path), path) as g:
+        events = _IJSON.parse(g)
+        for pfx, event, value in events:
+            g.mark()
+            if pfx == "" and event == "map_key" and value == "traceEvents":
+                kind = next(events, ("", "end", None))[1]
+                if kind == "start_array":
+                    return
+                raise TraceError(f"{path}: 'traceEvents' is {_JSON_KINDS.get(kind, kind)}, not a list of events",
+                                 "expected a torch profiler / Kineto trace (*.trace.json[.gz])")
+    raise TraceError(
+        f"{path}: not a Chrome trace: no 'traceEvents' list",
+        "expected a torch profiler / Kineto trace (*.trace.json[.gz])",
+    )
 
 
 def rank_of(path: str | Path) -> int | None:
@@ -316,14 +418,14 @@ class _Agg:
 
 
 def _num(v: Any) -> float | None:
+    """A finite float from a number or numeric string, else None (NaN and ±inf included)."""
     if isinstance(v, bool) or v is None:
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return x if math.isfinite(x) else None
 
 
 def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -> TraceSplit:
@@ -348,6 +450,7 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
     graph_launches = 0
     events = 0
     neg = 0
+    unusable = 0
     cpu_unordered = 0
     # per-thread stacks of open cpu ops: [end, name, dur, child_dur]
     stacks: dict[Any, list[list[Any]]] = {}
@@ -373,6 +476,8 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
             ts = _num(ev.get("ts"))
             dur = _num(ev.get("dur"))
             if ts is None or dur is None:
+                if ev.get("ts") is not None and ev.get("dur") is not None:
+                    unusable += 1
                 continue
             if dur < 0:
                 neg += 1
@@ -421,7 +526,9 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
         raise TraceError(f"{p}: trace is truncated or not valid gzip: {exc}",
                          "the profiler may still be writing it, or the copy was cut short") from None
     except ijson.JSONError as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raw = exc.args[0] if exc.args else ""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(exc)
+        msg = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if "premature EOF" in msg or "Incomplete JSON" in msg:
             raise TraceError(f"{p}: trace is not complete JSON (truncated?): {msg}",
                              "re-collect the trace; a profile window still being written looks like this") from None
@@ -435,6 +542,8 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
     warnings: list[str] = []
     if neg:
         warnings.append(f"{neg} event(s) with negative duration skipped")
+    if unusable:
+        warnings.append(f"{unusable} event(s) with a non-numeric or non-finite ts/dur skipped")
     if dev:
         source, aggs, union, lo, hi = "kernel", dev, dev_union, dev_lo, dev_hi
         for stack in stacks.values():

@@ -8,8 +8,9 @@ with the store. Ownership rule: one process supervises a boot (its
 Stopping a boot asks its supervisor (SIGTERM) and waits for the store to
 show the end; when the supervisor is gone the stopper applies the stop
 discipline itself. A boot whose supervisor vanished is ``lost`` if its engine
-is gone too, and shown as running-unsupervised while its engine lives — never
-``ready`` by assumption.
+is gone too; an engine that outlived its supervisor is stopped by the next
+process that reconciles (:func:`reconcile`) — never orphaned, never ``ready``
+by assumption.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -36,7 +38,9 @@ from dynocell.engine.client import EngineClient
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
 from dynocell.engine import health as engine_health
 from dynocell.engine import ranks as engine_ranks
-from dynocell.engine.supervisor import Supervisor, file_digest, process_alive, stop_process_group
+from dynocell.engine.supervisor import (
+    Supervisor, file_digest, process_alive, process_create_time, stop_process_group,
+)
 from dynocell.errors import EngineError, NotFound, UserError
 from dynocell.runbooks import events
 from dynocell.runbooks.cell import Cell
@@ -138,7 +142,11 @@ def start_boot(
     Writes the boot row first (state ``starting``), each phase as it is
     reached, and the final ``ready``/``failed`` transition. On failure the
     boot row keeps exit code, signature and log tail, and :class:`EngineError`
-    is raised (the engine is already gone or stopped).
+    is raised (the engine is already gone or stopped). When the port was
+    picked here (none given, config port 0) and another process binds it
+    before the engine does (``port_in_use``), the engine is launched again on a
+    newly picked port (at most :data:`PORT_RETRIES` times, a ``port_retry``
+    note event each time) under the same boot row.
     """
     settings = cell.settings
     cfg_run = resolve_models(cell, cfg, progress)
@@ -146,47 +154,71 @@ def start_boot(
     boot_dir = settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
     log_path = boot_dir / "engine.log"
+    picked_port = not (port or cfg_run.port)
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
         build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
     )
+    supervisor_ctime = process_create_time(os.getpid())
     db_boots.create_boot(
         cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
         engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
         argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
-        supervisor_pid=os.getpid(),
+        supervisor_pid=os.getpid(), failure_detail={"supervisor_create_time": supervisor_ctime},
     )
     if on_created is not None:
         on_created()
     events.publish("boot.created", boot_id=boot_id, config_hash=config_hash, port=spec.port)
     progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
-    sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
-    try:
-        sup.start(spec, log_path)
-    except OSError as exc:
-        db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
-                            failure_signature="spawn_error", failure_detail={"error": str(exc)})
-        raise EngineError(f"could not start the engine: {exc}", f"check engine_python ({settings.engine_python})") from exc
-    db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid,
-                         failure_detail={"engine_create_time": sup.create_time})
-    live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
-    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
-    try:
-        result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
-    except BaseException:
-        # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
-        res = sup.stop(settings.stop_grace_s)
-        finish_log(cell, boot_id, log_path)
-        db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=_now(),
-                            exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
-                            zombies=len(res.zombies), failure_detail={"reason": "interrupted while booting"})
-        raise
-    if result.ok:
-        live.ready_s = result.ready_s
-        db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
-        progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
-        return live
+    retries_left = PORT_RETRIES if picked_port else 0
+    while True:
+        sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
+        try:
+            sup.start(spec, log_path)
+        except (OSError, EngineError) as exc:  # Supervisor.start reports a spawn failure as EngineError
+            why = exc.message if isinstance(exc, EngineError) else f"could not start the engine: {exc}"
+            db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
+                                failure_signature="spawn_error", failure_detail={"error": why, "reason": why})
+            raise EngineError(why, f"check engine_python ({settings.engine_python})") from exc
+        db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid,
+                             failure_detail={"engine_create_time": sup.create_time,
+                                             "supervisor_create_time": supervisor_ctime})
+        live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
+        limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+        try:
+            result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+        except BaseException:
+            # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
+            res = sup.stop(settings.stop_grace_s)
+            finish_log(cell, boot_id, log_path)
+            db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=_now(),
+                                exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
+                                zombies=len(res.zombies), failure_detail={"reason": "interrupted while booting"})
+            raise
+        if result.ok:
+            live.ready_s = result.ready_s
+            db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
+            progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
+            return live
+        if retries_left and _port_taken(result):
+            # The port was free when picked, but another process bound it before the engine did:
+            # not the operator's doing — pick another one and launch again under the same boot.
+            retries_left -= 1
+            sup.close()
+            taken = spec.port
+            spec = render(
+                cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
+                build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+            )
+            db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
+                               {"port": taken, "new_port": spec.port,
+                                "reason": "the picked port was taken before the engine bound it"})
+            db_boots.update_boot(cell.store, boot_id, port=spec.port, argv=spec.argv_string)
+            progress(f"port {taken} was taken before the engine bound it; retrying on port {spec.port}",
+                     {"boot_id": boot_id, "port": spec.port})
+            continue
+        break
     # Not ready: wait_ready already stopped what was left of the group; record why.
     stop = result.stop
     sup.close()
@@ -206,6 +238,14 @@ def start_boot(
         + (f" — {sig.id}: {sig.title}" if sig and sig.id != "unknown" else ""),
         (sig.hint if sig and sig.hint else f"see `dynocell logs {boot_id}`"),
     )
+
+
+PORT_RETRIES = 2
+
+
+def _port_taken(result: Any) -> bool:
+    """Whether a failed boot failed because its port was already bound (``port_in_use``)."""
+    return result.signature is not None and result.signature.id == "port_in_use"
 
 
 def _now():
@@ -309,8 +349,37 @@ def _is_our_process(pid: int | None, marker: str) -> bool:
         return False
 
 
+def _supervisor_alive(row: dict[str, Any]) -> bool:
+    """Whether the process that supervises a boot still runs.
+
+    The supervisor's create time (recorded with the boot) guards against a
+    recycled pid; rows written before it was recorded fall back to a
+    ``dynocell`` command-line check.
+    """
+    pid = row.get("supervisor_pid")
+    if not pid:
+        return False
+    if pid == os.getpid():
+        return True
+    ctime = (row.get("failure_detail") or {}).get("supervisor_create_time")
+    if ctime is not None:
+        return process_alive(pid, ctime)
+    return _is_our_process(pid, "dynocell")
+
+
 def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
-    """Check a live-looking boot against reality; marks it ``lost`` when supervisor and engine are gone.
+    """Check a live-looking boot against reality: no engine is ever left orphaned.
+
+    A boot whose supervisor process died (``kill -9`` of ``dynocell run``, a
+    killed ``--detach`` supervisor) is settled here, by whichever process looks
+    next (``ps``, ``runs``, ``show``, the TUI and web polls):
+
+    - engine gone too → ``lost``;
+    - engine still running on this host (its pid and recorded create time
+      match) → stopped now (SIGTERM, grace, SIGKILL on its process group) and
+      recorded ``stopped`` with the reason. Its log pipe died with the
+      supervisor, so nothing could capture its output or watch it any more: it
+      is not reattached.
 
     Adds ``supervised`` (bool) and ``engine_alive`` (bool) to the returned row.
     """
@@ -318,16 +387,41 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
-    supervised = row["supervisor_pid"] == os.getpid() or _is_our_process(row["supervisor_pid"], "dynocell")
+    supervised = _supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
+    if not supervised and engine_alive and ctime is not None and row.get("hostname") == socket.gethostname():
+        # Only an engine positively identified (same host, pid with the recorded create time) is
+        # signalled: a recycled pid, or a row from before create times were kept, is left alone.
+        return _stop_orphan(cell, row)
     if not supervised and not engine_alive:
         if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
                                failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
             row["state"] = "lost"
             events.publish("boot.state_changed", boot_id=row["id"], old=boot["state"], new="lost", reason="supervisor gone")
     return row
+
+
+def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
+    """Stop the engine of a boot whose supervisor died and record ``stopped`` with the reason."""
+    grace = cell.settings.stop_grace_s
+    db_boots.transition(cell.store, row["id"], ("starting", "ready"), "stopping")
+    res = stop_process_group(row["pid"], row["pgid"] or row["pid"], grace)
+    finish_log(cell, row["id"], Path(row["log_path"]))
+    detail = {**(row.get("failure_detail") or {}), "last_state": row["state"],
+              "reason": f"supervisor (pid {row['supervisor_pid']}) died; the orphaned engine was stopped "
+                        "by reconciliation"}
+    if res.survivors:
+        detail["survivors"] = [str(x) for x in res.survivors]
+    if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
+                           exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
+                           zombies=len(res.zombies), failure_detail=detail):
+        events.publish("boot.state_changed", boot_id=row["id"], old=row["state"], new="stopped",
+                       reason="supervisor gone: orphaned engine stopped")
+    out = dict(db_boots.get_boot(cell.store, row["id"]) or row)
+    out["supervised"], out["engine_alive"] = False, bool(res.survivors)
+    return out
 
 
 def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
@@ -478,6 +572,9 @@ def boot(
     with open(log / "supervisor.log", "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    # A long-lived caller (web panel, TUI) is the supervisor's parent: reap it when it exits,
+    # or every stopped detached boot leaves a zombie behind until the next Popen.
+    threading.Thread(target=proc.wait, name=f"reap-supervisor-{boot_id}", daemon=True).start()
     seen_phases: set[str] = set()
     limit = (timeout_s or cell.settings.boot_timeout_s(cfg.engine)) + 120
     deadline = time.monotonic() + limit

@@ -8,10 +8,11 @@ store.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dynocell.db.session import Store, head_revision, open_store
-from dynocell.errors import UserError
+from dynocell.errors import StoreUnavailable, UserError
 from dynocell.settings import Settings
 
 
@@ -47,8 +48,16 @@ def _open(settings: Settings) -> Store:
         raise UserError(f"database_url is not a valid SQLAlchemy URL: {settings.db_url!r} ({exc})",
                         "fix DYNOCELL_DATABASE_URL, or unset it to use the SQLite file in the data directory") from exc
     except OperationalError as exc:
-        raise UserError(f"cannot open the store at {settings.db_url}: {exc.orig}",
-                        "check that the data directory is writable (dynocell settings shows it)") from exc
+        from dynocell.db.session import store_error
+
+        translated = store_error(settings.db_url, exc)
+        if translated is not None:
+            raise translated from exc
+        url = settings.db_url
+        folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else settings.home
+        raise StoreUnavailable(f"cannot open the store at {url}: {exc.orig}",
+                               f"make {folder} writable by this user, or set DYNOCELL_HOME to a writable "
+                               "directory (dynocell settings shows where the store lives)") from exc
     except ModuleNotFoundError as exc:
         raise UserError(f"the database driver for {settings.db_url.split(':', 1)[0]} is not installed ({exc.name})",
                         f"pip install {exc.name} (or a driver matching the URL), or unset DYNOCELL_DATABASE_URL") from exc

@@ -72,6 +72,10 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     """
     p = Path(path)
     cfg = load_config(p)
+    if not name and cfg.meta.name and not _NAME.match(cfg.meta.name):
+        raise ConfigError(str(p), "meta.name", f"invalid config name {cfg.meta.name!r}",
+                          "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
+                          "(or give --name)")
     label = check_name(name or cfg.meta.name or p.stem)
     text = p.read_text(encoding="utf-8")
     store = cell.store

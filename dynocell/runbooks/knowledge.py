@@ -280,6 +280,25 @@ def regex_timing_problems(patterns: list[str], limit_s: float = REGEX_TIME_LIMIT
     return problems
 
 
+_TIMED_VERDICTS: dict[str, str | None] = {}
+
+
+def slow_patterns(patterns: Iterable[str]) -> dict[str, str]:
+    """``{pattern: reason}`` for the patterns that fail :func:`regex_timing_problems`.
+
+    Verdicts are cached for the process, so a long-lived face (web panel, TUI)
+    times each operator pattern once; patterns that fail the static check are
+    not timed (they never reach a matcher).
+    """
+    pats = [p for p in dict.fromkeys(patterns) if isinstance(p, str) and regex_problem(p) is None]
+    todo = [p for p in pats if p not in _TIMED_VERDICTS]
+    if todo:
+        slow = regex_timing_problems(todo)
+        for p in todo:
+            _TIMED_VERDICTS[p] = slow.get(p)
+    return {p: r for p in pats if (r := _TIMED_VERDICTS.get(p))}
+
+
 # ------------------------------------------------------------------ selector
 
 def _config_field_paths() -> set[str]:
@@ -460,6 +479,22 @@ def version_in_range(version: str, spec: str) -> bool:
 
 # ------------------------------------------------------------------ parsing / lint
 
+class _FrontMatterLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases.
+
+    Front matter is small, flat data written out by hand; an alias can make a
+    value recursive (``&a [*a]``) or exponentially large ("billion laughs"),
+    which every later walk over the entry would choke on.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML hook
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed; write the values out",
+                self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def split_front_matter(text: str) -> tuple[str | None, str]:
     """``(yaml text, body)``; yaml is None when the file does not start with a ``---`` line."""
     lines = text.splitlines(keepends=True)
@@ -491,11 +526,14 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
         err(None, "no front matter: the file must start with a '---' line and YAML closed by another '---'")
         return None, errs
     try:
-        fm = yaml.safe_load(fm_text)
+        fm = yaml.load(fm_text, Loader=_FrontMatterLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
         err(None, f"front matter is not valid YAML{where}: {getattr(exc, 'problem', exc)}")
+        return None, errs
+    except RecursionError:
+        err(None, "front matter is nested too deeply to read; write flat fields (see a bundled entry)")
         return None, errs
     if not isinstance(fm, dict):
         err(None, "front matter must be a YAML mapping")
@@ -679,7 +717,10 @@ def load_knowledge(operator: Path | None = None, bundled: Path = BUNDLED_DIR) ->
     """Load bundled entries, then the operator directory's (same slug → operator wins).
 
     Files that fail lint are left out and listed in ``errors``; two bundled (or
-    two operator) files with one slug are an error on the second.
+    two operator) files with one slug are an error on the second. Operator
+    entries' log regexes also get the timed check (:func:`slow_patterns`): one
+    that backtracks catastrophically is refused here, before any log line
+    reaches it (bundled entries are linted in the test suite).
     """
     entries: dict[str, Entry] = {}
     errors: list[LintError] = []
@@ -688,10 +729,16 @@ def load_knowledge(operator: Path | None = None, bundled: Path = BUNDLED_DIR) ->
         if d is None:
             continue
         seen: dict[str, str] = {}
-        for path in _md_files(Path(d)):
-            entry, errs = parse_file(path, origin)
+        parsed = [(path, *parse_file(path, origin)) for path in _md_files(Path(d))]
+        slow = slow_patterns(p for _, e, _ in parsed if e is not None for p in e.signatures.get("log", [])) \
+            if origin == "operator" else {}
+        for path, entry, errs in parsed:
             errors.extend(errs)
             if entry is None:
+                continue
+            bad = [(i, p) for i, p in enumerate(entry.signatures.get("log", [])) if p in slow]
+            if bad:
+                errors.extend(LintError(str(path), f"signatures.log[{i}]", slow[p]) for i, p in bad)
                 continue
             if entry.slug in seen:
                 errors.append(LintError(str(path), "slug", f"duplicate slug {entry.slug!r} (also in {seen[entry.slug]})"))
@@ -750,7 +797,7 @@ def lint_paths(paths: Iterable[Path], timed: bool = True) -> tuple[list[Entry], 
         entries.append(entry)
     if timed:
         where = {(p, e.path, i) for e in entries for i, p in enumerate(e.signatures.get("log", []))}
-        slow = regex_timing_problems([p for p, _, _ in where])
+        slow = slow_patterns(p for p, _, _ in where)
         bad_paths = set()
         for pat, path, i in sorted(where, key=lambda t: (t[1], t[2])):
             if pat in slow:

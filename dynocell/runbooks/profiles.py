@@ -79,7 +79,10 @@ def profile_window(
         result = run_level_sync(live.base_url, reqs, 1, warmup=0)
         stop = client.stop_profile()
         if not stop.ok:
-            raise EngineError(f"/stop_profile answered {stop.status}: {stop.text[:200]}", None)
+            raise EngineError(f"/stop_profile answered {stop.status}: {_answer(stop)}",
+                              f"the engine could not write its trace: free space on the disk holding {trace_dir} "
+                              "(df -h) or lift the engine's file-size limit (ulimit -f)"
+                              if stop.status == 507 else "see the engine log (dynocell logs BOOT)")
         files = _wait_for_traces(trace_dir, TRACE_WAIT_S)
         if not files:
             raise EngineError(f"no trace file appeared in {trace_dir} within {TRACE_WAIT_S:.0f} s",
@@ -120,9 +123,35 @@ def profile_window(
             rank_skew=ranked.rank_skew if len(ranked.ranks) > 1 else None, warnings=warnings,
         )
     except BaseException as exc:
-        db_runs.finish_profile(cell.store, row["id"], state="failed", error=str(exc) or type(exc).__name__)
+        error = (str(exc) or type(exc).__name__) + _disk_note(trace_dir)
+        db_runs.finish_profile(cell.store, row["id"], state="failed", error=error)
         raise
     return db_runs.profiles(cell.store, run_id=run_id)[-1] if run_id else {**row, "state": "completed"}
+
+
+def _answer(resp: Any) -> str:
+    """The engine's error message from an HTTP answer (the JSON ``message`` when there is one)."""
+    body = resp.body
+    if isinstance(body, dict):
+        err = body.get("error")
+        msg = body.get("message") or (err.get("message") if isinstance(err, dict) else err)
+        if msg:
+            return str(msg)[:500]
+    return resp.text[:300]
+
+
+def _disk_note(trace_dir: Path, low_bytes: int = 64 << 20) -> str:
+    """`` (the disk holding DIR has only N MiB free)`` when under ``low_bytes`` are free there, else ``""``.
+
+    A real full disk leaves a truncated trace behind whose parse error alone would hide the cause.
+    """
+    import shutil
+
+    try:
+        free = shutil.disk_usage(trace_dir).free
+    except OSError:
+        return ""
+    return f" (the disk holding {trace_dir} has only {free >> 20} MiB free)" if free < low_bytes else ""
 
 
 def _rank(path: Path) -> int | None:

@@ -29,6 +29,7 @@ from dynocell.db import runs as db_runs
 from dynocell.engine import acceptance as acc
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
+from dynocell.engine.meta import check_generations
 from dynocell.errors import DynocellError, EngineError, Interrupted, UserError
 from dynocell.runbooks import boots, events
 from dynocell.runbooks.cell import Cell
@@ -138,13 +139,17 @@ def run_job(
     Returns the run id. Rows are written as each step finishes. Raises
     :class:`~dynocell.errors.Interrupted` after recording an interrupted run
     (the engine is stopped first); other failures are recorded and the run id
-    is returned with state ``failed``.
+    is returned with state ``failed``. A bad config or workload file raises
+    ConfigError / UserError before any row is written or engine started.
     """
     from dynocell.runbooks.configs import resolve_config
 
     opts = options or RunOptions()
     progress = progress or _noop
     cfg, config_hash = resolve_config(cell, str(config_ref or DEFAULT_CONFIG))
+    # A bad workload file is the operator's mistake: refuse it now (UserError, nothing written),
+    # not after a boot and a health check.
+    workload = _load_workload(opts.workload)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
                        step="config", options=opts.as_dict(), pid=_pid())
@@ -172,12 +177,13 @@ def run_job(
             if verdict != "healthy":
                 raise EngineError(f"health verdict is {verdict}: {d.get('failed')}",
                                   f"see `dynocell health {live.boot_id}` and `dynocell logs {live.boot_id}`")
-        workload = _load_workload(opts.workload)
         db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256,
                            options={**opts.as_dict(), "temperature": workload.temperature, "draft_proposal": "top1"})
         client = live.client(cell.settings.http_timeout_s)
         context_length = _context_length(client, live.cfg)
         with job.step("bench") as d:
+            workload = _calibrate(job, live, workload)
+            d["tokens_per_byte"] = workload.tokens_per_byte
             _bench(job, live, workload, context_length, d)
         spec_on = live.cfg.speculative_enabled
         with job.step("acceptance") as d:
@@ -299,6 +305,38 @@ def _sha(text: str) -> str:
 
 # ---------------------------------------------------------------- bench
 
+class _Calibrated:
+    """A workload whose ``requests`` use the engine's own tokens per UTF-8 byte, per text class.
+
+    Input-length targets are in engine tokens; the workload alone can only assume one token per
+    byte (an upper bound). One 1-token generation per class (its ~1 KB material) gives the
+    server's ``prompt_tokens`` / bytes (``bench.measure_tokens_per_byte``); classes whose
+    calibration failed keep 1.0. Every other attribute is the wrapped workload's.
+    """
+
+    def __init__(self, workload: Any, tokens_per_byte: dict[str, float]) -> None:
+        self._workload = workload
+        self.tokens_per_byte = tokens_per_byte
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._workload, name)
+
+    def requests(self, level: Any, context_length: int | None, tokens_per_byte: Any = None) -> list[Any]:
+        return self._workload.requests(level, context_length, tokens_per_byte or self.tokens_per_byte)
+
+
+def _calibrate(job: _Job, live: Any, workload: Any) -> Any:
+    import asyncio
+
+    from dynocell.engine.bench import measure_tokens_per_byte
+
+    tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(),
+                                              timeout_s=job.cell.settings.request_timeout_s))
+    job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
+                 {"step": "bench", "tokens_per_byte": tpb})
+    return _Calibrated(workload, tpb)
+
+
 def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: int | None = None) -> Any:
     from dynocell.engine.bench import run_level_sync
 
@@ -322,8 +360,8 @@ def _verify_step_ms(results: list[Any]) -> float | None:
     """
     vals = []
     for r in results:
-        vct = (r.meta_info or {}).get("spec_verify_ct")
-        if r.ok and r.ttft_s is not None and r.e2e_s is not None and vct and vct > 1:
+        vct = _count((r.meta_info or {}).get("spec_verify_ct"))
+        if r.ok and r.ttft_s is not None and r.e2e_s is not None and vct > 1:
             vals.append((r.e2e_s - r.ttft_s) / (vct - 1) * 1000)
     return sorted(vals)[len(vals) // 2] if vals else None
 
@@ -392,9 +430,13 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             _bench_row(job, live, result, text_class)
             metas = [r.meta_info for r in result.results if r.ok]
             per_class.setdefault(text_class, []).extend(metas)
+            # A histogram that contradicts the rest of meta_info (Σ h ≠ spec_verify_ct …) is flagged, not
+            # silently turned into a τ.
+            problems = check_generations(metas)
             curve = acc.curve_from_meta_infos(metas)
             if curve is None:
-                raise EngineError(f"class {text_class}: the engine returned no speculative histogram",
+                raise EngineError(f"class {text_class}: the engine returned no speculative histogram"
+                                  + (f" ({problems[0]})" if problems else ""),
                                   "the engine's meta_info lacks spec_correct_drafts_histogram")
             engine_tau, source = _engine_tau(engine_metrics, before, after, metas)
             dis = acc.relative_diff(curve.tau, engine_tau) if engine_tau else None
@@ -403,7 +445,12 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
                 warning = (f"client histogram τ {curve.tau:.3f} and engine {source} τ {engine_tau:.3f} "
                            f"differ by {dis * 100:.1f} % (> 2 %)")
                 job.warnings.append(f"{text_class}: {warning}")
-            completion = sum(int(_get(m, "completion_tokens") or 0) for m in metas)
+            if problems:
+                lie = (f"the engine's meta_info contradicts itself ({len(problems)} problem(s)), so τ from its "
+                       f"histogram is suspect: {problems[0]}")
+                job.warnings.append(f"{text_class}: {lie}")
+                warning = f"{warning}; {lie}" if warning else lie
+            completion = sum(_count(_get(m, "completion_tokens")) for m in metas)
             db_runs.add_curve(
                 job.cell.store,
                 [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
@@ -419,6 +466,11 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
 
 def _get(m: Any, key: str) -> Any:
     return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+
+def _count(v: Any) -> int:
+    """A token or step count as the engine reported it; 0 when it is not a whole number (a lie is flagged elsewhere)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _metrics(client: EngineClient, engine_metrics: Any) -> Any:
@@ -438,8 +490,8 @@ def _engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) 
         except Exception:  # noqa: BLE001
             pass
     # Engine-reported averages in meta_info (completion / verify_ct, SGLang's definition).
-    num = sum(int(_get(m, "completion_tokens") or 0) for m in metas)
-    den = sum(int(_get(m, "spec_verify_ct") or 0) for m in metas)
+    num = sum(_count(_get(m, "completion_tokens")) for m in metas)
+    den = sum(_count(_get(m, "spec_verify_ct")) for m in metas)
     if den:
         return num / den, "meta_info completion_tokens / spec_verify_ct"
     return None, None
@@ -650,8 +702,10 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     client = EngineClient(live.base_url, cell.settings.http_timeout_s)
     ctx = _context_length(client, cfg)
     try:
+        workload = _calibrate(job, live, workload)
         if kind == "bench":
             with job.step("bench") as d:
+                d["tokens_per_byte"] = workload.tokens_per_byte
                 _bench(job, live, workload, ctx, d)
             with job.step("acceptance") as d:
                 if not cfg.speculative_enabled:
@@ -674,24 +728,58 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
 
 # ---------------------------------------------------------------- interrupted runs from dead processes
 
-def reconcile_runs(cell: Cell) -> list[str]:
-    """Mark runs whose process is gone ``interrupted`` (their running step too); returns their ids."""
+def _run_process_alive(run: dict[str, Any]) -> bool:
+    """Whether the process that records ``run`` still runs (a pid recycled since the run started counts as dead)."""
     import psutil
 
+    pid = run.get("pid")
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = run.get("started_at")
+        if started is not None:
+            from datetime import timezone
+
+            if started.tzinfo is None:
+                started = started.replace(tzinfo=timezone.utc)
+            if proc.create_time() > started.timestamp() + 1.0:
+                return False  # born after the run began: another process got the pid
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def reconcile_runs(cell: Cell) -> list[str]:
+    """Settle runs whose process died (``kill -9``, a crash, a power cut); returns their ids.
+
+    Each such run and its running step become ``interrupted`` (the error names
+    the step), a profile window it left open becomes ``failed``, and the boots
+    it supervised are reconciled (:func:`dynocell.runbooks.boots.reconcile`): an
+    engine still running is stopped, never left orphaned. Every row the run
+    wrote before it died is kept.
+    """
     fixed = []
     for r in db_runs.list_runs(cell.store, states=("running",), limit=500):
-        pid = r.get("pid")
-        alive = False
-        if pid:
-            try:
-                alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                alive = False
-        if not alive:
-            names = db_runs.interrupt_running_steps(cell.store, r["id"], "the dynocell process died")
-            db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=boots._now(),
-                               error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
-            fixed.append(r["id"])
+        if _run_process_alive(r):
+            continue
+        # Re-read now that the process is known dead (it can write nothing more): a run that
+        # finished between the listing and the liveness check keeps its real end.
+        if (db_runs.get_run(cell.store, r["id"]) or {}).get("state") != "running":
+            continue
+        names = db_runs.interrupt_running_steps(cell.store, r["id"], "the dynocell process died")
+        for prof in db_runs.profiles(cell.store, run_id=r["id"]):
+            if prof["state"] == "running":
+                db_runs.finish_profile(cell.store, prof["id"], state="failed",
+                                       error="the dynocell process died during the profile window")
+        db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=boots._now(),
+                           error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
+        events.publish("run.ended", run_id=r["id"], state="interrupted", error="the dynocell process died")
+        fixed.append(r["id"])
+    if fixed:
+        boots.ps(cell)  # the dead runs' engines (the run's boot, a lossless twin) are stopped here
     return fixed
 
 

@@ -356,7 +356,7 @@ def install(app: FastAPI) -> None:
         return j(views.log_tail(cell(request), boot_id, n, q or None))
 
     @api.get("/runs", summary="Runs, newest first")
-    def api_runs(request: Request, limit: int = 100):
+    def api_runs(request: Request, limit: int = Query(100, ge=1, le=10_000, description="at most this many runs")):
         return j(views.list_runs(cell(request), limit=limit))
 
     @api.get("/runs/{run_id}", summary="One run: bench levels, acceptance curves, profile split, findings")

@@ -85,8 +85,8 @@ def ps_cmd(
 ) -> None:
     """List boots with state, uptime, port and the last health verdict.
 
-    A boot whose supervisor vanished is marked `lost` when its engine is gone,
-    and shown as unsupervised while its engine still runs.
+    A boot whose supervisor vanished is marked `lost` when its engine is gone;
+    an engine still running without its supervisor is stopped (never orphaned).
 
     Example: dynocell ps --all
     """

@@ -103,9 +103,10 @@ def show_cmd(
     Example: dynocell show 7c1e
     """
     from dynocell.errors import NotFound
-    from dynocell.runbooks.run import resolve_run
+    from dynocell.runbooks.run import reconcile_runs, resolve_run
 
     cell = get_cell()
+    reconcile_runs(cell)  # a run whose process died shows as interrupted, its engine stopped
     try:
         resolve_run(cell, ref)
     except NotFound:

@@ -41,8 +41,8 @@ def log(msg: str) -> None:
         sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
         sys.stdout.flush()
     except (BrokenPipeError, OSError):
-        # The supervisor that read our output is gone: keep serving; the boot
-        # shows as running-unsupervised until someone stops it.
+        # The supervisor that read our output is gone: keep serving until the
+        # next dynocell command reconciles the boot and stops this engine.
         pass
 
 
@@ -373,7 +373,10 @@ class Engine:
                         self._finish(r)
                     self.waiting.clear()
                     self.running.clear()
-                self._stop_profile()
+                try:
+                    self._stop_profile()
+                except BadRequest:
+                    pass  # already logged; shutting down anyway
                 return
             with self.lock:
                 self._admit()
@@ -410,7 +413,10 @@ class Engine:
             return
         p["steps"] += 1
         if p["num_steps"] and p["steps"] >= int(p["num_steps"]):
-            self._stop_profile()
+            try:
+                self._stop_profile()
+            except BadRequest:
+                pass  # logged; the worker thread must keep decoding (a later /stop_profile says so)
 
     def _stop_profile(self) -> Path | None:
         p = self.profile
@@ -421,11 +427,22 @@ class Engine:
         prof.__exit__(None, None, None)
         name = f"{p['prefix']}{p['id']}-TP-0.trace.json.gz"
         final = p["dir"] / name
-        with tempfile.TemporaryDirectory() as td:
-            raw = Path(td) / "trace.json"
-            prof.export_chrome_trace(str(raw))
-            with open(raw, "rb") as src, gzip.open(final, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+        try:
+            with tempfile.TemporaryDirectory() as td:
+                raw = Path(td) / "trace.json"
+                prof.export_chrome_trace(str(raw))
+                if not raw.is_file():
+                    # torch's exporter only logs "Failed to write to log file!" and leaves nothing.
+                    raise OSError(f"torch.profiler wrote no trace into {td}")
+                with open(raw, "rb") as src, gzip.open(final, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            final.unlink(missing_ok=True)  # never leave a truncated trace for a reader to trip on
+            msg = (f"could not write the trace {final}: {exc} (disk full, a quota or a file-size limit?); "
+                   "the profile is lost, the engine keeps serving")
+            log(f"Profiling failed: {msg}")
+            self.last_profile = {**p, "file": None, "error": msg}
+            raise BadRequest(msg, 507) from exc
         p["file"] = final
         self.last_profile = p
         log(f"Profiling done. Traces are saved to: {p['dir']}")
@@ -434,6 +451,8 @@ class Engine:
     def stop_profile(self) -> str:
         def stop():
             if self.profile is None:
+                if self.last_profile is not None and self.last_profile.get("error"):
+                    raise BadRequest(self.last_profile["error"], 507)
                 if self.last_profile is not None:
                     return f"Profiling already stopped after num_steps; trace: {self.last_profile['file']}\n"
                 raise BadRequest("Profiling is not in progress. Call /start_profile first.")

@@ -29,7 +29,8 @@ API:
 Regexes are compiled once per load. Patterns from files are checked before
 use: nested unbounded repetition such as ``(a+)+`` or ``(a*)*`` (catastrophic
 backtracking) is refused with :class:`~dynocell.errors.ConfigError`; lines are
-cut to :data:`MAX_LINE_CHARS` before matching.
+cut to :data:`MAX_LINE_CHARS` and terminal escape sequences (colours, titles)
+are removed before matching (:func:`match_text`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ NO_PHASE = "none"
 _DYNO_PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z \| ")
 # SGLang's logger prefix: "[2026-11-30 03:25:28] " or "[2026-11-30 03:25:28 TP0] "
 _SGLANG_TS = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: [^\]]*)?\] ")
+# Terminal escape sequences some engines print (colour, cursor, window title): CSI, OSC, two-byte ESC.
+# Bounded repeats that cannot cross another ESC keep this linear on any line.
+_ANSI = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 
 # ---------------------------------------------------------------- regex safety
@@ -111,6 +115,12 @@ def strip_prefix(line: str) -> str:
     line = line.rstrip("\r\n")
     m = _DYNO_PREFIX.match(line)
     return line[m.end():] if m else line
+
+
+def match_text(line: str) -> str:
+    """What rules see of a log line: :func:`strip_prefix`, cut to :data:`MAX_LINE_CHARS`, escape sequences removed."""
+    text = strip_prefix(line)[:MAX_LINE_CHARS]
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 # ---------------------------------------------------------------- phases
@@ -187,7 +197,7 @@ class PhaseMatcher:
 
     def match(self, line: str) -> PhaseHit | None:
         """The phase a log line reports, or None. Accepts raw or dynocell-prefixed lines."""
-        text = strip_prefix(line)[:MAX_LINE_CHARS]
+        text = match_text(line)
         for segment in text.split("\r"):  # tqdm progress bars share a line with log lines
             for rule in self.rules.rules:
                 m = rule.regex.search(segment)
@@ -230,7 +240,7 @@ def phase_timeline(lines: Iterable[str], engine: str = "sglang") -> list[Timelin
     counts: dict[str, int] = {}
     out: list[TimelineEntry] = []
     for line in lines:
-        text = strip_prefix(line)
+        text = match_text(line)
         m = _SGLANG_TS.match(text)
         if m:
             last = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
@@ -352,7 +362,7 @@ def classify(
     matching line of the tail provides ``groups``.
     """
     sigs = signatures if signatures is not None else load_signatures()
-    texts = [strip_prefix(l)[:MAX_LINE_CHARS] for l in log_tail]
+    texts = [match_text(l) for l in log_tail]
     # Lines may hold several \r-separated segments (progress bars); match each.
     segments = [seg for t in texts for seg in t.split("\r")]
     phase = last_phase or NO_PHASE

@@ -10,8 +10,8 @@ turns a level into concrete :class:`BenchRequest` prompts, deterministically
 for the workload's seed.
 
 Input lengths are in the engine's tokens. Without calibration the bench assumes
-one token per UTF-8 byte — exact for the reference engine's byte-level
-tokenizer and an upper bound for byte-level BPE tokenizers, so a capped prompt
+one token per UTF-8 byte — an upper bound for byte-level tokenizers and
+byte-level BPEs (the reference pair's included), so a capped prompt
 never overflows the context; pass per-class ``tokens_per_byte`` measured from
 the server's own ``prompt_tokens`` (``dynocell.engine.bench.measure_tokens_per_byte``)
 to hit targets on BPE engines.
@@ -40,6 +40,11 @@ HERE = Path(__file__).resolve().parent
 BUNDLED = ("default", "long")
 #: Temperature used when neither the workload nor the reference engine says otherwise.
 FALLBACK_TEMPERATURE = 0.8
+#: Upper bounds that keep a typo (an extra zero or ten) from expanding into billions of requests or tokens.
+MAX_INPUT_TOKENS = 1 << 22
+MAX_OUTPUT_TOKENS = 1 << 20
+MAX_CONCURRENCY = 4096
+MAX_REQUESTS = 100_000
 
 
 def default_temperature() -> float:
@@ -79,9 +84,9 @@ class AcceptanceSection(_Strict):
     """The acceptance level: every class × every input length × ``requests_per_class``."""
 
     input_tokens: list[int] = Field(default_factory=lambda: [128], min_length=1)
-    output_tokens: int = Field(64, ge=1)
-    requests_per_class: int = Field(3, ge=1)
-    concurrency: int = Field(1, ge=1)
+    output_tokens: int = Field(64, ge=1, le=MAX_OUTPUT_TOKENS)
+    requests_per_class: int = Field(3, ge=1, le=MAX_REQUESTS)
+    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY)
     classes: list[str] | None = None
 
     @field_validator("input_tokens")
@@ -89,6 +94,8 @@ class AcceptanceSection(_Strict):
     def _positive(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v):
             raise ValueError("input lengths must be >= 1 token")
+        if any(x > MAX_INPUT_TOKENS for x in v):
+            raise ValueError(f"input lengths must be <= {MAX_INPUT_TOKENS} tokens")
         return v
 
 
@@ -96,16 +103,19 @@ class ThroughputSection(_Strict):
     """Throughput levels: one per (input length, concurrency); ``requests_per_level`` 0 means 5 × concurrency."""
 
     input_tokens: list[int] = Field(default_factory=lambda: [128], min_length=1)
-    output_tokens: int = Field(64, ge=1)
+    output_tokens: int = Field(64, ge=1, le=MAX_OUTPUT_TOKENS)
     concurrency: list[int] = Field(default_factory=lambda: [1, 4], min_length=1)
-    requests_per_level: int = Field(0, ge=0)
+    requests_per_level: int = Field(0, ge=0, le=MAX_REQUESTS)
     classes: list[str] | None = None
 
     @field_validator("input_tokens", "concurrency")
     @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
+    def _positive(cls, v: list[int], info: Any) -> list[int]:
         if any(x < 1 for x in v):
             raise ValueError("values must be >= 1")
+        top = MAX_INPUT_TOKENS if info.field_name == "input_tokens" else MAX_CONCURRENCY
+        if any(x > top for x in v):
+            raise ValueError(f"values must be <= {top}")
         return v
 
 
@@ -115,10 +125,10 @@ class Workload(_Strict):
     name: str
     description: str = ""
     seed: int = 0
-    temperature: float = Field(default_factory=default_temperature, ge=0)
+    temperature: float = Field(default_factory=default_temperature, ge=0, le=100)
     ignore_eos: bool = True
-    warmup: int = Field(1, ge=0)
-    context_margin: int = Field(8, ge=0)
+    warmup: int = Field(1, ge=0, le=MAX_REQUESTS)
+    context_margin: int = Field(8, ge=0, le=MAX_INPUT_TOKENS)
     extra_sampling_params: dict[str, Any] = Field(default_factory=dict)
     acceptance: AcceptanceSection | None = Field(default_factory=AcceptanceSection)
     throughput: ThroughputSection | None = Field(default_factory=ThroughputSection)
@@ -389,13 +399,22 @@ def load_workload(path: str | Path | None = None) -> Workload:
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{p}: not valid TOML: {e}", "fix the syntax (see the bundled default.toml)") from e
+        raise UserError(f"{p}: not valid TOML: {e}", "fix the syntax (see the bundled default.toml)") from None
+    except RecursionError:
+        raise UserError(f"{p}: not valid TOML: nested too deeply to read",
+                        "a workload has a few flat tables (see the bundled default.toml)") from None
     try:
-        return Workload.model_validate(data)
+        # Strict: TOML has real types, so "4" for a concurrency is a mistake, not a value to coerce.
+        return Workload.model_validate(data, strict=True)
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
+        msg = first["msg"].removeprefix("Value error, ").replace("Input should be", "must be")
+        if first["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in first and first["type"] not in ("missing", "value_error"):
+            got = repr(first["input"])
+            msg += f", got {got if len(got) <= 80 else got[:77] + '...'}"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise UserError(
             f"{p}: {loc + ': ' if loc else ''}{msg}{more}",
