@@ -134,7 +134,7 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
             f"{_ms(profile.get('launches_per_token'))} launches/token, graph launches {profile.get('graph_launches')}")
     if profile.get("num_ranks") and profile["num_ranks"] > 1:
         head += f", {profile['num_ranks']} ranks, skew {_ms(profile.get('rank_skew'))}×"
-    parts.append(Text(head, style="bold"))
+    parts.append(Text(head + ")", style="bold"))
     for w in profile.get("warnings") or []:
         parts.append(Text(f"  warning: {w}", style="yellow"))
     for sp in profile.get("splits", []):

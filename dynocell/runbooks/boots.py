@@ -233,10 +233,15 @@ def start_boot(
                         "last_phase": result.last_phase, "tail": list(result.tail)[-50:]},
         stop_how=stop.how if stop else None, stop_s=stop.seconds if stop else None,
     )
+    known = bool(sig and sig.id != "unknown")
+    # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
+    last = [ln[:200] for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
     raise EngineError(
         f"boot {boot_id} failed: {result.reason}"
-        + (f" — {sig.id}: {sig.title}" if sig and sig.id != "unknown" else ""),
-        (sig.hint if sig and sig.hint else f"see `dynocell logs {boot_id}`"),
+        + (f" — {sig.id}: {sig.title}" if known else "")
+        + ("".join(f"\n  | {ln}" for ln in last)),
+        (sig.hint if known and sig.hint else
+         f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),
     )
 
 

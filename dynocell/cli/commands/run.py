@@ -112,7 +112,11 @@ def show_cmd(
     except NotFound:
         from dynocell.runbooks import boots, views
 
-        boot = boots.resolve_boot(cell, ref)
+        try:
+            boot = boots.resolve_boot(cell, ref)
+        except NotFound:
+            raise NotFound(f"no run or boot matches {ref!r}",
+                           "see `dynocell runs` for run ids and `dynocell ps --all` for boot ids") from None
         bd = views.boot_detail(cell, boot["id"])
         if json_out:
             print_json(bd)

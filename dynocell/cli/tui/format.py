@@ -166,7 +166,7 @@ def phase_lines(phases: list[dict[str, Any]], width: int = 30) -> list[Text]:
         length = min(length, max(1, width - start))
         track = "·" * start + "█" * length
         track = track[:width] + "·" * max(0, width - len(track))
-        line = Text(f"{p['name'][:16]:<16} {p['start_s']:7.2f}s ")
+        line = Text(f"{p['name'][:18]:<18} {p['start_s']:7.2f}s ")
         line.append(track, style="green")
         line.append(f" {duration(p['duration_s'])}")
         out.append(line)
@@ -184,6 +184,8 @@ def health_lines(health: dict[str, Any] | None, now: Now) -> list[Text]:
     head.append(f"  {ago(health.get('ts'), now)}", style="dim")
     out = [head]
     for c in health.get("checks") or []:
+        if str(c.get("name", "")).startswith("_"):  # internal samples (e.g. the progress counters)
+            continue
         ok = bool(c.get("ok"))
         line = Text("  ")
         line.append("✔ ok  " if ok else "✖ FAIL", style="green" if ok else "red")

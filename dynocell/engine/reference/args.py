@@ -111,7 +111,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
     if alg == "STANDALONE":
         if not a.speculative_draft_model_path:
             p.error("--speculative-algorithm STANDALONE needs --speculative-draft-model-path")
-        steps = a.speculative_num_steps or ((a.speculative_num_draft_tokens or 4) - 1)
+        steps = (a.speculative_num_steps if a.speculative_num_steps is not None
+                 else (a.speculative_num_draft_tokens or 4) - 1)
         if steps < 1:
             p.error("--speculative-num-steps must be ≥ 1")
         # SGLang: with topk 1 the draft token count is num_steps + 1.
@@ -120,5 +121,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         ndt = a.speculative_num_draft_tokens or 4
         if ndt < 2:
             p.error("--speculative-num-draft-tokens must be ≥ 2 for NGRAM")
-        steps = a.speculative_num_steps or (ndt - 1)
+        steps = a.speculative_num_steps if a.speculative_num_steps is not None else ndt - 1
+        if steps < 1:
+            p.error("--speculative-num-steps must be ≥ 1")
     return a, ResolvedSpec(alg, steps, topk, ndt)

@@ -91,7 +91,7 @@ def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = Non
     Fast (a few ``stat`` calls) when cached. Making is atomic: built in a
     temporary sibling directory then renamed into place, so a crash never leaves
     a half-written pair under the final name; concurrent makers race benignly
-    (the loser discards its copy). Takes about 10 CPU minutes on 2 cores (once).
+    (the loser discards its copy). Takes about 15 minutes on 2 CPU cores (once).
 
     Raises :class:`EngineError` if training fails or ``models_dir`` is not writable.
     """
@@ -109,7 +109,7 @@ def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = Non
     # boots at once) waits here and then finds the finished pair.
     with lock:
         if progress is not None:
-            progress(f"making the reference model pair {recipe_id(seed)} (once; about 10 CPU minutes)")
+            progress(f"making the reference model pair {recipe_id(seed)} (once; about 15 minutes on 2 CPU cores)")
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _complete(final):
             return ModelPair(final / "target", final / "draft")
@@ -291,7 +291,7 @@ def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) ->
     """Make the pair into ``out_dir/{target,draft}`` (overwriting files there) and write ``out_dir/README.md``.
 
     Deterministic for ``seed`` on one Python/torch build (fixed steps, seeds and
-    thread count). Takes about 10 minutes on 2 CPU cores. Raises
+    thread count). Takes about 15 minutes on 2 CPU cores. Raises
     :class:`UserError` if ``out_dir`` is an existing non-directory, :class:`EngineError`
     if the corpus is missing.
     """
