@@ -400,7 +400,11 @@ TRACE_CHILD = textwrap.dedent("""
     except UserError as exc:
         result = {"error": exc.message, "hint": exc.hint}
     result["seconds"] = time.monotonic() - t0
-    result["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM: this process image's own peak RSS. (ru_maxrss would also count the forked pytest
+    # parent's RSS, which Linux carries across exec.)
+    hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+    result["max_rss_mb"] = (int(hwm[0].split()[1]) if hwm else
+                            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
     print(json.dumps(result))
 """)
 
