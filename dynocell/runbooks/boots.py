@@ -235,7 +235,7 @@ def start_boot(
     )
     known = bool(sig and sig.id != "unknown")
     # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
-    last = [ln[:200] for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
+    last = [_printable(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
     raise EngineError(
         f"boot {boot_id} failed: {result.reason}"
         + (f" — {sig.id}: {sig.title}" if known else "")
@@ -243,6 +243,13 @@ def start_boot(
         (sig.hint if known and sig.hint else
          f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),
     )
+
+
+def _printable(line: str, limit: int = 200) -> str:
+    """A log line fit for an error message: escape sequences removed, other control bytes as ``?``, cut."""
+    from dynocell.engine.rules import match_text
+
+    return "".join(ch if ch.isprintable() else "?" for ch in match_text(line)[:limit])
 
 
 PORT_RETRIES = 2
