@@ -72,6 +72,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "engines" / "fake_engine.py"
+sys.path.insert(0, str(REPO / "tests"))
+from engines.shim import write_shim  # noqa: E402 - the same engine_python stand-in as the boot tests
 SEED_MODELS = REPO / "tests" / "data" / "models"
 MODES = ("graceful", "ignore_term", "die_at_boot", "die_after_ready", "grandchildren")
 FAKE_MODE = {"graceful": "graceful", "ignore_term": "ignore_term", "die_at_boot": "signature",
@@ -223,22 +225,6 @@ def seed_model_cache(cache: Path) -> None:
         shutil.copytree(seed, tmp)
         os.rename(tmp, target)
     ensure_pair(cache, progress=lambda m: print(f"  model: {m}", flush=True))
-
-
-def write_shim(path: Path) -> None:
-    """The ``engine_python`` of the cycles: `-m sglang.launch_server …` → fake_engine.py in $FAKE_MODE."""
-    path.write_text(f"""#!{sys.executable}
-import os, sys
-args = sys.argv[1:]
-assert args[:2] == ["-m", "sglang.launch_server"], args
-rest = args[2:]
-def opt(name, default=None):
-    return rest[rest.index(name) + 1] if name in rest else default
-argv = [sys.executable, {str(FAKE)!r}, "--port", opt("--port"), "--mode", os.environ.get("FAKE_MODE", "graceful"),
-        "--model-path", opt("--model-path")] + os.environ.get("FAKE_ARGS", "").split()
-os.execv(sys.executable, argv)
-""")
-    path.chmod(0o755)
 
 
 def write_configs(soak_dir: Path, marker: str, ready_delay: float) -> dict[str, Path]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from engines.shim import write_shim
 
 HERE = Path(__file__).parent
 FAKE = HERE / "engines" / "fake_engine.py"
@@ -33,19 +34,7 @@ def dynocell(env: dict[str, str], *args: str, timeout: float = 120, check: bool 
 
 @pytest.fixture
 def fake_env(cli_env, tmp_path):
-    shim = tmp_path / "fake-python"
-    shim.write_text(f"""#!{sys.executable}
-import os, sys
-args = sys.argv[1:]
-assert args[:2] == ["-m", "sglang.launch_server"], args
-rest = args[2:]
-def opt(name, default=None):
-    return rest[rest.index(name) + 1] if name in rest else default
-argv = [sys.executable, {str(FAKE)!r}, "--port", opt("--port"), "--mode", os.environ.get("FAKE_MODE", "graceful"),
-        "--model-path", opt("--model-path")] + os.environ.get("FAKE_ARGS", "").split()
-os.execv(sys.executable, argv)
-""")
-    shim.chmod(0o755)
+    shim = write_shim(tmp_path / "fake-python")
     env = dict(cli_env)
     env["DYNOCELL_ENGINE_PYTHON"] = str(shim)
     env["DYNOCELL_STOP_GRACE_S"] = "2"
