@@ -43,6 +43,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
+from dynocell.engine.trace_chunks import Event, NotFast, event_chunks
 from dynocell.errors import UserError
 
 __all__ = [
@@ -428,56 +429,71 @@ def _num(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -> TraceSplit:
-    """Category split of one Chrome trace file (gzipped or plain), streamed.
+def _event(ev: dict[str, Any], ph_x: bool) -> tuple[Event, bool]:
+    """One ijson-decoded event in the fast reader's typed shape, and whether its ts/dur are unusable.
 
-    ``top``: how many heaviest kernels/ops to list. ``rules``: category rules
-    (default :func:`load_rules`). Times in the result are ms; the trace's ``ts``
-    and ``dur`` are µs (Chrome trace format). Events with negative or missing
-    durations are skipped and counted in ``warnings``.
-
-    Raises :class:`TraceError` naming the file for a missing/unreadable file, a
-    truncated gzip, invalid JSON, or a JSON document without ``traceEvents``.
+    The shape keeps what the split reads: a ``name`` that is not a string becomes
+    ``str(name)`` (``None`` stays ``None``), a ``ph``/``cat`` that is not a string
+    becomes ``None``, ``ts``/``dur`` go through :func:`_num`. ``unusable``: an
+    ``X`` event whose ``ts`` and ``dur`` are both given but one is not a finite number.
     """
-    p = Path(path)
-    rules = rules or load_rules()
-    dev: dict[str, _Agg] = {}
-    cpu: dict[str, _Agg] = {}
-    dev_union = _Union()
-    cpu_union = _Union()
-    dev_lo = cpu_lo = span_lo = math.inf
-    dev_hi = cpu_hi = span_hi = -math.inf
-    graph_launches = 0
-    events = 0
-    neg = 0
-    unusable = 0
-    cpu_unordered = 0
-    # per-thread stacks of open cpu ops: [end, name, dur, child_dur]
-    stacks: dict[Any, list[list[Any]]] = {}
-    last_ts: dict[Any, float] = {}
+    name = ev.get("name")
+    ph = ev.get("ph")
+    cat = ev.get("cat")
+    ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+    unusable = ph_x and (ts is None or dur is None) and ev.get("ts") is not None and ev.get("dur") is not None
+    return Event(
+        name=name if name is None or isinstance(name, str) else str(name),
+        ph=ph if isinstance(ph, str) else None,
+        cat=cat if isinstance(cat, str) else None,
+        ts=None if unusable else ts,
+        dur=None if unusable else dur,
+        pid=ev.get("pid"),
+        tid=ev.get("tid"),
+    ), unusable
 
-    def close_cpu(item: list[Any]) -> None:
-        a = cpu.get(item[1])
+
+class _Split:
+    """Running state of one trace's split, fed events in file order (one pass, bounded memory).
+
+    Both readers feed it :class:`~dynocell.engine.trace_chunks.Event` lists, so
+    they count alike to the last bit (same float additions in the same order).
+    """
+
+    def __init__(self) -> None:
+        self.dev: dict[str, _Agg] = {}
+        self.cpu: dict[str, _Agg] = {}
+        self.dev_union = _Union()
+        self.cpu_union = _Union()
+        self.dev_lo = self.cpu_lo = self.span_lo = math.inf
+        self.dev_hi = self.cpu_hi = self.span_hi = -math.inf
+        self.graph_launches = self.events = self.neg = self.unusable = self.cpu_unordered = 0
+        # per-thread stacks of open cpu ops: [end, name, dur, child_dur]
+        self.stacks: dict[Any, list[list[Any]]] = {}
+        self.last_ts: dict[Any, float] = {}
+        self.kinds: dict[str, int] = {}  # cat → 1 device, 2 cpu_op, 0 neither (case-insensitive)
+
+    def _close_cpu(self, item: list[Any]) -> None:
+        a = self.cpu.get(item[1])
         if a is None:
-            a = cpu[item[1]] = _Agg()
+            a = self.cpu[item[1]] = _Agg()
         a.dur += max(0.0, item[2] - item[3])
         a.n += 1
 
-    try:
-        for ev in _iter_events(p):
-            events += 1
-            if not isinstance(ev, dict):
+    def feed(self, evs: Sequence[Event]) -> None:
+        """Count ``evs`` (``ts``/``dur`` finite or ``None``). The hot loop: one pass, locals only."""
+        dev, kinds = self.dev, self.kinds
+        graph, neg = self.graph_launches, self.neg
+        span_lo, span_hi = self.span_lo, self.span_hi
+        for e in evs:
+            name = e.name
+            if name is not None and name.startswith("cudaGraphLaunch"):
+                graph += 1
+            if e.ph != "X":
                 continue
-            name = ev.get("name")
-            if isinstance(name, str) and name.startswith("cudaGraphLaunch"):
-                graph_launches += 1
-            if ev.get("ph") != "X":
-                continue
-            ts = _num(ev.get("ts"))
-            dur = _num(ev.get("dur"))
+            ts = e.ts
+            dur = e.dur
             if ts is None or dur is None:
-                if ev.get("ts") is not None and ev.get("dur") is not None:
-                    unusable += 1
                 continue
             if dur < 0:
                 neg += 1
@@ -487,39 +503,139 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
                 span_lo = ts
             if end > span_hi:
                 span_hi = end
-            cat = ev.get("cat")
-            if not isinstance(cat, str):
+            cat = e.cat
+            if cat is None:
                 continue
-            lcat = cat.lower()
-            sname = name if isinstance(name, str) else str(name)
-            if lcat in DEVICE_CATS:
-                a = dev.get(sname)
+            kind = kinds.get(cat)
+            if kind is None:
+                lcat = cat.lower()
+                kind = kinds[cat] = 1 if lcat in DEVICE_CATS else 2 if lcat == "cpu_op" else 0
+            if kind == 1:
+                if name is None:
+                    name = "None"
+                a = dev.get(name)
                 if a is None:
-                    a = dev[sname] = _Agg()
+                    a = dev[name] = _Agg()
                 a.dur += dur
                 a.n += 1
-                dev_union.add(ts, end)
-                if ts < dev_lo:
-                    dev_lo = ts
-                if end > dev_hi:
-                    dev_hi = end
-            elif lcat == "cpu_op" and not dev:
-                # CPU ops only matter while no device event has been seen.
-                tid = (ev.get("pid"), ev.get("tid"))
-                stack = stacks.setdefault(tid, [])
-                if ts < last_ts.get(tid, -math.inf):
-                    cpu_unordered += 1
-                last_ts[tid] = ts
-                while stack and stack[-1][0] <= ts:
-                    close_cpu(stack.pop())
-                if stack:
-                    stack[-1][3] += dur
-                stack.append([end, sname, dur, 0.0])
-                cpu_union.add(ts, end)
-                if ts < cpu_lo:
-                    cpu_lo = ts
-                if end > cpu_hi:
-                    cpu_hi = end
+                self.dev_union.add(ts, end)
+                if ts < self.dev_lo:
+                    self.dev_lo = ts
+                if end > self.dev_hi:
+                    self.dev_hi = end
+            elif kind == 2 and not dev:  # CPU ops only matter while no device event has been seen
+                self._cpu_op("None" if name is None else name, ts, dur, end, (e.pid, e.tid))
+        self.graph_launches, self.neg = graph, neg
+        self.span_lo, self.span_hi = span_lo, span_hi
+
+    def _cpu_op(self, name: str, ts: float, dur: float, end: float, tid: Any) -> None:
+        stack = self.stacks.setdefault(tid, [])
+        if ts < self.last_ts.get(tid, -math.inf):
+            self.cpu_unordered += 1
+        self.last_ts[tid] = ts
+        while stack and stack[-1][0] <= ts:
+            self._close_cpu(stack.pop())
+        if stack:
+            stack[-1][3] += dur
+        stack.append([end, name, dur, 0.0])
+        self.cpu_union.add(ts, end)
+        if ts < self.cpu_lo:
+            self.cpu_lo = ts
+        if end > self.cpu_hi:
+            self.cpu_hi = end
+
+    def feed_items(self, items: Iterable[Any], batch: int = 4096) -> None:
+        """Count JSON values as the ijson reader yields them (objects are events; others only count)."""
+        evs: list[Event] = []
+        for ev in items:
+            self.events += 1
+            if not isinstance(ev, dict):
+                continue
+            e, unusable = _event(ev, ev.get("ph") == "X")
+            self.unusable += unusable
+            evs.append(e)
+            if len(evs) >= batch:
+                self.feed(evs)
+                evs = []
+        self.feed(evs)
+
+    def result(self, p: Path, top: int, rules: Rules) -> TraceSplit:
+        """The split of everything fed (see :class:`TraceSplit`)."""
+        warnings: list[str] = []
+        if self.neg:
+            warnings.append(f"{self.neg} event(s) with negative duration skipped")
+        if self.unusable:
+            warnings.append(f"{self.unusable} event(s) with a non-numeric or non-finite ts/dur skipped")
+        if self.dev:
+            source, aggs, union, lo, hi = "kernel", self.dev, self.dev_union, self.dev_lo, self.dev_hi
+            for stack in self.stacks.values():
+                stack.clear()
+        else:
+            for stack in self.stacks.values():
+                while stack:
+                    self._close_cpu(stack.pop())
+            source, aggs, union, lo, hi = "cpu_op", self.cpu, self.cpu_union, self.cpu_lo, self.cpu_hi
+            if self.cpu_unordered:
+                warnings.append(f"{self.cpu_unordered} CPU op(s) out of time order on their thread; "
+                                "self times approximate")
+            if not self.cpu:
+                warnings.append("trace holds neither GPU kernels nor CPU ops")
+        busy_us = union.finish()
+        if union.late:
+            warnings.append(f"{union.late} event(s) far out of time order; busy % approximate")
+
+        by_cat: dict[str, _Agg] = {c: _Agg() for c in CATEGORIES}
+        cat_of: dict[str, str] = {}
+        for nm, a in aggs.items():
+            c = cat_of[nm] = rules.category(nm)
+            by_cat[c].dur += a.dur
+            by_cat[c].n += a.n
+        total_us = math.fsum(a.dur for a in aggs.values())
+        launches = sum(a.n for a in aggs.values())
+
+        def pct(x: float) -> float:
+            return 100.0 * x / total_us if total_us > 0 else 0.0
+
+        cats = tuple(CategoryStat(c, by_cat[c].dur / 1000.0, pct(by_cat[c].dur), by_cat[c].n) for c in CATEGORIES)
+        heavy = heapq.nlargest(max(0, top), aggs.items(), key=lambda kv: kv[1].dur)
+        tops = tuple(KernelStat(nm, cat_of[nm], a.dur / 1000.0, pct(a.dur), a.n, source) for nm, a in heavy)
+        window_us = hi - lo if hi > lo else 0.0
+        span_lo, span_hi = self.span_lo, self.span_hi
+        return TraceSplit(
+            path=str(p),
+            source=source,
+            categories=cats,
+            device_ms=total_us / 1000.0,
+            window_ms=window_us / 1000.0,
+            busy_pct=100.0 * busy_us / window_us if window_us > 0 else 0.0,
+            trace_span_ms=(span_hi - span_lo) / 1000.0 if span_hi > span_lo else 0.0,
+            launches=launches,
+            graph_launches=self.graph_launches,
+            top=tops,
+            events=self.events,
+            warnings=tuple(warnings),
+            rank=rank_of(p),
+        )
+
+
+def _read_fast(p: Path) -> _Split:
+    """Split ``p`` with the fast reader (:mod:`dynocell.engine.trace_chunks`); :class:`NotFast` if it does not take it."""
+    split = _Split()
+    try:
+        with _open(p) as f:
+            for evs in event_chunks(f, MAX_EVENT_BYTES):
+                split.events += len(evs)
+                split.feed(evs)
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        raise NotFast(f"read error: {exc}") from None  # the ijson reader words it
+    return split
+
+
+def _read_ijson(p: Path) -> _Split:
+    """Split ``p`` with the ijson reader under :class:`_Guard` (exact errors and limits; ~4× slower)."""
+    split = _Split()
+    try:
+        split.feed_items(_iter_events(p))
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
@@ -538,60 +654,32 @@ def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None) -
         raise TraceError(f"{p}: trace is not UTF-8 JSON text: {exc}") from None
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace: {exc}") from None
+    return split
 
-    warnings: list[str] = []
-    if neg:
-        warnings.append(f"{neg} event(s) with negative duration skipped")
-    if unusable:
-        warnings.append(f"{unusable} event(s) with a non-numeric or non-finite ts/dur skipped")
-    if dev:
-        source, aggs, union, lo, hi = "kernel", dev, dev_union, dev_lo, dev_hi
-        for stack in stacks.values():
-            stack.clear()
-    else:
-        for stack in stacks.values():
-            while stack:
-                close_cpu(stack.pop())
-        source, aggs, union, lo, hi = "cpu_op", cpu, cpu_union, cpu_lo, cpu_hi
-        if cpu_unordered:
-            warnings.append(f"{cpu_unordered} CPU op(s) out of time order on their thread; self times approximate")
-        if not cpu:
-            warnings.append("trace holds neither GPU kernels nor CPU ops")
-    busy_us = union.finish()
-    if union.late:
-        warnings.append(f"{union.late} event(s) far out of time order; busy % approximate")
 
-    by_cat: dict[str, _Agg] = {c: _Agg() for c in CATEGORIES}
-    cat_of: dict[str, str] = {}
-    for nm, a in aggs.items():
-        c = cat_of[nm] = rules.category(nm)
-        by_cat[c].dur += a.dur
-        by_cat[c].n += a.n
-    total_us = math.fsum(a.dur for a in aggs.values())
-    launches = sum(a.n for a in aggs.values())
+def analyze_trace(path: str | Path, top: int = 20, rules: Rules | None = None, *, fast: bool = True) -> TraceSplit:
+    """Category split of one Chrome trace file (gzipped or plain), streamed.
 
-    def pct(x: float) -> float:
-        return 100.0 * x / total_us if total_us > 0 else 0.0
+    ``top``: how many heaviest kernels/ops to list. ``rules``: category rules
+    (default :func:`load_rules`). Times in the result are ms; the trace's ``ts``
+    and ``dur`` are µs (Chrome trace format). Events with negative or missing
+    durations are skipped and counted in ``warnings``.
 
-    cats = tuple(CategoryStat(c, by_cat[c].dur / 1000.0, pct(by_cat[c].dur), by_cat[c].n) for c in CATEGORIES)
-    heavy = heapq.nlargest(max(0, top), aggs.items(), key=lambda kv: kv[1].dur)
-    tops = tuple(KernelStat(nm, cat_of[nm], a.dur / 1000.0, pct(a.dur), a.n, source) for nm, a in heavy)
-    window_us = hi - lo if hi > lo else 0.0
-    return TraceSplit(
-        path=str(p),
-        source=source,
-        categories=cats,
-        device_ms=total_us / 1000.0,
-        window_ms=window_us / 1000.0,
-        busy_pct=100.0 * busy_us / window_us if window_us > 0 else 0.0,
-        trace_span_ms=(span_hi - span_lo) / 1000.0 if span_hi > span_lo else 0.0,
-        launches=launches,
-        graph_launches=graph_launches,
-        top=tops,
-        events=events,
-        warnings=tuple(warnings),
-        rank=rank_of(p),
-    )
+    Read with the fast reader (msgspec over chunks of whole events, ~3-4× the
+    ijson reader) when it takes the file, else (``fast=False`` too) with the
+    ijson reader; both give the same split to the last bit.
+
+    Raises :class:`TraceError` naming the file for a missing/unreadable file, a
+    truncated gzip, invalid JSON, or a JSON document without ``traceEvents``.
+    """
+    p = Path(path)
+    rules = rules or load_rules()
+    if fast:
+        try:
+            return _read_fast(p).result(p, top, rules)
+        except NotFast:
+            pass
+    return _read_ijson(p).result(p, top, rules)
 
 
 def _combine(splits: Sequence[TraceSplit], top: int) -> TraceSplit:
