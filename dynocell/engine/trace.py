@@ -2,10 +2,14 @@
 
 Input: a torch-profiler / Kineto Chrome trace (``*.trace.json.gz`` as SGLang's
 ``/start_profile`` writes it, or plain JSON), either the object form
-``{"traceEvents": [...], ...}`` or the bare array form ``[...]``. It is read
-with ``ijson`` (C backend ``yajl2_c`` when available) one event at a time, so
-memory stays bounded whatever the file size: per event only a few numbers are
-kept; per distinct name a small aggregate.
+``{"traceEvents": [...], ...}`` or the bare array form ``[...]``. It is read in
+bounded memory whatever the file size (per event only a few numbers are kept;
+per distinct name a small aggregate) by one of two readers feeding the same
+accumulator (:class:`_Split`), so both give the same split to the last bit
+(docs/trace.md): the fast reader (:mod:`dynocell.engine.trace_chunks`: msgspec
+typed decode of only the needed fields over chunks of whole events, ~250 MiB of
+JSON per CPU second) and, for any file it does not take, ``ijson`` (C backend
+``yajl2_c`` when available) one event at a time under :class:`_Guard`.
 
 What counts (complete events, ``"ph": "X"``, as Kineto writes them):
 - GPU mode (any device event present): events with ``cat`` ``kernel``,
