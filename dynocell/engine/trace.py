@@ -513,7 +513,9 @@ class _Split:
             kind = kinds.get(cat)
             if kind is None:
                 lcat = cat.lower()
-                kind = kinds[cat] = 1 if lcat in DEVICE_CATS else 2 if lcat == "cpu_op" else 0
+                kind = 1 if lcat in DEVICE_CATS else 2 if lcat == "cpu_op" else 0
+                if len(kinds) < 256:  # a trace has a dozen categories; bounded whatever the file holds
+                    kinds[cat] = kind
             if kind == 1:
                 if name is None:
                     name = "None"
