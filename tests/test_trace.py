@@ -182,3 +182,8 @@ def test_real_torch_cpu_trace(cpu_profile_trace):
     raw = json.loads(gzip.decompress(cpu_profile_trace.read_bytes()))
     inclusive = sum(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "cpu_op") / 1000
     assert s.device_ms < inclusive  # nested ops are not double counted
+    # CPU mode (self times over per-thread stacks) alike from both readers; the fast one takes it.
+    from dynocell.engine.trace import _read_fast
+    _read_fast(cpu_profile_trace)
+    assert analyze_trace(cpu_profile_trace, top=10**6).as_dict() == \
+        analyze_trace(cpu_profile_trace, top=10**6, fast=False).as_dict()
