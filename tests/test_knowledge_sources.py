@@ -129,3 +129,20 @@ def test_engine_scoping_of_the_rewritten_entries(slug, engine):
     assert engine in e.engines
     if slug in ("draft-parallel-config-copies-every-size", "cuda-graph-capture-sizes-exceed-spec-width"):
         assert "sglang" not in e.engines  # vLLM behaviour, not SGLang's (issue 25)
+
+
+def test_faces_show_an_entrys_sources(tmp_path):
+    """The web entry page and `dynocell runbook show` list the sources (plain text, escaped)."""
+    from fastapi.testclient import TestClient
+
+    from dynocell.runbooks.views import open_view_cell
+    from dynocell.settings import load_settings
+    from dynocell.web.app import create_app
+
+    settings = load_settings(home=tmp_path / "home", poll_interval_s=1.0)
+    app = create_app(settings, cell=open_view_cell(settings), require_login=False)
+    with TestClient(app) as c:
+        page = c.get("/runbooks/draft-parallel-config-copies-every-size")
+    assert page.status_code == 200
+    assert "vllm vllm/config/speculative.py @ v0.26.0" in page.text and "field report 001" in page.text
+    assert "0.90 / 0.79 / 0.67" in page.text  # a fact, with its source numbers
