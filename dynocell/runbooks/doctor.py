@@ -1,7 +1,9 @@
 """The acceptance doctor: rules over acceptance curves and runs that recognise the shapes silent bugs leave.
 
 Speculative decoding is lossless, so a drafter that sees wrong inputs still
-produces correct text, only slower. Each rule here looks for one shape in the
+produces correct text, only slower (a *target* that sees wrong inputs — e.g. a
+captured verify graph reading stale buffers, field report 000 — garbles the text
+as well: ``garbage_output``). Each rule here looks for one shape in the
 numbers and names the runbook entries that explain it (entries whose front
 matter lists the rule in ``signatures.rules``). Thresholds live in
 ``doctor_thresholds.toml`` next to this file, one comment each.
@@ -192,7 +194,8 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
     taus = {c.text_class: _r(c.curve.tau) for c in cs}
     msg = (f"τ ≤ {t['tau_max']} on every class ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}) with "
            f"D = {cs[0].curve.num_drafts}" + (", verbatim repetition included" if has_rep else "")
-           + ": the draft sees wrong or zero inputs (hidden state, positions, KV, parallel config) — not a weak drafter.")
+           + ": the draft (or, with garbled output, the target's verify step) sees wrong or zero inputs (hidden state, "
+           "positions, KV, parallel config, a captured graph's static buffers) — not a weak drafter.")
     return [Finding("pinned_near_one", "error", msg,
                     {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
                      "tau_max": t["tau_max"], "repetition_class": has_rep})]
