@@ -7,7 +7,7 @@ An entry is a markdown file whose first lines are YAML between ``---`` lines::
     title: The draft model's parallel config must carry every parallel size
     kind: trap                                        # law | trap | fix | procedure
     tags: [speculative, parallel]
-    engines: {sglang: ">=0.5.10,<0.6", reference: "*"}  # version ranges, optional
+    engines: {sglang: ">=0.5.10,<0.6", vllm: ">=0.10"} # engine → version range (bundled entries: required)
     signatures:                                       # optional
       ids: [cuda_graph_no_valid_sizes]                # failure-signature rule ids (engine/rules)
       rules: [scales_with_parallel]                   # acceptance-doctor rule ids
