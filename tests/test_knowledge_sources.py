@@ -26,7 +26,7 @@ slug: sourced-trap
 title: A trap with a sourced fact
 kind: trap
 engines: {{vllm: ">=0.10"}}
-{signatures}sources: ["vllm vllm/config/speculative.py @ v0.26.0"]
+{signatures}sources: ["vllm vllm/config/speculative.py @ f19b16d"]
 evidence:
 {evidence}
 fix: ["try this"]
@@ -87,7 +87,7 @@ def test_lint_refuses_a_fact_without_a_source(tmp_path):
 
 def test_lint_refuses_a_source_of_no_known_form(tmp_path):
     bad = ENTRY.format(signatures="", evidence='  - {fact: "x", source: 1}\n').replace(
-        '"vllm vllm/config/speculative.py @ v0.26.0"', '"somebody on a forum"')
+        '"vllm vllm/config/speculative.py @ f19b16d"', '"somebody on a forum"')
     _, errs = parse_entry(bad, "x.md", "operator")
     assert [e.field for e in errs] == ["sources[0]"]
 
@@ -144,5 +144,5 @@ def test_faces_show_an_entrys_sources(tmp_path):
     with TestClient(app) as c:
         page = c.get("/runbooks/draft-parallel-config-copies-every-size")
     assert page.status_code == 200
-    assert "vllm vllm/config/speculative.py @ v0.26.0" in page.text and "field report 001" in page.text
+    assert "vllm vllm/config/speculative.py @ f19b16d" in page.text and "field report 001" in page.text
     assert "0.90 / 0.79 / 0.67" in page.text  # a fact, with its source numbers
