@@ -44,6 +44,7 @@ kind: trap
 tags: [corpus]
 signatures:
   log: ["(?i)wombat overflow"]
+examples: ["ERROR wombat overflow in the corpus"]
 evidence: ["written by tests/test_bad_inputs.py"]
 fix: ["nothing to fix"]
 ---

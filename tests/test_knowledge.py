@@ -115,9 +115,16 @@ def test_selector_language():
 
 def test_known_traps_for_a_config():
     kn = bundled_knowledge()
-    bad = {e.slug for e in kn.for_config(load_config(DATA / "configs/bisect-bad.toml"))}
-    assert {"draft-parallel-config-copies-every-size", "captured-graph-static-buffers-refresh",
-            "cuda-graph-capture-sizes-exceed-spec-width"} <= bad
+    bad_cfg = load_config(DATA / "configs/bisect-bad.toml")
+    bad = {e.slug for e in kn.for_config(bad_cfg)}
+    # vLLM's rules (draft parallel config, capture sizes in tokens) are not SGLang traps (issue 25).
+    assert not {"draft-parallel-config-copies-every-size", "cuda-graph-capture-sizes-exceed-spec-width",
+                "draft-parallelism-limits"} & bad
+    assert "zero-acceptance-past-length" in bad
+    pp2 = bad_cfg.model_copy(update={"parallel": bad_cfg.parallel.model_copy(update={"pp_size": 2})})
+    assert "captured-graph-static-buffers-refresh" in {e.slug for e in kn.for_config(pp2)}
+    deepep = bad_cfg.model_copy(update={"extra_args": ("--moe-a2a-backend", "deepep")})
+    assert "deepep-dispatch-cap-covers-verify-width" in {e.slug for e in kn.for_config(deepep)}
     good = {e.slug for e in kn.for_config(load_config(DATA / "configs/bisect-good.toml"), engine_version="0.5.17")}
     assert "captured-graph-static-buffers-refresh" not in good  # graphs disabled there
     plain = {e.slug for e in kn.for_config(parse_config('engine = "reference"\nmodel_path = "dynocell:tiny"\n'))}

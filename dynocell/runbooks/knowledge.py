@@ -7,7 +7,7 @@ An entry is a markdown file whose first lines are YAML between ``---`` lines::
     title: The draft model's parallel config must carry every parallel size
     kind: trap                                        # law | trap | fix | procedure
     tags: [speculative, parallel]
-    engines: {sglang: ">=0.5.10,<0.6", reference: "*"}  # version ranges, optional
+    engines: {sglang: ">=0.5.10,<0.6", vllm: ">=0.10"} # engine → version range (bundled entries: required)
     signatures:                                       # optional
       ids: [cuda_graph_no_valid_sizes]                # failure-signature rule ids (engine/rules)
       rules: [scales_with_parallel]                   # acceptance-doctor rule ids
@@ -16,10 +16,24 @@ An entry is a markdown file whose first lines are YAML between ``---`` lines::
     applies_to:                                       # config selector, optional (see below)
       speculative.algorithm: {in: [EAGLE, NEXTN]}
       parallel.dcp_size: {gt: 1}
-    evidence: ["numbers, with where they come from"]  # required, ≥ 1
+    sources:                                          # where the facts come from (see SOURCE_RE)
+      - "vllm vllm/config/speculative.py @ v0.26.0"   # engine + file + version (tag or commit)
+      - "https://github.com/vllm-project/vllm/pull/1" # or a public URL
+      - "field report 001"                            # or a field report (shared/seeds/NNN_*.txt)
+    evidence:                                         # required, ≥ 1
+      - {fact: "a claim with its numbers", source: 1} # a claim marked as fact: source = 1-based index(es) into sources
+      - "a plain string: reasoning, not marked as fact"
+    examples:                                         # real log lines; required with signatures.log / ids
+      - "(EngineCore_DP0 pid=1) ValueError: No valid cudagraph sizes after rounding to multiple of 6 (…)"
     fix: ["what to try"]                              # required, ≥ 1
     ---
     markdown body
+
+Lint refuses a claim marked as fact without a source, a source that is none of
+the accepted forms, and an entry whose signatures (``log`` regexes, failure
+signature ``ids``) match none of its own ``examples`` — each ``log`` regex must
+match at least one example line, and with ``ids`` at least one example must
+match one of those failure signatures' regexes (dynocell/engine/rules).
 
 Selector language (no eval): a mapping of dotted :class:`EngineConfig` field
 paths (``parallel.tp_size``, ``speculative.algorithm``, ``speculative.num_drafts``,
@@ -53,7 +67,19 @@ from dynocell.errors import NotFound, UserError
 BUNDLED_DIR = Path(__file__).parent / "knowledge"
 KINDS = ("law", "trap", "fix", "procedure")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,126}$")
-KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "applies_to", "evidence", "fix")
+KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "applies_to", "sources", "evidence",
+                "examples", "fix")
+#: Engines an entry may name in ``engines`` (vLLM: knowledge about logs and configs read from vLLM hosts).
+ENGINES = ("sglang", "vllm", "reference")
+#: One source: a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field report
+#: (``field report 004``, the files in shared/seeds); or dynocell's measured engine artifacts (``artifacts/<dir> …``,
+#: ``gpu/README.md`` — the facts measured on the H200 host, shared/gpu).
+SOURCE_RE = re.compile(
+    r"^(?:https?://\S+"
+    r"|[a-z][\w.-]* \S+ @ (?:v?\d[\w.+-]*|[0-9a-f]{7,40})\b"
+    r"|field report \d{3}\b"
+    r"|artifacts/[\w.-]+\b"
+    r"|gpu/[\w.-]+\b)")
 SIGNATURE_KEYS = ("ids", "rules", "log", "metrics")
 OPERATORS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "exists", "contains")
 METRIC_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
@@ -94,6 +120,9 @@ class Entry:
 
     ``origin`` is ``bundled`` or ``operator``; ``sha256`` hashes the file's bytes;
     ``signatures`` is ``{ids, rules, log, metrics}`` (lists, possibly empty).
+    ``evidence`` holds display strings (a fact ends with its source numbers, e.g.
+    ``… [1, 2]``); ``facts`` the claims marked as fact with their 1-based
+    indexes into ``sources``; ``examples`` real log lines the signatures match.
     """
 
     slug: str
@@ -110,6 +139,9 @@ class Entry:
     origin: str
     sha256: str
     front_matter: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    facts: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def as_row(self) -> dict[str, Any]:
         """The entry as the plain dict :func:`dynocell.db.knowledge.upsert_entries` stores."""
@@ -125,6 +157,7 @@ class Entry:
             "slug": self.slug, "title": self.title, "kind": self.kind, "tags": list(self.tags),
             "engines": self.engines, "signatures": self.signatures, "applies_to": self.applies_to,
             "evidence": list(self.evidence), "fix": list(self.fix), "body": self.body,
+            "sources": list(self.sources), "examples": list(self.examples),
             "path": self.path, "origin": self.origin, "sha256": self.sha256,
         }
 
@@ -367,6 +400,8 @@ def validate_selector(selector: Any, where: str = "applies_to") -> list[tuple[st
 
 
 def _resolve(cfg: Any, path: str) -> Any:
+    if isinstance(cfg, dict) and path in cfg:  # a flattened config (doctor knobs): {"parallel.tp_size": 4, …}
+        return cfg[path]
     if path.startswith("env."):
         return (getattr(cfg, "env", {}) or {}).get(path[4:])
     node = cfg
@@ -510,6 +545,70 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v)
 
 
+def _evidence(raw: Any, n_sources: int, err: Any) -> tuple[list[str], list[tuple[str, tuple[int, ...]]]]:
+    """Evidence items as display strings plus the claims marked as fact.
+
+    An item is a string (reasoning, not a claim of fact) or ``{fact: TEXT,
+    source: N | [N, …]}`` with 1-based indexes into ``sources``; a fact without
+    a valid source is an error (reported through ``err``).
+    """
+    if not isinstance(raw, list) or not raw:
+        err("evidence", "required: a non-empty list (strings, or {fact: ..., source: N} for claims of fact)")
+        return [], []
+    out: list[str] = []
+    facts: list[tuple[str, tuple[int, ...]]] = []
+    for i, item in enumerate(raw):
+        here = f"evidence[{i}]"
+        if isinstance(item, str) and item.strip():
+            out.append(item)
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("fact"), str) or not item["fact"].strip():
+            err(here, "must be a string or {fact: TEXT, source: N} (N = position in sources, from 1)")
+            continue
+        extra = set(item) - {"fact", "source"}
+        if extra:
+            err(f"{here}.{sorted(map(str, extra))[0]}", "unknown key; a fact has fact and source")
+        src = item.get("source")
+        refs = src if isinstance(src, list) else [src]
+        if src is None or not refs:
+            err(f"{here}.source", "a claim marked as fact needs a source: the position (from 1) of an entry in sources")
+            continue
+        if any(not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= n_sources for r in refs):
+            err(f"{here}.source", f"must name sources by position, 1..{n_sources}" if n_sources else
+                "the entry has no sources: add sources and name them by position")
+            continue
+        facts.append((item["fact"], tuple(refs)))
+        out.append(f"{item['fact']} [{', '.join(map(str, refs))}]")
+    return out, facts
+
+
+def _signature_example_problems(sigs: dict[str, list[Any]], examples: list[str],
+                                skip: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """``(field, message)`` for signatures that match none of the entry's ``examples`` lines.
+
+    Log patterns in ``skip`` (those the timed check found slow) are not run;
+    example lines are cut to 4,000 characters, like engine log lines.
+    """
+    problems: list[tuple[str, str]] = []
+    skip = set(skip)
+    examples = [line[:4000] for line in examples]
+    logs = [p for p in sigs.get("log", []) if isinstance(p, str) and regex_problem(p) is None and p not in skip]
+    ids = [i for i in sigs.get("ids", []) if isinstance(i, str)]
+    if (logs or ids) and not examples:
+        return [("examples", "required with signatures.log or signatures.ids: real log lines (with their source) "
+                             "that the signatures must match")]
+    for i, pat in enumerate(sigs.get("log", [])):
+        if pat in logs and not any(re.search(pat, line) for line in examples):
+            problems.append((f"signatures.log[{i}]", "matches none of the entry's examples"))
+    if ids:
+        from dynocell.engine.rules import load_signatures
+
+        known = [s for s in load_signatures() if s.id in ids]
+        if known and not any(rx.search(line) for s in known for rx in s.regexes for line in examples):
+            problems.append(("signatures.ids", "none of these failure signatures matches the entry's examples"))
+    return problems
+
+
 def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | None, list[LintError]]:
     """Parse and validate one entry; returns ``(entry or None, errors)``.
 
@@ -559,8 +658,8 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
         err("engines", "must be a mapping of engine name to version range, e.g. {sglang: \">=0.5,<0.6\"}")
         engines = {}
     for name, spec in engines.items():
-        if name not in ("sglang", "reference"):
-            err(f"engines.{name}", "unknown engine; use sglang or reference")
+        if name not in ENGINES:
+            err(f"engines.{name}", f"unknown engine; use {', '.join(ENGINES)}")
         problem = version_range_problem(spec)
         if problem:
             err(f"engines.{name}", problem)
@@ -602,10 +701,23 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
     applies = fm.get("applies_to") or {}
     for fieldname, msg in validate_selector(applies):
         err(fieldname, msg)
-    evidence = fm.get("evidence")
-    if not _str_list(evidence) or not evidence:
-        err("evidence", "required: a non-empty list of strings (numbers and where they come from)")
-        evidence = []
+    sources = fm.get("sources", [])
+    if not _str_list(sources):
+        err("sources", "must be a list of strings (engine file @ version, a public URL, or a field report)")
+        sources = []
+    for i, src in enumerate(sources):
+        if not SOURCE_RE.match(src.strip()):
+            err(f"sources[{i}]", "not a source: write '<engine> <file> @ <version or commit>' (e.g. 'vllm "
+                                 "vllm/config/speculative.py @ v0.26.0'), a public https:// URL, 'field report NNN' "
+                                 "or 'artifacts/<dir>'")
+    evidence, facts = _evidence(fm.get("evidence"), len(sources), err)
+    examples = fm.get("examples", [])
+    if not _str_list(examples):
+        err("examples", "must be a list of log lines (strings)")
+        examples = []
+    if origin == "bundled":  # operator entries: after the timed regex check (see example_problems)
+        for fieldname, msg in _signature_example_problems(sigs, examples):
+            err(fieldname, msg)
     fix = fm.get("fix")
     if isinstance(fix, str) and fix.strip():
         fix = [fix]
@@ -620,8 +732,18 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
         applies_to=applies if isinstance(applies, dict) else {}, evidence=tuple(evidence), fix=tuple(fix),
         body=body.strip() + "\n", path=path, origin=origin,
         sha256=hashlib.sha256(text.encode()).hexdigest(), front_matter=fm,
+        sources=tuple(s.strip() for s in sources), examples=tuple(examples), facts=tuple(facts),
     )
     return entry, []
+
+
+def example_problems(entry: Entry, skip: Iterable[str] = ()) -> list[LintError]:
+    """Lint errors for an entry whose signatures match none of its ``examples`` (see the module docstring).
+
+    Bundled entries are checked while parsing; operator entries after the timed
+    regex check, with the patterns it refused passed as ``skip``.
+    """
+    return [LintError(entry.path, f, m) for f, m in _signature_example_problems(entry.signatures, list(entry.examples), skip)]
 
 
 def parse_file(path: Path, origin: str = "bundled") -> tuple[Entry | None, list[LintError]]:
@@ -740,6 +862,11 @@ def load_knowledge(operator: Path | None = None, bundled: Path = BUNDLED_DIR) ->
             if bad:
                 errors.extend(LintError(str(path), f"signatures.log[{i}]", slow[p]) for i, p in bad)
                 continue
+            if origin == "operator":
+                ex = example_problems(entry, slow)
+                if ex:
+                    errors.extend(ex)
+                    continue
             if entry.slug in seen:
                 errors.append(LintError(str(path), "slug", f"duplicate slug {entry.slug!r} (also in {seen[entry.slug]})"))
                 continue
@@ -770,8 +897,10 @@ def lint_paths(paths: Iterable[Path], timed: bool = True) -> tuple[list[Entry], 
     """Lint files and directories (``*.md`` inside): ``(valid entries, errors)``.
 
     With ``timed`` each log regex also runs against 10 kB adversarial strings
-    under a time limit (:func:`regex_timing_problems`); duplicate slugs among
-    the given files are errors.
+    under a time limit (:func:`regex_timing_problems`), and then — the patterns
+    now known safe — each entry's signatures are matched against its
+    ``examples`` (:func:`example_problems`; skipped without ``timed``).
+    Duplicate slugs among the given files are errors.
     """
     files: list[Path] = []
     for p in paths:
@@ -804,7 +933,14 @@ def lint_paths(paths: Iterable[Path], timed: bool = True) -> tuple[list[Entry], 
                 errors.append(LintError(path, f"signatures.log[{i}]", slow[pat]))
                 bad_paths.add(path)
         entries = [e for e in entries if e.path not in bad_paths]
-    return entries, errors
+    slow_all = slow_patterns(p for e in entries for p in e.signatures.get("log", [])) if timed else {}
+    kept = []
+    for e in entries:
+        ex = example_problems(e, slow_all) if timed else []
+        errors.extend(ex)
+        if not ex:
+            kept.append(e)
+    return kept, errors
 
 
 # ------------------------------------------------------------------ index and search

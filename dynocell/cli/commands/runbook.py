@@ -121,6 +121,14 @@ def show_cmd(
     out("what to try:")
     for x in e.fix:
         out(f"  - {x}")
+    if e.sources:
+        out("sources:")
+        for i, x in enumerate(e.sources, 1):
+            out(f"  [{i}] {x}")
+    if e.examples:
+        out("example lines:")
+        for x in e.examples:
+            out(f"  {x}")
     out("")
     out(Markdown(e.body))
     for n in notes:
