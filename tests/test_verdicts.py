@@ -46,6 +46,60 @@ def test_equal_distributions_few_runs_rarely_call_a_difference():
     assert verdicts.count("inconclusive") > len(verdicts) / 2
 
 
+def test_hand_worked_welch_example():
+    """Welch + delta method worked by hand: inc 98/100/102 (m 100, s² 4), arm 105/110/115/110 (m 110, s² 50/3).
+
+    v_a = (s_a²/n_a)/m_i² = (50/3/4)/100² = 4.1667e-4;
+    v_i = m_a²·(s_i²/n_i)/m_i⁴ = 110²·(4/3)/100⁴ = 1.6133e-4  (the m_a²/m_i² factor is 1.21 here);
+    se = √(v_a + v_i) = 0.024042; df = (v_a+v_i)² / (v_a²/3 + v_i²/2) = 4.7131 (not n_a + n_i − 2 = 5);
+    t(0.975, 4.7131) = 2.6184 (between the table's 2.7764 at 4 df and 2.5706 at 5 df);
+    CI = 0.1 ± 2.6184 · 0.024042 = [0.03705, 0.16295].
+    """
+    c = V.compare("decode_tok_s", "c=1", [98.0, 100.0, 102.0], [105.0, 110.0, 115.0, 110.0])
+    assert c.rel_diff == pytest.approx(0.1)
+    assert c.df == pytest.approx(4.7131, abs=1e-4)
+    assert V.t_quantile(0.975, 4.7131) == pytest.approx(2.6184, abs=1e-4)
+    assert c.ci_low == pytest.approx(0.03705, abs=1e-5)
+    assert c.ci_high == pytest.approx(0.16295, abs=1e-5)
+    assert c.noise_floor == pytest.approx(0.02)  # CV of the incumbent = 2/100
+    assert c.verdict == "better" and c.more_repeats is None
+
+
+def test_hand_worked_more_repeats_counts_the_runs_already_done():
+    """inc 100/112, arm 118/130: d = 124/106 − 1 = +16.98 %, floor = CV_inc = 8.485/106 = 8.00 %.
+
+    The margin |d| − f = 8.98 %; with the observed CVs (arm 6.84 %, inc 8.00 %) the
+    95 % half-width falls below it first at n = 9 runs per side (df ≈ 15.6,
+    t ≈ 2.124, half ≈ 8.72 %; at n = 8: 9.36 %). Two runs a side are done: 7 more.
+    """
+    c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0])
+    assert c.verdict == "inconclusive"
+    assert c.rel_diff == pytest.approx(0.169811, abs=1e-6)
+    assert c.noise_floor == pytest.approx(0.080050, abs=1e-6)
+    assert c.ci_low == pytest.approx(-0.21378, abs=1e-5) and c.ci_high == pytest.approx(0.55340, abs=1e-5)
+    need = V.repeats_to_decide(c.rel_diff, c.noise_floor, 6 * 2 ** 0.5 / 124, 6 * 2 ** 0.5 / 106, 124 / 106)
+    assert need == 9
+    assert c.more_repeats == 7
+    assert "about 7 more run(s) per side" in c.reason
+
+
+def test_false_positive_rate_of_the_95_interval():
+    """Equal distributions: the 95 % CI of the relative difference misses 0 in ≈ 5 % of comparisons.
+
+    2,000 seeded comparisons of 30 vs 30 runs (CV 5 %): the miss rate must lie in
+    [3.5 %, 6.5 %] — a 90 % interval (t at 0.95) misses ≈ 10 %, a 98 % one ≈ 2 %;
+    the binomial sd at 2,000 trials is 0.5 %. Deterministic (fixed seed).
+    """
+    rng = random.Random(2026)
+    trials, misses = 2000, 0
+    for _ in range(trials):
+        inc = [rng.gauss(100.0, 5.0) for _ in range(30)]
+        arm = [rng.gauss(100.0, 5.0) for _ in range(30)]
+        c = V.compare("decode_tok_s", "c=1", inc, arm)
+        misses += not (c.ci_low <= 0.0 <= c.ci_high)
+    assert 0.035 <= misses / trials <= 0.065, misses / trials
+
+
 def test_clear_shift_higher_is_better():
     inc = [100.0, 101.0, 99.0, 100.5]
     arm = [140.0, 141.0, 139.0, 140.5]
