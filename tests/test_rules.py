@@ -72,6 +72,8 @@ def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
     at = lambda phase, ready=False: classify(oom, last_phase=phase, was_ready=ready).id
     assert at(None) == "cuda_oom_weights"
     assert at("weights_begin") == "cuda_oom_weights"
+    assert at("weights_end") == "cuda_oom_memory_pool"
+    assert at("kv_cache_allocated") == "cuda_oom_memory_pool"
     assert at("memory_pool_end") == "cuda_oom_memory_pool"
     assert at("cuda_graph_begin") == "cuda_oom_graph_capture"
     assert at("ready", True) == "cuda_oom_serving"
@@ -79,6 +81,17 @@ def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
             "Timeout(ms)=600000) ran for 600001 milliseconds before timing out."]
     assert classify(nccl, last_phase=None, was_ready=False).id == "nccl_timeout_startup"
     assert classify(nccl, last_phase="ready", was_ready=True).id == "nccl_timeout_serving"
+
+
+def test_groups_come_from_the_last_matching_line():
+    """Two OOMs in the tail: the signature's groups describe the last one (the one that killed the engine)."""
+    tail = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
+            "retrying with a smaller batch",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB."]
+    m = classify(tail, last_phase="cuda_graph_begin", was_ready=False)
+    assert m.id == "cuda_oom_graph_capture"
+    assert m.groups == {"tried_to_allocate": "2.50 GiB"}
+    assert m.line == tail[-1]
 
 
 def test_unknown_is_never_a_guess():
