@@ -158,7 +158,7 @@ def test_golden_config_hash_of_tiny_example():
 def test_every_stored_config_hash_recomputes(store: Path):
     """Each config row of the recorded stores: hash = sha256 of its canonical JSON, and re-canonicalising
     that JSON gives the same hash; every config_hash another table holds names a stored config."""
-    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    con = sqlite3.connect(f"file:{store}?mode=ro&immutable=1", uri=True)  # no -wal/-shm beside the data
     try:
         rows = con.execute("SELECT config_hash, canonical_json FROM configs").fetchall()
         assert rows
