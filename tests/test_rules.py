@@ -129,9 +129,19 @@ def test_real_sglang_logs_phases_and_ready_time(name, graphs):
 def test_real_trained_pair_log_r():
     lines = real("trained-pair/R.server.log").read_text(errors="replace").splitlines()
     tl = phase_timeline(lines)
-    assert [e.name for e in tl if e.name == "weights_begin"] == ["weights_begin"] * 2
-    assert tl[-1].name == "ready" or "ready" in [e.name for e in tl]
-    assert next(e for e in tl if e.name == "kv_cache_allocated").detail["dtype"] == "torch.float16"
+    # target and draft each load weights and a KV pool, then five CUDA graphs, then HTTP and ready
+    assert [e.name for e in tl] == (["weights_begin", "weights_end"] * 2 + ["kv_cache_allocated", "memory_pool_end"] * 2
+                                    + ["cuda_graph_begin", "cuda_graph_end"] * 5 + ["http_listening", "ready"])
+    graphs = [e.detail["graph"] for e in tl if e.name == "cuda_graph_end"]
+    assert graphs == ["target prefill", "target verify", "draft prefill", "draft decode", "draft extend"]
+    kv = [e.detail for e in tl if e.name == "kv_cache_allocated"]
+    assert kv == [{"dtype": "torch.float16", "tokens": "9705083"}] * 2
+    assert [e.occurrence for e in tl if e.name == "memory_pool_end"] == [1, 2]
+    assert next(e for e in tl if e.name == "cuda_graph_end").detail["elapsed_s"] == "33.40"
+    assert next(e for e in tl if e.name == "http_listening").detail["url"] == "http://127.0.0.1:30010"
+    assert tl[-1].name == "ready" and tl[-1].offset_s == 82.0  # s after the first timestamped line
+    match, last, was_ready = classify_log(lines)
+    assert (match.id, last, was_ready) == ("unknown", "ready", True)
 
 
 def test_tp_rank_tagged_lines_match():
