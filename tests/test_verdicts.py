@@ -9,6 +9,13 @@ import pytest
 from dynocell.engine import verdicts as V
 
 
+@pytest.fixture(autouse=True)
+def _fresh_t_quantile_cache():
+    """Each test computes its t quantiles: a cache filled by an earlier test (or a forked parent) would hide the math."""
+    V._t_quantile.cache_clear()
+    yield
+
+
 def _normal(mean: float, cv: float, n: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     return [rng.gauss(mean, mean * cv) for _ in range(n)]
