@@ -154,6 +154,13 @@ def test_golden_config_hash_of_tiny_example():
     assert cfg.config_hash == "sha256:" + hashlib.sha256(cfg.canonical_json().encode()).hexdigest()
 
 
+def test_golden_config_hash_keeps_non_ascii_text_as_utf8():
+    """Non-ASCII text is hashed as UTF-8 (``ensure_ascii=False``), not as ``\\u`` escapes: pinned."""
+    cfg = parse_config('engine = "reference"\nmodel_path = "dynocell:tiny"\nserved_model_name = "modèle-τ"\n')
+    assert '"served_model_name":"modèle-τ"' in cfg.canonical_json()
+    assert cfg.config_hash == "sha256:46ddf5d3a378fbaaf62ad5969a38b64e62a451c8bcfd831171c43a1b6c5ae244"
+
+
 @pytest.mark.parametrize("store", STORES, ids=[str(p.relative_to(REPO / "tests" / "data").parent) for p in STORES])
 def test_every_stored_config_hash_recomputes(store: Path):
     """Each config row of the recorded stores: hash = sha256 of its canonical JSON, and re-canonicalising
