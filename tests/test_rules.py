@@ -188,3 +188,60 @@ def test_real_tp2_logs_count_each_rank(name):
     assert "ready" in names
     # T ends with the harness killing the scheduler (exit code -15): no rule claims to know why.
     assert classify_log(lines)[0].id == "unknown"
+
+
+BAD_RULES = {
+    "syntax": ('[[signature]\nid = "x"\n', "TOML syntax error: "),
+    "not-a-table": ("signature = [1]\n", "signature[0]: must be a table (write [[signature]] entries)"),
+    "missing-hint": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\n',
+                     "signature[0].hint: missing (each signature needs id, title, regex, hint)"),
+    "unknown-key": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\nhint = "h"\ncolour = "red"\n',
+                    "signature[0].colour: unknown key (keys: id, title, regex, hint, last_phase, ready, context)"),
+    "bad-regex": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = ["a", "(unclosed"]\nhint = "h"\n',
+                  "signature[0].regex: bad regex '(unclosed': missing ), unterminated subpattern at position 0 "
+                  "(fix the pattern)"),
+    "nested-context": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\nhint = "h"\ncontext = "(a+)+"\n',
+                       "signature[0].context: regex '(a+)+' nests unbounded repetition (catastrophic backtracking) "
+                       "(remove the outer or inner + / * (e.g. write (ab)+ instead of (a+b)+))"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RULES))
+def test_bad_signature_file_names_the_file_field_and_fix(case, tmp_path):
+    text, tail = BAD_RULES[case]
+    f = tmp_path / f"{case}.toml"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_signatures([f])
+    msg = str(err.value)
+    assert err.value.source == str(f)
+    if case == "syntax":
+        assert msg.startswith(f"{f}: TOML syntax error: ") and msg.endswith("(fix the line and column shown)")
+        assert err.value.field is None
+    else:
+        assert msg == f"{f}: {tail}"
+        assert err.value.field == tail.split(":")[0]
+
+
+def test_missing_signature_file_is_not_found(tmp_path):
+    from dynocell.errors import NotFound
+
+    with pytest.raises(NotFound) as err:
+        load_signatures([tmp_path / "nope.toml"])
+    assert str(err.value) == f"rules file not found: {tmp_path / 'nope.toml'} (check the path)"
+
+
+def test_signature_fields_as_written(tmp_path):
+    """Scalars become one-element tuples; ``ready``/``context``/``last_phase`` kept; source is the file; UTF-8."""
+    f = tmp_path / "ops.toml"
+    f.write_text('[[signature]]\nid = "x"\ntitle = "Tötet"\nregex = "boom (?P<n>\\\\d+)"\nhint = "h"\n'
+                 'last_phase = "ready"\nready = true\ncontext = "ctx"\n', encoding="utf-8")
+    sig = load_signatures([f])[0]
+    assert (sig.id, sig.title, sig.hint, sig.source) == ("x", "Tötet", "h", str(f))
+    assert sig.last_phase == ("ready",) and sig.ready is True
+    assert [r.pattern for r in sig.regexes] == ["boom (?P<n>\\d+)"] and [c.pattern for c in sig.context] == ["ctx"]
+    m = classify(["ctx", "boom 7", "boom 42 later"], last_phase="ready", was_ready=True, signatures=[sig])
+    assert (m.id, m.groups, m.line, m.source) == ("x", {"n": "42"}, "boom 42 later", str(f))
+    assert classify(["boom 1"], last_phase="ready", was_ready=True, signatures=[sig]).id == "unknown"  # no context
+    assert classify(["ctx", "boom 1"], last_phase="ready", was_ready=False, signatures=[sig]).id == "unknown"
+    assert classify(["ctx", "boom 1"], last_phase="cuda_graph_end", was_ready=True, signatures=[sig]).id == "unknown"
