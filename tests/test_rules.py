@@ -24,6 +24,17 @@ LOGS = sorted((DATA / "logs").glob("*.log"))
 REAL = DATA / "sglang-0.5.17"  # real SGLang 0.5.17 artifacts (see its README.md)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rule_caches():
+    """Rules are compiled once per process (cached); each test here loads them itself, so a cache filled
+    elsewhere (an earlier test, a forked parent) never stands in for the loading code under test."""
+    from dynocell.engine import rules
+
+    for cached in (rules.load_engine_rules, rules._matcher, rules._load_cached):
+        cached.cache_clear()
+    yield
+
+
 def real(rel: str) -> Path:
     return REAL / rel
 
@@ -245,3 +256,42 @@ def test_signature_fields_as_written(tmp_path):
     assert classify(["boom 1"], last_phase="ready", was_ready=True, signatures=[sig]).id == "unknown"  # no context
     assert classify(["ctx", "boom 1"], last_phase="ready", was_ready=False, signatures=[sig]).id == "unknown"
     assert classify(["ctx", "boom 1"], last_phase="cuda_graph_end", was_ready=True, signatures=[sig]).id == "unknown"
+
+
+def test_what_rules_see_of_a_line():
+    from dynocell.engine.rules import match_text, strip_prefix
+
+    assert strip_prefix("2026-11-30T03:25:27.123Z | Load weight begin.\r\n") == "Load weight begin."
+    assert strip_prefix("\n  indented text  \n") == "\n  indented text  "  # only the line end goes
+    assert strip_prefix("2026-11-30 03:25:27 | not our prefix") == "2026-11-30 03:25:27 | not our prefix"
+    assert match_text("2026-11-30T03:25:27Z | \x1b[31mCUDA out of memory\x1b[0m") == "CUDA out of memory"
+    assert match_text("x" * 5000) == "x" * 4096
+
+
+def test_progress_bar_segments_and_phase_offsets():
+    bar = "Loading safetensors 50%|#####     |\r[2026-11-30 03:25:30] Load weight begin. avail mem=139.13 GB"
+    hit = match_phase(bar)
+    assert hit.name == "weights_begin" and hit.line == "[2026-11-30 03:25:30] Load weight begin. avail mem=139.13 GB"
+    # a phase line before any timestamp sits at offset 0; later ones count from the first stamp
+    tl = phase_timeline(["Load weight begin. avail mem=1.00 GB",
+                         "[2026-11-30 03:25:30] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=0.1 GB.",
+                         "[2026-11-30 03:25:42] The server is fired up and ready to roll!"])
+    assert [(e.name, e.offset_s) for e in tl] == [("weights_begin", 0.0), ("weights_end", 0.0), ("ready", 12.0)]
+    assert match_phase("The server is fired up and ready to roll!", "reference").name == "ready"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\rretrying"
+    assert classify([oom], last_phase="cuda_graph_begin", was_ready=False).line == oom.split("\r")[0]
+
+
+def test_classify_log_reads_the_last_200_lines():
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert classify_log([oom] + ["filler"] * 199)[0].id == "cuda_oom_weights"
+    assert classify_log([oom] + ["filler"] * 200)[0].id == "unknown"
+    assert classify_log([oom] + ["filler"] * 200, tail=201)[0].id == "cuda_oom_weights"
+    assert classify_log([])[1:] == (None, False)
+
+
+def test_bounded_repeats_and_lookarounds_in_the_nesting_check():
+    compile_safe("(?:a{1,100})+", "f.toml", "regex")  # up to 100 repeats counts as bounded
+    for bad in ["(?:a{1,101})+", "(?:(?=a+)x)+", "(?:(?!b*)x)*"]:
+        with pytest.raises(ConfigError, match="catastrophic"):
+            compile_safe(bad, "f.toml", "regex")
