@@ -69,7 +69,7 @@ TARGETS: tuple[Target, ...] = (
     Target("rules", "dynocell/engine/rules/__init__.py", ("tests/test_rules.py",)),
     Target("config_hash", "dynocell/engine/config.py", ("tests/test_config.py", "tests/test_config_hash.py"),
            ("dynocell.engine.config.xǁEngineConfigǁcanonical*", "dynocell.engine.config.xǁEngineConfigǁconfig_hash*")),
-    Target("web_auth", "dynocell/web/auth.py", ("tests/test_web_security.py",)),
+    Target("web_auth", "dynocell/web/auth.py", ("tests/test_web_auth.py",)),
 )
 
 # Survivors that cannot change behaviour, by mutant name, with the reason. Keep each entry
