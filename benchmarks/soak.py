@@ -39,7 +39,7 @@ Figures printed at the end (measured in this one run):
   every step ended, bench rows, acceptance curves, profile, its boot stopped);
 - wall time.
 
-Goal: 0 orphans, 0 wrong states, 0 lost rows.
+Goal: 0 orphans, 0 zombies left, 0 wrong states, 0 lost rows; any of them makes the exit code 1.
 
 Usage::
 
@@ -803,7 +803,9 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2, default=str))
         print(f"  figures written to {args.json}")
-    failed = figures["orphans"] or figures["wrong_states"] or figures["store_rows_missing_or_inconsistent"]
+    # Any leftover fails the soak: an orphan, a zombie left unreaped, a wrong state or a lost row.
+    failed = (figures["orphans"] or figures["zombies_left"] or figures["wrong_states"]
+              or figures["store_rows_missing_or_inconsistent"])
     if tmp and not args.keep and not failed:
         shutil.rmtree(tmp, ignore_errors=True)
     elif tmp:

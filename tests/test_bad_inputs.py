@@ -313,7 +313,9 @@ RUNBOOK_FIELDS = {
     "missing-required-fields.md": "kind: required",
     "nested-quantifier-regex.md": "signatures.log[0]: nested quantifier",
     "no-front-matter.md": "no front matter",
-    "overlapping-alternation-regex.md": "signatures.log[0]: did not finish",
+    # refused by the timed check: whether the child was killed at the limit ("did not finish …") or
+    # finished late ("took … s …") depends on the host's load, so only the field and the test are asserted
+    "overlapping-alternation-regex.md": "signatures.log[0]:",
     "python-object-tag.md": "could not determine a constructor for the tag",
     "unclosed-front-matter.md": "no front matter",
     "wrong-field-types.md": "slug: required",
@@ -347,6 +349,8 @@ def test_bad_runbook_entry_is_refused_and_skipped(name, home, tmp_path):
         code, out, err = cli("runbook", "lint", str(dropped))
         assert_no_traceback(out, err)
         assert code == 1 and name in out and RUNBOOK_FIELDS[name] in out, (out, err)
+        if name == "overlapping-alternation-regex.md":
+            assert "on a 10 kB adversarial string" in out, out  # refused by the timing check, either wording
     finally:
         dropped.unlink()
 

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from dynocell.engine.config import (
-    EngineConfig,
     config_from_canonical,
     diff_configs,
     load_config,
     parse_config,
     to_toml,
 )
-from dynocell.errors import ConfigError, NotFound, UserError
+from dynocell.errors import ConfigError, EngineError, Interrupted, NotFound, StoreUnavailable, UserError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -124,11 +125,56 @@ def test_diff_lists_only_differences():
 
 def test_error_hierarchy_exit_codes():
     assert issubclass(ConfigError, UserError) and issubclass(NotFound, UserError)
-    assert ConfigError("f.toml", "port", "bad").exit_code == 2
-    assert isinstance(EngineConfig.model_fields, dict)
+    err = ConfigError("f.toml", "port", "must be 0..65535", "set port = 0 to pick a free one")
+    assert err.exit_code == 2 and err.http_status == 400
+    assert (err.source, err.field) == ("f.toml", "port")
+    assert str(err) == "f.toml: port: must be 0..65535 (set port = 0 to pick a free one)"
+    assert NotFound("no such run").exit_code == 2 and NotFound("no such run").http_status == 404
+    assert EngineError("died").exit_code == 3 and Interrupted("stop").exit_code == 130
+    assert issubclass(StoreUnavailable, UserError) and StoreUnavailable("ro").http_status == 503
 
 
 def test_examples_copy_elsewhere_same_hash(tmp_path: Path):
     """A builtin-model config hashes the same wherever the file lives (no local paths in it)."""
     shutil.copy(EXAMPLES / "tiny.toml", tmp_path / "renamed.toml")
     assert load_config(tmp_path / "renamed.toml").config_hash == load_config(EXAMPLES / "tiny.toml").config_hash
+
+
+# The hash of examples/tiny.toml, pinned: any change to the canonical form (key order, JSON
+# separators, a new default field) changes it, and every stored hash with it. Change it only
+# together with a migration that re-keys stored configs.
+TINY_HASH = "sha256:50712f7ac3e5d5185b0ad04f27dfcadf1fb6eac0f8395f5085201248bc5388ce"
+STORES = sorted((REPO / "tests" / "data").rglob("dynocell.db"))
+
+
+def test_golden_config_hash_of_tiny_example():
+    cfg = load_config(EXAMPLES / "tiny.toml")
+    assert cfg.canonical_json().startswith('{"attention_backend":null,"cuda_graph":{"disable":false,')
+    assert cfg.config_hash == TINY_HASH
+    assert cfg.config_hash == "sha256:" + hashlib.sha256(cfg.canonical_json().encode()).hexdigest()
+
+
+def test_golden_config_hash_keeps_non_ascii_text_as_utf8():
+    """Non-ASCII text is hashed as UTF-8 (``ensure_ascii=False``), not as ``\\u`` escapes: pinned."""
+    cfg = parse_config('engine = "reference"\nmodel_path = "dynocell:tiny"\nserved_model_name = "modèle-τ"\n')
+    assert '"served_model_name":"modèle-τ"' in cfg.canonical_json()
+    assert cfg.config_hash == "sha256:46ddf5d3a378fbaaf62ad5969a38b64e62a451c8bcfd831171c43a1b6c5ae244"
+
+
+@pytest.mark.parametrize("store", STORES, ids=[str(p.relative_to(REPO / "tests" / "data").parent) for p in STORES])
+def test_every_stored_config_hash_recomputes(store: Path):
+    """Each config row of the recorded stores: hash = sha256 of its canonical JSON, and re-canonicalising
+    that JSON gives the same hash; every config_hash another table holds names a stored config."""
+    con = sqlite3.connect(f"file:{store}?mode=ro&immutable=1", uri=True)  # no -wal/-shm beside the data
+    try:
+        rows = con.execute("SELECT config_hash, canonical_json FROM configs").fetchall()
+        assert rows
+        for stored, canonical in rows:
+            assert stored == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+            assert config_from_canonical(canonical).config_hash == stored
+        known = {h for h, _ in rows}
+        for table in ("boots", "runs", "config_labels"):
+            used = {h for (h,) in con.execute(f"SELECT config_hash FROM {table} WHERE config_hash IS NOT NULL")}
+            assert used <= known, (table, used - known)
+    finally:
+        con.close()

@@ -29,6 +29,14 @@ def _cases(kind: str):
             yield pytest.param(d["rule"], c["inputs"], id=f"{d['rule']}:{c['name']}")
 
 
+def _positive_cases():
+    """(rule, inputs, expected severity, expected evidence) of every positive case."""
+    for f in RULE_FILES:
+        d = _load(f)
+        for c in d["positive"]:
+            yield pytest.param(d["rule"], c["inputs"], c["severity"], c["evidence"], id=f"{d['rule']}:{c['name']}")
+
+
 def test_every_rule_has_positive_and_negative_data():
     rules = {_load(f)["rule"]: _load(f) for f in RULE_FILES}
     assert set(rules) == set(RULES)
@@ -36,13 +44,21 @@ def test_every_rule_has_positive_and_negative_data():
         assert d["positive"] and len(d["negative"]) >= 1
 
 
-@pytest.mark.parametrize("rule,inputs", list(_cases("positive")))
-def test_rule_fires_on_positive(rule, inputs):
+@pytest.mark.parametrize("rule,inputs,severity,evidence", list(_positive_cases()))
+def test_rule_fires_on_positive(rule, inputs, severity, evidence):
     findings = [f for f in diagnose_inputs(inputs_from_dict(inputs)) if f.rule == rule]
     assert findings, f"{rule} did not fire"
     f = findings[0]
-    assert f.severity in ("warn", "error")
-    assert f.evidence and f.message
+    assert f.severity == severity
+    assert f.message
+    # the evidence the case records (see tests/data/curves/README.md), value by value
+    got = json.loads(json.dumps(f.evidence))
+    assert set(got) == set(evidence), (set(got) ^ set(evidence))
+    for key, want in evidence.items():
+        if isinstance(want, float):
+            assert got[key] == pytest.approx(want, abs=1e-4), key
+        else:
+            assert got[key] == want, key
     assert f.entries, f"{rule} links no runbook entry"
     assert all(slug in bundled_knowledge().entries for slug in f.entries)
 

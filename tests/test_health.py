@@ -87,6 +87,16 @@ def test_dead_stopping_or_unreachable_is_down(engine):
         assert v.verdict == "down" and v.failed == ["health"] and "unreachable" in v.reason
 
 
+def test_health_non_200_after_ready_is_down_not_degraded(engine):
+    """/health answers 503 after ready while /health_generate and /metrics still answer 200: down."""
+    sup, client = engine("health_503")
+    assert sup.poll().value == "ready"
+    v = check_health(client, process_alive=True)
+    assert v.verdict == "down", v.reason
+    assert v.failed == ["health"] and v.reason == "/health answered 503"
+    assert [c.name for c in v.checks] == ["process", "health"]  # nothing else is probed once /health fails
+
+
 def test_health_lie_is_degraded_with_reason(engine):
     """/health and /health_generate answer 200, requests queue, no token ever comes out."""
     sup, client = engine("health_lie")

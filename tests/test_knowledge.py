@@ -224,14 +224,13 @@ def test_cli_lint_search_show_note(settings, tmp_path):
 
 
 def test_cli_console_script_runbook_lint(cli_env):
-    """Through the real console script when the root app registers this module."""
+    """Through the real console script: the root app registers the runbook commands."""
     import subprocess
     import sys
 
     from dynocell.cli import app as root
 
-    if "dynocell.cli.commands.runbook" not in root.COMMAND_MODULES:
-        pytest.skip("dynocell.cli.commands.runbook is not in COMMAND_MODULES yet")
+    assert "dynocell.cli.commands.runbook" in root.COMMAND_MODULES
     r = subprocess.run([sys.executable, "-m", "dynocell", "runbook", "lint"], env=cli_env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -56,7 +56,8 @@ def test_every_step_recorded_and_completed(finished_run):
     run = shown["run"]
     assert run["state"] == "completed", run
     states = {s["name"]: s["state"] for s in shown["steps"]}
-    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
+    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "breakeven", "stop",
+                 "diagnose"):
         assert states.get(step) == "completed", (step, states)
     boot = shown["boot"]["boot"]
     assert boot["state"] == "stopped" and boot["stop_how"] == "graceful" and boot["ready_s"] > 0
@@ -90,6 +91,22 @@ def test_acceptance_curves_are_consistent(finished_run):
         assert 1.0 <= c["tau"] <= 4.0
         if c["engine_tau"] is not None and c["disagreement_pct"] is not None and c["disagreement_pct"] > 2:
             assert c["warning"], "a disagreement above 2 % must be a stored warning"
+
+
+def test_breakeven_step_values_agree(finished_run):
+    """The break-even step: budget = τ × plain step (the lossless check's plain TPOT), pays = spec step < budget."""
+    _env, shown, _ = finished_run
+    be = shown["run"]["breakeven"]
+    step = next(s for s in shown["steps"] if s["name"] == "breakeven")
+    assert step["state"] == "completed"
+    curves = shown["curves"]
+    tau = sum(c["tau"] * c["steps"] for c in curves) / sum(c["steps"] for c in curves)
+    assert be["tau"] == pytest.approx(tau, abs=1e-4)
+    assert be["plain_step_ms"] > 0 and be["spec_step_ms"] > 0
+    assert be["budget_ms"] == pytest.approx(be["tau"] * be["plain_step_ms"], abs=2e-3)
+    assert be["pays"] is (be["spec_step_ms"] < be["budget_ms"])
+    assert be["speedup_estimate"] == pytest.approx(be["budget_ms"] / be["spec_step_ms"], abs=2e-3)
+    assert be["margin"] == pytest.approx(be["budget_ms"] / be["spec_step_ms"] - 1.0, abs=2e-3)
 
 
 def test_lossless_and_profile(finished_run):

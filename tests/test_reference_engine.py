@@ -284,7 +284,14 @@ def test_concurrent_requests_and_queue(standalone):
 def test_log_lines_in_sglang_shapes(standalone):
     import re
 
+    # Decode lines come every 5 decode steps: make some here instead of relying on an earlier test's requests.
+    assert gen(standalone, PROMPTS[0], 40, ignore_eos=True)["meta_info"]["completion_tokens"] == 40
     log = standalone.log_text()
+    for _ in range(100):  # the engine's stdout reaches the log file a moment after the response
+        if "Decode batch, #running-req:" in log:
+            break
+        time.sleep(0.1)
+        log = standalone.log_text()
     ts = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] "
     for pat in (r"Load weight begin\. avail mem=[\d.]+ GB$",
                 r"Load weight end\. elapsed=[\d.]+ s, type=LlamaForCausalLM, avail mem=[\d.]+ GB, mem usage=[\d.]+ GB\.$",

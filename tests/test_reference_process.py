@@ -50,7 +50,7 @@ def test_signal_exits_zero_within_5s_with_request_in_flight(model_pair, tmp_path
                 result["status"] = r.status_code
                 result["finish"] = r.json()["meta_info"]["finish_reason"]
             except httpx.HTTPError as exc:
-                result["error"] = repr(exc)
+                result["error"] = type(exc).__name__
 
         th = threading.Thread(target=long_request)
         th.start()
@@ -61,7 +61,12 @@ def test_signal_exits_zero_within_5s_with_request_in_flight(model_pair, tmp_path
         assert code == 0
         assert time.monotonic() - t < 5
         th.join(10)
-        assert result.get("finish", {}).get("type") in ("abort", "length") or "error" in result
+        # Either the request was answered (aborted by the shutdown, or cut at the context length), or the
+        # server closed the connection on it; a timeout or a refused connection is a failure.
+        if "error" in result:
+            assert result["error"] in ("RemoteProtocolError", "ReadError"), result
+        else:
+            assert result["status"] == 200 and result["finish"]["type"] in ("abort", "length"), result
     finally:
         eng.stop()
 

@@ -24,6 +24,17 @@ LOGS = sorted((DATA / "logs").glob("*.log"))
 REAL = DATA / "sglang-0.5.17"  # real SGLang 0.5.17 artifacts (see its README.md)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rule_caches():
+    """Rules are compiled once per process (cached); each test here loads them itself, so a cache filled
+    elsewhere (an earlier test, a forked parent) never stands in for the loading code under test."""
+    from dynocell.engine import rules
+
+    for cached in (rules.load_engine_rules, rules._matcher, rules._load_cached):
+        cached.cache_clear()
+    yield
+
+
 def real(rel: str) -> Path:
     return REAL / rel
 
@@ -72,6 +83,8 @@ def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
     at = lambda phase, ready=False: classify(oom, last_phase=phase, was_ready=ready).id
     assert at(None) == "cuda_oom_weights"
     assert at("weights_begin") == "cuda_oom_weights"
+    assert at("weights_end") == "cuda_oom_memory_pool"
+    assert at("kv_cache_allocated") == "cuda_oom_memory_pool"
     assert at("memory_pool_end") == "cuda_oom_memory_pool"
     assert at("cuda_graph_begin") == "cuda_oom_graph_capture"
     assert at("ready", True) == "cuda_oom_serving"
@@ -79,6 +92,17 @@ def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
             "Timeout(ms)=600000) ran for 600001 milliseconds before timing out."]
     assert classify(nccl, last_phase=None, was_ready=False).id == "nccl_timeout_startup"
     assert classify(nccl, last_phase="ready", was_ready=True).id == "nccl_timeout_serving"
+
+
+def test_groups_come_from_the_last_matching_line():
+    """Two OOMs in the tail: the signature's groups describe the last one (the one that killed the engine)."""
+    tail = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.",
+            "retrying with a smaller batch",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB."]
+    m = classify(tail, last_phase="cuda_graph_begin", was_ready=False)
+    assert m.id == "cuda_oom_graph_capture"
+    assert m.groups == {"tried_to_allocate": "2.50 GiB"}
+    assert m.line == tail[-1]
 
 
 def test_unknown_is_never_a_guess():
@@ -116,9 +140,19 @@ def test_real_sglang_logs_phases_and_ready_time(name, graphs):
 def test_real_trained_pair_log_r():
     lines = real("trained-pair/R.server.log").read_text(errors="replace").splitlines()
     tl = phase_timeline(lines)
-    assert [e.name for e in tl if e.name == "weights_begin"] == ["weights_begin"] * 2
-    assert tl[-1].name == "ready" or "ready" in [e.name for e in tl]
-    assert next(e for e in tl if e.name == "kv_cache_allocated").detail["dtype"] == "torch.float16"
+    # target and draft each load weights and a KV pool, then five CUDA graphs, then HTTP and ready
+    assert [e.name for e in tl] == (["weights_begin", "weights_end"] * 2 + ["kv_cache_allocated", "memory_pool_end"] * 2
+                                    + ["cuda_graph_begin", "cuda_graph_end"] * 5 + ["http_listening", "ready"])
+    graphs = [e.detail["graph"] for e in tl if e.name == "cuda_graph_end"]
+    assert graphs == ["target prefill", "target verify", "draft prefill", "draft decode", "draft extend"]
+    kv = [e.detail for e in tl if e.name == "kv_cache_allocated"]
+    assert kv == [{"dtype": "torch.float16", "tokens": "9705083"}] * 2
+    assert [e.occurrence for e in tl if e.name == "memory_pool_end"] == [1, 2]
+    assert next(e for e in tl if e.name == "cuda_graph_end").detail["elapsed_s"] == "33.40"
+    assert next(e for e in tl if e.name == "http_listening").detail["url"] == "http://127.0.0.1:30010"
+    assert tl[-1].name == "ready" and tl[-1].offset_s == 82.0  # s after the first timestamped line
+    match, last, was_ready = classify_log(lines)
+    assert (match.id, last, was_ready) == ("unknown", "ready", True)
 
 
 def test_tp_rank_tagged_lines_match():
@@ -165,3 +199,99 @@ def test_real_tp2_logs_count_each_rank(name):
     assert "ready" in names
     # T ends with the harness killing the scheduler (exit code -15): no rule claims to know why.
     assert classify_log(lines)[0].id == "unknown"
+
+
+BAD_RULES = {
+    "syntax": ('[[signature]\nid = "x"\n', "TOML syntax error: "),
+    "not-a-table": ("signature = [1]\n", "signature[0]: must be a table (write [[signature]] entries)"),
+    "missing-hint": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\n',
+                     "signature[0].hint: missing (each signature needs id, title, regex, hint)"),
+    "unknown-key": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\nhint = "h"\ncolour = "red"\n',
+                    "signature[0].colour: unknown key (keys: id, title, regex, hint, last_phase, ready, context)"),
+    "bad-regex": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = ["a", "(unclosed"]\nhint = "h"\n',
+                  "signature[0].regex: bad regex '(unclosed': missing ), unterminated subpattern at position 0 "
+                  "(fix the pattern)"),
+    "nested-context": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\nhint = "h"\ncontext = "(a+)+"\n',
+                       "signature[0].context: regex '(a+)+' nests unbounded repetition (catastrophic backtracking) "
+                       "(remove the outer or inner + / * (e.g. write (ab)+ instead of (a+b)+))"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RULES))
+def test_bad_signature_file_names_the_file_field_and_fix(case, tmp_path):
+    text, tail = BAD_RULES[case]
+    f = tmp_path / f"{case}.toml"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_signatures([f])
+    msg = str(err.value)
+    assert err.value.source == str(f)
+    if case == "syntax":
+        assert msg.startswith(f"{f}: TOML syntax error: ") and msg.endswith("(fix the line and column shown)")
+        assert err.value.field is None
+    else:
+        assert msg == f"{f}: {tail}"
+        assert err.value.field == tail.split(":")[0]
+
+
+def test_missing_signature_file_is_not_found(tmp_path):
+    from dynocell.errors import NotFound
+
+    with pytest.raises(NotFound) as err:
+        load_signatures([tmp_path / "nope.toml"])
+    assert str(err.value) == f"rules file not found: {tmp_path / 'nope.toml'} (check the path)"
+
+
+def test_signature_fields_as_written(tmp_path):
+    """Scalars become one-element tuples; ``ready``/``context``/``last_phase`` kept; source is the file; UTF-8."""
+    f = tmp_path / "ops.toml"
+    f.write_text('[[signature]]\nid = "x"\ntitle = "Tötet"\nregex = "boom (?P<n>\\\\d+)"\nhint = "h"\n'
+                 'last_phase = "ready"\nready = true\ncontext = "ctx"\n', encoding="utf-8")
+    sig = load_signatures([f])[0]
+    assert (sig.id, sig.title, sig.hint, sig.source) == ("x", "Tötet", "h", str(f))
+    assert sig.last_phase == ("ready",) and sig.ready is True
+    assert [r.pattern for r in sig.regexes] == ["boom (?P<n>\\d+)"] and [c.pattern for c in sig.context] == ["ctx"]
+    m = classify(["ctx", "boom 7", "boom 42 later"], last_phase="ready", was_ready=True, signatures=[sig])
+    assert (m.id, m.groups, m.line, m.source) == ("x", {"n": "42"}, "boom 42 later", str(f))
+    assert classify(["boom 1"], last_phase="ready", was_ready=True, signatures=[sig]).id == "unknown"  # no context
+    assert classify(["ctx", "boom 1"], last_phase="ready", was_ready=False, signatures=[sig]).id == "unknown"
+    assert classify(["ctx", "boom 1"], last_phase="cuda_graph_end", was_ready=True, signatures=[sig]).id == "unknown"
+
+
+def test_what_rules_see_of_a_line():
+    from dynocell.engine.rules import match_text, strip_prefix
+
+    assert strip_prefix("2026-11-30T03:25:27.123Z | Load weight begin.\r\n") == "Load weight begin."
+    assert strip_prefix("\n  indented text  \n") == "\n  indented text  "  # only the line end goes
+    assert strip_prefix("2026-11-30 03:25:27 | not our prefix") == "2026-11-30 03:25:27 | not our prefix"
+    assert match_text("2026-11-30T03:25:27Z | \x1b[31mCUDA out of memory\x1b[0m") == "CUDA out of memory"
+    assert match_text("x" * 5000) == "x" * 4096
+
+
+def test_progress_bar_segments_and_phase_offsets():
+    bar = "Loading safetensors 50%|#####     |\r[2026-11-30 03:25:30] Load weight begin. avail mem=139.13 GB"
+    hit = match_phase(bar)
+    assert hit.name == "weights_begin" and hit.line == "[2026-11-30 03:25:30] Load weight begin. avail mem=139.13 GB"
+    # a phase line before any timestamp sits at offset 0; later ones count from the first stamp
+    tl = phase_timeline(["Load weight begin. avail mem=1.00 GB",
+                         "[2026-11-30 03:25:30] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=0.1 GB.",
+                         "[2026-11-30 03:25:42] The server is fired up and ready to roll!"])
+    assert [(e.name, e.offset_s) for e in tl] == [("weights_begin", 0.0), ("weights_end", 0.0), ("ready", 12.0)]
+    assert match_phase("The server is fired up and ready to roll!", "reference").name == "ready"
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\rretrying"
+    assert classify([oom], last_phase="cuda_graph_begin", was_ready=False).line == oom.split("\r")[0]
+
+
+def test_classify_log_reads_the_last_200_lines():
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert classify_log([oom] + ["filler"] * 199)[0].id == "cuda_oom_weights"
+    assert classify_log([oom] + ["filler"] * 200)[0].id == "unknown"
+    assert classify_log([oom] + ["filler"] * 200, tail=201)[0].id == "cuda_oom_weights"
+    assert classify_log([])[1:] == (None, False)
+
+
+def test_bounded_repeats_and_lookarounds_in_the_nesting_check():
+    compile_safe("(?:a{1,100})+", "f.toml", "regex")  # up to 100 repeats counts as bounded
+    for bad in ["(?:a{1,101})+", "(?:(?=a+)x)+", "(?:(?!b*)x)*"]:
+        with pytest.raises(ConfigError, match="catastrophic"):
+            compile_safe(bad, "f.toml", "regex")

@@ -40,6 +40,15 @@ def test_array_form_union_and_warnings():
     assert s.top[0].source == "kernel"
 
 
+def test_nested_intervals_keep_the_outer_one():
+    """Kernels that sit inside a longer one on another stream add nothing to the busy union (see traces/README)."""
+    s = analyze_trace(TRACES / "nested.json")
+    assert s.window_ms == pytest.approx(0.080)
+    assert s.device_ms == pytest.approx(0.085)
+    assert s.busy_pct == pytest.approx(87.5)
+    assert s.category("gemm").ms == pytest.approx(0.060) and s.category("norm").ms == pytest.approx(0.015)
+
+
 def test_plain_and_gzip_give_the_same_split(tmp_path):
     gz = tmp_path / "x.trace.json.gz"
     with gzip.open(gz, "wb") as f:

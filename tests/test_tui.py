@@ -359,7 +359,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
                 from dynocell.runbooks import views
 
                 last = (views.list_runs(cell, limit=1) or [{}])[0]
-                pytest.skip(f"run_job did not reach a ready boot (procedure incomplete?): "
+                pytest.fail(f"run_job did not reach a ready boot (boot {row and row['state']}): "
                             f"{job.error or last.get('error')}")
             seen["boot"] = row
             assert "● ready" in _table_text(app, job.boot_id)
@@ -416,7 +416,7 @@ def test_engine_killed_while_watched_shows_crashed_with_signature(model_pair, tm
                            300, pilot, "the boot to be ready")
             row = _row(app, job.boot_id)
             if not (row and row["state"] == "ready"):
-                pytest.skip(f"detached boot did not become ready (procedure incomplete?): {job.error}")
+                pytest.fail(f"detached boot did not become ready (boot {row and row['state']}): {job.error}")
             seen["boot"] = row
             os.kill(row["pid"], signal.SIGKILL)
             t0 = time.monotonic()

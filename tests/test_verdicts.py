@@ -9,6 +9,13 @@ import pytest
 from dynocell.engine import verdicts as V
 
 
+@pytest.fixture(autouse=True)
+def _fresh_t_quantile_cache():
+    """Each test computes its t quantiles: a cache filled by an earlier test (or a forked parent) would hide the math."""
+    V._t_quantile.cache_clear()
+    yield
+
+
 def _normal(mean: float, cv: float, n: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     return [rng.gauss(mean, mean * cv) for _ in range(n)]
@@ -44,6 +51,60 @@ def test_equal_distributions_few_runs_rarely_call_a_difference():
     false_calls = sum(v in ("better", "worse") for v in verdicts)
     assert false_calls / len(verdicts) <= 0.05
     assert verdicts.count("inconclusive") > len(verdicts) / 2
+
+
+def test_hand_worked_welch_example():
+    """Welch + delta method worked by hand: inc 98/100/102 (m 100, s² 4), arm 105/110/115/110 (m 110, s² 50/3).
+
+    v_a = (s_a²/n_a)/m_i² = (50/3/4)/100² = 4.1667e-4;
+    v_i = m_a²·(s_i²/n_i)/m_i⁴ = 110²·(4/3)/100⁴ = 1.6133e-4  (the m_a²/m_i² factor is 1.21 here);
+    se = √(v_a + v_i) = 0.024042; df = (v_a+v_i)² / (v_a²/3 + v_i²/2) = 4.7131 (not n_a + n_i − 2 = 5);
+    t(0.975, 4.7131) = 2.6184 (between the table's 2.7764 at 4 df and 2.5706 at 5 df);
+    CI = 0.1 ± 2.6184 · 0.024042 = [0.03705, 0.16295].
+    """
+    c = V.compare("decode_tok_s", "c=1", [98.0, 100.0, 102.0], [105.0, 110.0, 115.0, 110.0])
+    assert c.rel_diff == pytest.approx(0.1)
+    assert c.df == pytest.approx(4.7131, abs=1e-4)
+    assert V.t_quantile(0.975, 4.7131) == pytest.approx(2.6184, abs=1e-4)
+    assert c.ci_low == pytest.approx(0.03705, abs=1e-5)
+    assert c.ci_high == pytest.approx(0.16295, abs=1e-5)
+    assert c.noise_floor == pytest.approx(0.02)  # CV of the incumbent = 2/100
+    assert c.verdict == "better" and c.more_repeats is None
+
+
+def test_hand_worked_more_repeats_counts_the_runs_already_done():
+    """inc 100/112, arm 118/130: d = 124/106 − 1 = +16.98 %, floor = CV_inc = 8.485/106 = 8.00 %.
+
+    The margin |d| − f = 8.98 %; with the observed CVs (arm 6.84 %, inc 8.00 %) the
+    95 % half-width falls below it first at n = 9 runs per side (df ≈ 15.6,
+    t ≈ 2.124, half ≈ 8.72 %; at n = 8: 9.36 %). Two runs a side are done: 7 more.
+    """
+    c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0])
+    assert c.verdict == "inconclusive"
+    assert c.rel_diff == pytest.approx(0.169811, abs=1e-6)
+    assert c.noise_floor == pytest.approx(0.080050, abs=1e-6)
+    assert c.ci_low == pytest.approx(-0.21378, abs=1e-5) and c.ci_high == pytest.approx(0.55340, abs=1e-5)
+    need = V.repeats_to_decide(c.rel_diff, c.noise_floor, 6 * 2 ** 0.5 / 124, 6 * 2 ** 0.5 / 106, 124 / 106)
+    assert need == 9
+    assert c.more_repeats == 7
+    assert "about 7 more run(s) per side" in c.reason
+
+
+def test_false_positive_rate_of_the_95_interval():
+    """Equal distributions: the 95 % CI of the relative difference misses 0 in ≈ 5 % of comparisons.
+
+    2,000 seeded comparisons of 30 vs 30 runs (CV 5 %): the miss rate must lie in
+    [3.5 %, 6.5 %] — a 90 % interval (t at 0.95) misses ≈ 10 %, a 98 % one ≈ 2 %;
+    the binomial sd at 2,000 trials is 0.5 %. Deterministic (fixed seed).
+    """
+    rng = random.Random(2026)
+    trials, misses = 2000, 0
+    for _ in range(trials):
+        inc = [rng.gauss(100.0, 5.0) for _ in range(30)]
+        arm = [rng.gauss(100.0, 5.0) for _ in range(30)]
+        c = V.compare("decode_tok_s", "c=1", inc, arm)
+        misses += not (c.ci_low <= 0.0 <= c.ci_high)
+    assert 0.035 <= misses / trials <= 0.065, misses / trials
 
 
 def test_clear_shift_higher_is_better():
@@ -200,3 +261,88 @@ def _cv(xs):
 def _spread(mean: float, half: float, n: int) -> list[float]:
     """n values alternating mean ± half (sample sd ≈ half)."""
     return [mean + (half if i % 2 else -half) for i in range(n)]
+
+
+# ---------------------------------------------------------------- every field of a comparison, pinned
+
+def _cmp(n_i, n_a, m_i, m_a, d, lo, hi, floor, df, more, reason, verdict="inconclusive"):
+    return {"metric": "decode_tok_s", "level": "c=1", "direction": "higher-better", "verdict": verdict,
+            "n_incumbent": n_i, "n_arm": n_a, "incumbent_mean": m_i, "arm_mean": m_a, "rel_diff": d, "ci_low": lo,
+            "ci_high": hi, "noise_floor": floor, "df": df, "more_repeats": more, "reason": reason}
+
+
+COMPARISONS = {
+    "no incumbent samples": ([], [1.0, 2.0], _cmp(0, 2, None, 1.5, None, None, None, 0.02, None, None,
+                                                   "no samples from the incumbent")),
+    "no arm samples": ([1.0, 2.0], [None], _cmp(2, 0, 1.5, None, None, None, None, 0.02, None, None,
+                                                "no samples from the arm")),
+    "incumbent mean 0": ([0.0, 0.0], [1.0, 2.0], _cmp(2, 2, 0.0, 1.5, None, None, None, 0.02, None, None,
+                                                      "the incumbent's mean is 0: no relative difference")),
+    # one arm run: d = 5/11 − 1; floor = CV of 10/11/12 = 1/11; one more run on the short side
+    "one arm run": ([10.0, 11.0, 12.0], [5.0], _cmp(3, 1, 11.0, 5.0, 5 / 11 - 1, None, None, 1 / 11, None, 1,
+                                                    "fewer than 2 runs on a side: no spread to judge against")),
+    # worked in test_hand_worked_more_repeats_counts_the_runs_already_done
+    "noisy": ([100.0, 112.0], [118.0, 130.0], _cmp(
+        2, 2, 106.0, 124.0, 0.16981132075471694, -0.21377956803562292, 0.5534022095450568, 0.08004982428526952,
+        1.9527403869718452, 7, "the 95% interval [-21.4%, +55.3%] straddles the noise floor ±8.0%; "
+                               "about 7 more run(s) per side would decide")),
+    # no spread at all: se = 0, the interval is the point, df infinite (stored as None)
+    "no spread": ([1.0, 1.0], [2.5, 2.5], _cmp(2, 2, 1.0, 2.5, 1.5, 1.5, 1.5, 0.02, None, None, None, "better")),
+    # an arm mean of 0: the incumbent's term vanishes (v_i = m_a² · … = 0), v_a = (s_a²/n_a)/m_i² = (2/2)/100²
+    # = 1e-4, se = 0.01, Welch df from the arm's term alone = n_a − 1 = 1, t(0.975, 1) = 12.706: d = −1 ± 0.12706
+    "arm mean 0": ([100.0, 101.0, 99.0], [1.0, -1.0], _cmp(
+        3, 2, 100.0, 0.0, -1.0, -1.1270620473613961, -0.8729379526386037, 0.02, 1.0, None, None, "worse")),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPARISONS))
+def test_comparison_fields_pinned(case):
+    inc, arm, want = COMPARISONS[case]
+    assert V.compare("decode_tok_s", "c=1", inc, arm).as_dict() == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+INC3 = {("decode_tok_s", "c=1"): [100.0, 101.0, 99.0], ("ttft_p50_ms", "c=1"): [20.0, 20.5, 19.5],
+        ("tau", "acceptance"): [1.0, 1.0]}
+
+
+def _arm(decode, ttft):
+    return {("decode_tok_s", "c=1"): decode, ("ttft_p50_ms", "c=1"): ttft, ("tau", "acceptance"): [1.0, 1.0]}
+
+
+def test_arm_verdict_fields_pinned():
+    v = V.judge_arm("spec", INC3, {**_arm([150.0, 151.0, 149.0], [30.0, 30.5, 29.5]), ("bogus", "c=1"): [1.0]})
+    d = v.as_dict()
+    assert [c["metric"] for c in d["comparisons"]] == ["decode_tok_s", "ttft_p50_ms", "tau"]  # unknown metric left out
+    del d["comparisons"]
+    assert d == pytest.approx({
+        "arm": "spec", "verdict": "worse", "verdict_label": "worse",
+        "summary": "worse: TTFT p50 @c=1 +50.0% (though better: decode tok/s @c=1 +50.0%)", "rejections": [],
+        "drivers": [{"metric": "ttft_p50_ms", "level": "c=1", "verdict": "worse", "rel_diff": 0.5,
+                     "ci_low": 0.4233429369854371, "ci_high": 0.5766570630145629}],
+        "tradeoffs": [{"metric": "decode_tok_s", "level": "c=1", "verdict": "better", "rel_diff": 0.5,
+                       "ci_low": 0.46933717479417486, "ci_high": 0.5306628252058252}],
+        "more_repeats": None}, rel=1e-9)
+
+
+@pytest.mark.parametrize("arm, verdict, summary, more", [
+    (_arm([150.0, 151.0, 149.0], [18.0, 23.0]), "better",
+     "better: decode tok/s @c=1 +50.0%; 1 comparison(s) inconclusive", None),
+    (_arm([100.0, 112.0], [20.0, 20.5, 19.5]), "inconclusive",
+     "inconclusive: decode tok/s @c=1 +6.0%, TTFT p50 @c=1 +0.0%; about 18 more run(s) per side would decide", 18),
+    # the incumbent's own numbers, 3 runs a side: not enough to call them the same yet
+    (_arm([100.0, 101.0, 99.0], [20.0, 20.5, 19.5]), "inconclusive",
+     "inconclusive: decode tok/s @c=1 +0.0%, TTFT p50 @c=1 +0.0%; about 6 more run(s) per side would decide", 6),
+])
+def test_arm_summaries_pinned(arm, verdict, summary, more):
+    v = V.judge_arm("a", INC3, arm)
+    assert (v.verdict, v.verdict_label, v.summary, v.more_repeats) == (verdict, verdict, summary, more)
+
+
+def test_rejected_and_empty_arm_summaries():
+    v = V.judge_arm("rej", INC3, _arm([100.0, 101.0, 99.0], [20.0, 20.5, 19.5]), rejections=["a", "b"])
+    assert (v.verdict, v.verdict_label, v.rejections, v.drivers, v.tradeoffs, v.more_repeats) == (
+        "rejected", "rejected: a; b", ["a", "b"], [], [], None)
+    assert v.summary == ("rejected by correctness gate(s); the metrics alone say inconclusive: decode tok/s @c=1 "
+                         "+0.0%, TTFT p50 @c=1 +0.0%; about 6 more run(s) per side would decide")
+    v = V.judge_arm("none", {}, {})
+    assert (v.verdict, v.summary, v.comparisons) == ("neutral", "neutral: nothing to compare", [])

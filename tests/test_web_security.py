@@ -84,6 +84,31 @@ def test_every_post_route_needs_csrf(secured):
     assert ok.status_code == 200
 
 
+def test_csrf_token_is_bound_to_its_session(secured):
+    """Session B's CSRF token is refused for session A (and A's own token passes), over HTTP and in Sessions."""
+    from dynocell.web.auth import Sessions
+
+    c, token, ids, _ = secured
+    other = TestClient(c.app)
+    login(c, token)
+    login(other, token)
+    tok_a = re.search(r'name="csrf_token" value="([^"]+)"', c.get("/").text).group(1)
+    tok_b = re.search(r'name="csrf_token" value="([^"]+)"', other.get("/").text).group(1)
+    assert tok_a != tok_b
+    note = {"kind": "run", "target": ids["runs"][0], "text": "cross-session"}
+    assert c.post("/api/notes", json=note, headers={"X-CSRF-Token": tok_b}).status_code == 403
+    assert other.post("/api/notes", json=note, headers={"X-CSRF-Token": tok_a}).status_code == 403
+    assert c.post("/notes", data={**note, "csrf_token": tok_b}, follow_redirects=False).status_code == 403
+    assert c.post("/api/notes", json=note, headers={"X-CSRF-Token": tok_a}).status_code == 200
+
+    sessions = Sessions(secret=b"k" * 32)
+    _, a = sessions.issue(authenticated=True)
+    _, b = sessions.issue(authenticated=True)
+    assert sessions.check_csrf(a, a.csrf) and not sessions.check_csrf(a, b.csrf)
+    assert not sessions.check_csrf(a, None) and not sessions.check_csrf(None, a.csrf)
+    assert a.csrf == sessions.csrf_for(a.sid) != Sessions(secret=b"j" * 32).csrf_for(a.sid)
+
+
 def test_get_never_changes_state(secured):
     c, token, ids, app = secured
     login(c, token)

@@ -20,6 +20,9 @@ Modes:
                    queued + running requests and generated tokens never advance
   slow_prefill     ready; one running request, no generated tokens, prompt-token
                    counters advance with time (a long prefill)
+  health_503       ready (the first /health after ready answers 200), then /health
+                   answers 503 while every other endpoint still answers 200 (SGLang's
+                   /health once the scheduler stopped answering)
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 T0 = time.monotonic()
-STATE = {"ready": False}
+STATE = {"ready": False, "health_ok": 0}
 
 
 def log(msg: str) -> None:
@@ -90,6 +93,9 @@ def make_handler(args: argparse.Namespace):
             if not STATE["ready"]:
                 return self._send(503, {"status": "starting"})
             if p == "/health":
+                STATE["health_ok"] += 1
+                if args.mode == "health_503" and STATE["health_ok"] > 1:
+                    return self._send(503, {"status": "unhealthy"})
                 return self._send(200, {})
             if p == "/health_generate":
                 time.sleep(args.health_generate_delay)

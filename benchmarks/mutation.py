@@ -1,0 +1,209 @@
+"""Mutation score of the modules whose numbers dynocell prints (issue 26), with mutmut.
+
+A green suite has to mean the printed numbers are right. For each module below,
+mutmut (3.x) plants one small change at a time (an operator, a constant, a
+comparison, a dropped argument …) and runs only that module's fast test files
+(the test map); a mutant the tests still pass on *survived*. The script prints
+killed / survived per module and lists the survivors; survivors named in
+:data:`EQUIVALENT` are shown with the reason they cannot change behaviour.
+
+Why mutmut: it runs each mutant in a forked worker of one pytest process
+(trampolines select the mutant at call time), so a module's few hundred
+mutants take minutes instead of one interpreter start-up each (cosmic-ray's
+model). Each module runs in its own scratch copy of the tree (mutmut mutates
+into ``mutants/`` of its working directory and reads its configuration from
+``pyproject.toml`` there), so the checkout is never touched and modules can use
+different test files.
+
+Usage::
+
+    pip install -e '.[bench]'          # mutmut
+    python benchmarks/mutation.py                 # every module (tens of minutes on 2 cores)
+    python benchmarks/mutation.py verdicts rules  # some modules
+    python benchmarks/mutation.py --json out.json --keep
+
+Exit code 0 when every module reaches :data:`GOAL` of non-equivalent mutants
+killed, 1 otherwise. Not part of CI's critical path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL = 0.90
+COPY = ("dynocell", "tests", "examples", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module under mutation: the file mutmut mutates, the mutant-name globs counted, the tests run."""
+
+    name: str
+    path: str
+    tests: tuple[str, ...]
+    only: tuple[str, ...] = ()  # mutant-name globs (empty = every mutant of the file)
+
+
+# The test map: each module's mutants run only these (fast) test files.
+TARGETS: tuple[Target, ...] = (
+    Target("acceptance", "dynocell/engine/acceptance.py", ("tests/test_acceptance.py",)),
+    Target("verdicts", "dynocell/engine/verdicts.py", ("tests/test_verdicts.py",)),
+    Target("breakeven", "dynocell/runbooks/run.py", ("tests/test_breakeven.py",),
+           ("dynocell.runbooks.run.x__breakeven__mutmut_*",)),
+    Target("no_net_win", "dynocell/runbooks/doctor.py", ("tests/test_breakeven.py", "tests/test_doctor.py"),
+           ("dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_*",)),
+    Target("health", "dynocell/engine/health.py", ("tests/test_health.py",)),
+    Target("trace", "dynocell/engine/trace.py", ("tests/test_trace.py",)),
+    Target("rules", "dynocell/engine/rules/__init__.py", ("tests/test_rules.py",)),
+    Target("config_hash", "dynocell/engine/config.py", ("tests/test_config.py", "tests/test_config_hash.py"),
+           ("dynocell.engine.config.xǁEngineConfigǁcanonical*", "dynocell.engine.config.xǁEngineConfigǁconfig_hash*")),
+    Target("web_auth", "dynocell/web/auth.py", ("tests/test_web_auth.py",)),
+)
+
+# Survivors that cannot change behaviour, by mutant name, with the reason. Keep each entry
+# justified; a survivor that is not equivalent needs a test instead.
+EQUIVALENT: dict[str, str] = {
+}
+
+
+@dataclass
+class Score:
+    """One module's result: mutant name → mutmut status, and the wall time."""
+
+    target: Target
+    status: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    def count(self, *states: str) -> int:
+        return sum(1 for s in self.status.values() if s in states)
+
+    @property
+    def survivors(self) -> list[str]:
+        return sorted(n for n, s in self.status.items() if s in ("survived", "no tests"))
+
+    @property
+    def score(self) -> float | None:
+        judged = [n for n, s in self.status.items() if s not in ("skipped", "not checked")]
+        real = [n for n in judged if n not in EQUIVALENT]
+        if not real:
+            return None
+        return sum(1 for n in real if self.status[n] in ("killed", "timeout", "segfault")) / len(real)
+
+
+def _workspace(root: Path, t: Target) -> Path:
+    ws = root / t.name
+    ws.mkdir(parents=True)
+    for item in COPY:
+        src = REPO / item
+        if src.is_dir():
+            shutil.copytree(src, ws / item, ignore=shutil.ignore_patterns("__pycache__", "*.db-wal", "*.db-shm"))
+        else:
+            shutil.copy2(src, ws / item)
+    with open(ws / "pyproject.toml", "a", encoding="utf-8") as f:
+        f.write("\n[tool.mutmut]\n"
+                'source_paths = ["dynocell"]\n'
+                f"only_mutate = {json.dumps([t.path])}\n"
+                f"pytest_add_cli_args_test_selection = {json.dumps(list(t.tests))}\n"
+                'pytest_add_cli_args = ["-p", "no:randomly", "-p", "no:cacheprovider", "-q"]\n'
+                'also_copy = ["examples"]\n')
+    return ws
+
+
+_RESULT = re.compile(r"^\s*(\S+__mutmut_\d+): (.+?)\s*$")
+
+
+def run_target(root: Path, t: Target, mutmut: str) -> Score:
+    """Mutate one module in a scratch copy and collect every mutant's status."""
+    sc = Score(t)
+    ws = _workspace(root, t)
+    t0 = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNOCELL_")}
+    run = subprocess.run([mutmut, "run", *t.only], cwd=ws, env=env, capture_output=True, text=True)
+    sc.seconds = time.monotonic() - t0
+    (ws / "mutmut-run.log").write_text(run.stdout + run.stderr)
+    res = subprocess.run([mutmut, "results", "--all", "true"], cwd=ws, env=env, capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        m = _RESULT.match(line)
+        if m and (not t.only or any(fnmatch.fnmatchcase(m.group(1), g) for g in t.only)):
+            sc.status[m.group(1)] = m.group(2)
+    if run.returncode != 0 or not sc.status:
+        sc.error = f"mutmut run exited {run.returncode}: {(run.stderr or run.stdout).strip()[-400:]}"
+    return sc
+
+
+def report(scores: list[Score]) -> str:
+    """The per-module table and the survivors, as printed."""
+    lines = [f"{'module':<12} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} {'equiv.':>6} "
+             f"{'score':>6} {'time':>7}"]
+    for sc in scores:
+        surv = sc.survivors
+        eq = sum(1 for n in surv if n in EQUIVALENT)
+        pct = f"{sc.score:.1%}" if sc.score is not None else "—"
+        lines.append(f"{sc.target.name:<12} {len(sc.status):>7} {sc.count('killed'):>6} "
+                     f"{sc.count('timeout', 'segfault'):>7} {len(surv):>8} {eq:>6} {pct:>6} {sc.seconds:>6.0f}s"
+                     + (f"  ERROR {sc.error}" if sc.error else ""))
+    for sc in scores:
+        surv = sc.survivors
+        if surv:
+            lines.append(f"\nsurvivors of {sc.target.name} ({sc.target.path}):")
+            for n in surv:
+                why = EQUIVALENT.get(n)
+                lines.append(f"  {n}" + (f"  [equivalent: {why}]" if why else ""))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"some of: {', '.join(t.name for t in TARGETS)} (default all)")
+    ap.add_argument("--json", type=Path, help="write the per-module figures and survivors here")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch copies (mutmut show <name> there)")
+    args = ap.parse_args()
+    known = {t.name: t for t in TARGETS}
+    bad = [m for m in args.modules if m not in known]
+    if bad:
+        print(f"Error: unknown module(s) {', '.join(bad)}; pick from {', '.join(known)}", file=sys.stderr)
+        return 2
+    mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
+    if not mutmut:
+        print("Error: mutmut is not installed (pip install -e '.[bench]')", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="dynocell-mutation-"))
+    scores: list[Score] = []
+    try:
+        for t in [known[m] for m in args.modules] or list(TARGETS):
+            print(f"[{t.name}] mutating {t.path} against {', '.join(t.tests)} …", flush=True)
+            sc = run_target(root, t, mutmut)
+            scores.append(sc)
+            pct = f"{sc.score:.1%}" if sc.score is not None else "—"
+            print(f"[{t.name}] {len(sc.status)} mutants, {sc.count('killed')} killed, {len(sc.survivors)} survived "
+                  f"({pct}) in {sc.seconds:.0f} s" + (f"; {sc.error}" if sc.error else ""), flush=True)
+    finally:
+        if args.keep:
+            print(f"scratch copies kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(report(scores))
+    if args.json:
+        args.json.write_text(json.dumps([{"module": s.target.name, "path": s.target.path, "mutants": len(s.status),
+                                          "killed": s.count("killed"), "timeout": s.count("timeout", "segfault"),
+                                          "survived": s.survivors, "score": s.score, "seconds": round(s.seconds),
+                                          "error": s.error} for s in scores], indent=2))
+    return 0 if all(s.score is not None and s.score >= GOAL and not s.error for s in scores) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

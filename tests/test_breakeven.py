@@ -1,0 +1,157 @@
+"""Break-even of speculative decoding on worked values: the run's break-even step and the doctor's ``no_net_win``.
+
+Speculation pays while a speculative (verify) step costs less than τ plain
+steps: ``budget = τ × plain step``, ``pays = spec step < budget``,
+``speedup ≈ budget / spec step`` (DESIGN.md). The worked case is the recorded
+real run in ``tests/data/stores/real-run`` (reference engine, STANDALONE, 3
+steps): τ 1.7597, speculative step 18.5637 ms, plain step 5.2648 ms →
+budget 1.7597 × 5.2648 = 9.2646 ms < 18.5637 ms: it does not pay
+(speedup 9.2646 / 18.5637 = 0.499, margin −50.1 %).
+
+If the break-even step grows inputs (a noise band, the plain step's source),
+keep these numbers: they are the arithmetic, not the plumbing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict
+
+REAL_RUN = Path(__file__).parent / "data" / "stores" / "real-run"
+RUN_ID = "0110d9b7f46b"  # the default `dynocell run` of the recorded store
+
+
+@pytest.fixture
+def real_run_job(tmp_path, monkeypatch):
+    """A run job over a private copy of the recorded real-run store (the copy's rows may change)."""
+    from dynocell.runbooks import run as run_mod
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
+
+    spec = importlib.util.spec_from_file_location("store_record", REAL_RUN.parent / "record.py")
+    rec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rec)
+    rec.install(REAL_RUN, tmp_path)
+    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
+    cell = open_cell(load_settings())
+    return run_mod, run_mod._Job(cell, RUN_ID, lambda *a: None)
+
+
+def test_breakeven_step_on_the_recorded_real_run(real_run_job):
+    run_mod, job = real_run_job
+    d: dict = {}
+    run_mod._breakeven(job, 5.2648, d)
+    # τ × plain = 1.75970… × 5.2648 = 9.2645 (the stored 9.2646 used the unrounded plain TPOT), not plain / τ (2.99)
+    assert d == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 5.2648, "budget_ms": 9.2645,
+                 "margin": -0.5009, "pays": False, "speedup_estimate": 0.499}
+    from dynocell.db import runs as db_runs
+
+    assert db_runs.get_run(job.cell.store, RUN_ID)["breakeven"] == d  # written to the run row as computed
+
+
+def test_breakeven_pays_when_the_budget_exceeds_the_spec_step(real_run_job):
+    """Same τ and speculative step, a slower plain step of 12 ms: budget 21.1164 ms > 18.5637 ms pays."""
+    run_mod, job = real_run_job
+    d: dict = {}
+    run_mod._breakeven(job, 12.0, d)
+    assert d == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 12.0, "budget_ms": 21.1165,
+                 "margin": 0.1375, "pays": True, "speedup_estimate": 1.138}
+
+
+def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
+    """No plain step passed: the median c=1 TPOT of a completed run of the lossless check's plain config.
+
+    Pointing the recorded run's plain config at the store's second run (c=1 TPOT p50s 7.2404 … 9.4499 ms,
+    six rows, median index 3 → 8.5118 ms): budget 1.7597 × 8.5118 = 14.9782 ms < 18.5637 ms.
+    """
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    store = job.cell.store
+    with pytest.raises(run_mod._Skip) as skip:  # the plain config has no completed run to read
+        run_mod._breakeven(job, None, {})
+    assert str(skip.value) == "needs τ, the speculative step time and the plain step time"
+    other = db_runs.get_run(store, "fb0e80c99600")
+    db_runs.update_run(store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
+    d: dict = {}
+    run_mod._breakeven(job, None, d)
+    assert d == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 8.5118, "budget_ms": 14.9782,
+                 "margin": -0.1931, "pays": False, "speedup_estimate": 0.807}
+    with pytest.raises(run_mod._Skip) as skip:  # a run without acceptance curves
+        run_mod._breakeven(run_mod._Job(job.cell, "no-such-run", lambda *a: None), 5.0, {})
+    assert str(skip.value) == "no acceptance curve"
+
+
+def test_doctor_no_net_win_worked_values():
+    """τ = 1.76 (histogram 50/30/14/6 of 0..3 accepted drafts) with the real run's step times.
+
+    speedup = τ × plain / spec = 1.76 × 5.2648 / 18.5637 = 0.49915; a verify step costs
+    τ / speedup = 18.5637 / 5.2648 = 3.5260 plain steps, so τ must exceed 3.5260 to pay.
+    """
+    inputs = {"curves": [{"text_class": "code", "histogram": [50, 30, 14, 6], "prompt_tokens": 128}],
+              "spec_step_ms": 18.5637, "plain_step_ms": 5.2648}
+    f = next(f for f in diagnose_inputs(inputs_from_dict(inputs)) if f.rule == "no_net_win")
+    ev = f.evidence
+    assert ev["tau"] == pytest.approx(1.76, abs=1e-4)
+    assert ev["speedup"] == pytest.approx(0.49915, abs=1e-4)
+    assert ev["step_cost_ratio"] == pytest.approx(3.5260, abs=1e-4)
+    assert ev["breakeven_tau"] == pytest.approx(3.5260, abs=1e-4)
+    assert ev["margin"] == pytest.approx(-0.50085, abs=1e-4)
+    assert "a verify step costs 3.53 plain steps" in f.message
+    # measured throughput wins over the step-time estimate: 900 vs 1000 tok/s → speedup 0.9, cost τ / 0.9
+    inputs.update(spec_decode_tok_s=900.0, plain_decode_tok_s=1000.0)
+    ev = next(f for f in diagnose_inputs(inputs_from_dict(inputs)) if f.rule == "no_net_win").evidence
+    assert ev["speedup"] == pytest.approx(0.9) and ev["step_cost_ratio"] == pytest.approx(1.76 / 0.9, abs=1e-4)
+    # a speculative step that costs less than τ plain steps is a net win: no finding
+    inputs.update(spec_decode_tok_s=None, plain_decode_tok_s=None, spec_step_ms=8.0)
+    assert "no_net_win" not in [f.rule for f in diagnose_inputs(inputs_from_dict(inputs))]
+
+
+def _no_net_win(**inputs):
+    found = [f for f in diagnose_inputs(inputs_from_dict(inputs)) if f.rule == "no_net_win"]
+    return found[0] if found else None
+
+
+def test_doctor_no_net_win_full_message_and_evidence_from_measured_throughput():
+    """τ = 1.76 (D = 3), decode 900.1234 vs 1000.5678 tok/s: speedup 0.89963, cost τ / 0.89963 = 1.9564."""
+    curve = {"text_class": "code", "histogram": [50, 30, 14, 6], "prompt_tokens": 128}
+    f = _no_net_win(curves=[curve], spec_decode_tok_s=900.1234, plain_decode_tok_s=1000.5678,
+                    spec_step_ms=18.56374, plain_step_ms=5.26484)
+    assert f.severity == "warn"
+    assert f.evidence == {"tau": 1.76, "speedup": 0.8996, "step_cost_ratio": 1.9564, "breakeven_tau": 1.9564,
+                          "margin": -0.1004, "spec_decode_tok_s": 900.12, "plain_decode_tok_s": 1000.57,
+                          "spec_step_ms": 18.5637, "plain_step_ms": 5.2648, "num_drafts": 3}
+    assert f.message == (
+        "τ 1.76 but speculative decode is 0.90× plain (margin -10 %): a verify step costs 1.96 plain steps, so τ "
+        "must exceed 1.96 to pay. The shape is bound by per-token work (pointwise glue, expert transfers) that "
+        "verification multiplies.")
+
+
+def test_doctor_no_net_win_accounting_suspect_and_boundaries():
+    """τ at exactly 90 % of D + 1 with no win names the accounting; τ = tau_min and speedup = 1.0 still fire."""
+    # D = 1, histogram 2/18 → τ = 1.9 = 0.9 × (D + 1): the accounting branch (≥, not >)
+    near_max = {"text_class": "code", "histogram": [2, 18], "prompt_tokens": 128}
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=500.0, plain_decode_tok_s=1000.0)
+    assert f.evidence["accounting_suspect"] is True and f.evidence["num_drafts"] == 1
+    assert f.message == (
+        "τ 1.90 but speculative decode is 0.50× plain (margin -50 %): a verify step costs 3.80 plain steps, so τ "
+        "must exceed 3.80 to pay. τ is near its maximum D + 1 = 2 and throughput still does not rise: suspect the "
+        "acceptance accounting (drafts counted before verification) before the kernels.")
+    # τ exactly tau_min (1.5: histogram 1/1) at exactly speedup 1.0 (no gain at all) is still no net win
+    at_min = {"text_class": "code", "histogram": [1, 1, 0, 0], "prompt_tokens": 128}
+    f = _no_net_win(curves=[at_min], spec_decode_tok_s=1000.0, plain_decode_tok_s=1000.0)
+    assert f is not None and f.evidence["tau"] == 1.5 and f.evidence["speedup"] == 1.0
+    assert "accounting_suspect" not in f.evidence
+    # one throughput alone is no comparison: the step times decide (here a win: 1.5 × 10 / 8 = 1.875)
+    assert _no_net_win(curves=[at_min], spec_decode_tok_s=1000.0, spec_step_ms=8.0, plain_step_ms=10.0) is None
+    assert _no_net_win(curves=[at_min], plain_decode_tok_s=1000.0, spec_step_ms=8.0, plain_step_ms=10.0) is None
+    # one step time alone is nothing to go on: no finding
+    assert _no_net_win(curves=[at_min], spec_step_ms=80.0) is None
+    assert _no_net_win(curves=[at_min], plain_step_ms=1.0) is None
+    # τ below tau_min: the acceptance rules explain the loss instead
+    low = {"text_class": "code", "histogram": [3, 1, 0, 0], "prompt_tokens": 128}
+    assert _no_net_win(curves=[low], spec_decode_tok_s=100.0, plain_decode_tok_s=1000.0) is None
