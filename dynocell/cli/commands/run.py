@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.text import printable
 
 
 def register(app: typer.Typer) -> None:
@@ -29,7 +30,7 @@ class _Live:
         self.status.update(msg)
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
                 or data.get("step") == "model":
-            err_console.print(f"  {msg}", markup=False, highlight=False)
+            err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
 
 def _sigterm_as_interrupt() -> None:
