@@ -45,11 +45,9 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
-from dynocell.engine.config import EngineConfig
+from dynocell.engine.config import REDACTED, EngineConfig, redact_env  # noqa: F401 - re-exported
 from dynocell.errors import ConfigError, UserError
 
-_SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-REDACTED = "***"
 
 
 @dataclass(frozen=True)
@@ -197,12 +195,6 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Copy of ``env`` with values of keys matching ``TOKEN|KEY|SECRET|PASSWORD``
-    (case-insensitive) replaced by ``"***"`` — for storing and printing."""
-    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in env.items()}
 
 
 def argv_string(argv: list[str]) -> str:

@@ -35,7 +35,7 @@ import psutil
 from dynocell.db import boots as db_boots
 from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
 from dynocell.engine.client import EngineClient
-from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
+from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig, injection_warning
 from dynocell.engine import health as engine_health
 from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.supervisor import (
@@ -45,6 +45,7 @@ from dynocell.errors import EngineError, NotFound, UserError
 from dynocell.runbooks import events
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env
+from dynocell.text import printable
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -249,7 +250,7 @@ def _printable(line: str, limit: int = 200) -> str:
     """A log line fit for an error message: escape sequences removed, other control bytes as ``?``, cut."""
     from dynocell.engine.rules import match_text
 
-    return "".join(ch if ch.isprintable() else "?" for ch in match_text(line)[:limit])
+    return printable(match_text(line), limit=limit)
 
 
 PORT_RETRIES = 2
@@ -571,6 +572,9 @@ def boot(
     from dynocell.runbooks.configs import resolve_config
 
     cfg, config_hash = resolve_config(cell, config_ref)
+    warning = injection_warning(cfg.env)
+    if warning:
+        progress(warning, {"warning": warning})
     if not detach:
         live = start_boot(cell, cfg, config_hash, timeout_s=timeout_s, progress=progress)
         _live_boots[live.boot_id] = live
