@@ -408,7 +408,8 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
     ``source`` names the file in messages; relative local model paths resolve
     against ``base_dir``. Raises :class:`~dynocell.errors.ConfigError` naming the
     source, the field and the fix (TOML syntax errors carry line and column;
-    absurdly deep nesting, NUL characters and bad env names are refused too).
+    absurdly deep nesting, NUL characters, bad env names and ``extra_args`` that set a flag
+    the config owns — :func:`~dynocell.engine.adapters.check_extra_args` — are refused too).
     """
     try:
         data = tomllib.loads(text)
@@ -443,6 +444,10 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
             "use STANDALONE or NGRAM with engine = \"reference\"",
         )
     _check_nodes(cfg, source)
+    if cfg.extra_args:
+        from dynocell.engine.adapters import check_extra_args  # the adapters know which flags they render
+
+        check_extra_args(cfg, source)
     return cfg.with_changes(**updates) if updates else cfg
 
 
