@@ -39,7 +39,7 @@ from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig, injection
 from dynocell.engine import health as engine_health
 from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.supervisor import (
-    Supervisor, file_digest, process_alive, process_create_time, stop_process_group,
+    Supervisor, file_digest, process_alive, process_create_time, stop_marked, stop_process_group,
 )
 from dynocell.errors import EngineError, NotFound, UserError
 from dynocell.runbooks import events
@@ -81,6 +81,29 @@ def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) ->
                 raise UserError(f"{key}: unknown built-in model {value!r}", "use dynocell:tiny or dynocell:tiny-draft")
             changes[key] = table[value]
     return cfg.with_changes(**changes)
+
+
+# ---------------------------------------------------------------- the engine's environment
+
+#: The marker every engine process (and every process it spawns) carries in its environment:
+#: ``DYNOCELL_BOOT_ID=<boot id>``. It is set before the spawn, so an engine whose pid never reached
+#: the store (its supervisor killed between fork and the pid write) is still found and stopped by
+#: :func:`reconcile` (psutil ``Process.environ()``).
+BOOT_MARKER = "DYNOCELL_BOOT_ID"
+#: SGLang's variable for where torch-profiler traces go; the reference engine confines
+#: ``/start_profile`` output to it.
+PROFILER_DIR_ENV = "SGLANG_TORCH_PROFILER_DIR"
+
+
+#: How long reconciliation waits before its second look for a marked engine of a boot with no pid.
+SPAWN_SETTLE_S = 0.5
+
+
+def engine_base_env(boot_id: str, boot_dir: Path) -> dict[str, str]:
+    """The base environment of a boot's engine: :func:`~dynocell.settings.child_base_env` plus the
+    boot marker (:data:`BOOT_MARKER`) and the profile directory ``boot_dir/profiles``
+    (:data:`PROFILER_DIR_ENV`)."""
+    return {**child_base_env(), BOOT_MARKER: boot_id, PROFILER_DIR_ENV: str(boot_dir / "profiles")}
 
 
 # ---------------------------------------------------------------- live boots
@@ -159,8 +182,9 @@ def start_boot(
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
-        build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+        build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
     )
+    spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
     supervisor_ctime = process_create_time(os.getpid())
     db_boots.create_boot(
         cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
@@ -210,8 +234,9 @@ def start_boot(
             taken = spec.port
             spec = render(
                 cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
-                build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+                build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
             )
+            spec.env[BOOT_MARKER] = boot_id
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
                                {"port": taken, "new_port": spec.port,
                                 "reason": "the picked port was taken before the engine bound it"})
@@ -408,6 +433,18 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
         # Only an engine positively identified (same host, pid with the recorded create time) is
         # signalled: a recycled pid, or a row from before create times were kept, is left alone.
         return _stop_orphan(cell, row)
+    if not supervised and not engine_alive and row.get("hostname") == socket.gethostname():
+        # No live pid on record (the supervisor died between the spawn and the pid write, or the
+        # engine's children outlived it): the processes carrying this boot's marker are its engine.
+        res = stop_marked(BOOT_MARKER, row["id"], cell.settings.stop_grace_s)
+        if res is None and not row["pid"]:
+            # A child forked just before the supervisor died may not have exec'd the engine yet
+            # (its environment is the marker's only from exec on): look once more, a moment later.
+            time.sleep(SPAWN_SETTLE_S)
+            res = stop_marked(BOOT_MARKER, row["id"], cell.settings.stop_grace_s)
+        if res is not None:
+            return _record_orphan_stop(cell, row, res, "found by its DYNOCELL_BOOT_ID marker "
+                                                       f"(pids {', '.join(map(str, res.signalled)) or '-'})")
     if not supervised and not engine_alive:
         if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
                                failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
@@ -421,10 +458,19 @@ def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
     grace = cell.settings.stop_grace_s
     db_boots.transition(cell.store, row["id"], ("starting", "ready"), "stopping")
     res = stop_process_group(row["pid"], row["pgid"] or row["pid"], grace)
+    marked = stop_marked(BOOT_MARKER, row["id"], grace)  # children that left the group, if any
+    if marked is not None:
+        res = dataclasses.replace(res, survivors=res.survivors + marked.survivors)
+    return _record_orphan_stop(cell, row, res)
+
+
+def _record_orphan_stop(cell: Cell, row: dict[str, Any], res: Any, found: str | None = None) -> dict[str, Any]:
+    """Record ``stopped`` for a boot whose orphaned engine reconciliation just stopped (``res``)."""
+    db_boots.transition(cell.store, row["id"], ("starting", "ready"), "stopping")
     finish_log(cell, row["id"], Path(row["log_path"]))
     detail = {**(row.get("failure_detail") or {}), "last_state": row["state"],
-              "reason": f"supervisor (pid {row['supervisor_pid']}) died; the orphaned engine was stopped "
-                        "by reconciliation"}
+              "reason": f"supervisor (pid {row['supervisor_pid']}) died; the orphaned engine"
+                        + (f" ({found})" if found else "") + " was stopped by reconciliation"}
     if res.survivors:
         detail["survivors"] = [str(x) for x in res.survivors]
     if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
