@@ -159,3 +159,103 @@ def test_engine_env_carries_the_marker_and_the_profile_dir(fake_cell, tmp_path):
     finally:
         rb.stop_live(fake_cell, live)
     assert marked(live.boot_id) == []
+
+
+def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([str(Path(sys.executable).parent / "dynocell"), *args],
+                            env={**os.environ, "DYNOCELL_HOME": str(home), **(env or {})},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_row(cell, pred, limit_s: float = 60.0) -> dict:
+    from dynocell.db import boots as db_boots
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        rows = [r for r in db_boots.list_boots(cell.store, None) if pred(r)]
+        if rows:
+            return rows[0]
+        time.sleep(0.05)
+    raise AssertionError("no such boot row")
+
+
+def test_detached_boot_wait_ends_when_its_supervisor_dies(fake_cell, isolated_home, tmp_path):
+    """Item 14: kill -9 of the detached supervisor while the engine is still starting: `dynocell boot
+    --detach` fails at once (not after timeout + 120 s) saying so, and the engine is stopped."""
+    from dynocell.db import boots as db_boots
+
+    h = fake_config(fake_cell, tmp_path, env={"FAKE_ARGS": "--ready-delay 600"})
+    cli = _cli(isolated_home, "boot", h, "--detach", "--timeout", "600")
+    try:
+        row = _wait_row(fake_cell, lambda r: r["state"] == "starting" and r["pid"])
+        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = cli.communicate(timeout=120)  # the old wait polled for 600 + 120 s
+        took = time.monotonic() - killed
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    print(f"dynocell boot --detach ended {took:.1f} s after its supervisor's death")
+    assert cli.returncode != 0
+    assert "supervisor" in err and "died" in err, err
+    end = db_boots.get_boot(fake_cell.store, row["id"])
+    assert end["state"] == "stopped"
+    assert marked(row["id"]) == []
+
+
+def test_stop_does_not_wait_on_a_dead_supervisor(fake_cell, tmp_path):
+    """Item 14: `stop` asks a live supervisor and waits; one that dies meanwhile ends the wait,
+    and the stopper applies the stop discipline itself."""
+    from dynocell.runbooks import boots as rb
+
+    h = fake_config(fake_cell, tmp_path, env={"FAKE_ARGS": "--ready-delay 600"})
+    proc = subprocess.Popen([sys.executable, "-m", "dynocell.runbooks.supervise", h, "--boot-id", "b16stopdead1"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_row(fake_cell, lambda r: r["id"] == "b16stopdead1" and r["pid"])
+        proc.send_signal(signal.SIGSTOP)  # a supervisor that cannot answer …
+        stopper = __import__("threading").Thread(target=lambda: time.sleep(0.5) or proc.kill())
+        stopper.start()  # … and then dies while `stop` waits on it
+        row = rb.stop(fake_cell, "b16stopdead1", wait_s=600)
+        stopper.join()
+        assert row["state"] == "stopped"
+        assert marked("b16stopdead1") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_boot_timeout_while_making_the_model_is_the_end(isolated_home, tmp_path):
+    """Item 13: on a fresh data directory `boot --detach --timeout 5` must not report failure
+    while a supervisor goes on making the model pair and booting: the supervisor honours the
+    timeout (model making included), and nothing of that boot is left running or pending."""
+    fresh = tmp_path / "fresh-models"
+    env = {"DYNOCELL_MODEL_CACHE": str(fresh), "DYNOCELL_STOP_GRACE_S": "2"}
+    cli = _cli(isolated_home, "boot", "examples/tiny.toml", "--detach", "--timeout", "5", env=env)
+    try:
+        out, err = cli.communicate(timeout=300)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode != 0
+    assert "timed out" in err, err
+    assert "still running in the background" not in err
+
+    def ours(p: psutil.Process) -> bool:
+        try:
+            return p.environ().get("DYNOCELL_HOME") == str(isolated_home) and p.pid != os.getpid()
+        except (psutil.Error, OSError):
+            return False
+
+    left = [p for p in psutil.process_iter() if ours(p)]
+    assert left == [], [p.cmdline() for p in left]
+    from dynocell.db import boots as db_boots
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
+
+    for row in db_boots.list_boots(open_cell(load_settings()).store, None):
+        assert row["state"] not in db_boots.LIVE_STATES

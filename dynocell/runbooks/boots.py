@@ -171,9 +171,20 @@ def start_boot(
     before the engine does (``port_in_use``), the engine is launched again on a
     newly picked port (at most :data:`PORT_RETRIES` times, a ``port_retry``
     note event each time) under the same boot row.
+
+    ``timeout_s`` (default: the engine's boot timeout setting) counts from this
+    call, making the reference model pair on first use included: a boot that
+    runs out of it while the models are made fails before any engine is spawned.
     """
     settings = cell.settings
+    t0 = time.monotonic()
     cfg_run = resolve_models(cell, cfg, progress)
+    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+    deadline = t0 + limit
+    if time.monotonic() >= deadline:
+        raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "
+                          "no engine was started",
+                          "boot again (the pair is kept once made), or give a longer --timeout")
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
@@ -210,9 +221,9 @@ def start_boot(
                              failure_detail={"engine_create_time": sup.create_time,
                                              "supervisor_create_time": supervisor_ctime})
         live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
-        limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
         try:
-            result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+            result = sup.wait_ready(timeout_s=max(deadline - time.monotonic(), 0.1),
+                                    http_timeout_s=settings.http_timeout_s)
         except BaseException:
             # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
             res = sup.stop(settings.stop_grace_s)
@@ -387,8 +398,11 @@ def _is_our_process(pid: int | None, marker: str) -> bool:
         return False
 
 
-def _supervisor_alive(row: dict[str, Any]) -> bool:
-    """Whether the process that supervises a boot still runs.
+def supervisor_alive(row: dict[str, Any]) -> bool:
+    """Whether the process that supervises a boot (``row``: a boot row) still runs.
+
+    The one liveness check every wait uses (CLI, web jobs, TUI): a wait on a boot
+    polls this each time it reads the row and ends when it turns False.
 
     The supervisor's create time (recorded with the boot) guards against a
     recycled pid; rows written before it was recorded fall back to a
@@ -425,7 +439,7 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
-    supervised = _supervisor_alive(row)
+    supervised = supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
@@ -581,7 +595,9 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
             row = db_boots.get_boot(cell.store, boot["id"])
             if row and row["state"] not in db_boots.LIVE_STATES:
                 return row
-            time.sleep(0.2)
+            if row and not supervisor_alive(row):
+                break  # it died instead of finishing: reconcile and stop it here, now
+            time.sleep(WAIT_POLL_S)
         boot = reconcile(cell, db_boots.get_boot(cell.store, boot["id"]) or boot)
         if boot["state"] not in db_boots.LIVE_STATES:
             return boot
@@ -626,9 +642,9 @@ def boot(
         _live_boots[live.boot_id] = live
         return live.boot_id
     boot_id = new_id()
-    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id]
-    if timeout_s:
-        argv += ["--timeout", str(timeout_s)]
+    timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
+    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id,
+            "--timeout", str(timeout)]
     log = cell.settings.boots_dir / boot_id
     log.mkdir(parents=True, exist_ok=True)
     with open(log / "supervisor.log", "ab") as out:
@@ -637,9 +653,43 @@ def boot(
     # A long-lived caller (web panel, TUI) is the supervisor's parent: reap it when it exits,
     # or every stopped detached boot leaves a zombie behind until the next Popen.
     threading.Thread(target=proc.wait, name=f"reap-supervisor-{boot_id}", daemon=True).start()
+    return wait_for_boot(cell, boot_id, timeout_s=timeout, supervisor=proc, progress=progress)
+
+
+#: How often a wait on a boot reads its row and checks its supervisor (s).
+WAIT_POLL_S = 0.2
+#: Beyond the boot timeout, how long a wait gives the supervisor to record the end itself (s):
+#: its own start, the stop discipline (grace + SIGKILL wait) and a margin.
+WAIT_SLACK_S = 30.0
+
+
+def wait_for_boot(
+    cell: Cell,
+    boot_id: str,
+    *,
+    timeout_s: float,
+    supervisor: subprocess.Popen[bytes] | None = None,
+    progress: Progress = _noop,
+) -> str:
+    """Wait until boot ``boot_id`` (supervised by another process) is ``ready``; returns its id.
+
+    Each poll (:data:`WAIT_POLL_S`) reads the row, reports new phases, and
+    checks the supervisor with :func:`supervisor_alive` (``supervisor``, the
+    Popen when this process started it, is checked before the row exists).
+    Raises EngineError when the boot ends (``failed`` …, with its reason); when
+    the supervisor dies first (the row is reconciled, the engine stopped — so
+    within a poll or two of the death); and when the supervisor's own timeout
+    (``timeout_s``, honoured by the supervisor, model making included) plus
+    :data:`WAIT_SLACK_S` has passed: the supervisor is then asked to stop
+    (SIGTERM) and the error says either that the boot was stopped or, if it
+    still has not ended, plainly that it goes on in the background and how to
+    stop it — never "failed" while it runs.
+    """
     seen_phases: set[str] = set()
-    limit = (timeout_s or cell.settings.boot_timeout_s(cfg.engine)) + 120
-    deadline = time.monotonic() + limit
+    log = cell.settings.boots_dir / boot_id / "supervisor.log"
+    grace = cell.settings.stop_grace_s
+    deadline = time.monotonic() + timeout_s + grace + WAIT_SLACK_S
+    row: dict[str, Any] | None = None
     while time.monotonic() < deadline:
         row = db_boots.get_boot(cell.store, boot_id)
         if row:
@@ -647,21 +697,78 @@ def boot(
                 if ev["kind"] == "phase" and ev["name"] not in seen_phases:
                     seen_phases.add(ev["name"])
                     progress(f"{ev['offset_s']:7.1f} s  {ev['name']}", {"phase": ev["name"], "boot_id": boot_id})
+            _raise_if_ended(row)
             if row["state"] == "ready":
                 return boot_id
-            if row["state"] in db_boots.TERMINAL_STATES:
-                det = row.get("failure_detail") or {}
-                raise EngineError(
-                    f"boot {boot_id} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
-                    + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
-                    det.get("hint") or f"see `dynocell logs {boot_id}`",
-                )
-        if proc.poll() is not None and not row:
-            tail = (log / "supervisor.log").read_text(errors="replace")[-2000:]
-            raise EngineError(f"the supervisor process exited ({proc.returncode}) before recording the boot",
+            if not supervisor_alive(row):
+                _supervisor_died(cell, boot_id)
+        elif supervisor is not None and supervisor.poll() is not None:
+            if db_boots.get_boot(cell.store, boot_id):
+                continue  # it recorded the boot just before exiting: read it
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise EngineError(f"the supervisor process exited ({supervisor.returncode}) before recording the boot",
                               tail.strip().splitlines()[-1] if tail.strip() else None)
-        time.sleep(0.2)
-    raise EngineError(f"boot {boot_id} not ready after {limit:.0f} s", f"see `dynocell logs {boot_id}`")
+        time.sleep(WAIT_POLL_S)
+    return _timed_out(cell, boot_id, timeout_s, supervisor)
+
+
+def _raise_if_ended(row: dict[str, Any]) -> None:
+    if row["state"] in db_boots.TERMINAL_STATES:
+        det = row.get("failure_detail") or {}
+        raise EngineError(
+            f"boot {row['id']} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
+            + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
+            det.get("hint") or f"see `dynocell logs {row['id']}`",
+        )
+
+
+def _supervisor_died(cell: Cell, boot_id: str) -> None:
+    """The supervisor of a live-looking boot is gone: settle the row (reconcile) and raise."""
+    row = db_boots.get_boot(cell.store, boot_id) or {}
+    if row.get("state") == "ready":
+        return
+    _raise_if_ended(row)  # it recorded the end just before exiting
+    settled = reconcile(cell, row)
+    raise EngineError(
+        f"boot {boot_id}: its supervisor (pid {row.get('supervisor_pid')}) died while it was "
+        f"{row.get('state')}; the boot is now {settled['state']}"
+        + (" (its engine was stopped)" if settled["state"] == "stopped" else ""),
+        f"see `dynocell logs {boot_id}` and {cell.settings.boots_dir / boot_id / 'supervisor.log'}",
+    )
+
+
+def _timed_out(cell: Cell, boot_id: str, timeout_s: float, supervisor: subprocess.Popen[bytes] | None) -> str:
+    """The wait outlived the supervisor's own timeout: ask it to stop, then say how the boot ended."""
+    row = db_boots.get_boot(cell.store, boot_id)
+    pid = row["supervisor_pid"] if row else (supervisor.pid if supervisor is not None else None)
+    if row is None or supervisor_alive(row) or (supervisor is not None and supervisor.poll() is None):
+        if pid:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + cell.settings.stop_grace_s + WAIT_SLACK_S
+        while time.monotonic() < end:
+            row = db_boots.get_boot(cell.store, boot_id)
+            gone = (row is not None and not supervisor_alive(row)) or (
+                supervisor is not None and supervisor.poll() is not None)
+            if (row and row["state"] not in db_boots.LIVE_STATES) or gone:
+                break
+            time.sleep(WAIT_POLL_S)
+    row = db_boots.get_boot(cell.store, boot_id)
+    if row and row["state"] in db_boots.LIVE_STATES and not supervisor_alive(row):
+        row = reconcile(cell, row)
+    if row is None or row["state"] not in db_boots.LIVE_STATES:
+        raise EngineError(f"boot {boot_id} timed out after {timeout_s:.0f} s"
+                          + (f" and was {row['state']}" if row else "; no engine was started"),
+                          f"see `dynocell logs {boot_id}`; give a longer --timeout if the engine is slow")
+    if row["state"] == "ready":
+        return boot_id
+    raise EngineError(
+        f"boot {boot_id} is not ready after {timeout_s:.0f} s and still running in the background "
+        f"({row['state']}, supervisor pid {row['supervisor_pid']})",
+        f"stop it with `dynocell stop {boot_id}`, or follow it with `dynocell ps` / `dynocell logs {boot_id} -f`",
+    )
 
 
 _live_boots: dict[str, LiveBoot] = {}
