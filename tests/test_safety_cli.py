@@ -199,3 +199,32 @@ def test_tui_rows_are_made_printable(settings, tmp_path: Path):
                 yield from strings(x)
 
     assert not [t for t in strings(snap) if ESC in t or BEL in t]
+
+
+def test_corrupt_store_file_is_a_clear_error(cli_env, isolated_home: Path):
+    """Clear errors: a store file SQLite cannot read says so and how to recover (exit 2), not
+    "internal error, report it"; the file is left as it was."""
+    db = isolated_home / "dynocell.db"
+    junk = b"this is not an SQLite database at all\n" * 200
+    db.write_bytes(junk)
+    for args in (("config", "list"), ("ps",), ("init",)):
+        proc = run(cli_env, *args, ok=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "Error: the store" in proc.stderr and "corrupt" in proc.stderr, proc.stderr
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert db.read_bytes() == junk
+
+
+def test_store_from_a_newer_dynocell_names_both_schemas(cli_env, isolated_home: Path):
+    run(cli_env, "init")
+    db = isolated_home / "dynocell.db"
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE alembic_version SET version_num = '0005'")
+    from dynocell.db.session import head_revision
+
+    proc = run(cli_env, "config", "list", ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"is at schema 0005; this dynocell knows up to {head_revision()}: upgrade dynocell" in proc.stderr
+    assert "internal error" not in proc.stderr
+    with sqlite3.connect(db) as c:  # nothing was migrated or changed
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
