@@ -259,3 +259,32 @@ def test_boot_timeout_while_making_the_model_is_the_end(isolated_home, tmp_path)
 
     for row in db_boots.list_boots(open_cell(load_settings()).store, None):
         assert row["state"] not in db_boots.LIVE_STATES
+
+
+@pytest.mark.slow
+def test_run_warns_about_another_live_boot_on_this_host(fake_cell, isolated_home, tmp_path, model_pair):
+    """Item 15: a `dynocell run` while another boot of the same store is live on this host says so,
+    on its output and in its report (`dynocell show RUN`)."""
+    import json
+
+    from dynocell.runbooks import boots as rb
+    from dynocell.runbooks.configs import config_by_hash
+
+    h = fake_config(fake_cell, tmp_path)
+    other = rb.start_boot(fake_cell, config_by_hash(fake_cell, h), h)  # supervised by this process
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "DYNOCELL_ENGINE_PYTHON"}
+        exe = str(Path(sys.executable).parent / "dynocell")
+        proc = subprocess.run([exe, "run", "examples/tiny.toml", "--no-profile", "--no-lossless-check", "--json"],
+                              env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        warning = f"another boot of this store is live on this host: boot {other.boot_id}"
+        assert warning in proc.stderr
+        run_id = json.loads(proc.stdout)["run"]["id"]
+        report = subprocess.run([exe, "show", run_id], env=env, capture_output=True, text=True, timeout=120)
+        assert "⚠ another boot of this store is live" in report.stdout, report.stdout
+        shown = json.loads(subprocess.run([exe, "show", run_id, "--json"], env=env, capture_output=True,
+                                          text=True, timeout=120).stdout)
+        assert [w for w in shown["run"]["summary"]["concurrent_boots"] if w.startswith(warning)]
+    finally:
+        rb.stop_live(fake_cell, other)

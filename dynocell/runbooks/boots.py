@@ -512,6 +512,27 @@ def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
     return out
 
 
+def other_live_boots(cell: Cell, boot_id: str | None = None) -> list[dict[str, Any]]:
+    """Live boots of this store on this host other than ``boot_id`` (each reconciled first, so a
+    dead one is not counted): engines that share the machine with it and disturb its measurements."""
+    host = socket.gethostname()
+    out = []
+    for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
+        if row["id"] == boot_id or row.get("hostname") != host:
+            continue
+        row = reconcile(cell, row)
+        if row["state"] in db_boots.LIVE_STATES:
+            out.append(row)
+    return out
+
+
+def concurrent_boot_warning(row: dict[str, Any]) -> str:
+    """The warning for another live boot ``row`` on this host (one line, for output and reports)."""
+    return (f"another boot of this store is live on this host: boot {row['id']} ({row['engine']}, "
+            f"{row['state']}, port {row['port']}, config {row['config_hash'].removeprefix('sha256:')[:12]}); "
+            "engines measured side by side disturb each other's numbers")
+
+
 def _uptime(row: dict[str, Any]) -> float | None:
     start = row.get("ready_at") or row.get("started_at")
     if start is None:

@@ -29,7 +29,7 @@ class _Live:
     def __call__(self, msg: str, data: dict[str, Any]) -> None:
         self.status.update(msg)
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
-                or data.get("step") == "model":
+                or data.get("step") == "model" or "warning" in data:
             err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
 
