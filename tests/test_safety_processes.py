@@ -288,3 +288,18 @@ def test_run_warns_about_another_live_boot_on_this_host(fake_cell, isolated_home
         assert [w for w in shown["run"]["summary"]["concurrent_boots"] if w.startswith(warning)]
     finally:
         rb.stop_live(fake_cell, other)
+
+
+def test_boot_marks_a_code_injecting_config(fake_cell, isolated_home, tmp_path):
+    """Item 2: `dynocell boot` of a config whose [env] injects code says so before it boots."""
+    from dynocell.runbooks import boots as rb
+
+    h = fake_config(fake_cell, tmp_path, env={"PYTHONSTARTUP": str(tmp_path / "startup.py")})
+    cli = _cli(isolated_home, "boot", h, "--detach", "--json")
+    out, err = cli.communicate(timeout=180)
+    try:
+        assert cli.returncode == 0, err
+        assert "⚠ env sets PYTHONSTARTUP" in err
+    finally:
+        for row in rb.ps(fake_cell):
+            rb.stop(fake_cell, row["id"])

@@ -28,7 +28,7 @@ from dynocell.db import boots as db_boots
 from dynocell.db import runs as db_runs
 from dynocell.engine import acceptance as acc
 from dynocell.engine.client import EngineClient
-from dynocell.engine.config import EngineConfig
+from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.engine.meta import check_generations
 from dynocell.errors import DynocellError, EngineError, Interrupted, UserError
 from dynocell.runbooks import boots, events
@@ -86,6 +86,7 @@ class _Job:
     failed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     concurrent: dict[str, str] = field(default_factory=dict)  # other live boot id → its warning
+    env_warning: str | None = None  # "⚠ env sets LD_PRELOAD" for a config whose [env] injects code
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict[str, Any]]:
@@ -161,6 +162,10 @@ def run_job(
     try:
         with job.step("config") as d:
             d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
+            job.env_warning = injection_warning(cfg.env)
+            if job.env_warning:
+                d["warning"] = job.env_warning
+                progress(job.env_warning, {"warning": job.env_warning})
         build: dict[str, Any] | None = None
         with job.step("build") as d:
             build = _build(cell, cfg, d)
@@ -682,6 +687,7 @@ def _summary(job: _Job) -> dict[str, Any]:
         "failed_steps": job.failed,
         "warnings": job.warnings,
         "concurrent_boots": list(job.concurrent.values()),
+        "env_warning": job.env_warning,
         "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
         "decode_tok_s": max((b["output_tok_s"] for b in db_runs.bench_rows(cell.store, job.run_id)
                              if not b["text_class"]), default=None),
