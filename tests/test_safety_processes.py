@@ -76,7 +76,7 @@ def kill_at_first_child(argv: list[str], env: dict[str, str], limit_s: float = 1
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parent, tries", [("supervisor", 20), ("dynocell boot", 3)])
+@pytest.mark.parametrize("parent, tries", [("supervisor", 20), ("dynocell boot", 3), ("dynocell run", 3)])
 def test_kill_9_of_the_parent_at_the_spawn_leaves_no_engine(parent, tries, fake_cell, tmp_path):
     """Item 12: the parent killed the instant its child appears (pid not yet stored), N times:
     the next reconcile (ps) finds every engine by its DYNOCELL_BOOT_ID marker and stops it."""
@@ -93,7 +93,7 @@ def test_kill_9_of_the_parent_at_the_spawn_leaves_no_engine(parent, tries, fake_
             if parent == "supervisor":
                 argv = [sys.executable, "-m", "dynocell.runbooks.supervise", h, "--boot-id", boot_id]
             else:
-                argv = [str(Path(sys.executable).parent / "dynocell"), "boot", h]
+                argv = [str(Path(sys.executable).parent / "dynocell"), parent.split()[1], h]
             seen += kill_at_first_child(argv, env)
             rb.ps(fake_cell)  # the next reconcile, as `dynocell ps` does
         for row in db_boots.list_boots(fake_cell.store, None):

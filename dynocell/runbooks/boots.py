@@ -624,7 +624,8 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
             return boot
     # Unsupervised (or the supervisor did not finish): do it here.
     db_boots.transition(cell.store, boot["id"], ("starting", "ready"), "stopping")
-    res = stop_process_group(boot["pid"], boot["pgid"] or boot["pid"], grace) if boot["pid"] else None
+    res = (stop_process_group(boot["pid"], boot["pgid"] or boot["pid"], grace) if boot["pid"]
+           else stop_marked(BOOT_MARKER, boot["id"], grace))  # no pid on record: find it by its marker
     finish_log(cell, boot["id"], Path(boot["log_path"]))
     db_boots.transition(
         cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
