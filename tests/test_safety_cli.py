@@ -228,3 +228,13 @@ def test_store_from_a_newer_dynocell_names_both_schemas(cli_env, isolated_home: 
     assert "internal error" not in proc.stderr
     with sqlite3.connect(db) as c:  # nothing was migrated or changed
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
+
+
+def test_config_diff_redacts_secret_values(cli_env, tmp_path: Path):
+    a = _tiny(tmp_path, "sa", extra='[env]\nHF_TOKEN = "hf_old_SECRET"\n')
+    b = _tiny(tmp_path, "sb", extra='[env]\nHF_TOKEN = "hf_new_SECRET"\n')
+    run(cli_env, "config", "add", str(a))
+    run(cli_env, "config", "add", str(b))
+    for flags in ((), ("--json",)):
+        text = run(cli_env, "config", "diff", "sa", "sb", *flags).stdout
+        assert "env.HF_TOKEN" in text and "SECRET" not in text

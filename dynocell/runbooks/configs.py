@@ -289,11 +289,19 @@ def _now() -> datetime:
 
 def diff_configs(cell: Cell, a: str, b: str) -> dict[str, Any]:
     """Field-by-field differences of two refs: ``{a: {ref, hash}, b: {ref, hash}, same (bool),
-    differences: [{field, a, b}]}`` (only fields that differ; dotted field paths)."""
+    differences: [{field, a, b}]}`` (only fields that differ; dotted field paths; secret env
+    values shown as ``***`` — a changed secret still shows as a difference)."""
     ca, ha = resolve_config(cell, a)
     cb, hb = resolve_config(cell, b)
-    diffs = [{"field": f, "a": va, "b": vb} for f, va, vb in _diff(ca, cb)]
+    diffs = [{"field": f, "a": _shown(f, va), "b": _shown(f, vb)} for f, va, vb in _diff(ca, cb)]
     return {"a": {"ref": a, "hash": ha}, "b": {"ref": b, "hash": hb}, "same": ha == hb, "differences": diffs}
+
+
+def _shown(field: str, value: Any) -> Any:
+    """A diff value as shown: a secret ``env.NAME`` (:func:`redact_env`) becomes ``***``."""
+    if field.startswith("env.") and value is not None:
+        return redact_env({field[4:]: value})[field[4:]]
+    return value
 
 
 def config_by_hash(cell: Cell, config_hash: str) -> EngineConfig:
