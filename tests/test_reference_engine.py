@@ -31,7 +31,10 @@ D = 3
 
 def _engine(model_pair, tmp_path_factory, name, extra):
     log = tmp_path_factory.mktemp(f"engine-{name}") / "server.log"
-    eng = start_engine(model_pair.target, ["--enable-metrics", "--decode-log-interval", "5", *extra], log)
+    root = tmp_path_factory.mktemp(f"profiles-{name}")
+    eng = start_engine(model_pair.target, ["--enable-metrics", "--decode-log-interval", "5",
+                                           "--profile-dir", str(root), *extra], log)
+    eng.profile_root = root
     yield eng
     eng.stop()
 
@@ -228,7 +231,8 @@ def test_openai_endpoints(plain):
     assert text == gen(plain, "def f(", 8)["text"]
 
 
-def test_profile_writes_trace(standalone, tmp_path):
+def test_profile_writes_trace(standalone):
+    tmp_path = standalone.profile_root / "t"
     r = httpx.post(standalone.url + "/start_profile",
                    json={"output_dir": str(tmp_path), "activities": ["CPU"], "profile_id": "t1"}, timeout=30)
     assert r.status_code == 200, r.text
@@ -248,6 +252,40 @@ def test_profile_writes_trace(standalone, tmp_path):
             break
         time.sleep(0.05)
     assert json.loads(gzip.decompress((tmp_path / "t2-TP-0.trace.json.gz").read_bytes()))["traceEvents"]
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"output_dir": "{outside}"}, "outside the profile directory"),
+    ({"output_dir": "../escaped"}, "outside the profile directory"),
+    ({"output_dir": "{root}/../escaped"}, "outside the profile directory"),
+    ({"output_dir": "{link}"}, "outside the profile directory"),  # a symlink inside pointing out
+    ({"profile_id": "../../escaped"}, "profile_id"),
+    ({"profile_id": "/tmp/escaped"}, "profile_id"),
+    ({"profile_id": ".."}, "profile_id"),
+    ({"profile_prefix": "../x"}, "profile_prefix"),
+    ({"output_dir": "{root}", "profile_id": "a/b"}, "profile_id"),
+])
+def test_profile_output_is_confined_to_the_launch_directory(standalone, tmp_path, body, why):
+    """Issue 16 item 6: /start_profile writes only under --profile-dir; anything else is a 400."""
+    root = standalone.profile_root
+    outside = tmp_path / "outside"
+    link = root / "link-out"
+    if not link.exists():
+        link.symlink_to(tmp_path.parent, target_is_directory=True)
+    fill = {"{outside}": str(outside), "{root}": str(root), "{link}": str(link)}
+    req = {k: next((v.replace(m, r) for m, r in fill.items() if m in v), v) for k, v in body.items()}
+    before = {p for p in tmp_path.parent.rglob("*")} | {p for p in root.parent.rglob("*escaped*")}
+    r = httpx.post(standalone.url + "/start_profile", json={"activities": ["CPU"], **req}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert why in r.text
+    assert not outside.exists()
+    assert not list(root.parent.parent.rglob("*escaped*")) or \
+        {p for p in root.parent.rglob("*escaped*")} <= before
+    # the engine keeps serving, and a profile inside the directory still works
+    assert httpx.post(standalone.url + "/start_profile", json={"activities": ["CPU"], "profile_id": "ok"},
+                      timeout=30).status_code == 200
+    assert httpx.post(standalone.url + "/stop_profile", timeout=60).status_code == 200
+    assert (root / "ok-TP-0.trace.json.gz").is_file()
 
 
 @pytest.mark.parametrize("body,status", [

@@ -72,9 +72,13 @@ def build_app() -> typer.Typer:
 def _report(exc: BaseException, code: int, message: str, hint: str | None = None) -> int:
     if state.debug:
         traceback.print_exception(exc, file=sys.stderr)
-    err_console.print(f"Error: {message}", markup=False, highlight=False, soft_wrap=True)
+    from dynocell.text import printable  # a message may quote a config value or an engine line
+
+    err_console.print(f"Error: {printable(message, keep_newlines=True)}", markup=False, highlight=False,
+                      soft_wrap=True)
     if hint:
-        err_console.print(f"hint: {hint}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"hint: {printable(hint, keep_newlines=True)}", markup=False, highlight=False,
+                          soft_wrap=True)
     return code
 
 

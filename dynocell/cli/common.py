@@ -8,20 +8,57 @@ the store and the procedures are imported only when a command runs.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from rich.console import Console, RenderHook
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynocell.runbooks.cell import Cell
     from dynocell.settings import Settings
 
-console = Console(highlight=False)
+class _Printable:
+    """Renders an inner renderable with every text segment made printable (:func:`dynocell.text.printable`).
+
+    Rich's own styles and cursor moves live outside segment text (style objects,
+    control segments) and are kept; escape sequences and control bytes inside
+    the text — from a config, a log line, a kernel name — are not.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: Any) -> Any:
+        from rich.segment import Segment
+
+        from dynocell.text import printable
+
+        for seg in console.render(self.inner, options):
+            if seg.control or seg.text.isprintable() or seg.text == "\n":
+                yield seg
+            else:
+                yield Segment(printable(seg.text, keep_newlines=True), seg.style)
+
+
+class _PrintableHook(RenderHook):
+    """Every renderable a CLI console prints goes through :class:`_Printable` (issue 16, item 5)."""
+
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Printable(r) for r in renderables]
+
+
+def _safe_console(**kwargs: Any) -> Console:
+    c = Console(**kwargs)
+    c.push_render_hook(_PrintableHook())
+    return c
+
+
+console = _safe_console(highlight=False)
 if not console.is_terminal and console.width == 80:
     console.width = 160  # piped output: don't squeeze tables into 80 columns (rich's default)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+err_console = _safe_console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _State:
@@ -33,6 +70,8 @@ class _State:
 
 
 state = _State()
+
+_C1 = re.compile("[\x7f-\x9f]")
 
 JSON_OPTION_HELP = "Print machine-readable JSON on stdout instead of a table."
 
@@ -70,7 +109,10 @@ def get_cell() -> "Cell":
 
 def print_json(obj: Any) -> None:
     """Write ``obj`` as indented JSON to stdout (datetimes and paths as strings)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+    text = json.dumps(obj, indent=2, default=_json_default, ensure_ascii=False)
+    # JSON escapes C0 controls itself; C1 controls (8-bit CSI/OSC) and DEL are escaped here too.
+    text = _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
@@ -158,12 +200,17 @@ def add_row(t: Any, *cells: Any) -> None:
     """Add a row to a rich Table; cells are shown literally (``[meta]`` is not rich markup)."""
     from rich.text import Text
 
-    t.add_row(*(c if hasattr(c, "__rich_console__") else Text(fmt_value(c)) for c in cells))
+    from dynocell.text import printable
+
+    t.add_row(*(c if hasattr(c, "__rich_console__") else Text(printable(fmt_value(c), keep_newlines=True))
+                for c in cells))
 
 
 def out(renderable: Any = "") -> None:
     """Print a rich renderable or plain text to stdout (text is not parsed as markup)."""
     if isinstance(renderable, str):
-        console.print(renderable, markup=False, highlight=False, soft_wrap=True)
+        from dynocell.text import printable
+
+        console.print(printable(renderable, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(renderable)

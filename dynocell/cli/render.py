@@ -49,6 +49,10 @@ def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
         t.append(f"\nbuild  {r['build_hash']}")
     if r.get("error"):
         t.append(f"\nerror  {r['error']}", style="red")
+    if (r.get("summary") or {}).get("env_warning"):
+        t.append(f"\n{r['summary']['env_warning']}", style="yellow")
+    for w in (r.get("summary") or {}).get("concurrent_boots") or []:
+        t.append(f"\n⚠ {w}", style="yellow")
     if boot:
         b = boot.get("boot", boot)
         t.append(f"\nboot   {b.get('id')}  {b.get('engine')}  port {b.get('port')}  "

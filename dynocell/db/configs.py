@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.models import Config, ConfigLabel
+from dynocell.db.models import Config, ConfigLabel, ConfigTrust
 from dynocell.db.session import Store
 
 
@@ -133,3 +133,22 @@ def names_ever_pointing_at(store: Store, config_hash: str) -> list[str]:
             select(ConfigLabel.name).where(ConfigLabel.config_hash == config_hash).order_by(ConfigLabel.id)
         )
         return list(dict.fromkeys(rows))
+
+
+def get_trust(store: Store, config_hash: str) -> tuple[str, datetime] | None:
+    """``(trusted_by, trusted_at)`` of a config marked trusted, or None."""
+    with store.session() as s:
+        row = s.get(ConfigTrust, config_hash)
+        return (row.trusted_by, row.trusted_at) if row else None
+
+
+def set_trust(store: Store, config_hash: str, who: str) -> bool:
+    """Mark ``config_hash`` trusted by ``who`` now; False (and the first mark kept) if already marked."""
+    if get_trust(store, config_hash) is not None:
+        return False
+    try:
+        with store.session() as s:
+            s.add(ConfigTrust(config_hash=config_hash, trusted_by=who))
+    except IntegrityError:  # marked by another process meanwhile
+        return False
+    return True

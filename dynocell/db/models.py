@@ -61,6 +61,16 @@ class ConfigLabel(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ConfigTrust(Base):
+    """An operator's mark that a config whose ``[env]`` injects code (``LD_PRELOAD``,
+    ``PYTHONPATH`` …) may be booted from the web panel: who (OS user) and when."""
+
+    __tablename__ = "config_trust"
+    config_hash: Mapped[str] = mapped_column(ForeignKey("configs.config_hash"), primary_key=True)
+    trusted_by: Mapped[str] = mapped_column(String(200))
+    trusted_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class EngineBuild(Base):
     """A content-addressed engine: base distribution + ordered patch set, built into ``path``."""
 

@@ -17,7 +17,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dynocell.errors import StoreUnavailable
@@ -89,6 +89,7 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
     before = current_revision(engine)
     if before == head:
         return before, head
+    _check_known(engine, before, head)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before != head:
@@ -97,6 +98,41 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
     return before, head
+
+
+def _where(url: str) -> str:
+    return url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+
+
+def _check_known(engine: Engine, revision: str | None, head: str) -> None:
+    """Refuse a store whose schema revision this dynocell does not know (written by a newer one)."""
+    if revision is None:
+        return
+    try:
+        known = ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision) is not None
+    except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown id
+        known = False
+    if not known:
+        where = _where(engine.url.render_as_string(hide_password=True))
+        raise StoreUnavailable(
+            f"the store {where} is at schema {revision}; this dynocell knows up to {head}: upgrade dynocell",
+            "install the dynocell that wrote it (or newer); nothing in the store was changed",
+        )
+
+
+def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None:
+    """A :class:`~dynocell.errors.StoreUnavailable` for a store file SQLite cannot read as a
+    database (not a database, malformed, truncated); None for any other error."""
+    text = str(getattr(exc, "orig", None) or exc)
+    low = text.lower()
+    if not any(k in low for k in ("file is not a database", "malformed", "file is encrypted")):
+        return None
+    where = _where(url)
+    return StoreUnavailable(
+        f"the store {where} is corrupt or not a dynocell store: SQLite says {text!r}",
+        f"move it aside (mv {where} {where}.corrupt) and run `dynocell init` for a new store, or restore "
+        "a backup; or point DYNOCELL_HOME (or DYNOCELL_DATABASE_URL) at another store",
+    )
 
 
 @contextmanager
@@ -148,7 +184,14 @@ class Store:
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
         self.engine = make_engine(url)
-        self.revision_before, self.revision = migrate(self.engine)
+        try:
+            self.revision_before, self.revision = migrate(self.engine)
+        except DatabaseError as exc:
+            translated = corrupt_store_error(url, exc) or (
+                store_error(url, exc) if isinstance(exc, OperationalError) else None)
+            if translated is None:
+                raise
+            raise translated from exc
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -163,9 +206,10 @@ class Store:
             try:
                 yield s
                 s.commit()
-            except OperationalError as exc:
+            except DatabaseError as exc:
                 _rollback(s)
-                translated = store_error(self.url, exc)
+                translated = corrupt_store_error(self.url, exc) or (
+                    store_error(self.url, exc) if isinstance(exc, OperationalError) else None)
                 if translated is None:
                     raise
                 raise translated from exc

@@ -39,17 +39,18 @@ node); :func:`adapter_for` ``(engine)``; :func:`pick_free_port` ``(host)``;
 
 from __future__ import annotations
 
-import re
+import functools
 import shlex
 import socket
+import typing
 from dataclasses import dataclass
 from typing import Protocol
 
-from dynocell.engine.config import EngineConfig
+from pydantic import BaseModel
+
+from dynocell.engine.config import REDACTED, EngineConfig, redact_env  # noqa: F401 - re-exported
 from dynocell.errors import ConfigError, UserError
 
-_SECRET_KEY = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-REDACTED = "***"
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,167 @@ def adapter_for(engine: str) -> EngineAdapter:
         raise UserError(f"unknown engine {engine!r}", f"use one of: {', '.join(_ADAPTERS)}") from None
 
 
+# ---------------------------------------------------------------- flags the config owns
+
+#: SGLang 0.5.17's other spellings of flags the adapters render (``server_args.py``:
+#: ``add_argument("--tensor-parallel-size", "--tp-size", …)``); the reference engine's are read
+#: from its own parser. argparse in SGLang also takes unique prefixes (``--tp``, ``--mem-frac``).
+SGLANG_ALIASES = {
+    "--model-path": ("--model",),
+    "--tp-size": ("--tensor-parallel-size", "--tp"),
+    "--pp-size": ("--pipeline-parallel-size", "--pp"),
+    "--dp-size": ("--data-parallel-size", "--dp"),
+    "--ep-size": ("--expert-parallel-size", "--ep"),
+    "--dcp-size": ("--decode-context-parallel-size", "--dcp"),
+}
+#: Flags implied by a config field although no adapter renders them: the tokenizer is the model's.
+IMPLIED_FLAGS = {"--tokenizer-path": "model_path"}
+#: The multi-node flags :func:`render_nodes` adds, and the config field each comes from.
+NODE_FLAGS = {"--nnodes": "nodes", "--node-rank": "nodes", "--dist-init-addr": "dist_init_addr"}
+
+
+def _probe_sections(flag_bools: bool) -> EngineConfig:
+    """A config (not validated: ``model_construct``) with every scalar field set to a value unique
+    to it — ints from a counter, strings ``probe-<field>``, every bool ``flag_bools`` — so each
+    value in a rendered argv names the field it came from."""
+    counter = iter(range(2, 10_000))
+
+    def build(model: type, prefix: str) -> object:
+        values: dict[str, object] = {}
+        for name, info in model.model_fields.items():
+            dotted = prefix + name
+            kinds = set(typing.get_args(info.annotation)) or {info.annotation}
+            default = info.default
+            if isinstance(default, BaseModel):
+                values[name] = build(type(default), dotted + ".")
+            elif bool in kinds:
+                values[name] = flag_bools
+            elif int in kinds:
+                values[name] = next(counter)
+            elif float in kinds:
+                values[name] = next(counter) / 10_000
+            elif str in kinds:
+                values[name] = f"probe-{dotted}"
+            else:
+                values[name] = default
+        return model.model_construct(**values)
+
+    cfg = build(EngineConfig, "")
+    return cfg.model_copy(update={"extra_args": (), "nodes": (), "env": {}})
+
+
+def _field_values(cfg: object, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name in type(cfg).model_fields:
+        value = getattr(cfg, name)
+        if isinstance(value, BaseModel):
+            out.update(_field_values(value, prefix + name + "."))
+        else:
+            out[prefix + name] = value
+    return out
+
+
+def _reference_aliases() -> dict[str, tuple[str, ...]]:
+    from dynocell.engine.reference.args import build_parser
+
+    out: dict[str, tuple[str, ...]] = {}
+    for action in build_parser()._actions:  # argparse keeps each flag's spellings together here
+        for flag in action.option_strings:
+            out[flag] = tuple(f for f in action.option_strings if f != flag)
+    return out
+
+
+def owned_flags() -> dict[str, str]:
+    """See :func:`_owned_flags` (computed once per process; a copy each call)."""
+    return dict(_owned_flags())
+
+
+@functools.lru_cache(maxsize=1)
+def _owned_flags() -> dict[str, str]:
+    """Every engine flag a config field owns → that field (dotted), for both engines and all
+    their spellings. Derived by rendering probe configs through each adapter's own ``args`` (a
+    flag whose value is a field's unique probe value, or that appears only when a boolean field
+    is true, belongs to that field), so it cannot drift from what is rendered; plus
+    :data:`SGLANG_ALIASES`, the reference parser's aliases, :data:`IMPLIED_FLAGS` and
+    :data:`NODE_FLAGS`. Flags no field controls (``--enable-metrics``) are not owned.
+    """
+    owned: dict[str, str] = {}
+    for adapter in _ADAPTERS.values():
+        on, off = _probe_sections(True), _probe_sections(False)
+        if adapter.engine == "reference":  # it runs one device only: parallel sizes are not its flags
+            p = on.parallel.model_construct(**{k: 1 for k in type(on.parallel).model_fields})
+            on, off = on.model_copy(update={"parallel": p}), off.model_copy(update={"parallel": p})
+        port = 65_001
+        for cfg in (on, off):
+            values = {str(v): f for f, v in _field_values(cfg).items() if not isinstance(v, bool)}
+            values[str(port)] = "port"
+            argv = adapter.args(cfg, port=port)
+            for flag, value in zip(argv, argv[1:] + [""]):
+                if flag.startswith("--") and value in values:
+                    owned.setdefault(flag, values[value])
+        bools = {f for f, v in _field_values(on).items() if isinstance(v, bool)}
+        only_on = set(adapter.args(on, port=port)) - set(adapter.args(off, port=port))
+        for flag in only_on:
+            if flag.startswith("--") and len(bools) == 1:
+                owned.setdefault(flag, next(iter(bools)))
+            elif flag.startswith("--"):
+                owned.setdefault(flag, _bool_field_of(adapter, flag, bools))
+    owned.update({k: v for k, v in IMPLIED_FLAGS.items()})
+    owned.update(NODE_FLAGS)
+    aliases = dict(_reference_aliases())
+    for flag, more in SGLANG_ALIASES.items():
+        aliases[flag] = tuple(set(aliases.get(flag, ())) | set(more))
+    for flag, field in list(owned.items()):
+        for alias in aliases.get(flag, ()):
+            owned.setdefault(alias, field)
+    return owned
+
+
+def _bool_field_of(adapter: EngineAdapter, flag: str, bools: set[str]) -> str:
+    """Which boolean field turns ``flag`` on: render with only that field true."""
+    base = _probe_sections(False)
+    for field in sorted(bools):
+        section, _, leaf = field.rpartition(".")
+        sub = getattr(base, section) if section else base
+        sub = sub.model_copy(update={leaf: True})
+        cfg = base.model_copy(update={section: sub}) if section else sub
+        if flag in adapter.args(cfg, port=65_001):
+            return field
+    return "?"  # pragma: no cover - every boolean flag comes from one field
+
+
+def check_extra_args(cfg: EngineConfig, source: str = "<config>") -> None:
+    """Refuse ``extra_args`` that set a flag the config owns (:func:`owned_flags`).
+
+    Both ``--flag value`` and ``--flag=value``, every spelling of either
+    engine, and (SGLang's argparse takes them) unique prefixes such as
+    ``--hos``. Raises ConfigError naming the flag and the config field to use
+    instead: e.g. ``extra_args = ["--host", "0.0.0.0"]`` would make the engine
+    listen elsewhere than the boot records.
+    """
+    owned = _owned_flags()
+    for i, arg in enumerate(cfg.extra_args):
+        if not arg.startswith("--") or arg == "--":
+            continue
+        flag = arg.split("=", 1)[0]
+        field = owned.get(flag)
+        if field is None and len(flag) >= 4:
+            field = next((f for o, f in sorted(owned.items()) if o.startswith(flag)), None)
+        if field is not None:
+            raise ConfigError(
+                source, f"extra_args[{i}]",
+                f"{flag} is set by the config itself ({field}); extra_args may not set it again",
+                f"remove {flag} from extra_args and set {_field_hint(field)} instead",
+            )
+
+
+def _field_hint(field: str) -> str:
+    section, _, leaf = field.rpartition(".")
+    if field == "nodes":
+        return "the [[nodes]] tables"
+    return f"{leaf} under [{section}]" if section else f"{field} (top level)"
+
+
 def pick_free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` right now (the OS picks it by binding port 0).
 
@@ -197,12 +359,6 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Copy of ``env`` with values of keys matching ``TOKEN|KEY|SECRET|PASSWORD``
-    (case-insensitive) replaced by ``"***"`` — for storing and printing."""
-    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in env.items()}
 
 
 def argv_string(argv: list[str]) -> str:
@@ -243,6 +399,7 @@ def render(
     if len(cfg.nodes) > 1:
         raise UserError("this config names several nodes", "render it with render_nodes() (one launch per node)")
     adapter = adapter_for(cfg.engine)
+    check_extra_args(cfg)
     port = port or cfg.port or pick_free_port(cfg.host)
     argv = [python, "-m", adapter.module, *adapter.args(cfg, port=port)]
     return LaunchSpec(argv=argv, env=build_env(cfg, base_env, build_pythonpath), port=port,
@@ -273,6 +430,7 @@ def render_nodes(
         raise ConfigError("<config>", "dist_init_addr", "required when more than one node is named",
                           "add dist_init_addr = \"HOST:PORT\" of node 0")
     adapter = adapter_for(cfg.engine)
+    check_extra_args(cfg)
     port = port or cfg.port or pick_free_port(cfg.host)
     env = build_env(cfg, base_env, build_pythonpath)
     specs = []
@@ -280,9 +438,10 @@ def render_nodes(
         args = adapter.args(cfg, port=port)
         core, extra = args[: len(args) - len(cfg.extra_args)], list(cfg.extra_args)
         argv = [python, "-m", adapter.module, *core]
-        argv += ["--nnodes", str(len(cfg.nodes)), "--node-rank", str(node.node_rank)]
+        nnodes, node_rank, dist_init = NODE_FLAGS  # the flags check_extra_args knows as owned
+        argv += [nnodes, str(len(cfg.nodes)), node_rank, str(node.node_rank)]
         if cfg.dist_init_addr:
-            argv += ["--dist-init-addr", cfg.dist_init_addr]
+            argv += [dist_init, cfg.dist_init_addr]
         argv += extra  # extra_args stay last, verbatim
         specs.append(LaunchSpec(argv=argv, env=dict(env), port=port, host=cfg.host,
                                 node_rank=node.node_rank, node_host=node.host, engine=cfg.engine))

@@ -43,6 +43,42 @@ MAX_BATCH = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: ``[env]`` names that make a process load code from somewhere else: the dynamic loader
+#: (``LD_PRELOAD``, ``LD_LIBRARY_PATH``), Python's start-up (``PYTHONPATH`` → ``sitecustomize.py``,
+#: ``PYTHONSTARTUP``, ``PYTHONHOME``), the shells' start-up files (``BASH_ENV``, ``ENV``) and
+#: the program search path (``PATH``). Allowed (operators mount patch folders) but always marked.
+INJECTION_ENV_KEYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
+                      "BASH_ENV", "ENV", "PATH")
+#: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``, ``*_KEY``, ``*_SECRET``,
+#: ``*_TOKEN`` — matched anywhere in the name, case-insensitively (redact when in doubt).
+_SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+#: What a secret value is shown as.
+REDACTED = "***"
+
+
+def injection_env_keys(env: dict[str, str]) -> list[str]:
+    """The names in ``env`` (a config's ``[env]``) that inject code into the engine process, in
+    :data:`INJECTION_ENV_KEYS` order (case-sensitive, as the loader and Python read them)."""
+    return [k for k in INJECTION_ENV_KEYS if k in env]
+
+
+def injection_warning(env: dict[str, str]) -> str | None:
+    """``"⚠ env sets LD_PRELOAD, PYTHONPATH"`` when :func:`injection_env_keys` finds any, else None."""
+    keys = injection_env_keys(env)
+    return f"⚠ env sets {', '.join(keys)}" if keys else None
+
+
+def is_secret_env_name(name: str) -> bool:
+    """Whether ``name`` holds a secret (see :data:`_SECRET_ENV_NAME`)."""
+    return bool(_SECRET_ENV_NAME.search(name))
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Copy of ``env`` with the values of secret names (:func:`is_secret_env_name`) replaced by
+    ``"***"`` — the one redaction rule for storing and showing (the config hash covers the real value)."""
+    return {k: (REDACTED if is_secret_env_name(k) else v) for k, v in env.items()}
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -372,7 +408,8 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
     ``source`` names the file in messages; relative local model paths resolve
     against ``base_dir``. Raises :class:`~dynocell.errors.ConfigError` naming the
     source, the field and the fix (TOML syntax errors carry line and column;
-    absurdly deep nesting, NUL characters and bad env names are refused too).
+    absurdly deep nesting, NUL characters, bad env names and ``extra_args`` that set a flag
+    the config owns — :func:`~dynocell.engine.adapters.check_extra_args` — are refused too).
     """
     try:
         data = tomllib.loads(text)
@@ -407,6 +444,10 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
             "use STANDALONE or NGRAM with engine = \"reference\"",
         )
     _check_nodes(cfg, source)
+    if cfg.extra_args:
+        from dynocell.engine.adapters import check_extra_args  # the adapters know which flags they render
+
+        check_extra_args(cfg, source)
     return cfg.with_changes(**updates) if updates else cfg
 
 
@@ -473,8 +514,8 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        # JSON string escapes are TOML basic-string escapes, except that TOML also forbids a raw DEL.
-        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
+        # JSON string escapes are TOML basic-string escapes; DEL and C1 controls (8-bit CSI/OSC) escaped too.
+        return re.sub("[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", json.dumps(v, ensure_ascii=False))
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(type(v))

@@ -52,6 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dynocell.engine.client import EngineClient, EngineUnreachable, HttpResult
 from dynocell.engine.ranks import RankStatus
+from dynocell.text import printable
 
 HEALTHY, DEGRADED, DOWN = "healthy", "degraded", "down"
 
@@ -299,7 +300,7 @@ def check_health(
         try:
             cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
         except ValueError as exc:
-            why = "".join(ch if ch.isprintable() else "?" for ch in str(exc).strip()[:120]) or "parse error"
+            why = printable(str(exc).strip(), limit=120) or "parse error"
             head = r.text.strip().splitlines()[0][:60] if r.text.strip() else ""
             checks.append(Check("progress", False, ms,
                                 f"/metrics unparsable: not Prometheus text ({why}); it starts with {head!r}"))

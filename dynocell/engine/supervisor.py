@@ -376,6 +376,56 @@ def _signal_all(pgid: int, procs: dict[int, psutil.Process], sig: int) -> None:
                 pass
 
 
+def find_marked(name: str, value: str) -> list[psutil.Process]:
+    """Processes of this user whose environment has ``name=value`` (psutil ``Process.environ()``,
+    i.e. ``/proc/PID/environ`` as it was at exec), zombies excluded, oldest first.
+
+    Engines are spawned with a marker variable (the boot id), so an engine whose pid never
+    reached the store, and every process it spawned, can still be found. Processes that vanish
+    or cannot be read are skipped.
+    """
+    found = []
+    uid = os.getuid()
+    for p in psutil.process_iter(["pid", "uids", "create_time"]):
+        try:
+            if p.pid == os.getpid() or p.info["uids"] is None or p.info["uids"].real != uid:
+                continue
+            if p.environ().get(name) == value and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return sorted(found, key=lambda p: p.info["create_time"] or 0.0)
+
+
+def stop_marked(name: str, value: str, grace_s: float) -> StopResult | None:
+    """Stop every process :func:`find_marked` finds (each one's process group, with its
+    descendants: SIGTERM → ``grace_s`` → SIGKILL → verify); None when none was found.
+
+    The result's ``exit_code`` is None (not our child); ``survivors``/``zombies`` are summed.
+    """
+    t0 = time.monotonic()
+    marked = find_marked(name, value)
+    if not marked:
+        return None
+    groups: dict[int, int] = {}
+    for p in marked:
+        try:
+            groups.setdefault(os.getpgid(p.pid), p.pid)
+        except OSError:
+            continue
+    results = [stop_process_group(pid, pgid, grace_s, known={p.pid: p for p in marked})
+               for pgid, pid in groups.items()]
+    # A marked process outside those groups (it called setsid itself) is stopped on its own.
+    left = [p for p in find_marked(name, value)]
+    for p in left:
+        results.append(stop_process_group(p.pid, p.pid, grace_s, known={p.pid: p}))
+    how = "killed" if any(r.how == "killed" for r in results) else (
+        "graceful" if any(r.how == "graceful" for r in results) else "gone")
+    return StopResult(None, how, time.monotonic() - t0,
+                      [x for r in results for x in r.survivors], [x for r in results for x in r.zombies],
+                      sorted({x for r in results for x in r.signalled}))
+
+
 def stop_process_group(
     pid: int | None,
     pgid: int,

@@ -35,16 +35,17 @@ import psutil
 from dynocell.db import boots as db_boots
 from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
 from dynocell.engine.client import EngineClient
-from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
+from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig, injection_warning
 from dynocell.engine import health as engine_health
 from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.supervisor import (
-    Supervisor, file_digest, process_alive, process_create_time, stop_process_group,
+    Supervisor, file_digest, process_alive, process_create_time, stop_marked, stop_process_group,
 )
 from dynocell.errors import EngineError, NotFound, UserError
 from dynocell.runbooks import events
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env
+from dynocell.text import printable
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -80,6 +81,29 @@ def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) ->
                 raise UserError(f"{key}: unknown built-in model {value!r}", "use dynocell:tiny or dynocell:tiny-draft")
             changes[key] = table[value]
     return cfg.with_changes(**changes)
+
+
+# ---------------------------------------------------------------- the engine's environment
+
+#: The marker every engine process (and every process it spawns) carries in its environment:
+#: ``DYNOCELL_BOOT_ID=<boot id>``. It is set before the spawn, so an engine whose pid never reached
+#: the store (its supervisor killed between fork and the pid write) is still found and stopped by
+#: :func:`reconcile` (psutil ``Process.environ()``).
+BOOT_MARKER = "DYNOCELL_BOOT_ID"
+#: SGLang's variable for where torch-profiler traces go; the reference engine confines
+#: ``/start_profile`` output to it.
+PROFILER_DIR_ENV = "SGLANG_TORCH_PROFILER_DIR"
+
+
+#: How long reconciliation waits before its second look for a marked engine of a boot with no pid.
+SPAWN_SETTLE_S = 0.5
+
+
+def engine_base_env(boot_id: str, boot_dir: Path) -> dict[str, str]:
+    """The base environment of a boot's engine: :func:`~dynocell.settings.child_base_env` plus the
+    boot marker (:data:`BOOT_MARKER`) and the profile directory ``boot_dir/profiles``
+    (:data:`PROFILER_DIR_ENV`)."""
+    return {**child_base_env(), BOOT_MARKER: boot_id, PROFILER_DIR_ENV: str(boot_dir / "profiles")}
 
 
 # ---------------------------------------------------------------- live boots
@@ -147,9 +171,20 @@ def start_boot(
     before the engine does (``port_in_use``), the engine is launched again on a
     newly picked port (at most :data:`PORT_RETRIES` times, a ``port_retry``
     note event each time) under the same boot row.
+
+    ``timeout_s`` (default: the engine's boot timeout setting) counts from this
+    call, making the reference model pair on first use included: a boot that
+    runs out of it while the models are made fails before any engine is spawned.
     """
     settings = cell.settings
+    t0 = time.monotonic()
     cfg_run = resolve_models(cell, cfg, progress)
+    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+    deadline = t0 + limit
+    if time.monotonic() >= deadline:
+        raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "
+                          "no engine was started",
+                          "boot again (the pair is kept once made), or give a longer --timeout")
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
@@ -158,8 +193,9 @@ def start_boot(
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
-        build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+        build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
     )
+    spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
     supervisor_ctime = process_create_time(os.getpid())
     db_boots.create_boot(
         cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
@@ -185,9 +221,9 @@ def start_boot(
                              failure_detail={"engine_create_time": sup.create_time,
                                              "supervisor_create_time": supervisor_ctime})
         live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
-        limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
         try:
-            result = sup.wait_ready(timeout_s=limit, http_timeout_s=settings.http_timeout_s)
+            result = sup.wait_ready(timeout_s=max(deadline - time.monotonic(), 0.1),
+                                    http_timeout_s=settings.http_timeout_s)
         except BaseException:
             # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
             res = sup.stop(settings.stop_grace_s)
@@ -209,8 +245,9 @@ def start_boot(
             taken = spec.port
             spec = render(
                 cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
-                build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+                build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
             )
+            spec.env[BOOT_MARKER] = boot_id
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
                                {"port": taken, "new_port": spec.port,
                                 "reason": "the picked port was taken before the engine bound it"})
@@ -249,7 +286,7 @@ def _printable(line: str, limit: int = 200) -> str:
     """A log line fit for an error message: escape sequences removed, other control bytes as ``?``, cut."""
     from dynocell.engine.rules import match_text
 
-    return "".join(ch if ch.isprintable() else "?" for ch in match_text(line)[:limit])
+    return printable(match_text(line), limit=limit)
 
 
 PORT_RETRIES = 2
@@ -361,8 +398,11 @@ def _is_our_process(pid: int | None, marker: str) -> bool:
         return False
 
 
-def _supervisor_alive(row: dict[str, Any]) -> bool:
-    """Whether the process that supervises a boot still runs.
+def supervisor_alive(row: dict[str, Any]) -> bool:
+    """Whether the process that supervises a boot (``row``: a boot row) still runs.
+
+    The one liveness check every wait uses (CLI, web jobs, TUI): a wait on a boot
+    polls this each time it reads the row and ends when it turns False.
 
     The supervisor's create time (recorded with the boot) guards against a
     recycled pid; rows written before it was recorded fall back to a
@@ -399,7 +439,7 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
-    supervised = _supervisor_alive(row)
+    supervised = supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
@@ -407,6 +447,18 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
         # Only an engine positively identified (same host, pid with the recorded create time) is
         # signalled: a recycled pid, or a row from before create times were kept, is left alone.
         return _stop_orphan(cell, row)
+    if not supervised and not engine_alive and row.get("hostname") == socket.gethostname():
+        # No live pid on record (the supervisor died between the spawn and the pid write, or the
+        # engine's children outlived it): the processes carrying this boot's marker are its engine.
+        res = stop_marked(BOOT_MARKER, row["id"], cell.settings.stop_grace_s)
+        if res is None and not row["pid"]:
+            # A child forked just before the supervisor died may not have exec'd the engine yet
+            # (its environment is the marker's only from exec on): look once more, a moment later.
+            time.sleep(SPAWN_SETTLE_S)
+            res = stop_marked(BOOT_MARKER, row["id"], cell.settings.stop_grace_s)
+        if res is not None:
+            return _record_orphan_stop(cell, row, res, "found by its DYNOCELL_BOOT_ID marker "
+                                                       f"(pids {', '.join(map(str, res.signalled)) or '-'})")
     if not supervised and not engine_alive:
         if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
                                failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
@@ -420,10 +472,19 @@ def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
     grace = cell.settings.stop_grace_s
     db_boots.transition(cell.store, row["id"], ("starting", "ready"), "stopping")
     res = stop_process_group(row["pid"], row["pgid"] or row["pid"], grace)
+    marked = stop_marked(BOOT_MARKER, row["id"], grace)  # children that left the group, if any
+    if marked is not None:
+        res = dataclasses.replace(res, survivors=res.survivors + marked.survivors)
+    return _record_orphan_stop(cell, row, res)
+
+
+def _record_orphan_stop(cell: Cell, row: dict[str, Any], res: Any, found: str | None = None) -> dict[str, Any]:
+    """Record ``stopped`` for a boot whose orphaned engine reconciliation just stopped (``res``)."""
+    db_boots.transition(cell.store, row["id"], ("starting", "ready"), "stopping")
     finish_log(cell, row["id"], Path(row["log_path"]))
     detail = {**(row.get("failure_detail") or {}), "last_state": row["state"],
-              "reason": f"supervisor (pid {row['supervisor_pid']}) died; the orphaned engine was stopped "
-                        "by reconciliation"}
+              "reason": f"supervisor (pid {row['supervisor_pid']}) died; the orphaned engine"
+                        + (f" ({found})" if found else "") + " was stopped by reconciliation"}
     if res.survivors:
         detail["survivors"] = [str(x) for x in res.survivors]
     if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
@@ -449,6 +510,27 @@ def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
         r["uptime_s"] = _uptime(r)
         out.append(r)
     return out
+
+
+def other_live_boots(cell: Cell, boot_id: str | None = None) -> list[dict[str, Any]]:
+    """Live boots of this store on this host other than ``boot_id`` (each reconciled first, so a
+    dead one is not counted): engines that share the machine with it and disturb its measurements."""
+    host = socket.gethostname()
+    out = []
+    for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
+        if row["id"] == boot_id or row.get("hostname") != host:
+            continue
+        row = reconcile(cell, row)
+        if row["state"] in db_boots.LIVE_STATES:
+            out.append(row)
+    return out
+
+
+def concurrent_boot_warning(row: dict[str, Any]) -> str:
+    """The warning for another live boot ``row`` on this host (one line, for output and reports)."""
+    return (f"another boot of this store is live on this host: boot {row['id']} ({row['engine']}, "
+            f"{row['state']}, port {row['port']}, config {row['config_hash'].removeprefix('sha256:')[:12]}); "
+            "engines measured side by side disturb each other's numbers")
 
 
 def _uptime(row: dict[str, Any]) -> float | None:
@@ -534,13 +616,16 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
             row = db_boots.get_boot(cell.store, boot["id"])
             if row and row["state"] not in db_boots.LIVE_STATES:
                 return row
-            time.sleep(0.2)
+            if row and not supervisor_alive(row):
+                break  # it died instead of finishing: reconcile and stop it here, now
+            time.sleep(WAIT_POLL_S)
         boot = reconcile(cell, db_boots.get_boot(cell.store, boot["id"]) or boot)
         if boot["state"] not in db_boots.LIVE_STATES:
             return boot
     # Unsupervised (or the supervisor did not finish): do it here.
     db_boots.transition(cell.store, boot["id"], ("starting", "ready"), "stopping")
-    res = stop_process_group(boot["pid"], boot["pgid"] or boot["pid"], grace) if boot["pid"] else None
+    res = (stop_process_group(boot["pid"], boot["pgid"] or boot["pid"], grace) if boot["pid"]
+           else stop_marked(BOOT_MARKER, boot["id"], grace))  # no pid on record: find it by its marker
     finish_log(cell, boot["id"], Path(boot["log_path"]))
     db_boots.transition(
         cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
@@ -571,14 +656,17 @@ def boot(
     from dynocell.runbooks.configs import resolve_config
 
     cfg, config_hash = resolve_config(cell, config_ref)
+    warning = injection_warning(cfg.env)
+    if warning:
+        progress(warning, {"warning": warning})
     if not detach:
         live = start_boot(cell, cfg, config_hash, timeout_s=timeout_s, progress=progress)
         _live_boots[live.boot_id] = live
         return live.boot_id
     boot_id = new_id()
-    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id]
-    if timeout_s:
-        argv += ["--timeout", str(timeout_s)]
+    timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
+    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id,
+            "--timeout", str(timeout)]
     log = cell.settings.boots_dir / boot_id
     log.mkdir(parents=True, exist_ok=True)
     with open(log / "supervisor.log", "ab") as out:
@@ -587,9 +675,43 @@ def boot(
     # A long-lived caller (web panel, TUI) is the supervisor's parent: reap it when it exits,
     # or every stopped detached boot leaves a zombie behind until the next Popen.
     threading.Thread(target=proc.wait, name=f"reap-supervisor-{boot_id}", daemon=True).start()
+    return wait_for_boot(cell, boot_id, timeout_s=timeout, supervisor=proc, progress=progress)
+
+
+#: How often a wait on a boot reads its row and checks its supervisor (s).
+WAIT_POLL_S = 0.2
+#: Beyond the boot timeout, how long a wait gives the supervisor to record the end itself (s):
+#: its own start, the stop discipline (grace + SIGKILL wait) and a margin.
+WAIT_SLACK_S = 30.0
+
+
+def wait_for_boot(
+    cell: Cell,
+    boot_id: str,
+    *,
+    timeout_s: float,
+    supervisor: subprocess.Popen[bytes] | None = None,
+    progress: Progress = _noop,
+) -> str:
+    """Wait until boot ``boot_id`` (supervised by another process) is ``ready``; returns its id.
+
+    Each poll (:data:`WAIT_POLL_S`) reads the row, reports new phases, and
+    checks the supervisor with :func:`supervisor_alive` (``supervisor``, the
+    Popen when this process started it, is checked before the row exists).
+    Raises EngineError when the boot ends (``failed`` …, with its reason); when
+    the supervisor dies first (the row is reconciled, the engine stopped — so
+    within a poll or two of the death); and when the supervisor's own timeout
+    (``timeout_s``, honoured by the supervisor, model making included) plus
+    :data:`WAIT_SLACK_S` has passed: the supervisor is then asked to stop
+    (SIGTERM) and the error says either that the boot was stopped or, if it
+    still has not ended, plainly that it goes on in the background and how to
+    stop it — never "failed" while it runs.
+    """
     seen_phases: set[str] = set()
-    limit = (timeout_s or cell.settings.boot_timeout_s(cfg.engine)) + 120
-    deadline = time.monotonic() + limit
+    log = cell.settings.boots_dir / boot_id / "supervisor.log"
+    grace = cell.settings.stop_grace_s
+    deadline = time.monotonic() + timeout_s + grace + WAIT_SLACK_S
+    row: dict[str, Any] | None = None
     while time.monotonic() < deadline:
         row = db_boots.get_boot(cell.store, boot_id)
         if row:
@@ -597,21 +719,78 @@ def boot(
                 if ev["kind"] == "phase" and ev["name"] not in seen_phases:
                     seen_phases.add(ev["name"])
                     progress(f"{ev['offset_s']:7.1f} s  {ev['name']}", {"phase": ev["name"], "boot_id": boot_id})
+            _raise_if_ended(row)
             if row["state"] == "ready":
                 return boot_id
-            if row["state"] in db_boots.TERMINAL_STATES:
-                det = row.get("failure_detail") or {}
-                raise EngineError(
-                    f"boot {boot_id} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
-                    + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
-                    det.get("hint") or f"see `dynocell logs {boot_id}`",
-                )
-        if proc.poll() is not None and not row:
-            tail = (log / "supervisor.log").read_text(errors="replace")[-2000:]
-            raise EngineError(f"the supervisor process exited ({proc.returncode}) before recording the boot",
+            if not supervisor_alive(row):
+                _supervisor_died(cell, boot_id)
+        elif supervisor is not None and supervisor.poll() is not None:
+            if db_boots.get_boot(cell.store, boot_id):
+                continue  # it recorded the boot just before exiting: read it
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise EngineError(f"the supervisor process exited ({supervisor.returncode}) before recording the boot",
                               tail.strip().splitlines()[-1] if tail.strip() else None)
-        time.sleep(0.2)
-    raise EngineError(f"boot {boot_id} not ready after {limit:.0f} s", f"see `dynocell logs {boot_id}`")
+        time.sleep(WAIT_POLL_S)
+    return _timed_out(cell, boot_id, timeout_s, supervisor)
+
+
+def _raise_if_ended(row: dict[str, Any]) -> None:
+    if row["state"] in db_boots.TERMINAL_STATES:
+        det = row.get("failure_detail") or {}
+        raise EngineError(
+            f"boot {row['id']} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
+            + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
+            det.get("hint") or f"see `dynocell logs {row['id']}`",
+        )
+
+
+def _supervisor_died(cell: Cell, boot_id: str) -> None:
+    """The supervisor of a live-looking boot is gone: settle the row (reconcile) and raise."""
+    row = db_boots.get_boot(cell.store, boot_id) or {}
+    if row.get("state") == "ready":
+        return
+    _raise_if_ended(row)  # it recorded the end just before exiting
+    settled = reconcile(cell, row)
+    raise EngineError(
+        f"boot {boot_id}: its supervisor (pid {row.get('supervisor_pid')}) died while it was "
+        f"{row.get('state')}; the boot is now {settled['state']}"
+        + (" (its engine was stopped)" if settled["state"] == "stopped" else ""),
+        f"see `dynocell logs {boot_id}` and {cell.settings.boots_dir / boot_id / 'supervisor.log'}",
+    )
+
+
+def _timed_out(cell: Cell, boot_id: str, timeout_s: float, supervisor: subprocess.Popen[bytes] | None) -> str:
+    """The wait outlived the supervisor's own timeout: ask it to stop, then say how the boot ended."""
+    row = db_boots.get_boot(cell.store, boot_id)
+    pid = row["supervisor_pid"] if row else (supervisor.pid if supervisor is not None else None)
+    if row is None or supervisor_alive(row) or (supervisor is not None and supervisor.poll() is None):
+        if pid:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + cell.settings.stop_grace_s + WAIT_SLACK_S
+        while time.monotonic() < end:
+            row = db_boots.get_boot(cell.store, boot_id)
+            gone = (row is not None and not supervisor_alive(row)) or (
+                supervisor is not None and supervisor.poll() is not None)
+            if (row and row["state"] not in db_boots.LIVE_STATES) or gone:
+                break
+            time.sleep(WAIT_POLL_S)
+    row = db_boots.get_boot(cell.store, boot_id)
+    if row and row["state"] in db_boots.LIVE_STATES and not supervisor_alive(row):
+        row = reconcile(cell, row)
+    if row is None or row["state"] not in db_boots.LIVE_STATES:
+        raise EngineError(f"boot {boot_id} timed out after {timeout_s:.0f} s"
+                          + (f" and was {row['state']}" if row else "; no engine was started"),
+                          f"see `dynocell logs {boot_id}`; give a longer --timeout if the engine is slow")
+    if row["state"] == "ready":
+        return boot_id
+    raise EngineError(
+        f"boot {boot_id} is not ready after {timeout_s:.0f} s and still running in the background "
+        f"({row['state']}, supervisor pid {row['supervisor_pid']})",
+        f"stop it with `dynocell stop {boot_id}`, or follow it with `dynocell ps` / `dynocell logs {boot_id} -f`",
+    )
 
 
 _live_boots: dict[str, LiveBoot] = {}

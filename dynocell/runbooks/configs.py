@@ -11,6 +11,8 @@ canonical JSON that is hashed (see :mod:`dynocell.engine.config`).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -20,10 +22,14 @@ from typing import Any
 
 from dynocell.db import configs as db
 from dynocell.engine.config import (
+    REDACTED,
     EngineConfig,
     config_from_canonical,
     diff_configs as _diff,
+    injection_env_keys,
+    injection_warning,
     load_config,
+    redact_env,
     to_toml,
 )
 from dynocell.errors import ConfigError, NotFound, UserError
@@ -40,13 +46,23 @@ class ConfigRecord:
     """Outcome of :func:`add_config`.
 
     ``hash``: ``"sha256:…"``; ``name``: the label now pointing at it; ``created``:
-    a new config row was written; ``relabelled``: a new label row was written.
+    a new config row was written; ``relabelled``: a new label row was written;
+    ``previous``: the hash the label pointed at before, when this moved it (a
+    label never moves silently: faces print ``label NAME: OLD → NEW``);
+    ``injection_env``: the ``[env]`` names that inject code (:func:`injection_env_keys`).
     """
 
     hash: str
     name: str
     created: bool
     relabelled: bool = False
+    previous: str | None = None
+    injection_env: tuple[str, ...] = ()
+
+    @property
+    def moved(self) -> bool:
+        """True when this moved an existing label from another config to this one."""
+        return self.previous is not None and self.previous != self.hash
 
 
 def short_hash(config_hash: str, n: int = 12) -> str:
@@ -81,8 +97,10 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     store = cell.store
     created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
                                cfg.canonical_json(), text)
+    previous = db.current_target(store, label)
     relabelled = db.add_label(store, label, cfg.config_hash)
-    return ConfigRecord(cfg.config_hash, label, created, relabelled)
+    return ConfigRecord(cfg.config_hash, label, created, relabelled,
+                        previous if relabelled else None, tuple(injection_env_keys(cfg.env)))
 
 
 def _meta_of(source_toml: str) -> dict[str, Any]:
@@ -193,27 +211,97 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
             "current": hist[-1].config_hash == h,
             "history": [{"config_hash": r.config_hash, "at": _iso(r.created_at)} for r in hist],
         })
+    shown = cfg.model_copy(update={"env": redact_env(cfg.env)})
+    trusted = db.get_trust(store, h)
     return {
         "hash": h,
         "names": [lab["name"] for lab in labels if lab["current"]],
         "engine": row.engine,
         "model_path": row.model_path,
         "created_at": _iso(row.created_at),
-        "canonical": cfg.canonical(),
+        "canonical": shown.canonical(),
         "meta": cfg.meta.model_dump(exclude_none=True),
-        "toml": to_toml(cfg),
-        "source_toml": row.source_toml,
+        "toml": to_toml(shown),
+        "source_toml": redact_source(row.source_toml, cfg.env),
         "labels": labels,
+        "injection_env": injection_env_keys(cfg.env),
+        "warning": injection_warning(cfg.env),
+        "trusted": {"by": trusted[0], "at": _iso(trusted[1])} if trusted else None,
     }
+
+
+def redact_source(source_toml: str, env: dict[str, str]) -> str | None:
+    """The stored TOML text with every secret ``[env]`` value (:func:`redact_env`) replaced by
+    ``***``; None when a secret cannot be found to replace (then the text is withheld, not shown)."""
+    secrets = [v for k, v in env.items() if v and redact_env({k: v})[k] != v]
+    out = source_toml
+    for value in sorted(secrets, key=len, reverse=True):
+        for form in (json.dumps(value, ensure_ascii=False)[1:-1], value):
+            out = out.replace(form, REDACTED)
+    if any(v in out or json.dumps(v, ensure_ascii=False)[1:-1] in out for v in secrets):
+        return None
+    return out
+
+
+def current_user() -> str:
+    """The OS user running this process (from the password database, not the environment)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (containers)
+        return f"uid {os.getuid()}"
+
+
+def is_trusted(cell: Cell, config_hash: str) -> bool:
+    """Whether ``config_hash`` was marked trusted (``dynocell config trust``): a config whose
+    ``[env]`` injects code may be booted from the web panel only then."""
+    return db.get_trust(cell.store, config_hash) is not None
+
+
+def trust(cell: Cell, config_hash: str, who: str) -> dict[str, Any]:
+    """Mark a stored config trusted by ``who`` (an OS user name), now; the first mark is kept.
+
+    Returns ``{hash, trusted_by, trusted_at, created (bool: marked now), injection_env}``.
+    Raises NotFound for a hash that is not stored.
+    """
+    if db.get_config(cell.store, config_hash) is None:
+        raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
+    created = db.set_trust(cell.store, config_hash, who)
+    by, at = db.get_trust(cell.store, config_hash) or (who, _now())
+    return {"hash": config_hash, "trusted_by": by, "trusted_at": _iso(at), "created": created,
+            "injection_env": injection_env_keys(config_by_hash(cell, config_hash).env)}
+
+
+def trust_ref(cell: Cell, ref: str, who: str | None = None) -> dict[str, Any]:
+    """:func:`trust` for a stored config named by label, hash or unique prefix (not a file path:
+    a config is trusted after it was added and looked at). ``who`` defaults to :func:`current_user`."""
+    if _looks_like_path(ref):
+        raise UserError(f"{ref!r} is a file path: trust names a stored config",
+                        "add it first (`dynocell config add FILE`), read it (`dynocell config show NAME`), "
+                        "then `dynocell config trust NAME`")
+    return trust(cell, resolve_hash(cell, ref), who or current_user())
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def diff_configs(cell: Cell, a: str, b: str) -> dict[str, Any]:
     """Field-by-field differences of two refs: ``{a: {ref, hash}, b: {ref, hash}, same (bool),
-    differences: [{field, a, b}]}`` (only fields that differ; dotted field paths)."""
+    differences: [{field, a, b}]}`` (only fields that differ; dotted field paths; secret env
+    values shown as ``***`` — a changed secret still shows as a difference)."""
     ca, ha = resolve_config(cell, a)
     cb, hb = resolve_config(cell, b)
-    diffs = [{"field": f, "a": va, "b": vb} for f, va, vb in _diff(ca, cb)]
+    diffs = [{"field": f, "a": _shown(f, va), "b": _shown(f, vb)} for f, va, vb in _diff(ca, cb)]
     return {"a": {"ref": a, "hash": ha}, "b": {"ref": b, "hash": hb}, "same": ha == hb, "differences": diffs}
+
+
+def _shown(field: str, value: Any) -> Any:
+    """A diff value as shown: a secret ``env.NAME`` (:func:`redact_env`) becomes ``***``."""
+    if field.startswith("env.") and value is not None:
+        return redact_env({field[4:]: value})[field[4:]]
+    return value
 
 
 def config_by_hash(cell: Cell, config_hash: str) -> EngineConfig:

@@ -540,7 +540,8 @@ def list_pins(cell: Cell) -> list[dict[str, Any]]:
 
 def boot_recipe(cell: Cell, config_hash: str, build_hash: str | None) -> dict[str, Any]:
     """What it takes to boot a pinned config again: ``{config_hash, source_toml, canonical_toml, argv,
-    env (the config's own), pythonpath (the build's, or None), build, boot_command}``.
+    env (the config's own), pythonpath (the build's, or None), build, boot_command}``; secret
+    env values are shown as ``***`` (``boot_command`` boots the stored config by hash).
 
     ``argv`` is rendered by the engine's adapter with the settings' engine
     Python; a port of 0 in the config is shown as the one picked now (a boot
@@ -561,10 +562,14 @@ def boot_recipe(cell: Cell, config_hash: str, build_hash: str | None) -> dict[st
         argv = spec.argv_string if hasattr(spec, "argv_string") else " ".join(spec.argv)
     except DynocellError as exc:
         argv = f"(cannot render: {exc})"
-    from dynocell.runbooks.configs import short_hash
+    from dynocell.engine.config import redact_env
+    from dynocell.runbooks.configs import redact_source, short_hash
 
-    return {"config_hash": config_hash, "source_toml": row.source_toml, "canonical_toml": to_toml(cfg),
-            "argv": argv, "env": dict(cfg.env), "pythonpath": pythonpath,
+    shown = cfg.model_copy(update={"env": redact_env(cfg.env)})  # secrets as *** (the hash boots it)
+    source = redact_source(row.source_toml, cfg.env)
+    return {"config_hash": config_hash,
+            "source_toml": source if source is not None else to_toml(shown),
+            "canonical_toml": to_toml(shown), "argv": argv, "env": dict(shown.env), "pythonpath": pythonpath,
             "build": {k: build[k] for k in ("build_hash", "base_dist", "base_version", "patches", "path")}
             if build else None,
             "boot_command": f"dynocell boot {short_hash(config_hash, 16)}"}

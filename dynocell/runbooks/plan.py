@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dynocell.engine.adapters import LaunchSpec, redact_env, render_nodes
-from dynocell.engine.config import EngineConfig
+from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.runbooks.cell import Cell
 
 SGLANG_DEFAULT_PORT = 30000  # sglang ServerArgs.port default; used when the config leaves port = 0
@@ -50,7 +50,8 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
     ``node_rank`` (int; 0 for a single-node config), ``host`` (where to run it;
     ``cfg.host`` when no nodes are named), ``argv`` (list), ``argv_string``,
     ``env`` (redacted dict), ``command`` (``KEY=VALUE … argv``, redacted),
-    ``port`` (HTTP port; served by node 0 only).
+    ``port`` (HTTP port; served by node 0 only), ``warning`` (``⚠ env sets …`` when the
+    config's ``[env]`` injects code, see :func:`~dynocell.engine.config.injection_warning`; else None).
 
     ``port``: default ``cfg.port``, else SGLang's 30000 (a plan never picks a
     random local port). Raises ConfigError / UserError from
@@ -69,6 +70,7 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
             "env": env,
             "command": command_line(spec, env),
             "port": spec.port,
+            "warning": injection_warning(cfg.env),
         })
     return rows
 

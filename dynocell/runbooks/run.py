@@ -28,7 +28,7 @@ from dynocell.db import boots as db_boots
 from dynocell.db import runs as db_runs
 from dynocell.engine import acceptance as acc
 from dynocell.engine.client import EngineClient
-from dynocell.engine.config import EngineConfig
+from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.engine.meta import check_generations
 from dynocell.errors import DynocellError, EngineError, Interrupted, UserError
 from dynocell.runbooks import boots, events
@@ -85,6 +85,8 @@ class _Job:
     progress: Progress
     failed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    concurrent: dict[str, str] = field(default_factory=dict)  # other live boot id → its warning
+    env_warning: str | None = None  # "⚠ env sets LD_PRELOAD" for a config whose [env] injects code
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict[str, Any]]:
@@ -160,6 +162,10 @@ def run_job(
     try:
         with job.step("config") as d:
             d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
+            job.env_warning = injection_warning(cfg.env)
+            if job.env_warning:
+                d["warning"] = job.env_warning
+                progress(job.env_warning, {"warning": job.env_warning})
         build: dict[str, Any] | None = None
         with job.step("build") as d:
             build = _build(cell, cfg, d)
@@ -172,6 +178,7 @@ def run_job(
                          progress=progress, on_created=lambda: db_runs.update_run(
                              cell.store, run_id, boot_id=boot_id, build_hash=(build or {}).get("build_hash")))
             d.update(boot_id=live.boot_id, ready_s=live.ready_s, port=live.spec.port)
+        _warn_concurrent(job, live.boot_id)
         with job.step("health") as d:
             verdict = _health(cell, live, d)
             if verdict != "healthy":
@@ -214,6 +221,7 @@ def run_job(
         state, error = "interrupted", "interrupted by the operator"
     finally:
         if live is not None:
+            _warn_concurrent(job, live.boot_id)  # one that started while this run measured
             with job.step("stop") as d:
                 d.update(boots.stop_live(cell, live, opts.stop_grace_s, reason=f"run {run_id} {state}"))
         if state != "interrupted" and opts.diagnose:
@@ -648,6 +656,20 @@ def _plain_step_from_store(cell: Cell, run_id: str) -> float | None:
 
 # ---------------------------------------------------------------- diagnose + summary
 
+def _warn_concurrent(job: _Job, boot_id: str) -> None:
+    """Warn (progress, and the run summary's ``concurrent_boots`` shown in its report) about each
+    other live boot of this store on this host (issue 16, item 15)."""
+    try:
+        others = boots.other_live_boots(job.cell, boot_id)
+    except DynocellError:  # a warning must not fail the run
+        return
+    for row in others:
+        if row["id"] in job.concurrent:
+            continue
+        msg = job.concurrent[row["id"]] = boots.concurrent_boot_warning(row)
+        job.progress(f"⚠ {msg}", {"warning": msg})
+
+
 def _diagnose(job: _Job, d: dict[str, Any]) -> None:
     try:
         from dynocell.runbooks import doctor
@@ -664,6 +686,8 @@ def _summary(job: _Job) -> dict[str, Any]:
     return {
         "failed_steps": job.failed,
         "warnings": job.warnings,
+        "concurrent_boots": list(job.concurrent.values()),
+        "env_warning": job.env_warning,
         "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
         "decode_tok_s": max((b["output_tok_s"] for b in db_runs.bench_rows(cell.store, job.run_id)
                              if not b["text_class"]), default=None),

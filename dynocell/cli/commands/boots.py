@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.text import printable
 
 STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow", "stopped": "dim",
                "failed": "red", "crashed": "red", "lost": "magenta"}
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 def _progress_printer(prefix: str = "") -> Any:
     def show(msg: str, _data: dict[str, Any]) -> None:
-        err_console.print(f"{prefix}{msg}", markup=False, highlight=False)
+        err_console.print(printable(f"{prefix}{msg}", keep_newlines=True), markup=False, highlight=False)
 
     return show
 
@@ -51,8 +52,8 @@ def boot_cmd(
     with err_console.status("booting …") as status:
         def show(msg: str, data: dict[str, Any]) -> None:
             status.update(msg)
-            if "phase" in data or "ready_s" in data or "boot_id" in data:
-                err_console.print(f"  {msg}", markup=False, highlight=False)
+            if "phase" in data or "ready_s" in data or "boot_id" in data or "warning" in data:
+                err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
         boot_id = boots.boot(cell, config, detach=detach, timeout_s=timeout, progress=show)
     row = boots.resolve_boot(cell, boot_id)
@@ -115,8 +116,13 @@ def logs_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the boot ends."),
     tail: int = typer.Option(50, "--tail", "-n", help="Lines from the end to show first."),
+    raw: bool = typer.Option(False, "--raw", help="Print the lines byte for byte, escape sequences included "
+                             "(by default they are removed and control bytes shown as ?)."),
 ) -> None:
     """Print a boot's engine log (written to disk, timestamped, before anything parsed it).
+
+    The engine's text is not trusted: terminal escape sequences are removed and
+    other control bytes shown as ``?`` unless ``--raw``.
 
     Example: dynocell logs 3f2a -f
     """
@@ -126,7 +132,7 @@ def logs_cmd(
     lines = boots.follow(cell, boot, tail) if follow else boots.logs(cell, boot, tail)
     try:
         for line in lines:
-            print(line, flush=True)
+            print(line if raw else printable(line), flush=True)
     except KeyboardInterrupt:
         pass
 

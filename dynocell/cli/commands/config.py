@@ -45,11 +45,17 @@ def add(
 
     rec = add_config(get_cell(), file, name)
     if json_out:
-        print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled})
+        print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled,
+                    "previous": rec.previous, "injection_env": list(rec.injection_env)})
         return
     what = "stored" if rec.created else "already stored"
     label = f"; {rec.name} now points at it" if rec.relabelled else f"; named {rec.name}"
     out(f"{what} {rec.hash}{label}")
+    if rec.moved:
+        out(f"label {rec.name}: {short_ref(rec.previous)} → {short_ref(rec.hash)}")
+    if rec.injection_env:
+        out(f"⚠ env sets {', '.join(rec.injection_env)}: the engine loads code from there "
+            f"(the web panel boots it only after `dynocell config trust {rec.name}`)")
 
 
 @config_app.command("list")
@@ -97,6 +103,10 @@ def show(
     out(f"config {data['hash']}")
     out(f"  names    {', '.join(data['names']) or '-'}")
     out(f"  added    {human_time(data['created_at'])}")
+    if data["warning"]:
+        out(f"  {data['warning']}")
+    if data["trusted"]:
+        out(f"  trusted  by {data['trusted']['by']}, {human_time(data['trusted']['at'])}")
     if data["meta"].get("notes"):
         out(f"  notes    {data['meta']['notes']}")
     for lab in data["labels"]:
@@ -107,6 +117,32 @@ def show(
     for field, value in _flat(data["canonical"]):
         add_row(t, field, value)
     out(t)
+
+
+@config_app.command("trust")
+def trust_cmd(
+    ref: str = typer.Argument(..., help="A stored config's name, hash or unique hash prefix.", metavar="NAME|HASH"),
+    json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
+) -> None:
+    """Mark a stored config trusted, recording who (your OS user) and when.
+
+    A config whose [env] sets LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH,
+    PYTHONSTARTUP, PYTHONHOME, BASH_ENV, ENV or PATH makes the engine load code
+    from there; the web panel boots it only once it is trusted. Read it first
+    with `dynocell config show NAME`.
+
+    Example: dynocell config trust tiny-patched
+    """
+    from dynocell.runbooks.configs import trust_ref
+
+    rec = trust_ref(get_cell(), ref)
+    if json_out:
+        print_json(rec)
+        return
+    was = "trusted" if rec["created"] else "already trusted"
+    out(f"{was}: {rec['hash']} by {rec['trusted_by']}, {human_time(rec['trusted_at'])}")
+    if rec["injection_env"]:
+        out(f"⚠ env sets {', '.join(rec['injection_env'])}")
 
 
 @config_app.command("diff")
@@ -132,6 +168,13 @@ def diff(
     for row in d["differences"]:
         add_row(t, row["field"], fmt_value(row["a"]), fmt_value(row["b"]))
     out(t)
+
+
+def short_ref(config_hash: str | None) -> str:
+    """``sha256:0123456789ab…`` (12 hex digits) for a hash; ``-`` for None."""
+    if not config_hash:
+        return "-"
+    return "sha256:" + config_hash.removeprefix("sha256:")[:12] + "…"
 
 
 def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:

@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 import typer
 
 from dynocell.cli.common import add_row, err_console, get_cell, out, print_json, table
+from dynocell.text import printable
 
 experiment_app = typer.Typer(
     name="experiment",
@@ -38,7 +39,7 @@ def _sigterm_as_interrupt() -> None:
 
 def _progress(msg: str, data: dict[str, Any]) -> None:
     if "experiment" in data or data.get("state") in ("failed", "interrupted"):
-        err_console.print(msg, markup=False, highlight=False)
+        err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
 
 
 @experiment_app.command("create")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from dynocell.cli.common import JSON_OPTION_HELP, print_json
+from dynocell.cli.common import JSON_OPTION_HELP, out, print_json
 
 
 def plan_cmd(
@@ -34,10 +34,12 @@ def plan_cmd(
     if json_out:
         print_json(rows)
         return
+    if rows and rows[0].get("warning"):
+        out(f"# {rows[0]['warning']}")
     for r in rows:
-        typer.echo(f"# node {r['node_rank']} on {r['host']}")
-        typer.echo(r["command"])
-        typer.echo("")
+        out(f"# node {r['node_rank']} on {r['host']}")
+        out(r["command"])
+        out("")
 
 
 def register(app: typer.Typer) -> None:

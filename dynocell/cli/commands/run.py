@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.text import printable
 
 
 def register(app: typer.Typer) -> None:
@@ -28,8 +29,8 @@ class _Live:
     def __call__(self, msg: str, data: dict[str, Any]) -> None:
         self.status.update(msg)
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
-                or data.get("step") == "model":
-            err_console.print(f"  {msg}", markup=False, highlight=False)
+                or data.get("step") == "model" or "warning" in data:
+            err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
 
 def _sigterm_as_interrupt() -> None:

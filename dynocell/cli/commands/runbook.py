@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import JSON_OPTION_HELP, err_console, get_cell, get_settings, out, print_json
+from dynocell.text import printable
 
 runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
                           "Example: dynocell runbook search \"acceptance collapse\"", no_args_is_help=True)
@@ -255,7 +256,7 @@ def bisect_run_cmd(
     from dynocell.runbooks.bisect import run_bisect
 
     def show(msg: str, _d: dict[str, Any]) -> None:
-        err_console.print(msg, markup=False, highlight=False)
+        err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
 
     res = run_bisect(get_cell(), good, bad, tau_drop=tau_drop, progress=show)
     if json_out:

@@ -37,6 +37,7 @@ from dynocell.cli.tui.screens import CompareScreen, DashScreen, MainScreen, Runb
 from dynocell.cli.tui.widgets import DEFAULT_CHOICE, ConfigPicker, ConfirmScreen, RunsPicker
 from dynocell.errors import DynocellError, Interrupted
 from dynocell.runbooks import events, views
+from dynocell.text import printable, printable_tree
 
 LIVE = ("starting", "ready", "stopping")
 
@@ -72,7 +73,7 @@ def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
     rows = views.list_boots(cell, all=True, limit=limit)
     rows.sort(key=lambda b: (b["state"] not in LIVE,))  # stable: newest first within each group
     runs = {r["id"]: r for r in views.list_runs(cell, limit=200)}
-    return {"boots": rows, "runs": runs, "error": error}
+    return printable_tree({"boots": rows, "runs": runs, "error": error})
 
 
 class DynocellApp(App[None]):
@@ -181,7 +182,7 @@ class DynocellApp(App[None]):
                 self._ui(self.show_error, exc)
                 return
             if not worker.is_cancelled:
-                self._ui(then, res)
+                self._ui(then, printable_tree(res))  # rows carry untrusted text (issue 16, item 5)
 
         self.run_worker(work, thread=True, group=group, exclusive=True, exit_on_error=False)
 
@@ -191,7 +192,7 @@ class DynocellApp(App[None]):
             text = exc.message + (f"\nhint: {exc.hint}" if exc.hint else "")
         else:
             text = f"internal error: {type(exc).__name__}: {exc}"
-        self.notify(text, severity="error", timeout=10, markup=False)
+        self.notify(printable(text, keep_newlines=True), severity="error", timeout=10, markup=False)
 
     def request_poll(self) -> None:
         """Poll now (one poll at a time; a request during a poll runs one more after it)."""

@@ -12,6 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
 
+from dynocell.text import printable
+
 
 class JobBar(Static):
     """One line per running job (progress message + bar), hidden when nothing runs."""
@@ -25,7 +27,7 @@ class JobBar(Static):
         """Render the running jobs (objects with ``progress_text()``)."""
         running = [j for j in jobs if j.state == "running"]
         self.set_class(bool(running), "-busy")
-        self.update(Text("\n".join(j.progress_text() for j in running[-3:]), style="bold"))
+        self.update(Text("\n".join(printable(j.progress_text()) for j in running[-3:]), style="bold"))
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -8,7 +8,9 @@ reference only drafts chains. Reference-only extras are marked as such.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 
 
@@ -72,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto", help="Accepted for compatibility.")
     p.add_argument("--num-threads", type=int, default=1,
                    help="(reference only) torch CPU threads; 1 is fastest for the tiny model on a shared CPU.")
+    p.add_argument("--profile-dir", default=None,
+                   help="(reference only) /start_profile writes only inside this directory (default: "
+                        "$SGLANG_TORCH_PROFILER_DIR as SGLang, else <tmp>/dynocell-reference-profiles); an "
+                        "output_dir outside it, or a profile_id with '/' or '..', is refused with 400.")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
     return p
@@ -96,6 +102,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
     """Parse argv; exits 2 with a message on unknown or invalid arguments."""
     p = build_parser()
     a = p.parse_args(argv)
+    if a.profile_dir is None:  # SGLang's own default for profile output (read at launch, as SGLang does)
+        a.profile_dir = (os.environ.get("SGLANG_TORCH_PROFILER_DIR")
+                         or os.path.join(tempfile.gettempdir(), "dynocell-reference-profiles"))
     alg = a.speculative_algorithm
     if alg not in (None, "STANDALONE", "NGRAM"):
         p.error(f"--speculative-algorithm {alg!r} is not supported by the reference engine "

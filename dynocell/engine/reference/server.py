@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -386,8 +387,42 @@ class Engine:
                 self._log_decode()
 
     # -- profiler --------------------------------------------------------------------------------
+    def profile_target(self, body: dict) -> tuple[Path, str, str]:
+        """``(output directory, profile_id, profile_prefix)`` of a ``/start_profile`` body, confined to
+        the directory given at launch (``--profile-dir``).
+
+        ``output_dir`` (absolute, or relative to that directory) must resolve inside it, symlinks
+        followed; ``profile_id`` and ``profile_prefix`` become part of a file name, so a ``/``,
+        ``\\``, NUL, a leading ``.`` or ``..`` is refused. Raises BadRequest (400) naming the field.
+        """
+        root = Path(self.args.profile_dir).resolve()
+        given = body.get("output_dir")
+        if given is not None and (not isinstance(given, str) or "\x00" in given):
+            raise BadRequest("output_dir must be a path string")
+        out = (root / given).resolve() if given else root
+        if not out.is_relative_to(root):
+            raise BadRequest(f"output_dir {given!r} is outside the profile directory {root} given at launch "
+                             "(--profile-dir / SGLANG_TORCH_PROFILER_DIR); profile output stays inside it")
+        names = []
+        for field, default in (("profile_id", str(time.time())), ("profile_prefix", "")):
+            value = body.get(field)
+            value = default if value in (None, "") else value
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise BadRequest(f"{field} must be a string")
+            value = str(value)
+            if value and (any(c in value for c in "/\\\x00") or value.startswith(".") or ".." in value
+                          or os.path.isabs(value)):
+                raise BadRequest(f"{field} {value!r} must be a plain file-name part: no '/', '\\', '..', "
+                                 "leading '.' or absolute path")
+            names.append(value)
+        return out, names[0], names[1]
+
     def start_profile(self, body: dict) -> str:
-        """Start torch.profiler on the worker thread (SGLang ``ProfileReq`` fields). Returns a message."""
+        """Start torch.profiler on the worker thread (SGLang ``ProfileReq`` fields). Returns a message.
+
+        Output is confined by :meth:`profile_target` (BadRequest 400 before anything is created)."""
+        out, pid, prefix = self.profile_target(body)
+
         def start():
             if self.profile is not None:
                 raise BadRequest("Profiling is already in progress. Call /stop_profile first.")
@@ -395,13 +430,11 @@ class Engine:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.device.startswith("cuda") and ("GPU" in acts or "CUDA" in acts):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            out = Path(body.get("output_dir") or tempfile.gettempdir())
             out.mkdir(parents=True, exist_ok=True)
             prof = torch.profiler.profile(activities=activities, record_shapes=bool(body.get("record_shapes")),
                                           with_stack=bool(body.get("with_stack")))
             prof.__enter__()
-            pid = body.get("profile_id") or str(time.time())
-            self.profile = {"prof": prof, "dir": out, "id": str(pid), "prefix": body.get("profile_prefix") or "",
+            self.profile = {"prof": prof, "dir": out, "id": pid, "prefix": prefix,
                             "num_steps": body.get("num_steps"), "steps": 0, "file": None}
             log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {pid})")
         self.run_command(start)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from dynocell.errors import ConfigError, NotFound
+from dynocell.text import ESCAPE_SEQUENCE, strip_escapes
 
 RULES_DIR = Path(__file__).parent
 SIGNATURES_FILE = RULES_DIR / "signatures.toml"
@@ -57,7 +58,7 @@ _DYNO_PREFIX = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z \| "
 _SGLANG_TS = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?: [^\]]*)?\] ")
 # Terminal escape sequences some engines print (colour, cursor, window title): CSI, OSC, two-byte ESC.
 # Bounded repeats that cannot cross another ESC keep this linear on any line.
-_ANSI = re.compile(r"\x1b\[[0-?]{0,32}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_ANSI = ESCAPE_SEQUENCE
 
 
 # ---------------------------------------------------------------- regex safety
@@ -120,7 +121,7 @@ def strip_prefix(line: str) -> str:
 def match_text(line: str) -> str:
     """What rules see of a log line: :func:`strip_prefix`, cut to :data:`MAX_LINE_CHARS`, escape sequences removed."""
     text = strip_prefix(line)[:MAX_LINE_CHARS]
-    return _ANSI.sub("", text) if "\x1b" in text else text
+    return strip_escapes(text)
 
 
 # ---------------------------------------------------------------- phases

@@ -1,0 +1,65 @@
+"""Untrusted text made safe to print on a terminal — the one place every layer uses.
+
+Config fields, notes, engine log lines, kernel names and runbook text come
+from files and processes dynocell does not control. Written to a terminal
+as they are, escape sequences in them set the window title (OSC 0), write
+the clipboard (OSC 52), clear the screen (CSI 2J) or hide text. Shared by
+every layer like :mod:`dynocell.errors` (no imports from dynocell).
+
+- :func:`strip_escapes`: ECMA-48 escape sequences removed (CSI ``ESC [ … final``,
+  OSC ``ESC ] … BEL|ESC \\``, the 8-bit CSI/OSC introducers U+009B/U+009D, and
+  two-byte ``ESC x``); other text kept as is.
+- :func:`printable`: :func:`strip_escapes`, then every remaining character that
+  is not printable (``str.isprintable``: C0/C1 controls, DEL, a lone ESC,
+  unassigned or format characters) shown as ``?``; newlines kept when asked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: ECMA-48 escape sequences: CSI (7- and 8-bit), OSC/DCS/APC/PM strings (terminated by BEL or
+#: ST, or cut off at the end of the text), and two-byte escapes.
+ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]{0,32}[ -/]{0,8}[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]{0,4096}(?:\x07|\x1b\\|\x9c|$)"
+    r"|\x1b[@-Z\\-_]"
+)
+
+REPLACEMENT = "?"
+
+
+def strip_escapes(text: str) -> str:
+    """``text`` with terminal escape sequences (see :data:`ESCAPE_SEQUENCE`) removed."""
+    if "\x1b" not in text and not any("\x90" <= ch <= "\x9f" for ch in text):
+        return text
+    return ESCAPE_SEQUENCE.sub("", text)
+
+
+def printable(text: Any, *, limit: int | None = None, keep_newlines: bool = False) -> str:
+    """``text`` (any value, ``str()``-ed) fit for a terminal: escape sequences removed, every other
+    non-printable character as ``?``, then cut to ``limit`` characters when given.
+
+    ``keep_newlines`` keeps ``\\n`` (multi-line messages, tables); a tab becomes a space.
+    """
+    s = strip_escapes(text if isinstance(text, str) else str(text))
+    if not s.isprintable():
+        keep = "\n" if keep_newlines else ""
+        s = "".join(ch if ch.isprintable() or ch in keep else (" " if ch == "\t" else REPLACEMENT)
+                    for ch in s)
+    return s if limit is None else s[:limit]
+
+
+def printable_tree(value: Any) -> Any:
+    """A copy of ``value`` (dicts, lists, tuples of plain values) with every string, key or value,
+    made :func:`printable` (newlines kept) — for rows a face shows as they come."""
+    if isinstance(value, str):
+        return printable(value, keep_newlines=True)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_tree(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(printable_tree(v) for v in value)
+    return value
