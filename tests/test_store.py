@@ -36,6 +36,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
               "started_at", "ready_at", "ready_s", "ended_at", "exit_code", "stop_how", "stop_s", "zombies",
               "failure_signature", "failure_detail"},
     "config_labels": {"id", "name", "config_hash", "created_at"},
+    "config_trust": {"config_hash", "trusted_by", "trusted_at"},
     "configs": {"config_hash", "engine", "model_path", "canonical_json", "source_toml", "created_at"},
     "engine_builds": {"build_hash", "base_dist", "base_version", "patches", "manifest", "path", "created_at"},
     "experiment_runs": {"id", "experiment", "seq", "config_hash", "role", "repeat", "run_id", "state"},

@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.models import Config, ConfigLabel
+from dynocell.db.models import Config, ConfigLabel, ConfigTrust
 from dynocell.db.session import Store
 
 
@@ -133,3 +133,19 @@ def names_ever_pointing_at(store: Store, config_hash: str) -> list[str]:
             select(ConfigLabel.name).where(ConfigLabel.config_hash == config_hash).order_by(ConfigLabel.id)
         )
         return list(dict.fromkeys(rows))
+
+
+def trust_config(store: Store, config_hash: str, who: str) -> bool:
+    """Record that ``who`` trusts ``config_hash``'s environment; False when it already was trusted."""
+    with store.session() as s:
+        if s.get(ConfigTrust, config_hash) is not None:
+            return False
+        s.add(ConfigTrust(config_hash=config_hash, trusted_by=who))
+        return True
+
+
+def trust_of(store: Store, config_hash: str) -> dict | None:
+    """``{trusted_by, trusted_at}`` of a trusted config, or None."""
+    with store.session() as s:
+        row = s.get(ConfigTrust, config_hash)
+        return None if row is None else {"trusted_by": row.trusted_by, "trusted_at": row.trusted_at}

@@ -396,6 +396,16 @@ class Pin(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ConfigTrust(Base):
+    """A config whose process-injection ``[env]`` (LD_PRELOAD, PYTHONPATH, …) an operator vouched
+    for from the CLI (``dynocell config trust``): only then may the web panel boot it."""
+
+    __tablename__ = "config_trust"
+    config_hash: Mapped[str] = mapped_column(ForeignKey("configs.config_hash"), primary_key=True)
+    trusted_by: Mapped[str] = mapped_column(String(200))
+    trusted_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class WebToken(Base):
     """A web-panel access token, stored as a salted hash (the token itself is printed once)."""
 

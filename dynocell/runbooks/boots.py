@@ -606,10 +606,21 @@ def boot(
                     + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
                     det.get("hint") or f"see `dynocell logs {boot_id}`",
                 )
-        if proc.poll() is not None and not row:
-            tail = (log / "supervisor.log").read_text(errors="replace")[-2000:]
-            raise EngineError(f"the supervisor process exited ({proc.returncode}) before recording the boot",
-                              tail.strip().splitlines()[-1] if tail.strip() else None)
+        if proc.poll() is not None:
+            if not row:
+                tail = (log / "supervisor.log").read_text(errors="replace")[-2000:]
+                raise EngineError(f"the supervisor process exited ({proc.returncode}) before recording the boot",
+                                  tail.strip().splitlines()[-1] if tail.strip() else None)
+            # The supervisor died with the boot still live: nobody will ever move it on. Settle it
+            # as `ps` would (orphaned engine stopped, or lost) and fail now, not at the deadline.
+            row = db_boots.get_boot(cell.store, boot_id) or row
+            if row["state"] == "ready":
+                return boot_id
+            if row["state"] not in db_boots.TERMINAL_STATES:
+                row = reconcile(cell, row)
+                raise EngineError(f"boot {boot_id}: its supervisor (pid {proc.pid}) died (exit {proc.returncode}) "
+                                  f"before the engine was ready; the boot is now {row['state']}",
+                                  f"see `dynocell logs {boot_id}` and {log / 'supervisor.log'}")
         time.sleep(0.2)
     raise EngineError(f"boot {boot_id} not ready after {limit:.0f} s", f"see `dynocell logs {boot_id}`")
 
