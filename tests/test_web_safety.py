@@ -406,3 +406,26 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
         if second is not None:
             stop(cell, second["id"])
         assert app.state.jobs.wait(job2, 60)["state"] == "failed"
+
+
+# ---------------------------------------------------------------- clear errors
+
+def test_failed_boot_page_shows_the_failure_as_text_not_a_dict(settings, cell):
+    from dynocell.db import models as m
+    from tests.web_fill import add_boot
+
+    h = _add(cell, TINY, "tiny")
+    bid = add_boot(cell, h, state="failed", signature="cuda-oom")
+    with cell.store.session() as s:
+        s.get(m.Boot, bid).failure_detail = {
+            "reason": "engine exited (1) before ready", "title": "CUDA out of memory", "hint": "lower mem_fraction_static",
+            "groups": {}, "last_phase": "load_weights", "tail": ["loading weights", "RuntimeError: CUDA out of memory"],
+            "engine_create_time": 1.5}
+    with logged_in(_app(settings, cell)) as c:
+        html = c.get(f"/boots/{bid}").text
+    failure = html[html.index('class="card failure"'):]
+    failure = failure[:failure.index("</section>")]
+    assert "{" not in failure and "&#39;" not in failure and "engine_create_time" not in failure, failure
+    for text in ("engine exited (1) before ready", "CUDA out of memory", "lower mem_fraction_static", "load_weights",
+                 "RuntimeError: CUDA out of memory"):
+        assert text in failure, text

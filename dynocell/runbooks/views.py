@@ -235,7 +235,29 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
         entries = _signature_entries(s, b.failure_signature, _knowledge(cell))
         notes = _notes(s, "boot", b.id)
     return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": health, "runs": runs,
-            "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"])}
+            "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"]),
+            "failure": failure_text(b.failure_detail if b.state in FAILED_STATES or b.failure_signature
+                                    or (b.failure_detail or {}).get("reason") else None)}
+
+
+_FAILURE_FIELDS = (("title", "what"), ("reason", "why"), ("error", "error"), ("line", "log line"),
+                   ("last_phase", "last phase"), ("last_state", "state before"), ("hint", "what to do"),
+                   ("survivors", "processes left"))
+
+
+def failure_text(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A boot's ``failure_detail`` as readable text: ``{fields: [(label, text)], tail: [log lines]}``
+    (bookkeeping such as process create times left out); None when there is nothing to say."""
+    if not detail:
+        return None
+    fields = []
+    for key, label in _FAILURE_FIELDS:
+        v = detail.get(key)
+        if v in (None, "", [], {}):
+            continue
+        fields.append((label, ", ".join(map(str, v)) if isinstance(v, list) else str(v)))
+    tail = [str(x) for x in (detail.get("tail") or [])][-30:]
+    return {"fields": fields, "tail": tail} if fields or tail else None
 
 
 def _signature_entries(s, signature: str | None, k: Any = None) -> list[dict[str, Any]]:
