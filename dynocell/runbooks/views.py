@@ -737,25 +737,6 @@ def open_view_cell(settings) -> Any:
         return SimpleNamespace(settings=settings, store=open_store(settings.db_url))
 
 
-def config_key(cell, ref: str) -> str:
-    """The config hash ``ref`` names (label, hash, hash prefix, or a TOML file path); the ref itself
-    when it names nothing known yet. Used to de-duplicate background jobs per config."""
-    ref = (ref or "").strip()
-    if not ref:
-        raise UserError("no config given", "pick a config label, hash or TOML path")
-    try:
-        with cell.store.session() as s:
-            return _resolve_config(s, ref).config_hash
-    except NotFound:
-        pass
-    p = Path(ref)
-    if p.suffix == ".toml" and p.is_file():
-        from dynocell.engine.config import load_config
-
-        return load_config(p).config_hash
-    return ref
-
-
 def boot_key(cell, ref: str) -> str:
     """The full boot id ``ref`` (id or unique prefix) names; NotFound otherwise."""
     with cell.store.session() as s:

@@ -213,8 +213,9 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
         return is_loopback(name) or name == "testserver"
 
     def origin_ok(request: Request) -> bool:
+        # Browsers send Origin on every cross-origin POST (Referer as a fallback); scripts may send neither.
         origin = request.headers.get("origin") or request.headers.get("referer")
-        return origin is None or same_origin(origin, request.headers.get("host") or "")
+        return not origin or same_origin(origin, request.headers.get("host") or "")
 
     @app.middleware("http")
     async def headers(request: Request, call_next):  # noqa: ANN202
@@ -304,7 +305,7 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
     def base_context(request: Request) -> dict[str, Any]:
         sess = getattr(request.state, "session", None)
         return {"request": request, "csrf": sess.csrf if sess else "", "logged_in": sess is not None,
-                "login_required": True, "settings": settings}
+                "settings": settings}
 
     app.state.base_context = base_context
 
