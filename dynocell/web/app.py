@@ -190,8 +190,7 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
         while ``client`` backs off. Blocking (scrypt): call from a worker thread."""
         token = (token or "").strip()
         tid = known_token(token) if token else None
-        if tid is not None:
-            app.state.limiter.succeeded(client)
+        if tid is not None:  # no scrypt, nothing to limit; it does not clear the address's back-off either
             return tid, 0.0
         wait = app.state.limiter.reserve(client)
         if wait:
