@@ -457,7 +457,8 @@ def test_forwarding_headers_do_not_choose_the_login_client(fuzz_store):
         assert http.get(base + "/api/runs", headers=bearer, timeout=30).status_code == 200  # a script at work
         codes = []
         for i in range(8):
-            forged = {"X-Forwarded-For": f"10.0.{i}.{i + 1}", "Forwarded": f"for=10.1.{i}.1", "X-Real-IP": f"10.2.{i}.1"}
+            forged = {"X-Forwarded-For": f"10.0.{i}.{i + 1}", "Forwarded": f"for=10.1.{i}.1",
+                      "X-Real-IP": f"10.2.{i}.1"}
             codes.append(http.post(base + "/login", data={"token": f"wrong-{i}"}, headers=forged,
                                    allow_redirects=False, timeout=30).status_code)
         assert codes == [401] * 3 + [429] * 5, codes

@@ -431,7 +431,8 @@ def test_failed_boot_page_shows_the_failure_as_text_not_a_dict(settings, cell):
     bid = add_boot(cell, h, state="failed", signature="cuda-oom")
     with cell.store.session() as s:
         s.get(m.Boot, bid).failure_detail = {
-            "reason": "engine exited (1) before ready", "title": "CUDA out of memory", "hint": "lower mem_fraction_static",
+            "reason": "engine exited (1) before ready", "title": "CUDA out of memory",
+            "hint": "lower mem_fraction_static",
             "groups": {}, "last_phase": "load_weights", "tail": ["loading weights", "RuntimeError: CUDA out of memory"],
             "engine_create_time": 1.5}
     with logged_in(_app(settings, cell)) as c:

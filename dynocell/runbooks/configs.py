@@ -286,14 +286,15 @@ def injection_keys_of(cell: Cell, config_hash: str) -> list[str]:
 
 
 def check_web_bootable(cell: Cell, config_hash: str) -> None:
-    """Refuse (:class:`~dynocell.errors.Refused`, HTTP 403) a web boot of a config whose ``[env]`` injects code into the engine
-    (:data:`~dynocell.engine.config.INJECTION_ENV_KEYS`) unless it was trusted from the CLI."""
+    """Refuse (:class:`~dynocell.errors.Refused`, HTTP 403) a web boot of a config whose ``[env]``
+    injects code into the engine (:data:`~dynocell.engine.config.INJECTION_ENV_KEYS`) unless it
+    was trusted from the CLI."""
     keys = injection_keys_of(cell, config_hash)
     if keys and not is_trusted(cell, config_hash):
         raise Refused(f"config {short_hash(config_hash)} sets {', '.join(keys)} in [env], which runs code of "
-                        "its author's choosing in the engine; the web panel boots it only once trusted",
-                        f"review it, then on the host run `dynocell config trust {short_hash(config_hash)}` "
-                        "(or boot it from the CLI)")
+                      "its author's choosing in the engine; the web panel boots it only once trusted",
+                      f"review it, then on the host run `dynocell config trust {short_hash(config_hash)}` "
+                      "(or boot it from the CLI)")
 
 
 def preview_config_text(text: str, name: str | None = None) -> tuple[str, str]:

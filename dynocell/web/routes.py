@@ -157,10 +157,10 @@ def _start(request: Request, kind: str, proc: str, ref: str, key: str, label: st
 MAX_UPLOAD = 1 << 20
 
 
-def _name(ref: str, config_hash: str) -> str:
+def _name(request: Request, ref: str, config_hash: str) -> str:
+    """How a job names its config: the label the request used, else the short hash."""
     ref = ref.strip()
-    return ref if ref and not config_hash.removeprefix("sha256:").startswith(ref.removeprefix("sha256:")) \
-        else config_hash.removeprefix("sha256:")[:12]
+    return ref if configs.label_target(cell(request), ref) == config_hash else configs.short_hash(config_hash)
 
 
 def _bootable_config(request: Request, ref: str) -> str:
@@ -382,12 +382,12 @@ def install(app: FastAPI) -> None:
     @actions.post("/actions/run")
     def start_run(request: Request, config: str = Form(...)):
         key = _bootable_config(request, config)
-        return _started(request, _start(request, "run", "run", key, key, f"run {_name(config, key)}"))
+        return _started(request, _start(request, "run", "run", key, key, f"run {_name(request, config, key)}"))
 
     @actions.post("/actions/boot")
     def start_boot(request: Request, config: str = Form(...)):
         key = _bootable_config(request, config)
-        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(config, key)}"))
+        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(request, config, key)}"))
 
     @actions.post("/configs-add")
     async def add_config(request: Request):
@@ -486,13 +486,13 @@ def install(app: FastAPI) -> None:
                       summary="Start the main job for a stored config (deduplicated per config)")
     def api_start_run(request: Request, body: StartRequest):
         key = _bootable_config(request, body.config)
-        return _started(request, _start(request, "run", "run", key, key, f"run {_name(body.config, key)}"))
+        return _started(request, _start(request, "run", "run", key, key, f"run {_name(request, body.config, key)}"))
 
     @api_actions.post("/boots", response_model=StartedOut, status_code=202,
                       summary="Boot a stored config (detached)")
     def api_start_boot(request: Request, body: StartRequest):
         key = _bootable_config(request, body.config)
-        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(body.config, key)}"))
+        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(request, body.config, key)}"))
 
     @api_actions.post("/configs", response_model=ConfigAddedOut,
                       summary="Store a config from its TOML text (moving a label needs confirm = the new hash)")

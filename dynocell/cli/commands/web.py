@@ -97,7 +97,8 @@ def token_list_cmd() -> None:
         return
     for t in rows:
         state = f"revoked {t['revoked_at']:%Y-%m-%d %H:%M}" if t["revoked_at"] else "live"
-        typer.echo(f"{t['id']:>4}  {_printable(t['label'] or '-'):<20}  created {t['created_at']:%Y-%m-%d %H:%M}  {state}")
+        label = _printable(t["label"] or "-")
+        typer.echo(f"{t['id']:>4}  {label:<20}  created {t['created_at']:%Y-%m-%d %H:%M}  {state}")
 
 
 def _printable(text: str) -> str:
