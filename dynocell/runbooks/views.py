@@ -413,6 +413,11 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
 
     ``config.source_toml`` is the TOML as stored; ``canonical`` the parsed canonical JSON;
     ``traps``: runbook entries whose ``applies_to`` matches (via runbooks.knowledge when present).
+    Secret-looking ``[env]`` values (``redact_env``: names with TOKEN, KEY, SECRET, PASSWORD) are
+    ``***`` in ``canonical``, ``config.canonical_json`` and ``config.source_toml`` (then the
+    canonical TOML, since the text as written carries them); ``config_hash`` is the real one.
+    ``config.injection_env``: its process-injection ``[env]`` names; ``config.trusted``:
+    ``{by, at}`` when trusted from the CLI, else None.
     """
     with cell.store.session() as s:
         c = _resolve_config(s, ref)
