@@ -54,6 +54,12 @@ class NotFound(UserError):
     http_status = 404
 
 
+class Refused(UserError):
+    """An action this face may not take on its own (e.g. the web booting an untrusted config). HTTP 403."""
+
+    http_status = 403
+
+
 class StoreUnavailable(UserError):
     """The store cannot take a write: a read-only path or URL, a full disk, a lock held too long.
 

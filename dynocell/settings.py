@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     )
     web_host: str = Field(default="127.0.0.1", description="Default bind address of `dynocell web`.")
     web_port: int = Field(default=8700, ge=1, le=65535, description="Default port of `dynocell web`.")
+    web_trusted_proxy: str | None = Field(
+        default=None,
+        description="Address(es) of a reverse proxy in front of `dynocell web` whose X-Forwarded-For is trusted "
+                    "(comma-separated, as uvicorn's forwarded_allow_ips); unset: forwarding headers are ignored.",
+    )
     model_seed: int = Field(default=0, description="Seed of the made-locally reference model pair.")
     model_cache: Path | None = Field(
         default=None,

@@ -6,8 +6,8 @@
   console script calls) N times in this process: every 5th call adds a note ``cli <i>`` to
   ``config:tiny`` (``dynocell note``), the others move the label ``cli-moving`` between
   CONFIG_A and CONFIG_B (``config add FILE --name cli-moving``: a new label row each time).
-- ``web N SUMMARY BASE_URL CONFIG_HASH`` — a browser-like client of a running ``dynocell web``:
-  one anonymous loopback session (cookie + CSRF token from the first page), then N
+- ``web N SUMMARY LOGIN_URL CONFIG_HASH`` — a browser-like client of a running ``dynocell web``:
+  one session (the login URL the panel printed → cookie, CSRF token from the first page), then N
   ``POST /api/notes`` with the ``X-CSRF-Token`` header, text ``web <i>``.
 - ``tui N SUMMARY CONFIG`` — the calls the dashboard's keys make (``runbooks`` only):
   ``b`` boots CONFIG detached, then N × ``h`` (``boots.health``: a stored verdict), with the
@@ -45,11 +45,12 @@ def _cli(n: int, configs: list[str]) -> dict:
     return {"writes": n, "ok": ok, "errors": errors}
 
 
-def _web(n: int, base_url: str, config_hash: str) -> dict:
+def _web(n: int, login_url: str, config_hash: str) -> dict:
     import httpx
 
     errors, ok = [], 0
-    with httpx.Client(base_url=base_url, timeout=60) as client:
+    with httpx.Client(base_url=login_url.split("/?", 1)[0], timeout=60) as client:
+        client.get(login_url, follow_redirects=True).raise_for_status()  # the URL `dynocell web` printed: cookie
         page = client.get("/")
         page.raise_for_status()
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)

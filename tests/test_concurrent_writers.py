@@ -19,6 +19,7 @@ Afterwards every write is counted in the store.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -112,7 +113,8 @@ os.execv(sys.executable, [sys.executable, {str(FAKE_ENGINE)!r}, "--port", port, 
         start("main-job", [sys.executable, "-m", "dynocell", "run", "--no-lossless-check", "-w", str(WORKLOAD),
                            "--json"], env)
         start("cli", [sys.executable, str(WRITERS), "cli", str(N), str(logs / "cli.json"), str(cfg_a), str(cfg_b)], env)
-        start("web", [sys.executable, str(WRITERS), "web", str(N), str(logs / "web.json"), base, config_hash], env)
+        login = re.search(r"http://127\.0\.0\.1:\d+/\?token=\S+", (logs / "web-panel.err").read_text()).group(0)
+        start("web", [sys.executable, str(WRITERS), "web", str(N), str(logs / "web.json"), login, config_hash], env)
         start("tui", [sys.executable, str(WRITERS), "tui", str(N), str(logs / "tui.json"), "fake"],
               dict(env, DYNOCELL_ENGINE_PYTHON=str(shim), DYNOCELL_STOP_GRACE_S="2"))
         for name in ("cli", "web", "tui", "main-job"):

@@ -39,7 +39,7 @@ def server(web_store):  # noqa: F811
 
     from dynocell.db import models as m
     from dynocell.runbooks.views import web_token_create
-    from dynocell.web.app import create_app
+    from dynocell.web.app import create_app, uvicorn_options
 
     settings, cell, ids = web_store
     procedures = {}
@@ -59,7 +59,8 @@ def server(web_store):  # noqa: F811
     token = web_token_create(cell, "browser")
     app = create_app(settings, cell=cell, bind_host="127.0.0.1", procedures=procedures)
     port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                        **uvicorn_options(settings)))
     t = threading.Thread(target=srv.run, daemon=True)
     t.start()
     for _ in range(100):

@@ -5,17 +5,18 @@ temporary store (tests/web_fill.py stand-in rows). Its OpenAPI (``/openapi.json`
 API) is loaded over HTTP and extended with the HTML pages and form actions the published
 schema hides (``include_in_schema=False``), so every route is fuzzed: positive and negative
 (schema-violating) cases, plus positive cases on real ids (boots, runs, configs, entries), a
-bounded number per operation. Four passes:
+bounded number per operation. Five passes:
 
 - ``anonymous`` — login required (a web token exists), no credentials, every operation: any
   non-public route answering 2xx (or redirecting anywhere but /login) is an auth bypass;
-- ``no-csrf`` — open loopback mode (no login needed, the panel's default), no session cookie
-  and no CSRF token, every state-changing operation: any answer 2xx/3xx is a bypass (a state
-  change needs session + CSRF token, or a Bearer token);
+- ``no-csrf`` — logged in (session cookie) but no CSRF token, every state-changing operation:
+  any answer 2xx/3xx is a bypass (a state change needs session + CSRF token, or a Bearer token);
 - ``session`` — logged in with a valid token through /login (cookie + ``X-CSRF-Token``),
   every operation: anything may pass, nothing may 5xx;
 - ``bearer`` — ``Authorization: Bearer <valid token>``, every operation with a quarter of the
-  cases (each request costs a scrypt check): nothing may 5xx.
+  cases (each request costs a scrypt check): nothing may 5xx;
+- ``login`` — ``/login`` (form and page) with fuzzed tokens and forged forwarding headers
+  (``X-Forwarded-For``, ``Forwarded``, ``X-Real-IP``…): no session cookie, no redirect, no 5xx.
 
 Procedures behind actions are stubs that count their calls (the fuzz must not boot engines);
 a stub called, or a note written, in the first two passes is a bypass too. Figures (requests,
@@ -46,6 +47,8 @@ from tests.web_fill import fill_stand_in
 PUBLIC_PREFIXES = ("/static/", "/login", "/healthz")
 PUBLIC_PATHS = ("/openapi.json",)
 EXAMPLES = int(os.environ.get("DYNOCELL_FUZZ_EXAMPLES", "6"))
+FORGED_FORWARDING = {"X-Forwarded-For": "203.0.113.7, 127.0.0.1", "Forwarded": "for=198.51.100.9;proto=https",
+                     "X-Real-IP": "192.0.2.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example"}
 
 
 # ---------------------------------------------------------------- the panel, served
@@ -58,12 +61,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve(app: Any) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL."""
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port) in a thread, with the forwarding-header
+    options `dynocell web` uses (:func:`dynocell.web.app.uvicorn_options`); yields the base URL."""
     import uvicorn
+
+    from dynocell.web.app import uvicorn_options
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
-                                           access_log=False))
+                                           access_log=False, **uvicorn_options(app.state.settings)))
     thread = threading.Thread(target=server.run, name=f"panel-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -228,11 +234,20 @@ def judge_anonymous(method: str, path: str, status: int, headers: dict[str, str]
 
 
 def judge_no_csrf(method: str, path: str, status: int, headers: dict[str, str]) -> str | None:
-    """Open mode, no session, no CSRF token: no state-changing request may succeed."""
+    """A session but no CSRF token: no state-changing request may succeed."""
     if method in ("GET", "HEAD", "OPTIONS") or path == "/login":
         return None
     if 200 <= status < 400:
         return f"state-changing {method} answered {status} without session/CSRF token"
+    return None
+
+
+def judge_login(method: str, path: str, status: int, headers: dict[str, str]) -> str | None:
+    """Fuzzed tokens (and forged forwarding headers) at /login: no session may ever be issued."""
+    if "dynocell_session" in headers.get("set-cookie", ""):
+        return f"{method} {path} issued a session cookie to a fuzzed token ({status})"
+    if method == "POST" and 300 <= status < 400:
+        return f"login with a fuzzed token redirected ({status})"
     return None
 
 
@@ -312,12 +327,14 @@ def run_passes(fuzz_store, examples: int = EXAMPLES, *, derandomize: bool = True
         anon.bypasses.append(f"{_notes(cell) - notes0} note(s) written without credentials")
     passes.append(anon)
 
-    # 2. open loopback mode, no session cookie, no CSRF token — the state-changing operations
+    # 2. logged in (session cookie) but no CSRF token — the state-changing operations
     procs, notes0 = StubProcedures(), _notes(cell)
-    app = _app(fuzz_store, procs, require_login=False)
+    app = _app(fuzz_store, procs, bind_host="127.0.0.1")
     with serve(app) as base:
+        cookies, _ = login_session(base, token)
         csrf = Figures("no-csrf")
-        fuzz(full_schema(app)[0], base, csrf, judge_no_csrf, methods=("POST", "PUT", "PATCH", "DELETE"), **kw)
+        fuzz(full_schema(app)[0], base, csrf, judge_no_csrf, methods=("POST", "PUT", "PATCH", "DELETE"),
+             cookies=cookies, **kw)
     if procs.calls:
         csrf.bypasses.append(f"procedures called without a CSRF token: {procs.calls[:5]}")
     if _notes(cell) != notes0:
@@ -341,6 +358,15 @@ def run_passes(fuzz_store, examples: int = EXAMPLES, *, derandomize: bool = True
                             timeout=10).status_code == 200
     assert session.statuses[200] and bearer.statuses[200] and procs.calls, "authenticated passes reached handlers"
     passes += [session, bearer]
+
+    # 5. the login routes with fuzzed tokens and forged forwarding headers: no session, no 5xx
+    app = _app(fuzz_store, StubProcedures(), bind_host="127.0.0.1")
+    with serve(app) as base:
+        schema = full_schema(app)[0]
+        schema = {**schema, "paths": {p: schema["paths"][p] for p in ("/login",)}}
+        login = Figures("login")
+        fuzz(schema, base, login, judge_login, headers=FORGED_FORWARDING, **{**kw, "examples": 2 * examples})
+    passes.append(login)
     return passes, complete
 
 
@@ -411,3 +437,30 @@ def test_out_of_range_integers_are_a_clear_400_not_a_500(fuzz_store):
         for n in (-10**25, 10**25):
             assert c.get(f"/api/boots/{ids['boots'][0]}/log?n={n}", headers=auth).status_code == 200
             assert c.get(f"/boots/{ids['boots'][0]}?n={n}", headers=auth).status_code == 200
+
+
+def test_forwarding_headers_do_not_choose_the_login_client(fuzz_store):
+    """Issue 16 item 7: uvicorn trusts X-Forwarded-For from 127.0.0.1 by default, so rotating it
+    dodged the login limit (and a chosen one locked the real user out). Served as `dynocell web`
+    serves (no proxy named): the back-off counts the TCP peer, whatever the headers say."""
+    import requests
+
+    from dynocell.web.app import create_app
+
+    settings, cell, _, token = fuzz_store
+    app = create_app(settings, cell=cell, procedures=StubProcedures(), bind_host="127.0.0.1",
+                     login_max_failures=3, login_backoff_s=600)
+    http = requests.Session()
+    http.trust_env = False
+    with serve(app) as base:
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert http.get(base + "/api/runs", headers=bearer, timeout=30).status_code == 200  # a script at work
+        codes = []
+        for i in range(8):
+            forged = {"X-Forwarded-For": f"10.0.{i}.{i + 1}", "Forwarded": f"for=10.1.{i}.1",
+                      "X-Real-IP": f"10.2.{i}.1"}
+            codes.append(http.post(base + "/login", data={"token": f"wrong-{i}"}, headers=forged,
+                                   allow_redirects=False, timeout=30).status_code)
+        assert codes == [401] * 3 + [429] * 5, codes
+        # backing off is not a lockout of the script that holds the right token (item 10)
+        assert http.get(base + "/api/runs", headers=bearer, timeout=30).status_code == 200

@@ -44,13 +44,24 @@ def web_store(tmp_path_factory):
     return settings, cell, ids
 
 
+LAUNCH = "dcl_test-launch-token"
+
+
+def logged_in(app) -> TestClient:
+    """A TestClient logged in the way `dynocell web` users are: through the printed token URL."""
+    c = TestClient(app)
+    r = c.get(f"/?token={LAUNCH}", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/", r.text
+    return c
+
+
 @pytest.fixture
 def client(web_store):
     from dynocell.web.app import create_app
 
     settings, cell, _ = web_store
-    app = create_app(settings, cell=cell, require_login=False)
-    with TestClient(app) as c:
+    app = create_app(settings, cell=cell, launch_token=LAUNCH)
+    with logged_in(app) as c:
         yield c
 
 
@@ -167,8 +178,8 @@ def test_actions_run_as_deduplicated_jobs(web_store):
         release.wait(10)
         return ids["runs"][0]
 
-    app = create_app(settings, cell=cell, require_login=False, procedures={"run": fake_run})
-    with TestClient(app) as c:
+    app = create_app(settings, cell=cell, launch_token=LAUNCH, procedures={"run": fake_run})
+    with logged_in(app) as c:
         token = csrf_of(c.get("/").text)
         r1 = c.post("/actions/run", data={"config": "tiny", "csrf_token": token}, follow_redirects=False)
         r2 = c.post("/actions/run", data={"config": ids["configs"][0], "csrf_token": token}, follow_redirects=False)

@@ -31,7 +31,7 @@ def secured(web_store, web_token):  # noqa: F811
 
     settings, cell, ids = web_store
     token = web_token
-    app = create_app(settings, cell=cell, bind_host="0.0.0.0", login_max_failures=3)
+    app = create_app(settings, cell=cell, bind_host="0.0.0.0", login_max_failures=3, login_backoff_s=600)
     with TestClient(app) as c:
         yield c, token, ids, app
 
@@ -152,15 +152,16 @@ def test_script_in_log_kernel_and_entry_renders_inert(secured):
     assert "&lt;script&gt;window.__pwned" in c.get(f"/boots/{ids['boots'][0]}").text
 
 
-def test_open_mode_rejects_foreign_host(web_store):  # noqa: F811
+def test_loopback_panel_rejects_foreign_host(web_store):  # noqa: F811
     from dynocell.web.app import create_app
 
     settings, cell, _ = web_store
-    app = create_app(settings, cell=cell, require_login=False)
+    app = create_app(settings, cell=cell, bind_host="127.0.0.1", launch_token="dcl_x")
     with TestClient(app, base_url="http://evil.example") as c:
-        assert c.get("/").status_code == 400
+        assert c.get("/?token=dcl_x").status_code == 400
+        assert c.get("/login").status_code == 400
     with TestClient(app, base_url="http://127.0.0.1:8700") as c:
-        assert c.get("/").status_code == 200
+        assert c.get("/?token=dcl_x").status_code == 200
 
 
 def test_cli_refuses_non_loopback_without_token_and_prints_token_once(tmp_path, monkeypatch):

@@ -10,6 +10,9 @@ a runbook entry with a ``<script>`` in its body).  # lead: switch to the real ru
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -40,6 +43,23 @@ def add_config(cell, toml_text: str, label: str) -> str:
     return cfg.config_hash
 
 
+def _stand_in_engine() -> tuple[int, float]:
+    """A real process standing in for a live boot's engine (its own session, like an engine; killed
+    at exit): ``(pid, create time)``. A live row must name a live process, or reconciling (which
+    every dashboard poll does, as `dynocell ps`) rightly settles it as ``lost``."""
+    import atexit
+    import subprocess
+    import sys
+
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(86400)"], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(lambda: proc.poll() is None and proc.kill())
+    threading.Thread(target=proc.wait, daemon=True).start()  # reap it when stopped
+    return proc.pid, psutil.Process(proc.pid).create_time()
+
+
 def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | None = None,
              log_lines: list[str] | None = None) -> str:
     bid = "b" + uuid.uuid4().hex[:11]
@@ -55,9 +75,16 @@ def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | No
     (d / "traces").mkdir(exist_ok=True)
     (d / "traces" / "rank0.trace.json.gz").write_bytes(b"\x1f\x8b fake")
     start = datetime.now(timezone.utc) - timedelta(minutes=7)
+    pid, detail = 4242, None
+    if state in ("ready", "starting"):
+        # live: a real stand-in engine, supervised by this (test) process
+        pid, ctime = _stand_in_engine()
+        detail = {"engine_create_time": ctime}
     with cell.store.session() as s:
-        b = m.Boot(id=bid, config_hash=config_hash, engine="reference", hostname="testhost", host="127.0.0.1",
-                   port=41234, argv="python -m dynocell.engine.reference", env={}, pid=4242, pgid=4242,
+        b = m.Boot(id=bid, config_hash=config_hash, engine="reference",
+                   hostname=socket.gethostname() if detail else "testhost", host="127.0.0.1",
+                   supervisor_pid=os.getpid() if detail else None,
+                   port=41234, argv="python -m dynocell.engine.reference", env={}, pid=pid, pgid=pid,
                    state=state, last_phase="ready" if not signature else "load_weights", log_path=str(log),
                    started_at=start, ready_at=None if signature else start + timedelta(seconds=6.5),
                    ready_s=None if signature else 6.5,
@@ -65,7 +92,7 @@ def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | No
                    exit_code=None if state == "ready" else (1 if signature else 0),
                    stop_how=None if state == "ready" or signature else "graceful",
                    failure_signature=signature, failure_detail={"line": "RuntimeError: CUDA out of memory"}
-                   if signature else None)
+                   if signature else detail)
         s.add(b)
         s.flush()
         phases = [("spawn", 0.0), ("import", 0.4), ("load_weights", 1.2), ("load_draft", 3.1), ("capture_graphs", 4.0),

@@ -82,3 +82,10 @@ def list_tokens(store: Store) -> list[dict]:
             {"id": t.id, "label": t.label, "created_at": t.created_at, "revoked_at": t.revoked_at}
             for t in s.scalars(select(WebToken).order_by(WebToken.id))
         ]
+
+
+def is_live(store: Store, token_id: int) -> bool:
+    """True when token ``token_id`` exists and is not revoked."""
+    with store.session() as s:
+        row = s.get(WebToken, token_id)
+        return row is not None and row.revoked_at is None

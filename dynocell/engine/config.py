@@ -20,6 +20,7 @@ import hashlib
 import json
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -234,6 +235,22 @@ class EngineConfig(_Section):
                 node = node.setdefault(p, {})
             node[leaf] = value
         return EngineConfig.model_validate(data)
+
+
+# ---------------------------------------------------------------- environment the engine inherits
+
+#: ``[env]`` names that make the engine's process load code the config author chooses (the dynamic
+#: loader's preload/search path, Python's start-up hooks, shell start-up files, the command search
+#: path). Allowed — operators mount patch folders — but marked on every face, and the web panel
+#: boots such a config only once it is trusted from the CLI.
+INJECTION_ENV_KEYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
+                      "BASH_ENV", "ENV", "PATH")
+
+
+def injection_env_keys(env: Mapping[str, str]) -> list[str]:
+    """The names in ``env`` that inject code into the engine process (:data:`INJECTION_ENV_KEYS`),
+    in :data:`INJECTION_ENV_KEYS` order; ``[]`` when none."""
+    return [k for k in INJECTION_ENV_KEYS if k in env]
 
 
 # ---------------------------------------------------------------- parsing

@@ -29,10 +29,11 @@ from dynocell.engine.config import (
     injection_env_keys,
     injection_warning,
     load_config,
+    parse_config,
     redact_env,
     to_toml,
 )
-from dynocell.errors import ConfigError, NotFound, UserError
+from dynocell.errors import ConfigError, NotFound, Refused, UserError
 from dynocell.runbooks.cell import Cell
 
 MIN_PREFIX = 6
@@ -326,3 +327,69 @@ def store_config(cell: Cell, cfg: EngineConfig) -> str:
 def read_config_file(path: str | Path) -> EngineConfig:
     """Parse a config file without storing it (for plans and dry runs). Raises ConfigError."""
     return load_config(path)
+
+
+# ---------------------------------------------------------------- web-facing: stored configs only, trust, redaction
+
+def resolve_stored(cell: Cell, ref: str) -> str:
+    """The hash of the *stored* config ``ref`` names (label, full hash or unique prefix); a path is
+    never read. For faces that take a reference from a request (the web panel). Raises NotFound."""
+    ref = (ref or "").strip()
+    if not ref:
+        raise UserError("no config given", "pick a stored config by name or hash")
+    store = cell.store
+    target = db.current_target(store, ref)
+    if target is not None:
+        return target
+    hexpart = ref.lower().removeprefix(HASH_PREFIX)
+    if len(hexpart) >= MIN_PREFIX and _HEX.match(hexpart):
+        matches = db.hashes_with_prefix(store, HASH_PREFIX + hexpart)
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise NotFound(f"hash prefix {ref!r} is ambiguous: matches "
+                           + ", ".join(short_hash(h) for h in matches[:5]), "give more hex digits")
+    raise NotFound(f"no stored config named {ref!r} and no hash starting with it",
+                   "pick one from the Configs page, or add one there by pasting its TOML "
+                   "(a file path is never read from a request)")
+
+
+def injection_keys_of(cell: Cell, config_hash: str) -> list[str]:
+    """The process-injection ``[env]`` names (LD_PRELOAD, PYTHONPATH, …) of a stored config."""
+    return injection_env_keys(config_by_hash(cell, config_hash).env)
+
+
+def check_web_bootable(cell: Cell, config_hash: str) -> None:
+    """Refuse (:class:`~dynocell.errors.Refused`, HTTP 403) a web boot of a config whose ``[env]``
+    injects code into the engine (:data:`~dynocell.engine.config.INJECTION_ENV_KEYS`) unless it
+    was trusted from the CLI."""
+    keys = injection_keys_of(cell, config_hash)
+    if keys and not is_trusted(cell, config_hash):
+        raise Refused(f"config {short_hash(config_hash)} sets {', '.join(keys)} in [env], which runs code of "
+                      "its author's choosing in the engine; the web panel boots it only once trusted",
+                      f"review it, then on the host run `dynocell config trust {short_hash(config_hash)}` "
+                      "(or boot it from the CLI)")
+
+
+def preview_config_text(text: str, name: str | None = None) -> tuple[str, str]:
+    """``(hash, label)`` that :func:`add_config_text` would store, writing nothing. Raises as it."""
+    cfg = parse_config(text, "<uploaded config>")
+    if not (name or cfg.meta.name):
+        raise UserError("the config has no name", "give a name, or set [meta] name in the TOML")
+    return cfg.config_hash, check_name(name or cfg.meta.name or "")
+
+
+def add_config_text(cell: Cell, text: str, name: str | None = None) -> ConfigRecord:
+    """Store a config from its TOML text (the web panel's "add config": pasted or uploaded) and
+    label it ``name`` / ``[meta] name``. Model paths are taken as written (no base directory).
+    Raises ConfigError for bad TOML or fields, UserError for a bad or missing name."""
+    _, label = preview_config_text(text, name)
+    cfg = parse_config(text, "<uploaded config>")
+    created = db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, cfg.canonical_json(), text)
+    relabelled = db.add_label(cell.store, label, cfg.config_hash)
+    return ConfigRecord(cfg.config_hash, label, created, relabelled)
+
+
+def label_target(cell: Cell, name: str) -> str | None:
+    """The hash label ``name`` points at now, or None."""
+    return db.current_target(cell.store, name)

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from sqlalchemy import desc, func, or_, select
 
 from dynocell.db import models as m
+from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
 
 LIVE_STATES = ("starting", "ready", "stopping")
@@ -234,7 +235,29 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
         entries = _signature_entries(s, b.failure_signature, _knowledge(cell))
         notes = _notes(s, "boot", b.id)
     return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": health, "runs": runs,
-            "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"])}
+            "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"]),
+            "failure": failure_text(b.failure_detail if b.state in FAILED_STATES or b.failure_signature
+                                    or (b.failure_detail or {}).get("reason") else None)}
+
+
+_FAILURE_FIELDS = (("title", "what"), ("reason", "why"), ("error", "error"), ("line", "log line"),
+                   ("last_phase", "last phase"), ("last_state", "state before"), ("hint", "what to do"),
+                   ("survivors", "processes left"))
+
+
+def failure_text(detail: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A boot's ``failure_detail`` as readable text: ``{fields: [(label, text)], tail: [log lines]}``
+    (bookkeeping such as process create times left out); None when there is nothing to say."""
+    if not detail:
+        return None
+    fields = []
+    for key, label in _FAILURE_FIELDS:
+        v = detail.get(key)
+        if v in (None, "", [], {}):
+            continue
+        fields.append((label, ", ".join(map(str, v)) if isinstance(v, list) else str(v)))
+    tail = [str(x) for x in (detail.get("tail") or [])][-30:]
+    return {"fields": fields, "tail": tail} if fields or tail else None
 
 
 def _signature_entries(s, signature: str | None, k: Any = None) -> list[dict[str, Any]]:
@@ -380,6 +403,7 @@ def list_configs(cell) -> list[dict[str, Any]]:
             last = s.scalars(select(m.Run).where(m.Run.config_hash == c.config_hash)
                              .order_by(desc(m.Run.started_at)).limit(1)).first()
             d["last_tau"] = _run_tau(s, last.id) if last else None
+            d["injection_env"] = _env_marks(c.canonical_json)[0]
             out.append(d)
         return out
 
@@ -389,6 +413,11 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
 
     ``config.source_toml`` is the TOML as stored; ``canonical`` the parsed canonical JSON;
     ``traps``: runbook entries whose ``applies_to`` matches (via runbooks.knowledge when present).
+    Secret-looking ``[env]`` values (``redact_env``: names with TOKEN, KEY, SECRET, PASSWORD) are
+    ``***`` in ``canonical``, ``config.canonical_json`` and ``config.source_toml`` (then the
+    canonical TOML, since the text as written carries them); ``config_hash`` is the real one.
+    ``config.injection_env``: its process-injection ``[env]`` names; ``config.trusted``:
+    ``{by, at}`` when trusted from the CLI, else None.
     """
     with cell.store.session() as s:
         c = _resolve_config(s, ref)
@@ -402,8 +431,29 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
                 s.scalars(select(m.Run).where(m.Run.config_hash == c.config_hash)
                           .order_by(desc(m.Run.started_at)).limit(50))]
         notes = _notes(s, "config", c.config_hash)
-    return {"config": cfg, "canonical": json.loads(cfg["canonical_json"]), "boots": boots, "runs": runs,
-            "traps": _traps(cell, cfg["canonical_json"]), "notes": notes}
+        trust = s.get(m.ConfigTrust, c.config_hash)
+    traps = _traps(cell, cfg["canonical_json"])
+    injection, secrets = _env_marks(cfg["canonical_json"])
+    canonical = json.loads(cfg["canonical_json"])
+    if secrets:
+        from dynocell.engine.config import config_from_canonical, to_toml
+
+        canonical["env"] = redact_env(canonical.get("env") or {})
+        cfg["canonical_json"] = json.dumps(canonical, sort_keys=True)
+        shown = config_from_canonical(json.dumps(canonical))
+        cfg["source_toml"] = ("# secret [env] values are redacted (the hash covers the real ones); the TOML as "
+                              "written is not shown\n" + to_toml(shown))
+    cfg["injection_env"] = injection
+    cfg["trusted"] = None if trust is None else {"by": trust.trusted_by, "at": _aware(trust.trusted_at)}
+    return {"config": cfg, "canonical": canonical, "boots": boots, "runs": runs, "traps": traps, "notes": notes}
+
+
+def _env_marks(canonical_json: str) -> tuple[list[str], list[str]]:
+    """``(process-injection env names, secret-looking env names)`` of a stored config."""
+    from dynocell.engine.config import injection_env_keys
+
+    env = json.loads(canonical_json).get("env") or {}
+    return injection_env_keys(env), sorted(k for k, v in redact_env(env).items() if v != env[k])
 
 
 def _traps(cell, canonical_json: str) -> list[dict[str, Any]]:
@@ -429,7 +479,12 @@ def config_diff(cell, ref_a: str, ref_b: str) -> dict[str, Any]:
         a = {"config_hash": ca.config_hash, "labels": labels.get(ca.config_hash, [])}
         b = {"config_hash": cb.config_hash, "labels": labels.get(cb.config_hash, [])}
         fields = diff_configs(config_from_canonical(ca.canonical_json), config_from_canonical(cb.canonical_json))
-    return {"a": a, "b": b, "fields": [{"field": f, "a": va, "b": vb} for f, va, vb in fields]}
+    out = []
+    for f, va, vb in fields:
+        if f.startswith("env.") and redact_env({f[4:]: ""}).get(f[4:]) != "":
+            va, vb = (None if va is None else REDACTED), (None if vb is None else REDACTED)
+        out.append({"field": f, "a": va, "b": vb})
+    return {"a": a, "b": b, "fields": out}
 
 
 # ---------------------------------------------------------------- logs and artifacts
@@ -638,7 +693,39 @@ def web_token_verify(cell, token: str) -> int | None:
     return dbweb.verify_token(cell.store, token)
 
 
+def web_token_live(cell, token_id: int) -> bool:
+    """True when stored web token ``token_id`` exists and is not revoked."""
+    from dynocell.db import web as dbweb
+
+    return dbweb.is_live(cell.store, token_id)
+
+
+def web_token_list(cell) -> list[dict[str, Any]]:
+    """Every web token as ``{id, label, created_at, revoked_at}`` (never the token or its hash)."""
+    from dynocell.db import web as dbweb
+
+    return [{**t, "created_at": _aware(t["created_at"]), "revoked_at": _aware(t["revoked_at"])}
+            for t in dbweb.list_tokens(cell.store)]
+
+
+def web_token_revoke(cell, token_id: int) -> None:
+    """Revoke web token ``token_id`` (its sessions end at their next request). Raises NotFound
+    when no live token has that id."""
+    from dynocell.db import web as dbweb
+
+    if not dbweb.revoke_token(cell.store, token_id):
+        raise NotFound(f"no live web token with id {token_id}", "see `dynocell web token list`")
+
+
 # ---------------------------------------------------------------- cell and keys for faces
+
+def reconcile_live(cell) -> None:
+    """Settle live-looking boots whose supervisor died, exactly as ``dynocell ps`` does
+    (:func:`dynocell.runbooks.boots.reconcile`: engine gone → ``lost``; orphaned engine → stopped)."""
+    from dynocell.runbooks.boots import ps
+
+    ps(cell)
+
 
 def open_view_cell(settings) -> Any:
     """A cell for the faces: ``dynocell.runbooks.cell.open_cell(settings)`` when available, else a
@@ -653,25 +740,6 @@ def open_view_cell(settings) -> Any:
         from dynocell.db.session import open_store
 
         return SimpleNamespace(settings=settings, store=open_store(settings.db_url))
-
-
-def config_key(cell, ref: str) -> str:
-    """The config hash ``ref`` names (label, hash, hash prefix, or a TOML file path); the ref itself
-    when it names nothing known yet. Used to de-duplicate background jobs per config."""
-    ref = (ref or "").strip()
-    if not ref:
-        raise UserError("no config given", "pick a config label, hash or TOML path")
-    try:
-        with cell.store.session() as s:
-            return _resolve_config(s, ref).config_hash
-    except NotFound:
-        pass
-    p = Path(ref)
-    if p.suffix == ".toml" and p.is_file():
-        from dynocell.engine.config import load_config
-
-        return load_config(p).config_hash
-    return ref
 
 
 def boot_key(cell, ref: str) -> str:

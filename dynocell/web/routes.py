@@ -8,6 +8,7 @@ GET handlers only read. Actions start background jobs through ``app.state.jobs``
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -16,8 +17,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
 
-from dynocell.errors import NotFound
-from dynocell.runbooks import views
+from dynocell.errors import NotFound, UserError
+from dynocell.runbooks import configs, views
 from dynocell.web import charts
 from dynocell.web.app import _result_id, set_session_cookie
 from dynocell.web.auth import COOKIE, CSRF_FIELD, CSRF_HEADER
@@ -47,9 +48,28 @@ class JobOut(BaseModel):
 
 
 class StartRequest(BaseModel):
-    """Start a run or a boot of a config (label, hash, hash prefix or TOML path)."""
+    """Start a run or a boot of a stored config (label, hash or hash prefix; never a file path)."""
 
     config: str
+
+
+class ConfigAddRequest(BaseModel):
+    """Store a config from its TOML text, labelled ``name`` (default: its ``[meta] name``).
+
+    When the label already points at another config, nothing is stored unless ``confirm`` is
+    the new config's hash (the answer then is 409 with the move to confirm)."""
+
+    toml: str
+    name: str | None = None
+    confirm: str | None = None
+
+
+class ConfigAddedOut(BaseModel):
+    """A stored config: ``hash``, ``name`` (its label now), ``moved_from`` (the label's old hash)."""
+
+    hash: str
+    name: str
+    moved_from: str | None = None
 
 
 class NoteRequest(BaseModel):
@@ -87,13 +107,15 @@ def cell(request: Request) -> Any:
     return request.app.state.cell
 
 
-def render(request: Request, name: str, ctx: dict[str, Any], status: int = 200) -> Response:
+def render(request: Request, name: str, ctx: dict[str, Any], status: int = 200,
+           headers: dict[str, str] | None = None) -> Response:
     app = request.app
     full = app.state.base_context(request)
     full.update(ctx)
     frag = request.query_params.get("fragment")
     block = frag if frag and frag in FRAGMENTS.get(name, set()) else None
-    return app.state.templates.TemplateResponse(request, name, full, status_code=status, block_name=block)
+    return app.state.templates.TemplateResponse(request, name, full, status_code=status, block_name=block,
+                                                headers=headers)
 
 
 def _safe_next(target: str | None) -> str:
@@ -130,6 +152,50 @@ def _start(request: Request, kind: str, proc: str, ref: str, key: str, label: st
         return _result_id(fn(c, ref, progress=progress))
 
     return request.app.state.jobs.start(kind, job, key=key, label=label)
+
+
+MAX_UPLOAD = 1 << 20
+
+
+def _name(request: Request, ref: str, config_hash: str) -> str:
+    """How a job names its config: the label the request used, else the short hash."""
+    ref = ref.strip()
+    return ref if configs.label_target(cell(request), ref) == config_hash else configs.short_hash(config_hash)
+
+
+def _bootable_config(request: Request, ref: str) -> str:
+    """The hash of the stored config ``ref`` names (never a path), refused when its ``[env]``
+    injects code and nobody trusted it from the CLI."""
+    c = cell(request)
+    h = configs.resolve_stored(c, ref)
+    configs.check_web_bootable(c, h)
+    return h
+
+
+def _add_config(request: Request, text: str, name: str | None, confirm: str) -> Response:
+    """Store pasted/uploaded TOML; a label that would move to another config needs ``confirm``
+    equal to the new hash — otherwise 409 and the move spelled out (``label tiny: sha256:aaa… →
+    sha256:bbb…``), nothing stored."""
+    c = cell(request)
+    if len(text.encode()) > MAX_UPLOAD:
+        raise UserError("config text is larger than 1 MiB", "paste the engine config only")
+    cfg_hash, label = configs.preview_config_text(text, name)
+    old = configs.label_target(c, label)
+    is_api = request.url.path.startswith("/api")
+    if old is not None and old != cfg_hash and confirm.strip() != cfg_hash:
+        move = {"label": label, "from": old, "to": cfg_hash,
+                "text": f"label {label}: {old[:19]}… → {cfg_hash[:19]}…"}
+        if is_api:
+            return JSONResponse({"error": f"{move['text']} needs confirmation",
+                                 "hint": "send again with confirm = the new hash", "status": 409,
+                                 "move": move}, status_code=409)
+        return render(request, "config_add.html", {"title": "Confirm label move", "toml": text, "name": label,
+                                                   "move": move}, status=409)
+    rec = configs.add_config_text(c, text, label)
+    moved = old if old is not None and old != cfg_hash else None
+    if is_api:
+        return JSONResponse({"hash": rec.hash, "name": rec.name, "moved_from": moved})
+    return RedirectResponse(f"/configs/{quote(rec.hash, safe=':')}", status_code=303)
 
 
 def _run_charts(detail: dict[str, Any]) -> dict[str, Any]:
@@ -198,19 +264,16 @@ def install(app: FastAPI) -> None:
 
     @pages.post("/login")
     def login(request: Request, token: str = Form(""), next: str = Form("/")):  # noqa: A002
-        lim = request.app.state.limiter
-        client = _client(request)
-        wait = lim.blocked(client)
+        # Origin/Host were checked by the access middleware (a cross-origin form never gets here).
+        tid, wait = request.app.state.check_token(token, _client(request))
         if wait:
             return render(request, "login.html", {"next": _safe_next(next), "title": "Log in",
-                                                  "error": f"Too many failed logins; try again in {wait:.0f} s."},
-                          status=429)
-        if views.web_token_verify(cell(request), token.strip()) is None:
-            lim.failed(client)
+                                                  "error": f"Too many failed logins; try again in {ceil(wait)} s."},
+                          status=429, headers={"Retry-After": str(ceil(wait))})
+        if tid is None:
             return render(request, "login.html", {"next": _safe_next(next), "title": "Log in",
                                                   "error": "That token is not valid."}, status=401)
-        lim.succeeded(client)
-        value, _ = request.app.state.sessions.issue(authenticated=True)
+        value, _ = request.app.state.sessions.issue(tid)
         resp = RedirectResponse(_safe_next(next), status_code=303)
         set_session_cookie(resp, value)
         return resp
@@ -218,6 +281,7 @@ def install(app: FastAPI) -> None:
     # ------------------------------------------------ pages
     @pages.get("/", response_class=HTMLResponse)
     def dashboard_page(request: Request):
+        views.reconcile_live(cell(request))
         data = views.dashboard(cell(request))
         configs = views.list_configs(cell(request))
         jobs = request.app.state.jobs.list()[:10]
@@ -227,6 +291,10 @@ def install(app: FastAPI) -> None:
     @pages.get("/configs", response_class=HTMLResponse)
     def configs_page(request: Request):
         return render(request, "configs.html", {"configs": views.list_configs(cell(request)), "title": "Configs"})
+
+    @pages.get("/configs-add", response_class=HTMLResponse)
+    def config_add_page(request: Request):
+        return render(request, "config_add.html", {"title": "Add config", "toml": "", "name": "", "move": None})
 
     @pages.get("/configs-diff", response_class=HTMLResponse)
     def config_diff_page(request: Request, a: str = Query(...), b: str = Query(...)):
@@ -243,10 +311,12 @@ def install(app: FastAPI) -> None:
 
     @pages.get("/boots", response_class=HTMLResponse)
     def boots_page(request: Request, all: bool = True):  # noqa: A002
+        views.reconcile_live(cell(request))
         return render(request, "boots.html", {"boots": views.list_boots(cell(request), all), "title": "Boots"})
 
     @pages.get("/boots/{boot_id}", response_class=HTMLResponse)
     def boot_page(request: Request, boot_id: str, n: int = 200, q: str = ""):
+        views.reconcile_live(cell(request))
         d = views.boot_detail(cell(request), boot_id)
         log = views.log_tail(cell(request), d["boot"]["id"], n, q or None)
         return render(request, "boot.html", {"b": d, "log": log, "q": q, "n": n,
@@ -311,13 +381,23 @@ def install(app: FastAPI) -> None:
 
     @actions.post("/actions/run")
     def start_run(request: Request, config: str = Form(...)):
-        key = views.config_key(cell(request), config)
-        return _started(request, _start(request, "run", "run", config, key, f"run {config}"))
+        key = _bootable_config(request, config)
+        return _started(request, _start(request, "run", "run", key, key, f"run {_name(request, config, key)}"))
 
     @actions.post("/actions/boot")
     def start_boot(request: Request, config: str = Form(...)):
-        key = views.config_key(cell(request), config)
-        return _started(request, _start(request, "boot", "boot", config, key, f"boot {config}"))
+        key = _bootable_config(request, config)
+        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(request, config, key)}"))
+
+    @actions.post("/configs-add")
+    async def add_config(request: Request):
+        form = await request.form()
+        text = form.get("toml")
+        upload = form.get("upload")
+        if hasattr(upload, "read") and getattr(upload, "filename", ""):
+            text = (await upload.read(MAX_UPLOAD + 1)).decode("utf-8", errors="replace")
+        name = str(form.get("name") or "").strip() or None
+        return _add_config(request, text if isinstance(text, str) else "", name, str(form.get("confirm") or ""))
 
     for verb in ("stop", "health", "bench", "profile"):
         def make(verb: str):
@@ -341,14 +421,17 @@ def install(app: FastAPI) -> None:
 
     @api.get("/dashboard", summary="Live boots, recent runs, failures")
     def api_dashboard(request: Request):
+        views.reconcile_live(cell(request))
         return j(views.dashboard(cell(request)))
 
     @api.get("/boots", summary="Boots, newest first (live only unless all=true)")
     def api_boots(request: Request, all: bool = False):  # noqa: A002
+        views.reconcile_live(cell(request))
         return j(views.list_boots(cell(request), all))
 
     @api.get("/boots/{boot_id}", summary="One boot: phases, health history, runs, linked entries")
     def api_boot(request: Request, boot_id: str):
+        views.reconcile_live(cell(request))
         return j(views.boot_detail(cell(request), boot_id))
 
     @api.get("/boots/{boot_id}/log", summary="Log tail (n lines, optional case-insensitive search q)")
@@ -400,15 +483,21 @@ def install(app: FastAPI) -> None:
 
     # ------------------------------------------------ JSON API (actions)
     @api_actions.post("/runs", response_model=StartedOut, status_code=202,
-                      summary="Start the main job for a config (deduplicated per config)")
+                      summary="Start the main job for a stored config (deduplicated per config)")
     def api_start_run(request: Request, body: StartRequest):
-        key = views.config_key(cell(request), body.config)
-        return _started(request, _start(request, "run", "run", body.config, key, f"run {body.config}"))
+        key = _bootable_config(request, body.config)
+        return _started(request, _start(request, "run", "run", key, key, f"run {_name(request, body.config, key)}"))
 
-    @api_actions.post("/boots", response_model=StartedOut, status_code=202, summary="Boot a config (detached)")
+    @api_actions.post("/boots", response_model=StartedOut, status_code=202,
+                      summary="Boot a stored config (detached)")
     def api_start_boot(request: Request, body: StartRequest):
-        key = views.config_key(cell(request), body.config)
-        return _started(request, _start(request, "boot", "boot", body.config, key, f"boot {body.config}"))
+        key = _bootable_config(request, body.config)
+        return _started(request, _start(request, "boot", "boot", key, key, f"boot {_name(request, body.config, key)}"))
+
+    @api_actions.post("/configs", response_model=ConfigAddedOut,
+                      summary="Store a config from its TOML text (moving a label needs confirm = the new hash)")
+    def api_add_config(request: Request, body: ConfigAddRequest):
+        return _add_config(request, body.toml, body.name, body.confirm or "")
 
     for verb in ("stop", "health", "bench", "profile"):
         def make_api(verb: str):

@@ -1,7 +1,11 @@
-"""``dynocell web [--host H] [--port P]`` serves the browser panel; ``dynocell web token create`` makes a login token.
+"""``dynocell web [--host H] [--port P]`` serves the browser panel; ``dynocell web token create | list |
+revoke`` manage its login tokens.
 
-Binding to an address other than loopback needs at least one token (the panel can start and
-stop GPU engines); the command refuses otherwise. Tokens are printed once and stored hashed.
+The panel always requires a login. With no stored token, ``dynocell web`` makes a token for
+this run only and prints a login URL carrying it (``http://127.0.0.1:8700/?token=…``, as Jupyter
+does); opening it trades the token for a session cookie. Binding to an address other than
+loopback needs a stored token (the panel can start and stop GPU engines); the command refuses
+otherwise. Tokens are printed once and stored hashed; revoking one ends its sessions.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ from dynocell.cli.common import err_console, get_cell, get_settings
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``web`` (serve) and ``web token create`` to the root app."""
+    """Add ``web`` (serve) and ``web token create | list | revoke`` to the root app."""
     web = typer.Typer(help="The browser admin panel (FastAPI + htmx).\n\nExample: dynocell web --port 8700",
                       invoke_without_command=True,
                       no_args_is_help=False)
     token = typer.Typer(help="Web-panel login tokens.", no_args_is_help=True)
     web.callback(invoke_without_command=True)(web_cmd)
     token.command("create")(token_create_cmd)
+    token.command("list")(token_list_cmd)
+    token.command("revoke")(token_revoke_cmd)
     web.add_typer(token, name="token")
     app.add_typer(web, name="web")
 
@@ -55,10 +61,19 @@ def web_cmd(
                         "or bind to 127.0.0.1")
     import uvicorn
 
-    app = web_app.create_app(settings, bind_host=host, cell=cell)
-    mode = "login required" if app.state.login_required() else "open on loopback (no token created)"
-    err_console.print(f"dynocell panel on http://{host}:{port}/ ({mode})", markup=False, highlight=False)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    auth = importlib.import_module("dynocell.web.auth")
+    launch = auth.new_launch_token() if tokens == 0 else None
+    app = web_app.create_app(settings, bind_host=host, cell=cell, launch_token=launch)
+    shown = f"[{host}]" if ":" in host else host
+    if launch:
+        err_console.print(f"dynocell panel (login required); open this URL to log in:\n"
+                          f"    http://{shown}:{port}/?token={launch}\n"
+                          "(the token is valid while this panel runs; `dynocell web token create` makes a lasting one)",
+                          markup=False, highlight=False, soft_wrap=True)
+    else:
+        err_console.print(f"dynocell panel on http://{shown}:{port}/ (login required: log in with a token from "
+                          "`dynocell web token create`)", markup=False, highlight=False, soft_wrap=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", **web_app.uvicorn_options(settings))
 
 
 def token_create_cmd(
@@ -70,3 +85,31 @@ def token_create_cmd(
     tok = views.web_token_create(get_cell(), label)
     typer.echo(tok)
     err_console.print("Store it now: it is not shown again. Log in at /login with it.", markup=False)
+
+
+def token_list_cmd() -> None:
+    """List web tokens: id, label, created, revoked (never the token itself)."""
+    from dynocell.runbooks import views
+
+    rows = views.web_token_list(get_cell())
+    if not rows:
+        typer.echo("no web tokens (`dynocell web token create` makes one)")
+        return
+    for t in rows:
+        state = f"revoked {t['revoked_at']:%Y-%m-%d %H:%M}" if t["revoked_at"] else "live"
+        label = _printable(t["label"] or "-")
+        typer.echo(f"{t['id']:>4}  {label:<20}  created {t['created_at']:%Y-%m-%d %H:%M}  {state}")
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def token_revoke_cmd(
+    token_id: int = typer.Argument(..., help="Token id (see `dynocell web token list`)."),
+) -> None:
+    """Revoke a web token: it stops logging in and its open sessions end at their next request."""
+    from dynocell.runbooks import views
+
+    views.web_token_revoke(get_cell(), token_id)
+    typer.echo(f"revoked web token {token_id}")
