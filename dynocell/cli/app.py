@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.model",
     "dynocell.cli.commands.plan",
     "dynocell.cli.commands.tui",
+    "dynocell.cli.commands.imports",
 )
 
 app = typer.Typer(

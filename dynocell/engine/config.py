@@ -452,11 +452,34 @@ def load_config(path: str | Path) -> EngineConfig:
 
 
 def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = None) -> EngineConfig:
-    """Rebuild a config from its stored canonical JSON (plus optional ``meta``)."""
+    """Rebuild a config from its stored canonical JSON (plus optional ``meta``).
+
+    An observed config (``{"observed": true, "engine", "fields"}``, see
+    :mod:`dynocell.engine.observed`) gives a runtime view: the revealed fields
+    set, every other field at dynocell's default (used to probe the engine, never
+    stored); fields dynocell's config does not have (``engine_version`` …) are left out,
+    and an engine dynocell cannot boot (vLLM, llama.cpp) is probed as the SGLang-compatible
+    HTTP surface it shares (the stored row keeps the real engine name).
+    """
     data = json.loads(canonical_json)
+    if isinstance(data, dict) and data.get("observed"):
+        data = _observed_runtime(data)
     if meta:
         data["meta"] = meta
     return EngineConfig.model_validate(data)
+
+
+def _observed_runtime(data: dict[str, Any]) -> dict[str, Any]:
+    engine = data.get("engine")
+    out: dict[str, Any] = {"engine": engine if engine in ENGINES else "sglang", "model_path": "unknown"}
+    sections = _sections()
+    for dotted, value in (data.get("fields") or {}).items():
+        *parents, leaf = dotted.split(".")
+        model = sections.get(parents[0] if parents else None)
+        if len(parents) > 1 or model is None or leaf not in model.model_fields or value is None:
+            continue
+        (out.setdefault(parents[0], {}) if parents else out)[leaf] = value
+    return out
 
 
 def to_toml(cfg: EngineConfig) -> str:
