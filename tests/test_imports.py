@@ -326,3 +326,177 @@ def test_cli_trace_split_and_import_log(cli_env):
     bad = _run(cli_env, "import", "log", str(FOREIGN / "sglang-multinode-node1-truncated.log"), ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "line 4" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_import_one_real_vllm_scrape_gives_the_per_position_curve(cell):
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.metrics import parse_metrics
+
+    res = import_metrics_and_check(cell, VLLM / "C_draft_graph.metrics.txt")
+    assert res["window"] == "since the engine started" and res["observed"]
+    snap = parse_metrics((VLLM / "C_draft_graph.metrics.txt").read_text())
+    drafts = snap.sum("vllm:spec_decode_num_drafts_total")
+    per = [snap.get("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i)) for i in range(3)]
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    assert [p["p_uncond"] for p in curve["points"]] == pytest.approx([x / drafts for x in per])
+    # τ = 1 + accepted / drafts, and it equals 1 + Σ p_i (vLLM counts every accepted token at its position)
+    accepted = snap.sum("vllm:spec_decode_num_accepted_tokens_total")
+    assert curve["tau"] == pytest.approx(1 + accepted / drafts) and curve["engine_tau"] == pytest.approx(curve["tau"])
+    assert curve["steps"] == drafts == 1995
+
+
+def import_metrics_and_check(cell, *paths, **kw):
+    from dynocell.runbooks.evidence import import_metrics
+
+    res = import_metrics(cell, list(paths), **kw)
+    assert res["created"]
+    again = import_metrics(cell, list(paths), **kw)
+    assert not again["created"] and again["run_id"] == res["run_id"]
+    return res
+
+
+def test_scrapes_of_two_engine_processes_are_refused(cell):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    before = _counts(cell)
+    with pytest.raises(UserError, match="_created changed since"):
+        import_metrics(cell, [VLLM / "C_draft_graph.metrics.txt", VLLM / "E_ngram_graph.metrics.txt"])
+    assert _counts(cell) == before
+
+
+def test_non_monotonic_counters_are_refused(cell, tmp_path):
+    """Bad input: the later scrape shows a counter lower than the earlier one (scrapes swapped
+    by hand: the real scrape, then the same scrape with one counter lowered)."""
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    text = (VLLM / "C_draft_graph.metrics.txt").read_text()
+    line = next(l for l in text.splitlines() if l.startswith("vllm:spec_decode_num_drafts_total{"))
+    lowered = text.replace(line, line.rsplit(" ", 1)[0] + " 1000.0")
+    later = tmp_path / "later.txt"
+    later.write_text(lowered)
+    before = _counts(cell)
+    with pytest.raises(UserError) as err:
+        import_metrics(cell, [VLLM / "C_draft_graph.metrics.txt", later])
+    assert "vllm:spec_decode_num_drafts_total" in err.value.message and "went down from 1995 " in err.value.message
+    assert "later.txt" in err.value.message
+    assert _counts(cell) == before
+
+
+def test_metrics_junk_is_refused(cell, tmp_path):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    junk = tmp_path / "junk.txt"
+    junk.write_bytes(b"# HELP x\n" + bytes(range(256)))
+    html = tmp_path / "page.txt"
+    html.write_text("<html><body>502 Bad Gateway</body></html>\n")
+    before = _counts(cell)
+    for p, why in ((junk, "line 2: binary content"), (html, "not Prometheus text format")):
+        with pytest.raises(UserError, match=why):
+            import_metrics(cell, [p])
+    assert _counts(cell) == before
+
+
+def test_foreign_dp_scrape_sums_engines(cell):
+    from dynocell.engine.metrics import parse_metrics
+
+    snap = parse_metrics((FOREIGN / "vllm-dp-spec-drafts.metrics.txt").read_text())
+    assert snap.sum("vllm:spec_decode_num_drafts_total") == 22 + 15 + 29 + 20 + 25 + 24 + 27 + 26
+    res = import_metrics_and_check(cell, FOREIGN / "vllm-dp-spec-drafts.metrics.txt", config_ref=EXAMPLE)
+    assert res["acceptance"] is None  # the excerpt has no per-position series: no curve invented
+
+
+# ---------------------------------------------------------------- requests and bench files
+
+def test_import_real_sglang_meta_info_requests(cell):
+    from dynocell.db import runs as db_runs
+
+    res = import_requests_and_check(cell, DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl", config_ref=EXAMPLE)
+    assert res["format"] == "sglang-meta_info" and res["requests"] == 2
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    metas = [json.loads(l)["meta_info"] for l in (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()]
+    hist = [sum(col) for col in zip(*(m["spec_correct_drafts_histogram"] for m in metas))]
+    assert curve["histogram"] == hist
+    (row,) = db_runs.bench_rows(cell.store, res["run_id"])
+    assert row["completion_tokens"] == sum(m["completion_tokens"] for m in metas)
+
+
+def import_requests_and_check(cell, path, **kw):
+    from dynocell.runbooks.evidence import import_requests
+
+    res = import_requests(cell, path, **kw)
+    assert res["created"]
+    assert not import_requests(cell, path, **kw)["created"]
+    return res
+
+
+def test_import_real_vllm_probe_requests_and_vllm_spec_metrics(cell):
+    res = import_requests_and_check(cell, VLLM / "C_draft_graph.result.json", config_ref=EXAMPLE)
+    assert res["format"] == "openai-usage" and res["requests"] == 12 and res["acceptance"] is None
+    spec = import_requests_and_check(cell, FOREIGN / "vllm-per-request-spec-metrics.jsonl", config_ref=EXAMPLE)
+    # histogram [39, 1, 0, 3] over 43 steps: τ = 1 + (1 + 9) / 43 = vLLM's own mean_acceptance_length
+    assert spec["acceptance"]["tau"] == pytest.approx(1 + 10 / 43, abs=1e-4)
+    assert spec["acceptance"]["steps"] == 43
+
+
+BENCH = DATA / "bench"
+
+
+@pytest.mark.parametrize("name,tool,levels,ttft_p50", [
+    ("sglang-bench-serving.jsonl", "sglang-bench-serving", 1, 6711.85),
+    ("vllm-bench-serve.json", "vllm-bench-serve", 1, 7099.88),
+    ("aiperf-profile_export_aiperf.json", "aiperf", 1, 787.5439584999999),
+    ("guidellm-benchmarks.json", "guidellm", 2, 120.0),
+])
+def test_import_bench_files_of_each_tool(cell, name, tool, levels, ttft_p50):
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.evidence import import_bench
+
+    res = import_bench(cell, BENCH / name, config_ref=EXAMPLE)
+    assert res["tool"] == tool and len(res["levels"]) == levels
+    rows = db_runs.bench_rows(cell.store, res["run_id"])
+    assert len(rows) == levels and rows[0]["ttft_ms"]["p50"] == pytest.approx(ttft_p50)
+    assert rows[0]["extra"]["tool"] == tool and isinstance(rows[0]["extra"]["lost"], list)
+    assert not import_bench(cell, BENCH / name, config_ref=EXAMPLE)["created"]
+
+
+def test_bench_field_mapping_details(cell):
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.evidence import import_bench
+
+    aip = import_bench(cell, BENCH / "aiperf-profile_export_aiperf.json", config_ref=EXAMPLE)
+    (row,) = db_runs.bench_rows(cell.store, aip["run_id"])
+    assert row["concurrency"] == 100 and row["num_requests"] == 200 and row["completion_tokens"] == 19370
+    assert row["e2e_ms"]["p90"] == pytest.approx(8594.209632299999) and row["ttft_ms"]["p90"] is None
+    assert "error_summary" in row["extra"]["lost"]
+    sgl = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)
+    (row,) = db_runs.bench_rows(cell.store, sgl["run_id"])
+    assert row["e2e_ms"]["mean"] == 11746.39 and row["itl_ms"]["p99"] == 13753.42
+    assert "p95_itl_ms" in row["extra"]["lost"] and "total_output_tokens_retokenized" in row["extra"]["lost"]
+
+
+def test_unknown_bench_tool_and_broken_json_are_refused(cell, tmp_path):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_bench, import_requests
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text((BENCH / "sglang-bench-serving.jsonl").read_text()[:200])
+    before = _counts(cell)
+    with pytest.raises(UserError, match="not a result file of a benchmark tool dynocell knows"):
+        import_bench(cell, BENCH / "unknown-tool.json", config_ref=EXAMPLE)
+    with pytest.raises(UserError, match="line 1: not JSON"):
+        import_bench(cell, cut, config_ref=EXAMPLE)
+    with pytest.raises(UserError, match="line 1: neither an SGLang response"):
+        import_requests(cell, BENCH / "unknown-tool.json", config_ref=EXAMPLE)
+    assert _counts(cell) == before
+
+
+def test_cli_import_metrics_and_bench(cli_env):
+    out = _run(cli_env, "import", "metrics", str(VLLM / "C_draft_graph.metrics.txt")).stdout
+    assert "0.8150" in out and "τ = 3.0226" in out
+    bad = _run(cli_env, "import", "bench", str(BENCH / "unknown-tool.json"), "--config", EXAMPLE, ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "unknown-tool.json: line 1" in bad.stderr

@@ -143,3 +143,83 @@ def trace_split_cmd(
     out(t)
     for w in res.get("warnings") or []:
         out(f"warning: {w}")
+
+
+@import_app.command("metrics")
+def import_metrics_cmd(
+    files: List[Path] = typer.Argument(..., help="Prometheus text scrapes of GET /metrics of one engine, oldest first."),
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
+) -> None:
+    """Import /metrics scrapes: two or more become counter deltas over the window; vLLM's and
+    SGLang's per-position counters become an acceptance curve.
+
+    Example: dynocell import metrics before.txt after.txt
+    """
+    from dynocell.runbooks.evidence import import_metrics
+
+    res = import_metrics(get_cell(), files, config_ref=config)
+    if json_out:
+        print_json(res)
+        return
+    _header(res, f"{res['scrapes']} scrape(s)")
+    out(f"run {res['run_id']}  window: {res['window']}  config {res['config_hash'][:19]}"
+        + (" (observed)" if res.get("observed") else ""))
+    acc = res.get("acceptance")
+    if acc:
+        t = table("position i", "p_i", title=f"per-position acceptance ({acc['source']})")
+        for i, p in enumerate(acc["p"], start=1):
+            add_row(t, i, f"{p:.4f}")
+        out(t)
+        out(f"τ = {acc['tau']:.4f}" + (f" (engine: {acc['engine_tau']:.4f})" if acc.get("engine_tau") else "")
+            + f" over {acc['drafts']:g} drafts")
+    else:
+        out("no per-position acceptance counters in the scrape(s)")
+
+
+@import_app.command("requests")
+def import_requests_cmd(
+    file: Path = typer.Argument(..., help="Per-request responses, JSON lines (SGLang meta_info or OpenAI completions with usage)."),
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
+) -> None:
+    """Import per-request responses as a bench run, with acceptance where the responses carry it.
+
+    Example: dynocell import requests responses.jsonl --config prod
+    """
+    from dynocell.runbooks.evidence import import_requests
+
+    res = import_requests(get_cell(), file, config_ref=config)
+    if json_out:
+        print_json(res)
+        return
+    _header(res, f"{res['requests']} requests ({res['format']})")
+    out(f"run {res['run_id']}: {res['requests'] - res['failed']} ok, {res['failed']} failed, "
+        f"{res['completion_tokens']} completion tokens, e2e p50 {_fmt(res['e2e_ms_p50'], 1)} ms")
+    acc = res.get("acceptance")
+    if acc:
+        out(f"acceptance: τ = {acc['tau']:.3f}, p = {' / '.join(f'{x:.3f}' for x in acc['p'])}")
+
+
+@import_app.command("bench")
+def import_bench_cmd(
+    file: Path = typer.Argument(..., help="Result file of SGLang bench_serving, vLLM bench serve, AIPerf or GuideLLM."),
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
+) -> None:
+    """Import a benchmark tool's results as bench rows (one per level); fields with no column are listed as lost.
+
+    Example: dynocell import bench profile_export_aiperf.json --config prod
+    """
+    from dynocell.runbooks.evidence import import_bench
+
+    res = import_bench(get_cell(), file, config_ref=config)
+    if json_out:
+        print_json(res)
+        return
+    _header(res, f"{res['tool']} results")
+    t = table("concurrency", "requests", "failed", "out tok/s", "TTFT p50 (ms)", "accept len", "not kept")
+    for lv in res["levels"]:
+        add_row(t, lv["concurrency"], lv["requests"], lv["failed"], _fmt(lv["output_tok_s"], 1),
+                _fmt(lv["ttft_ms_p50"], 1), _fmt(lv["accept_length"], 2), ", ".join(lv["lost"])[:60])
+    out(t)
