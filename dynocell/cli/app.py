@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.plan",
     "dynocell.cli.commands.tui",
     "dynocell.cli.commands.imports",
+    "dynocell.cli.commands.attach",
 )
 
 app = typer.Typer(

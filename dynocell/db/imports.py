@@ -20,7 +20,7 @@ from dynocell.db.models import (
 )
 from dynocell.db.session import Store
 
-__all__ = ["find_import", "list_imports", "record_import"]
+__all__ = ["find_import", "list_imports", "record_attached", "record_import"]
 
 
 def find_import(store: Store, kind: str, sha256: str) -> dict[str, Any] | None:
@@ -111,3 +111,18 @@ def record_import(
         if again is None:
             raise
         return again, False
+
+
+def record_attached(store: Store, *, config: dict[str, Any] | None, boot: dict[str, Any],
+                    event: dict[str, Any]) -> dict[str, Any]:
+    """Write an attached boot in one transaction: its config (insert-or-ignore by hash, when
+    given), the boot row and its first event. Returns the boot row."""
+    with store.session() as s:
+        if config is not None and s.get(Config, config["config_hash"]) is None:
+            s.add(Config(**config))
+            s.flush()
+        row = Boot(**boot)
+        s.add(row)
+        s.flush()
+        s.add(BootEvent(**event))
+        return _row(row)
