@@ -144,6 +144,15 @@ def test_import_real_vllm_log_end_to_end(cell):
     assert curve["tau"] == pytest.approx(1 + sum(p["p_uncond"] for p in curve["points"]))
 
 
+def test_config_show_of_an_observed_config_shows_only_what_was_seen(cell):
+    from dynocell.runbooks.configs import show_config
+
+    res = import_log_and_check(cell, VLLM / "C_draft_graph.server.log")
+    shown = show_config(cell, res["config_hash"])
+    assert shown["observed"] and shown["canonical"] == res["config_fields"]
+    assert "parallel.tp_size" not in shown["canonical"] and "only the fields below" in shown["toml"]
+
+
 def import_log_and_check(cell, *paths, **kw):
     from dynocell.runbooks.imports import import_log
 

@@ -176,7 +176,9 @@ def list_configs(cell: Cell) -> list[dict[str, Any]]:
 
 def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     """One config in full: ``{hash, names, engine, model_path, created_at, canonical (dict),
-    meta, toml (canonical rendering), source_toml (as given), labels}``.
+    meta, toml (canonical rendering), source_toml (as given), labels, observed}``.
+
+    For an ``observed`` config ``canonical`` holds only the fields the engine revealed.
 
     ``labels``: one entry per name that ever pointed here, ``{name, current
     (bool: points here now), history: [{config_hash, at}]}``, history oldest first.
@@ -193,17 +195,22 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
             "current": hist[-1].config_hash == h,
             "history": [{"config_hash": r.config_hash, "at": _iso(r.created_at)} for r in hist],
         })
+    import json
+
+    # An observed config (attach / import) is shown as seen: only the revealed fields, no defaults.
+    observed = json.loads(row.canonical_json).get("observed") is True
     return {
         "hash": h,
         "names": [lab["name"] for lab in labels if lab["current"]],
         "engine": row.engine,
         "model_path": row.model_path,
         "created_at": _iso(row.created_at),
-        "canonical": cfg.canonical(),
+        "canonical": json.loads(row.canonical_json)["fields"] if observed else cfg.canonical(),
         "meta": cfg.meta.model_dump(exclude_none=True),
-        "toml": to_toml(cfg),
+        "toml": row.source_toml if observed else to_toml(cfg),
         "source_toml": row.source_toml,
         "labels": labels,
+        "observed": observed,
     }
 
 
