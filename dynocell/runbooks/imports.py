@@ -33,7 +33,62 @@ from dynocell.engine.observed import ObservedConfig
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
 
-__all__ = ["config_row", "digest_files", "import_log", "import_trace", "resolve_or_observe", "trace_split"]
+__all__ = ["IMPORT_KINDS", "MAX_UPLOAD_BYTES", "config_row", "digest_files", "import_log", "import_trace",
+           "resolve_or_observe", "store_upload", "trace_split"]
+
+#: What ``dynocell import`` takes, and the file suffix an upload of each is stored with.
+IMPORT_KINDS = {"log": ".log", "metrics": ".txt", "requests": ".jsonl", "bench": ".json", "trace": ".json.gz"}
+#: The largest upload the web panel accepts (bytes).
+MAX_UPLOAD_BYTES = 64 << 20
+
+
+def store_upload(cell: Cell, kind: str, chunks: Any) -> Path:
+    """Write an uploaded evidence file under ``<data dir>/uploads/`` and return its path.
+
+    ``chunks``: an iterable of ``bytes``. The stored name is the content's sha256 plus the
+    suffix of ``kind`` (never the uploader's file name). Raises UserError for an unknown
+    kind or more than :data:`MAX_UPLOAD_BYTES`; nothing is left behind then.
+    """
+    if kind not in IMPORT_KINDS:
+        raise UserError(f"kind: {kind!r} is not one of {', '.join(IMPORT_KINDS)}", "choose what the file is")
+    folder = cell.settings.home / "uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    size = 0
+    tmp = folder / f".upload-{_new_id()}"
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > MAX_UPLOAD_BYTES:
+                    raise UserError(f"file: more than {MAX_UPLOAD_BYTES >> 20} MiB", "import a file this large with "
+                                    "the CLI (dynocell import …) on the machine holding it")
+                h.update(chunk)
+                f.write(chunk)
+        if size == 0:
+            raise UserError("file: the upload is empty", "choose the file to import")
+        final = folder / f"{h.hexdigest()}{IMPORT_KINDS[kind]}"
+        tmp.replace(final)
+        return final
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def import_file(cell: Cell, kind: str, path: str | Path, *, config_ref: str | None = None) -> dict[str, Any]:
+    """``dynocell import KIND FILE`` for one file (what the web panel's upload runs)."""
+    from dynocell.runbooks import evidence
+
+    if kind == "log":
+        return import_log(cell, [path], config_ref=config_ref)
+    if kind == "trace":
+        return import_trace(cell, path, config_ref=config_ref)
+    if kind == "metrics":
+        return evidence.import_metrics(cell, [path], config_ref=config_ref)
+    if kind == "requests":
+        return evidence.import_requests(cell, path, config_ref=config_ref)
+    if kind == "bench":
+        return evidence.import_bench(cell, path, config_ref=config_ref)
+    raise UserError(f"kind: {kind!r} is not one of {', '.join(IMPORT_KINDS)}")
 
 
 def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str]:
