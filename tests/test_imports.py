@@ -130,7 +130,8 @@ def test_import_real_vllm_log_end_to_end(cell):
     # the observed config: what the log said, nothing else
     f = res["config_fields"]
     assert f["speculative.algorithm"] == "STANDALONE" and f["speculative.num_steps"] == 3
-    assert f["engine_version"] == "0.26.0" and "parallel.tp_size" not in f
+    assert f["serving.engine_version"] == "vllm 0.26.0" and "parallel.tp_size" not in f
+    assert f["cuda_graph.mode"] == "full_and_piecewise"  # from the engine's own config line
     runtime = config_by_hash(cell, res["config_hash"])  # a runtime view still loads
     assert runtime.speculative.num_draft_tokens == 4 and runtime.model_path.endswith("target")
     # acceptance from the 4 SpecDecoding lines, step-weighted by drafts (= drafted tokens / 3)

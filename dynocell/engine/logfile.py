@@ -35,8 +35,8 @@ from dynocell.engine.acceptance import (
     Curve, merge, parse_decode_line, parse_vllm_spec_line,
 )
 from dynocell.engine.observed import (
-    ObservedConfig, ObservedConfigError, from_server_args, from_vllm_args, parse_server_args_line,
-    parse_vllm_args_line,
+    ObservedConfig, ObservedConfigError, cudagraph_mode, from_server_args, from_vllm_args,
+    parse_server_args_line, parse_vllm_args_line,
 )
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError
@@ -238,7 +238,10 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     decode_tp: list[float] = []
     last_ts: datetime | None = None
     ready_seen = False
+    graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
     for i, raw in enumerate(lines, start=1):
+        if graph_mode is None and "'cudagraph_mode'" in raw:
+            graph_mode = cudagraph_mode(raw)
         line = match_text(raw)
         ts = _timestamp(line, year)
         if ts:
@@ -313,9 +316,13 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                 rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
     rep.last_ts = last_ts
     rep.ready = ready_seen
+    if rep.config is not None and graph_mode and "cuda_graph.mode" not in rep.config.fields:
+        rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields, "cuda_graph.mode": graph_mode},
+                                    rep.config.native, rep.config.source)
     version = next((ph["detail"].get("version") for ph in rep.phases if ph["detail"].get("version")), None)
-    if rep.config is not None and version and "engine_version" not in rep.config.fields:
-        rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields, "engine_version": version},
+    if rep.config is not None and version and "serving.engine_version" not in rep.config.fields:
+        rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields,
+                                                        "serving.engine_version": f"{rep.engine} {version}"},
                                     rep.config.native, rep.config.source)
     if node_rank is not None:
         rep.node_rank = node_rank

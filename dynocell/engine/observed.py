@@ -11,9 +11,9 @@ Sources (engine behaviour, not guesses):
 
 An :class:`ObservedConfig` keeps **only the fields the source revealed**, under
 dynocell's dotted config names (``parallel.tp_size``, ``speculative.algorithm`` …)
-plus the comparison fields engines reveal (``engine_version``,
-``cuda_graph.mode``, ``scheduler.disable_overlap_schedule``,
-``serving.disaggregation_mode``). A field the source did not reveal stays
+plus the comparison fields engines reveal (``serving.engine_version``,
+``cuda_graph.mode``, ``serving.disable_overlap_schedule``, ``serving.topology``)
+— the same names a written config uses (:class:`dynocell.engine.config.Serving`). A field the source did not reveal stays
 unknown: it is absent from the canonical JSON and is never filled with a default.
 The hash is ``"sha256:" + hex(sha256(canonical JSON))`` of
 ``{"observed": true, "engine": …, "fields": {…}}`` — so an observed config never
@@ -39,6 +39,7 @@ from dynocell.errors import UserError
 __all__ = [
     "ObservedConfig",
     "ObservedConfigError",
+    "cudagraph_mode",
     "from_server_args",
     "from_sglang_server_info",
     "from_vllm_args",
@@ -74,9 +75,9 @@ SGLANG_FIELDS: dict[str, str] = {
     "dist_init_addr": "dist_init_addr",
     "nnodes": "nnodes",
     "node_rank": "node_rank",
-    "disable_overlap_schedule": "scheduler.disable_overlap_schedule",
-    "disaggregation_mode": "serving.disaggregation_mode",
-    "version": "engine_version",
+    "disable_overlap_schedule": "serving.disable_overlap_schedule",
+    "disaggregation_mode": "serving.topology",
+    "version": "serving.engine_version",
 }
 
 #: vLLM engine-arg name → dynocell dotted field (``speculative_config`` and
@@ -192,6 +193,10 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
         if name not in args:
             continue
         v = args[name]
+        if name == "version":
+            if v:
+                fields[dotted] = f"sglang {v}"
+            continue
         if name == "speculative_algorithm":
             if v is None or str(v).upper() in ("", "NONE"):
                 fields[dotted] = None  # revealed: speculation off
@@ -207,7 +212,7 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
         fields["cuda_graph.mode"] = "off"
     if "disaggregation_mode" in args:
         mode = args.get("disaggregation_mode")
-        fields["serving.disaggregation_mode"] = "colocated" if mode in (None, "null", "") else str(mode)
+        fields["serving.topology"] = "colocated" if mode in (None, "null", "") else str(mode)
     return ObservedConfig("sglang", fields, _jsonable(dict(args)), source)
 
 
@@ -216,7 +221,10 @@ def from_sglang_server_info(info: Mapping[str, Any], source: str = "/get_server_
     return from_server_args(info, source)
 
 
-def _cudagraph_mode(comp: Any) -> str | None:
+def cudagraph_mode(comp: Any) -> str | None:
+    """CUDA-graph mode from vLLM's ``compilation_config`` (a dict, or the text of a log line holding
+    ``'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>``): off | piecewise | full |
+    full_and_piecewise, or None when absent."""
     if isinstance(comp, Mapping):
         raw = comp.get("cudagraph_mode")
     elif isinstance(comp, str):
@@ -268,12 +276,12 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
             fields["speculative.draft_model_path"] = str(spec["model"])
     if args.get("enforce_eager") is True:
         fields["cuda_graph.mode"] = "off"
-    mode = _cudagraph_mode(args.get("compilation_config"))
+    mode = cudagraph_mode(args.get("compilation_config"))
     if mode:
         fields["cuda_graph.mode"] = mode
     role = _kv_role(args.get("kv_transfer_config"))
     if role:
-        fields["serving.disaggregation_mode"] = role
+        fields["serving.topology"] = role
     return ObservedConfig("vllm", fields, _jsonable(dict(args)), source)
 
 
@@ -286,7 +294,7 @@ def _kv_role(kv: Any) -> str | None:
     if not isinstance(kv, Mapping):
         return None
     role = str(kv.get("kv_role") or "")
-    return {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "both"}.get(role)
+    return {"kv_producer": "prefill", "kv_consumer": "decode"}.get(role)  # kv_both: no single role
 
 
 def from_vllm_server(models: Any, version: Any = None, source: str = "/v1/models") -> ObservedConfig:
@@ -309,7 +317,7 @@ def from_vllm_server(models: Any, version: Any = None, source: str = "/v1/models
     owner = str(first.get("owned_by") or "")
     engine = "vllm" if owner == "vllm" or version is not None else "openai"
     if isinstance(version, Mapping) and version.get("version"):
-        fields["engine_version"] = str(version["version"])
+        fields["serving.engine_version"] = f"vllm {version['version']}"
     return ObservedConfig(engine, fields, {"models": _jsonable(models), "version": _jsonable(version)}, source)
 
 
