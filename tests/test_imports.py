@@ -202,6 +202,9 @@ def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_pat
     assert ready["0"] == t.ready_s + (t.first_ts - start).total_seconds()
     assert ready["1"] == t0.ready_s + (t0.first_ts - start).total_seconds()
     assert res["phase_skew_s"]["ready"] == abs(ready["0"] - ready["1"]) > 0
+    assert res["ready_s"] == max(ready.values())  # ready when the last node is
+    # T ran with CUDA graphs, T0 without: the import says the nodes' configs differ
+    assert "cuda_graph.disable" in res["config_mismatch"]
 
 
 # ---------------------------------------------------------------- logs: public excerpts

@@ -233,7 +233,9 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
             events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
                            "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
                            "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
-    ready_s = None if failed else max((r.ready_s for r in reports if r.ready_s is not None), default=None)
+    # the boot is ready when its last node is (offsets on the shared clock)
+    ready_s = None if failed else max((per["ready"] for per in node_phases.values() if "ready" in per), default=None)
+    mismatch = _config_mismatch([r.config for r in reports])
     skew = _phase_skew(node_phases)
     boot = {
         "id": boot_id, "config_hash": config_hash, "engine": lead.engine, "hostname": "", "host": "",
@@ -272,6 +274,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "events": [{"node_rank": r, "kind": e.kind, "line": e.line, "text": e.text}
                    for r, rep in zip(ranks, reports) for e in rep.events],
         "decode": lead.decode, "truncated": [r.path for r in reports if r.truncated],
+        "config_mismatch": mismatch,
         "config_fields": (observed.fields if (observed and cfg_row is not None) else None),
     }
     run["summary"] = {"import": "log", "acceptance": acc_summary, "signature": sig["id"] if sig else None}
@@ -289,6 +292,14 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec["summary"], "import_id": rec["id"], "created": False}
     return {**summary, "import_id": rec["id"], "created": True}
+
+
+def _config_mismatch(configs: list[ObservedConfig | None]) -> list[str]:
+    """Fields (other than the per-node ones) whose value differs between the nodes' config lines."""
+    seen = [c.fields for c in configs if c is not None]
+    per_node = {"node_rank", "host", "port", "dist_init_addr"}
+    keys = {k for f in seen for k in f} - per_node
+    return sorted(k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in seen}) > 1)
 
 
 def _phase_skew(node_phases: dict[int, dict[str, float]]) -> dict[str, float]:

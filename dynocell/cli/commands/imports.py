@@ -74,6 +74,9 @@ def import_log_cmd(
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
         out(t)
     out(f"ready after {_fmt(res.get('ready_s'), 0)} s" if res.get("ready_s") is not None else "never ready")
+    if res.get("config_mismatch"):
+        out("warning: the nodes' config lines differ in " + ", ".join(res["config_mismatch"])
+            + " (the first node's config is stored)")
     sig = res.get("signature")
     if sig:
         out(f"failure signature: {sig.get('id')} — {sig.get('title')}")
