@@ -408,7 +408,7 @@ def test_metrics_junk_is_refused(cell, tmp_path):
     html = tmp_path / "page.txt"
     html.write_text("<html><body>502 Bad Gateway</body></html>\n")
     before = _counts(cell)
-    for p, why in ((junk, "line 2: binary content"), (html, "not Prometheus text format")):
+    for p, why in ((junk, "line 2: binary content"), (html, "line 1: .*not Prometheus text format")):
         with pytest.raises(UserError, match=why):
             import_metrics(cell, [p])
     assert _counts(cell) == before

@@ -55,10 +55,23 @@ def _scrape(path: Path) -> Any:
         line_no = raw[:exc.start].count(b"\n") + 1
         raise UserError(f"{path}: line {line_no}: not UTF-8 text") from None
     except MetricsError as exc:
-        raise UserError(f"{path}: {exc.message}", exc.hint) from None
+        raise UserError(f"{path}: line {_first_bad_line(raw.decode('utf-8'))}: {exc.message}", exc.hint) from None
     if not snap.samples:
         raise UserError(f"{path}: no metric sample in the file", "save the body of GET /metrics")
     return snap
+
+
+def _first_bad_line(text: str) -> int:
+    """The first line the Prometheus parser refuses on its own (1-based; 1 when none alone does)."""
+    from dynocell.engine.metrics import MetricsError, parse_metrics
+
+    for i, line in enumerate(text.splitlines(), start=1):
+        if line.strip() and not line.startswith("#"):
+            try:
+                parse_metrics(line + "\n")
+            except MetricsError:
+                return i
+    return 1
 
 
 def _observed_from_labels(snap: Any, source: str) -> ObservedConfig | None:
