@@ -287,6 +287,8 @@ def test_truncated_config_line_is_refused_with_file_and_line(cell, name):
     with pytest.raises(LogReadError) as err:
         import_log(cell, [FOREIGN / name])
     assert f"{name}: line 4" in err.value.message and "cut short" in err.value.message
+    with pytest.raises(LogReadError, match="--engine"):
+        import_log(cell, [FOREIGN / name], engine="../../x")
     assert _counts(cell) == before
     assert not any(cell.settings.boots_dir.glob("*")) if cell.settings.boots_dir.exists() else True
 
@@ -436,6 +438,7 @@ def test_import_real_sglang_meta_info_requests(cell):
     assert curve["histogram"] == hist
     (row,) = db_runs.bench_rows(cell.store, res["run_id"])
     assert row["completion_tokens"] == sum(m["completion_tokens"] for m in metas)
+    assert row["extra"]["per_request_tau"] == [m["spec_accept_length"] for m in metas]
 
 
 def import_requests_and_check(cell, path, **kw):

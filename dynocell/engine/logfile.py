@@ -43,6 +43,8 @@ from dynocell.errors import UserError
 
 __all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log"]
 
+#: Engines whose logs are read (``--engine`` names one of these).
+ENGINES = ("sglang", "vllm", "llamacpp", "reference")
 #: A log larger than this is refused unread (server logs of days are far smaller).
 MAX_LOG_BYTES = 512 << 20
 
@@ -214,6 +216,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     foreign file and for a config line that is cut short.
     """
     p = Path(path)
+    if engine is not None and engine not in ENGINES:
+        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
     if not p.is_file():
         raise LogReadError(f"{p}: no such file", "give the path of an engine's server log")
     size = p.stat().st_size

@@ -267,7 +267,9 @@ def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:
 
 @dataclass
 class RequestsReport:
-    """Per-request responses: counts, token totals, latencies (ms) and the acceptance curve where present."""
+    """Per-request responses: counts, token totals, latencies (ms), the acceptance curve where present
+    and each request's own τ (``per_request_tau``: SGLang ``spec_accept_length`` or completion
+    tokens / ``spec_verify_ct``; vLLM ``mean_acceptance_length``; None where the response has none)."""
 
     format: str
     requests: int
@@ -278,6 +280,7 @@ class RequestsReport:
     curve: Curve | None
     engine_tau: float | None
     model: str | None
+    per_request_tau: list[float | None] = field(default_factory=list)
 
 
 def _response(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -304,7 +307,7 @@ def read_requests(path: str | Path) -> RequestsReport:
                 records.extend((line, r) for r in (run.get("requests") or []) if isinstance(run, Mapping))
         else:
             records.append((line, obj))
-    metas, vhists, e2e = [], [], []
+    metas, vhists, e2e, per_tau = [], [], [], []
     fmt = None
     failed = prompt = completion = 0
     model = None
@@ -319,6 +322,10 @@ def read_requests(path: str | Path) -> RequestsReport:
             meta = r["meta_info"]
             fmt = fmt or "sglang-meta_info"
             metas.append(meta)
+            tau_r = _num(meta.get("spec_accept_length"))
+            if tau_r is None and _num(meta.get("spec_verify_ct")):
+                tau_r = (_num(meta.get("completion_tokens")) or 0) / float(meta["spec_verify_ct"])
+            per_tau.append(tau_r)
             prompt += int(_num(meta.get("prompt_tokens")) or 0)
             completion += int(_num(meta.get("completion_tokens")) or 0)
             if _num(meta.get("e2e_latency")) is not None:
@@ -331,6 +338,7 @@ def read_requests(path: str | Path) -> RequestsReport:
             spec = (r.get("metrics") or {}).get("speculative_decoding") if isinstance(r.get("metrics"), Mapping) else None
             if isinstance(spec, Mapping) and isinstance(spec.get("acceptance_histogram"), list):
                 vhists.append((line, spec))
+            per_tau.append(_num(spec.get("mean_acceptance_length")) if isinstance(spec, Mapping) else None)
             if _num(rec.get("seconds")) is not None:
                 e2e.append(float(rec["seconds"]) * 1000)
         else:
@@ -348,4 +356,5 @@ def read_requests(path: str | Path) -> RequestsReport:
         taus = [(s.get("mean_acceptance_length"), s.get("num_spec_steps")) for _l, s in vhists]
         steps = sum(int(n or 0) for _t, n in taus)
         engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
-    return RequestsReport(fmt or "unknown", len(records), failed, prompt, completion, e2e, curve, engine_tau, model)
+    return RequestsReport(fmt or "unknown", len(records), failed, prompt, completion, e2e, curve, engine_tau, model,
+                          per_tau)

@@ -201,7 +201,8 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
               "output_tok_s": rep.completion_tokens / dur if dur else 0.0,
               "total_tok_s": (rep.prompt_tokens + rep.completion_tokens) / dur if dur else 0.0,
               "ttft_ms": _pcts([]), "tpot_ms": _pcts([]), "itl_ms": _pcts([]), "e2e_ms": e2e,
-              "extra": {"source": rep.format, "note": "concurrency unknown (0); duration = sum of request "
+              "extra": {"source": rep.format, "per_request_tau": rep.per_request_tau,
+                        "note": "concurrency unknown (0); duration = sum of request "
                         "latencies; TTFT/TPOT/ITL not in the responses"}}]
     curves, acc = [], None
     if rep.curve is not None:
