@@ -77,6 +77,7 @@ class BenchLevel:
     e2e_ms: dict[str, Any]
     accept_length: float | None = None
     position_rates: list[float] = field(default_factory=list)
+    spec_drafts: int | None = None
     lost: list[str] = field(default_factory=list)
     label: str | None = None
 
@@ -147,6 +148,7 @@ def _serving(obj: Mapping[str, Any], tool: str) -> BenchLevel:
     used = {"backend", "duration", "completed", "num_prompts", "total_input_tokens", "total_output_tokens",
             "request_throughput", "output_throughput", "total_token_throughput", "max_concurrency", "concurrency",
             "accept_length", "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates",
+            "spec_decode_num_drafts",
             "model_id", "date", "tokenizer_id", "request_rate", "burstiness"}
     for metric in ("ttft", "tpot", "itl", e2e):
         used |= {f"{k}_{metric}_ms" for k in ("mean", "median", "p90", "p99")}
@@ -159,6 +161,7 @@ def _serving(obj: Mapping[str, Any], tool: str) -> BenchLevel:
         ttft_ms=m("ttft"), tpot_ms=m("tpot"), itl_ms=m("itl"), e2e_ms=m(e2e),
         accept_length=_num(obj.get("accept_length")) or _num(obj.get("spec_decode_acceptance_length")),
         position_rates=[float(x) for x in rates if _num(x) is not None], lost=lost,
+        spec_drafts=int(_num(obj.get("spec_decode_num_drafts")) or 0) or None,
         label=str(obj.get("model_id") or obj.get("backend") or ""))
 
 

@@ -251,7 +251,8 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
         if lv.position_rates:
             from dynocell.engine.acceptance import Curve
 
-            curves.append({**curve_row(Curve.from_positions(lv.position_rates), f"{tool}-c{lv.concurrency}",
+            curves.append({**curve_row(Curve.from_positions(lv.position_rates, steps=lv.spec_drafts),
+                                       f"{tool}-c{lv.concurrency}",
                                        engine_tau=lv.accept_length, engine_source=tool), "run_id": run_id})
     summary = {"kind": "bench", "tool": tool, "run_id": run_id, "config_hash": config_hash,
                "observed": cfg_row is not None,
