@@ -33,6 +33,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.model",
     "dynocell.cli.commands.plan",
     "dynocell.cli.commands.tui",
+    "dynocell.cli.commands.imports",
+    "dynocell.cli.commands.attach",
 )
 
 app = typer.Typer(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, MetaData, String, Text, DateTime, Index
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, MetaData, String, Text, DateTime, Index, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -49,6 +49,9 @@ class Config(Base):
     canonical_json: Mapped[str] = mapped_column(Text)
     source_toml: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: True for a config reconstructed from what an engine or its log revealed (attach / import):
+    #: its canonical JSON holds only the fields seen; the others are unknown, not defaulted.
+    observed: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
 
 class ConfigLabel(Base):
@@ -89,6 +92,8 @@ class Boot(Base):
 
     ``state``: starting, ready, stopping, stopped, failed, crashed, lost.
     ``stop_how``: graceful | killed. ``env`` has secrets redacted.
+    ``kind``: started (dynocell owns the process) | attached (a running engine dynocell did not
+    start: no pid ownership) | imported (reconstructed from log files; ``source_sha256`` names them).
     """
 
     __tablename__ = "boots"
@@ -120,6 +125,8 @@ class Boot(Base):
     zombies: Mapped[Optional[int]]
     failure_signature: Mapped[Optional[str]] = mapped_column(String(64))
     failure_detail: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    kind: Mapped[str] = mapped_column(String(16), default="started", server_default="started")
+    source_sha256: Mapped[Optional[str]] = mapped_column(String(64))
 
     events: Mapped[list["BootEvent"]] = relationship(back_populates="boot", order_by="BootEvent.id")
 
@@ -433,3 +440,26 @@ class Golden(Base):
     output_text: Mapped[str] = mapped_column(Text)
     output_ids: Mapped[Optional[list[Any]]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ImportRecord(Base):
+    """One imported piece of evidence (``kind``: log, metrics, requests, bench, trace).
+
+    ``sha256`` is of the file (several files: of their sorted sha256s joined by ``,``), so a
+    re-import of the same evidence finds this row instead of adding another. ``files``:
+    list of ``{path, size, sha256}``; ``boot_id`` / ``run_id`` / ``profile_id`` the rows it made.
+    """
+
+    __tablename__ = "imports"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    sha256: Mapped[str] = mapped_column(String(64))
+    files: Mapped[list[Any]] = mapped_column(JSON)
+    config_hash: Mapped[Optional[str]] = mapped_column(ForeignKey("configs.config_hash"))
+    boot_id: Mapped[Optional[str]] = mapped_column(ForeignKey("boots.id"))
+    run_id: Mapped[Optional[str]] = mapped_column(ForeignKey("runs.id"))
+    profile_id: Mapped[Optional[int]] = mapped_column(ForeignKey("profile_runs.id"))
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (UniqueConstraint("kind", "sha256", name="uq_imports_kind_sha256"),)

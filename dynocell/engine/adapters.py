@@ -137,6 +137,11 @@ class SGLangAdapter:
         else:
             _opt(out, "--cuda-graph-max-bs", cfg.cuda_graph.max_bs)
         _opt(out, "--attention-backend", cfg.attention_backend)
+        sv = cfg.serving
+        if sv.topology in ("prefill", "decode"):
+            out += ["--disaggregation-mode", sv.topology]
+        if sv.disable_overlap_schedule:
+            out.append("--disable-overlap-schedule")
         out.append("--enable-metrics")
         out += list(cfg.extra_args)
         return out
@@ -160,6 +165,9 @@ class ReferenceAdapter:
         if max(p.tp_size, p.pp_size, p.dp_size, p.ep_size, p.dcp_size) > 1:
             raise ConfigError("<config>", "parallel", "the reference engine runs on one device",
                               "set every parallel size to 1 with engine = \"reference\"")
+        if cfg.serving.topology in ("prefill", "decode"):
+            raise ConfigError("<config>", "serving.topology", "the reference engine serves colocated only",
+                              "leave serving.topology unset (or \"colocated\") with engine = \"reference\"")
         out = ["--model-path", cfg.model_path, "--host", cfg.host, "--port", str(port)]
         _opt(out, "--served-model-name", cfg.served_model_name)
         _opt(out, "--context-length", cfg.memory.context_length)
@@ -373,6 +381,8 @@ def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str
     """
     env = dict(base_env)
     env.update(cfg.env)
+    if cfg.serving.spec_v2 is not None:  # SGLang reads it at start (speculative v2 / overlap path)
+        env["SGLANG_ENABLE_SPEC_V2"] = "1" if cfg.serving.spec_v2 else "0"
     env.setdefault("PYTHONUNBUFFERED", "1")  # line-buffered engine output, so logs are timely
     if build_pythonpath:
         rest = env.get("PYTHONPATH")

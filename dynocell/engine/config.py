@@ -156,10 +156,34 @@ class Memory(_Section):
 
 
 class CudaGraph(_Section):
-    """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``)."""
+    """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``),
+    ``mode`` (off | piecewise | full | full_and_piecewise; vLLM's ``compilation_config.cudagraph_mode``, SGLang's graphs are
+    ``full`` for decode, ``piecewise`` with its piecewise CUDA graph). ``mode`` None = not stated: left
+    out of the canonical JSON, so configs that do not state it keep their hash."""
 
     disable: bool = False
     max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)
+    mode: Literal["off", "piecewise", "full", "full_and_piecewise"] | None = None
+
+    @model_validator(mode="after")
+    def _mode(self) -> "CudaGraph":
+        if self.disable and self.mode not in (None, "off"):
+            raise ValueError(f"disable = true contradicts mode = {self.mode!r}: CUDA graphs are either off or not")
+        return self
+
+
+class Serving(_Section):
+    """How the engine serves, for comparisons (issue 17): ``topology`` colocated | prefill | decode
+    (SGLang ``--disaggregation-mode``; vLLM ``kv_transfer_config.kv_role``), ``disable_overlap_schedule``
+    (SGLang ``--disable-overlap-schedule``), ``spec_v2`` (SGLang's ``SGLANG_ENABLE_SPEC_V2``
+    speculative-v2 / overlap path), ``engine_version`` (the distribution and version the config is for,
+    e.g. ``sglang 0.5.17``; the patched build is the boot's ``build_hash``). None = not stated; unstated
+    fields are left out of the canonical JSON (an unchanged config keeps its hash)."""
+
+    topology: Literal["colocated", "prefill", "decode"] | None = None
+    disable_overlap_schedule: bool | None = None
+    spec_v2: bool | None = None
+    engine_version: str | None = None
 
 
 class Node(_Section):
@@ -190,6 +214,7 @@ class EngineConfig(_Section):
     speculative: Speculative = Speculative()
     memory: Memory = Memory()
     cuda_graph: CudaGraph = CudaGraph()
+    serving: Serving = Serving()
     env: dict[str, str] = {}
     extra_args: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
@@ -213,8 +238,25 @@ class EngineConfig(_Section):
         return self.speculative.algorithm is not None
 
     def canonical(self) -> dict[str, Any]:
-        """Engine-relevant content as plain JSON values: defaults explicit, ``meta`` excluded."""
-        return self.model_dump(mode="json", exclude={"meta"})
+        """Engine-relevant content as plain JSON values: defaults explicit, ``meta`` excluded.
+
+        The comparison fields added later (``serving.*``, ``cuda_graph.mode``) appear only when
+        stated, so every config written before them keeps its hash.
+        """
+        data = self.model_dump(mode="json", exclude={"meta"})
+        serving = {k: v for k, v in data.pop("serving").items() if v is not None}
+        if serving:
+            data["serving"] = serving
+        if data["cuda_graph"].get("mode") is None:
+            data["cuda_graph"].pop("mode", None)
+        return data
+
+    @model_validator(mode="after")
+    def _spec_v2_once(self) -> "EngineConfig":
+        if self.serving.spec_v2 is not None and "SGLANG_ENABLE_SPEC_V2" in self.env:
+            raise ValueError("serving.spec_v2 and env.SGLANG_ENABLE_SPEC_V2 say the same thing: keep one "
+                             "(serving.spec_v2)")
+        return self
 
     def canonical_json(self) -> str:
         """Canonical JSON text: sorted keys, no whitespace (the hashed bytes, UTF-8)."""
@@ -262,6 +304,7 @@ def _sections() -> dict[str | None, type[BaseModel]]:
         "speculative": Speculative,
         "memory": Memory,
         "cuda_graph": CudaGraph,
+        "serving": Serving,
         "meta": Meta,
     }
 
@@ -510,11 +553,43 @@ def load_config(path: str | Path) -> EngineConfig:
 
 
 def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = None) -> EngineConfig:
-    """Rebuild a config from its stored canonical JSON (plus optional ``meta``)."""
+    """Rebuild a config from its stored canonical JSON (plus optional ``meta``).
+
+    An observed config (``{"observed": true, "engine", "fields"}``, see
+    :mod:`dynocell.engine.observed`) gives a runtime view: the revealed fields
+    set, every other field at dynocell's default (used to probe the engine, never
+    stored); fields dynocell's config does not have (``engine_version`` …) are left out,
+    and an engine dynocell cannot boot (vLLM, llama.cpp) is probed as the SGLang-compatible
+    HTTP surface it shares (the stored row keeps the real engine name).
+    """
     data = json.loads(canonical_json)
+    if isinstance(data, dict) and data.get("observed"):
+        data = _observed_runtime(data)
+        try:
+            return EngineConfig.model_validate(data)
+        except ValidationError as exc:  # a value dynocell's model cannot hold: that field stays unknown here
+            for err in exc.errors():
+                node = data
+                for part in err["loc"][:-1]:
+                    node = node.get(part, {}) if isinstance(node, dict) else {}
+                if isinstance(node, dict):
+                    node.pop(err["loc"][-1], None)
     if meta:
         data["meta"] = meta
     return EngineConfig.model_validate(data)
+
+
+def _observed_runtime(data: dict[str, Any]) -> dict[str, Any]:
+    engine = data.get("engine")
+    out: dict[str, Any] = {"engine": engine if engine in ENGINES else "sglang", "model_path": "unknown"}
+    sections = _sections()
+    for dotted, value in (data.get("fields") or {}).items():
+        *parents, leaf = dotted.split(".")
+        model = sections.get(parents[0] if parents else None)
+        if len(parents) > 1 or model is None or leaf not in model.model_fields or value is None:
+            continue
+        (out.setdefault(parents[0], {}) if parents else out)[leaf] = value
+    return out
 
 
 def to_toml(cfg: EngineConfig) -> str:
@@ -522,6 +597,8 @@ def to_toml(cfg: EngineConfig) -> str:
     data = cfg.model_dump(mode="json", exclude_none=True)
     if not data.get("meta"):
         data.pop("meta", None)
+    if not data.get("serving"):
+        data.pop("serving", None)
     return _dump_toml(data)
 
 

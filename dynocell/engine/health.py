@@ -148,6 +148,9 @@ def progress_from_metrics(text: str, t: float) -> ProgressSample:
     """Parse Prometheus text into a :class:`ProgressSample` at monotonic time ``t``.
 
     Sums over label sets (ranks); see the module docstring for the metric names.
+    vLLM's own families count the same way (``vllm/v1/metrics/loggers.py``):
+    ``vllm:generation_tokens_total`` / ``vllm:prompt_tokens_total`` (counters),
+    ``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` (gauges).
     Raises ValueError on text prometheus_client cannot parse.
     """
     gen = prompt = running = queued = 0.0
@@ -164,10 +167,14 @@ def progress_from_metrics(text: str, t: float) -> ProgressSample:
                     gen += value
                 elif mode.startswith("prefill"):
                     prompt += value
-            elif name == "sglang:num_running_reqs":
+            elif name in ("sglang:num_running_reqs", "vllm:num_requests_running"):
                 running += value
-            elif name == "sglang:num_queue_reqs":
+            elif name in ("sglang:num_queue_reqs", "vllm:num_requests_waiting"):
                 queued += value
+            elif name == "vllm:generation_tokens_total":
+                gen += value
+            elif name == "vllm:prompt_tokens_total":
+                prompt += value
     return ProgressSample(t, gen, prompt, running, queued)
 
 

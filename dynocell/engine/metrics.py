@@ -48,6 +48,10 @@ __all__ = [
     "spec_accept_rate",
     "spec_verify_calls",
     "tokens_per_verify",
+    "VLLM_ACCEPTED_PER_POS",
+    "counter_decreases",
+    "restarted_between",
+    "vllm_position_curve",
 ]
 
 SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
@@ -59,6 +63,12 @@ NUM_RUNNING = "sglang:num_running_reqs"
 NUM_QUEUE = "sglang:num_queue_reqs"
 VERIFY_STEPS = "sglang:spec_verify_steps_total"
 ACCEPTED_AT_POSITION = "sglang:spec_accepted_drafts_at_position_total"
+
+# vLLM V1 (vllm/v1/metrics/loggers.py): per-position accepted draft tokens, 0-based position label
+VLLM_NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 _CUMULATIVE_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 
@@ -244,6 +254,24 @@ def num_queue_reqs(snap: MetricsSnapshot) -> float | None:
     return snap.sum(NUM_QUEUE)
 
 
+def _per_position(snap: MetricsSnapshot, name: str) -> dict[int, float]:
+    """``{position: value summed over the other labels}`` of a counter with a ``position`` label.
+
+    Raises :class:`MetricsError` for a series whose position is not a non-negative integer.
+    """
+    per_pos: dict[int, float] = {}
+    for smp in snap.samples.get(name, ()):
+        raw = smp.label_dict.get("position")
+        try:
+            pos = int(raw) if raw is not None else None
+        except ValueError:
+            pos = None
+        if pos is None or pos < 0:
+            raise MetricsError(f"{name} has a series without an integer position label: {raw!r}")
+        per_pos[pos] = per_pos.get(pos, 0.0) + smp.value
+    return per_pos
+
+
 def position_curve(snap: MetricsSnapshot) -> Curve | None:
     """Per-position curve from the per-position counters, ``None`` when not exported.
 
@@ -254,16 +282,7 @@ def position_curve(snap: MetricsSnapshot) -> Curve | None:
     a non-integer position label or counts that make p_i > 1.
     """
     steps = snap.sum(VERIFY_STEPS)
-    per_pos: dict[int, float] = {}
-    for s in snap.samples.get(ACCEPTED_AT_POSITION, ()):
-        raw = s.label_dict.get("position")
-        try:
-            pos = int(raw) if raw is not None else None
-        except ValueError:
-            pos = None
-        if pos is None:
-            raise MetricsError(f"{ACCEPTED_AT_POSITION} has a series without an integer position label: {raw!r}")
-        per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    per_pos = _per_position(snap, ACCEPTED_AT_POSITION)
     if steps is None or not per_pos:
         return None
     if 0 in per_pos:  # 0-based export → shift to p_1..p_D
@@ -281,3 +300,66 @@ def position_curve(snap: MetricsSnapshot) -> Curve | None:
             )
         p.append(c / steps)
     return Curve.from_positions(p, steps=int(round(steps)))
+
+
+def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]] | None:
+    """vLLM's per-position curve from its spec-decode counters; None when not exported.
+
+    Per vLLM (``vllm/v1/spec_decode/metrics.py``): drafts N = ``num_drafts``,
+    p_i = ``accepted_tokens_per_pos{position=i−1}`` / N (positions are 0-based
+    there), τ = 1 + ``num_accepted_tokens`` / N, summed over engines (DP ranks).
+    Use on a :func:`delta` of two scrapes for one window, or on one scrape for
+    "since the engine started". Returns ``(curve, figures)`` with the engine's own
+    τ in ``figures["engine_tau"]``. Raises :class:`MetricsError` for a position
+    label that is not an integer or a count above N.
+    """
+    drafts = snap.sum(VLLM_NUM_DRAFTS)
+    per_pos = _per_position(snap, VLLM_ACCEPTED_PER_POS)
+    if drafts is None or not per_pos:
+        return None
+    d = max(per_pos) + 1
+    accepted = snap.sum(VLLM_ACCEPTED)
+    figures = {"drafts": drafts, "draft_tokens": snap.sum(VLLM_DRAFT_TOKENS) or 0.0,
+               "accepted_tokens": accepted or 0.0,
+               "engine_tau": (1.0 + accepted / drafts) if (drafts and accepted is not None) else None}
+    if drafts <= 0:
+        return Curve.from_positions([0.0] * d, steps=0), figures
+    p = []
+    for i in range(d):
+        c = per_pos.get(i, 0.0)
+        if c < 0 or c > drafts + 1e-9:
+            raise MetricsError(f"{VLLM_ACCEPTED_PER_POS}{{position=\"{i}\"}} = {c:g} is outside "
+                               f"[0, drafts = {drafts:g}]", "the scrapes are of different engines or windows")
+        p.append(c / drafts)
+    return Curve.from_positions(p, steps=int(round(drafts))), figures
+
+
+def counter_decreases(before: MetricsSnapshot, after: MetricsSnapshot) -> list[tuple[str, dict[str, str], float, float]]:
+    """Cumulative series (counters, histogram parts) that went down from ``before`` to ``after``:
+    ``[(name, labels, before_value, after_value)]`` — a restart, or scrapes out of order."""
+    out = []
+    for name, series in after.samples.items():
+        if not after.is_cumulative(name):
+            continue
+        prev = {smp.labels: smp.value for smp in before.samples.get(name, ())}
+        for smp in series:
+            b = prev.get(smp.labels)
+            if b is not None and smp.value < b:
+                out.append((name, smp.label_dict, b, smp.value))
+    return out
+
+
+def restarted_between(before: MetricsSnapshot, after: MetricsSnapshot) -> list[str]:
+    """Counters whose ``*_created`` timestamp changed between two scrapes (the process was restarted,
+    or the scrapes are of two engines): their names. prometheus-client exports ``<counter>_created``."""
+    out = []
+    for name, series in after.samples.items():
+        if not name.endswith("_created"):
+            continue
+        prev = {smp.labels: smp.value for smp in before.samples.get(name, ())}
+        for smp in series:
+            b = prev.get(smp.labels)
+            if b is not None and abs(b - smp.value) > 1e-3:
+                out.append(name)
+                break
+    return out

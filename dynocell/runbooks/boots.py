@@ -439,6 +439,11 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
+    if row.get("kind") == "attached":  # no process of ours: alive = answers /health; never signalled here
+        from dynocell.runbooks.attach import attached_alive
+
+        row["supervised"], row["engine_alive"] = False, attached_alive(row)
+        return row
     supervised = supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
@@ -595,18 +600,25 @@ def config_of_boot(cell: Cell, boot: dict[str, Any]) -> EngineConfig:
 
 # ---------------------------------------------------------------- stop
 
-def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float = 60.0) -> dict[str, Any]:
+def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float = 60.0,
+         pid: int | None = None) -> dict[str, Any]:
     """Stop a boot by reference, from any process.
 
     If its supervisor lives, it is asked (SIGTERM) and this waits for the store
     to show the end (at most grace + ``wait_s`` seconds). Otherwise this process
     applies the stop discipline to the engine's process group and records it.
     Returns the final boot row. A boot already ended is returned unchanged.
+    An ``attached`` boot is refused unless ``pid`` is the process listening on its
+    port (:func:`dynocell.runbooks.attach.stop_attached`).
     """
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
     if boot["state"] not in db_boots.LIVE_STATES:
         return boot
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
+    if boot.get("kind") == "attached":
+        from dynocell.runbooks.attach import stop_attached
+
+        return stop_attached(cell, boot, pid, grace)
     if boot["supervised"] and boot["supervisor_pid"] != os.getpid():
         if grace_s is not None:
             (Path(boot["log_path"]).parent / STOP_REQUEST).write_text(json.dumps({"grace_s": grace}))

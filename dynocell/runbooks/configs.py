@@ -195,7 +195,9 @@ def list_configs(cell: Cell) -> list[dict[str, Any]]:
 
 def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     """One config in full: ``{hash, names, engine, model_path, created_at, canonical (dict),
-    meta, toml (canonical rendering), source_toml (as given), labels}``.
+    meta, toml (canonical rendering), source_toml (as given), labels, observed}``.
+
+    For an ``observed`` config ``canonical`` holds only the fields the engine revealed.
 
     ``labels``: one entry per name that ever pointed here, ``{name, current
     (bool: points here now), history: [{config_hash, at}]}``, history oldest first.
@@ -214,17 +216,20 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         })
     shown = cfg.model_copy(update={"env": redact_env(cfg.env)})
     trusted = db.get_trust(store, h)
+    # An observed config (attach / import) is shown as seen: only the revealed fields, no defaults.
+    observed = json.loads(row.canonical_json).get("observed") is True
     return {
         "hash": h,
         "names": [lab["name"] for lab in labels if lab["current"]],
         "engine": row.engine,
         "model_path": row.model_path,
         "created_at": _iso(row.created_at),
-        "canonical": shown.canonical(),
+        "canonical": json.loads(row.canonical_json)["fields"] if observed else shown.canonical(),
         "meta": cfg.meta.model_dump(exclude_none=True),
-        "toml": to_toml(shown),
+        "toml": redact_source(row.source_toml, cfg.env) if observed else to_toml(shown),
         "source_toml": redact_source(row.source_toml, cfg.env),
         "labels": labels,
+        "observed": observed,
         "injection_env": injection_env_keys(cfg.env),
         "warning": injection_warning(cfg.env),
         "trusted": {"by": trusted[0], "at": _iso(trusted[1])} if trusted else None,

@@ -709,7 +709,16 @@ def profile(cell: Cell, boot_ref: str, *, workload: str | None = None, progress:
     return _on_boot(cell, boot_ref, "profile", workload, progress)
 
 
-def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, progress: Progress | None) -> str:
+def run_on_boot(cell: Cell, boot_ref: str, *, workload: str | None = None, profile: bool = True,
+                progress: Progress | None = None) -> str:
+    """The main job on a boot that is already up (e.g. ``dynocell attach``): health → bench →
+    acceptance → profile → diagnose; no boot, no lossless check (needs a plain boot), no stop.
+    Returns the run id (kind ``run``)."""
+    return _on_boot(cell, boot_ref, "run", workload, progress, profile_on=profile)
+
+
+def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, progress: Progress | None,
+             profile_on: bool = True) -> str:
     progress = progress or _noop
     boot = boots.reconcile(cell, boots.resolve_boot(cell, boot_ref))
     if boot["state"] != "ready" or not boot["engine_alive"]:
@@ -726,8 +735,15 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     client = EngineClient(live.base_url, cell.settings.http_timeout_s)
     ctx = _context_length(client, cfg)
     try:
+        if kind == "run":  # the main job on a boot that is already up (attached): health first
+            with job.step("health") as d:
+                verdict = boots.health(cell, boot["id"])
+                d.update(verdict=verdict["verdict"], failed=verdict["failed"])
+                if verdict["verdict"] != "healthy":
+                    raise EngineError(f"health verdict is {verdict['verdict']}: {verdict['failed']}",
+                                      f"see `dynocell health {boot['id']}`")
         workload = _calibrate(job, live, workload)
-        if kind == "bench":
+        if kind in ("bench", "run"):
             with job.step("bench") as d:
                 d["tokens_per_byte"] = workload.tokens_per_byte
                 _bench(job, live, workload, ctx, d)
@@ -735,9 +751,14 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
                 if not cfg.speculative_enabled:
                     raise _Skip("no speculative decoding in this config")
                 _acceptance(job, live, workload, ctx, d)
-        else:
+        if kind in ("profile", "run"):
             with job.step("profile") as d:
+                if kind == "run" and not profile_on:
+                    raise _Skip("--no-profile")
                 _profile(job, live, workload, ctx, d)
+        if kind == "run":
+            with job.step("diagnose") as d:
+                _diagnose(job, d)
     except _StepFailed as f:
         state, error = "failed", f"{f.name}: {_err(f.error)}"
     except (KeyboardInterrupt, Interrupted):

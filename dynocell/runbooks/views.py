@@ -52,7 +52,7 @@ def _row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:
 
 _BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "port", "pid", "pgid", "state",
                 "last_phase", "log_path", "log_size", "started_at", "ready_at", "ready_s", "ended_at", "exit_code",
-                "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv")
+                "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv", "kind")
 _RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "state", "step", "error", "options", "lossless",
                "lossless_detail", "breakeven", "summary", "started_at", "ended_at")
 _BENCH_FIELDS = ("text_class", "concurrency", "num_requests", "num_failed", "length_mismatches", "duration_s",

@@ -53,6 +53,17 @@ def default_procedures() -> dict[str, Callable[..., Any]]:
 
         return _boot(cell, config_ref, detach=True, progress=progress)
 
+    def attach(cell, url, progress=None):
+        from dynocell.runbooks.attach import attach as _attach
+
+        return _attach(cell, url)
+
+    def import_evidence(cell, ref, progress=None):
+        from dynocell.runbooks.imports import import_file
+
+        kind, path, config = ref  # (kind, stored upload path, config ref or None), made by the route
+        return import_file(cell, kind, path, config_ref=config)
+
     def stop(cell, boot_ref, progress=None):
         from dynocell.runbooks.boots import stop as _stop
 
@@ -73,7 +84,8 @@ def default_procedures() -> dict[str, Callable[..., Any]]:
 
         return _call_with_progress(_profile, cell, boot_ref, progress=progress)
 
-    return {"run": run, "boot": boot, "stop": stop, "health": health, "bench": bench, "profile": profile}
+    return {"run": run, "boot": boot, "stop": stop, "health": health, "bench": bench, "profile": profile,
+            "attach": attach, "import": import_evidence}
 
 
 def _call_with_progress(fn: Callable[..., Any], *args: Any, progress=None) -> Any:

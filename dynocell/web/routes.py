@@ -12,10 +12,11 @@ from math import ceil
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Form, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, File, Form, HTTPException, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from dynocell.errors import NotFound, UserError
 from dynocell.runbooks import configs, views
@@ -407,6 +408,33 @@ def install(app: FastAPI) -> None:
             action.__name__ = f"boot_{verb}"
             return action
         actions.post(f"/boots/{{boot_id}}/{verb}")(make(verb))
+
+    @actions.post("/actions/attach")
+    def start_attach(request: Request, url: str = Form(...)):
+        url = url.strip()
+        return _started(request, _start(request, "attach", "attach", url, f"attach {url}", f"attach {url}"))
+
+    @actions.post("/actions/import")
+    async def start_import(request: Request, kind: str = Form(...), config: str = Form(""),
+                           file: UploadFile = File(...)):
+        from dynocell.errors import UserError
+        from dynocell.runbooks.imports import MAX_UPLOAD_BYTES, store_upload
+
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES + (1 << 20):
+            raise UserError(f"file: more than {MAX_UPLOAD_BYTES >> 20} MiB",
+                            "import a file this large with the CLI (dynocell import …)")
+        data, size = [], 0
+        while chunk := await file.read(1 << 20):
+            size += len(chunk)
+            if size > MAX_UPLOAD_BYTES:
+                raise UserError(f"file: more than {MAX_UPLOAD_BYTES >> 20} MiB",
+                                "import a file this large with the CLI (dynocell import …)")
+            data.append(chunk)
+        path = await run_in_threadpool(store_upload, cell(request), kind, iter(data))
+        ref = (kind, str(path), config.strip() or None)
+        return _started(request, _start(request, "import", "import", ref, f"import {path.name}",
+                                         f"import {kind} {path.name[:12]}"))
 
     @actions.post("/notes")
     def add_note(request: Request, kind: str = Form(...), target: str = Form(...), text: str = Form(...)):

@@ -181,16 +181,20 @@ def _print_verdict(row: dict[str, Any]) -> None:
 def stop_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
     grace: Optional[float] = typer.Option(None, "--grace", help="Seconds between SIGTERM and SIGKILL (default from settings)."),
+    pid: Optional[int] = typer.Option(None, "--pid", min=1, help="For an attached boot: the pid listening on its port (required to stop it)."),
     json_out: bool = typer.Option(False, "--json", help="Print the final boot row as JSON."),
 ) -> None:
     """Stop a boot: SIGTERM to its process group, wait the grace, SIGKILL, verify nothing survives.
+
+    An attached boot (dynocell attach) is stopped only with --pid naming the process
+    listening on its port.
 
     Example: dynocell stop 3f2a --grace 10
     """
     from dynocell.runbooks import boots
 
     with err_console.status("stopping …"):
-        row = boots.stop(get_cell(), boot, grace_s=grace)
+        row = boots.stop(get_cell(), boot, grace_s=grace, pid=pid)
     if json_out:
         print_json(row)
         return

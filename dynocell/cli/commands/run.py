@@ -46,6 +46,7 @@ def run_cmd(
     lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check", help="Compare greedy output with a plain boot of the same target."),
     profile: bool = typer.Option(True, "--profile/--no-profile", help="Open a profiler window and split where the time goes."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
+    boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
     json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
 ) -> None:
     """Put one config on the stand and leave a complete record.
@@ -55,13 +56,24 @@ def run_cmd(
     stops the engine and marks the run interrupted.
 
     Example: dynocell run                      (embedded reference engine)
+    Example: dynocell run --boot 3f2a          (a boot already up, e.g. attached)
     Example: dynocell run examples/tiny-ngram.toml --no-profile
     """
-    from dynocell.runbooks.run import RunOptions, run_job
+    from dynocell.runbooks.run import RunOptions, run_job, run_on_boot
 
     cell = get_cell()
     _sigterm_as_interrupt()
     live = _Live()
+    if boot:
+        if config:
+            from dynocell.errors import UserError
+
+            raise UserError("give a CONFIG or --boot, not both", "the boot's own config is used with --boot")
+        with live.status:
+            run_id = run_on_boot(cell, boot, workload=workload, profile=profile, progress=live)
+        _show(run_id, json_out)
+        _exit_for(run_id)
+        return
     opts = RunOptions(workload=workload, lossless=lossless, profile=profile, boot_timeout_s=timeout)
     with live.status:
         run_id = run_job(cell, config, options=opts, progress=live)

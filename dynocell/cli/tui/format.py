@@ -85,6 +85,20 @@ def ago(when: datetime | str | None, now: Now) -> str:
     return "-" if t is None else duration((now() - t).total_seconds()) + " ago"
 
 
+def kind_word(boot: dict[str, Any]) -> str:
+    """`` attached`` / `` imported`` for a boot dynocell did not start, else ``""``."""
+    kind = boot.get("kind") or "started"
+    return "" if kind == "started" else f" {kind}"
+
+
+def port_or_kind(boot: dict[str, Any]) -> str:
+    """The boots table's port cell: the port, or ``att``/``imp`` for an attached/imported boot."""
+    kind = boot.get("kind") or "started"
+    if kind != "started":
+        return kind[:3]
+    return str(boot.get("port") or "-")
+
+
 def state_text(state: str | None) -> Text:
     """``● ready`` / ``◐ starting`` / ``✖ crashed`` … glyph + word, styled (style is decoration only)."""
     glyph, style = STATE_GLYPHS.get(state or "", ("·", ""))

@@ -126,7 +126,7 @@ class MainScreen(DashScreen):
             sig = b.get("failure_signature") or ""
             t.add_row(Text(self.dash.alias(b["id"])), fmt.state_text(b["state"]),
                       fmt.health_text((b.get("health") or {}).get("verdict")),
-                      Text(fmt.config_name(b)), Text(str(b.get("port") or "-")),
+                      Text(fmt.config_name(b)), Text(fmt.port_or_kind(b)),
                       Text(fmt.duration(fmt.uptime_s(b, now)) if b["state"] in LIVE or b.get("ready_at") else "-"),
                       Text(fmt.num(b.get("last_tau"), ".2f")), Text(fmt.num(toks, ".0f")),
                       Text(sig, style="red" if sig else ""), key=b["id"])
@@ -222,6 +222,7 @@ def boot_summary_lines(dash: "DynocellApp", d: dict[str, Any], run: dict[str, An
     now = dash.now
     head = Text(f"boot {dash.alias(b['id'])} ", style="bold")
     head.append_text(fmt.state_text(b["state"]))
+    head.append(fmt.kind_word(b))
     head.append(f"  {b.get('engine')} :{b.get('port')}  pid {b.get('pid') or '-'}  "
                 f"ready {fmt.num(b.get('ready_s'), '.1f')} s  up {fmt.duration(fmt.uptime_s(b, now))}")
     lines: list[Any] = [head]
@@ -308,6 +309,7 @@ class BootScreen(DashScreen):
         now = self.dash.now
         head = Text(f"boot {self.dash.alias(b['id'])} ", style="bold")
         head.append_text(fmt.state_text(b["state"]))
+        head.append(fmt.kind_word(b))
         head.append(f"  {fmt.config_name(b)}  {b.get('engine')} :{b.get('port')}  "
                     f"up {fmt.duration(fmt.uptime_s(b, now))}")
         self.query_one("#boot-head", Static).update(head)

@@ -1,6 +1,6 @@
 """config_trust: operators' marks that a code-injecting config may be booted from the web
 
-Revision ID: 0003_b16proc_config_trust
+Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-01 09:45:00
 """
@@ -8,7 +8,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0003_b16proc_config_trust'
+revision = '0003'
 down_revision = '0002'
 branch_labels = None
 depends_on = None

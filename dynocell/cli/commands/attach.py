@@ -1,0 +1,42 @@
+"""``dynocell attach URL`` — register a running engine dynocell did not start."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dynocell.cli.common import get_cell, out, print_json
+
+
+def register(app: typer.Typer) -> None:
+    """Add the attach command to the root app."""
+    app.command("attach")(attach_cmd)
+
+
+def attach_cmd(
+    url: str = typer.Argument(..., help="The engine's API root, e.g. http://127.0.0.1:30000."),
+    config: Optional[str] = typer.Option(None, "--config", help="Config the engine runs (default: reconstructed from what it says about itself, stored as observed)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Attach to a running engine (SGLang, vLLM, any OpenAI server) as a boot of kind `attached`.
+
+    dynocell owns no process of it: health, bench, profile, run --boot and diagnose work on it;
+    stop refuses unless --pid names the process listening on its port.
+
+    Example: dynocell attach http://10.0.0.5:30000 && dynocell run --boot BOOT
+    """
+    from dynocell.runbooks.attach import attach
+
+    res = attach(get_cell(), url, config_ref=config)
+    if json_out:
+        print_json(res)
+        return
+    if not res["created"]:
+        out(f"{res['url']} is already attached as boot {res['boot_id']}")
+        return
+    out(f"attached {res['engine']} at {res['url']} as boot {res['boot_id']} (config {res['config_hash'][:19]}"
+        + (", observed)" if res.get("observed") else ")"))
+    if res.get("config_fields"):
+        out("seen: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
+    out(f"next: dynocell health {res['boot_id']} / dynocell run --boot {res['boot_id']}")

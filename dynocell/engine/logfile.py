@@ -1,0 +1,399 @@
+"""Read an engine's server log that dynocell did not write: the evidence of an imported boot.
+
+One pass over the lines gives (:func:`read_log`):
+
+- the engine (SGLang, vLLM, llama.cpp, reference) from the log's own shapes;
+- the config line (SGLang ``server_args=ServerArgs(...)``, vLLM ``non-default args: {...}``)
+  as an :class:`~dynocell.engine.observed.ObservedConfig`;
+- the boot timeline: phases by the engine's phase rules (``engine/rules/<engine>.toml``),
+  each at its offset from the log's first timestamp (SGLang ``[YYYY-mm-dd HH:MM:SS]``;
+  vLLM ``INFO MM-DD HH:MM:SS`` — vLLM prints no year, so vLLM times are placed in
+  the year given, default the current one);
+- the failure signature (:func:`dynocell.engine.rules.classify_log`);
+- acceptance samples: SGLang ``Decode batch … accept len … accept rate …`` (old
+  ``Decode batch.`` and new ``Decode batch,`` shapes), vLLM V1 ``SpecDecoding metrics:
+  Mean acceptance length … Per-position acceptance rate …``, vLLM V0 ``Speculative
+  metrics: Draft acceptance rate … System efficiency … Number of speculative tokens …``;
+- runtime events after the engine was ready: a scheduler exception while serving,
+  and stats lines with waiting > 0 while running = 0 (a queue that does not move);
+- the node rank (``--node-rank`` / SGLang ``node_rank=``) and whether the log ends
+  mid-line (truncated).
+
+Refusals (:class:`LogReadError`) name the file, the line and the reason: binary
+content, nothing an engine prints, a cut-off config line. Persists nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dynocell.engine.acceptance import (
+    Curve, merge, parse_decode_line, parse_vllm_spec_line,
+)
+from dynocell.engine.observed import (
+    ObservedConfig, ObservedConfigError, cudagraph_mode, from_server_args, from_vllm_args,
+    parse_server_args_line, parse_vllm_args_line,
+)
+from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
+from dynocell.errors import UserError
+
+__all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log"]
+
+#: Engines whose logs are read (``--engine`` names one of these).
+ENGINES = ("sglang", "vllm", "llamacpp", "reference")
+#: A log larger than this is refused unread (server logs of days are far smaller).
+MAX_LOG_BYTES = 512 << 20
+
+_SGLANG_TS = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_VLLM_TS = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)")
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+_ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("vllm", re.compile(r"\(APIServer pid=|\(EngineCore(?:_DP\d+)? pid=|non-default args:|vLLM API server|"
+                        r"SpecDecoding metrics:|Speculative metrics:|vllm\.entrypoints|Initializing a V1 LLM engine|"
+                        r"Initializing an LLM engine \(v|llm_engine\.py|vllm\.engine|vllm\.executor|"
+                        r"Avg prompt throughput: .* Avg generation throughput")),
+    ("llamacpp", re.compile(r"llama_model_loader|llama_new_context|server is listening|slot +\w+: +id|"
+                            r"statistics +draft|srv +\w+:|update_slots")),
+    ("sglang", re.compile(r"server_args=ServerArgs|Decode batch[.,]|Prefill batch[.,]|sglang|"
+                          r"The server is fired up and ready to roll")),
+)
+
+_EXCEPTION = re.compile(r"Scheduler hit an exception|EngineCore encountered a fatal error|EngineDeadError|"
+                        r"AsyncEngineDeadError|TP\d+ scheduler hit an exception|Traceback \(most recent call last\)")
+_VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?(?:Pending|Waiting):\s*(\d+)\s*reqs?")
+_VLLM_GEN = re.compile(rf"Avg generation throughput:\s*({_NUM})\s*tokens/s")
+# llama.cpp: one verify round per line ("accepted 3/4 draft tokens"), and the aggregate statistics line
+_LCPP_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+_LCPP_POS = re.compile(rf"#acc rate/pos = \(((?:{_NUM}\s*,\s*)*{_NUM})\)")
+_LCPP_DRAFTS = re.compile(r"#gen drafts =\s*(\d+)")
+_LCPP_MEAN = re.compile(rf"#mean acc len =\s*({_NUM})")
+_NODE_RANK = re.compile(r"node_rank[=:]\s*(\d+)|--node-rank[ =](\d+)")
+
+_V0_RATE = re.compile(rf"Draft acceptance rate:\s*({_NUM})")
+_V0_EFF = re.compile(rf"System efficiency:\s*({_NUM})")
+_V0_K = re.compile(r"Number of speculative tokens:\s*(\d+)")
+_V0_ACC = re.compile(r"Number of accepted tokens:\s*(\d+)")
+_V0_DRAFT = re.compile(r"Number of draft tokens:\s*(\d+)")
+_V0_EMIT = re.compile(r"Number of emitted tokens:\s*(\d+)")
+
+
+class LogReadError(UserError):
+    """An engine log dynocell cannot read: the message names file, line and reason."""
+
+
+@dataclass(frozen=True)
+class V0SpecSample:
+    """One vLLM V0 ``Speculative metrics:`` line (vLLM ``spec_decode/metrics.py``).
+
+    ``draft_acceptance_rate`` α = accepted / draft tokens; ``system_efficiency`` =
+    emitted / (steps · (k + 1)), so τ = efficiency · (k + 1); ``k`` the
+    speculative tokens per step; token counts when printed (cumulative since start).
+    """
+
+    draft_acceptance_rate: float
+    system_efficiency: float | None
+    k: int
+    accepted: int | None
+    draft_tokens: int | None
+    emitted: int | None
+
+    def to_curve(self) -> Curve:
+        """:meth:`Curve.from_summary` with τ = efficiency · (k + 1) (or 1 + α·k without efficiency)."""
+        tau = (self.system_efficiency * (self.k + 1) if self.system_efficiency is not None
+               else 1.0 + self.draft_acceptance_rate * self.k)
+        return Curve.from_summary(max(1.0, tau), self.draft_acceptance_rate, self.k)
+
+
+def parse_v0_spec_line(line: str) -> V0SpecSample | None:
+    """Parse a vLLM V0 ``Speculative metrics: Draft acceptance rate: 0.651, System efficiency:
+    0.570, Number of speculative tokens: 4, Number of accepted tokens: …, Number of draft
+    tokens: …, Number of emitted tokens: …`` line; None for any other line."""
+    if "Speculative metrics:" not in line:
+        return None
+    rate, k = _V0_RATE.search(line), _V0_K.search(line)
+    if not rate or not k or int(k.group(1)) < 1:
+        return None
+    eff, acc, dr, em = (rx.search(line) for rx in (_V0_EFF, _V0_ACC, _V0_DRAFT, _V0_EMIT))
+    return V0SpecSample(float(rate.group(1)), float(eff.group(1)) if eff else None, int(k.group(1)),
+                        int(acc.group(1)) if acc else None, int(dr.group(1)) if dr else None,
+                        int(em.group(1)) if em else None)
+
+
+@dataclass(frozen=True)
+class RuntimeEvent:
+    """Something that happened while the engine served: ``kind`` scheduler_exception | queue_stall."""
+
+    kind: str
+    line: int
+    offset_s: float | None
+    text: str
+
+
+@dataclass
+class LogReport:
+    """What :func:`read_log` found in one log. Offsets are seconds from ``first_ts``."""
+
+    path: str
+    engine: str
+    lines: int
+    first_ts: datetime | None
+    last_ts: datetime | None
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    config: ObservedConfig | None = None
+    config_line: int | None = None
+    signature: dict[str, Any] | None = None
+    last_phase: str | None = None
+    ready: bool = False
+    ready_s: float | None = None
+    acceptance: dict[str, Any] | None = None
+    decode: dict[str, Any] | None = None
+    events: list[RuntimeEvent] = field(default_factory=list)
+    node_rank: int | None = None
+    truncated: bool = False
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from the first to the last timestamped line."""
+        if self.first_ts and self.last_ts:
+            return (self.last_ts - self.first_ts).total_seconds()
+        return None
+
+
+def _printable(text: str, limit: int = 200) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+
+
+def _decode(path: Path, data: bytes) -> list[str]:
+    nul = data.find(b"\x00", 0, 65536)
+    if nul >= 0:
+        line_no = data[:nul].count(b"\n") + 1
+        raise LogReadError(f"{path}: line {line_no}: binary content (NUL byte), not a text log",
+                           "give the engine's server log (text)")
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd")
+    if bad > max(16, len(text) // 20):
+        first = text.index("\ufffd")
+        raise LogReadError(f"{path}: line {text[:first].count(chr(10)) + 1}: not UTF-8 text "
+                           f"({bad} undecodable bytes)", "give the engine's server log (text)")
+    return text.splitlines()
+
+
+def _detect(lines: list[str]) -> str | None:
+    scores = {name: 0 for name, _ in _ENGINE_MARKS}
+    for line in lines[:20000]:
+        for name, rx in _ENGINE_MARKS:
+            if rx.search(line):
+                scores[name] += 1
+    best = max(scores, key=lambda k: scores[k])
+    return best if scores[best] else None
+
+
+def _timestamp(line: str, year: int) -> datetime | None:
+    m = _SGLANG_TS.search(line)
+    if m:
+        return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    m = _VLLM_TS.search(line)
+    if m:
+        try:
+            return datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return None
+    return None
+
+
+def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
+             node_rank: int | None = None) -> LogReport:
+    """Read one engine log file into a :class:`LogReport`.
+
+    ``engine`` forces the engine (else detected); ``year`` places vLLM's
+    year-less stamps; ``node_rank`` overrides the rank the log states. Raises
+    :class:`LogReadError` (file, line, reason) for a missing, binary, empty or
+    foreign file and for a config line that is cut short.
+    """
+    p = Path(path)
+    if engine is not None and engine not in ENGINES:
+        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
+    if not p.is_file():
+        raise LogReadError(f"{p}: no such file", "give the path of an engine's server log")
+    size = p.stat().st_size
+    if size > MAX_LOG_BYTES:
+        raise LogReadError(f"{p}: {size >> 20} MiB is more than the {MAX_LOG_BYTES >> 20} MiB a log may be",
+                           "cut the log to the boot you want (e.g. with sed -n)")
+    data = p.read_bytes()
+    if not data.strip():
+        raise LogReadError(f"{p}: line 1: the file is empty", "give the engine's server log")
+    lines = _decode(p, data)
+    truncated = not data.endswith(b"\n")
+    eng = engine or _detect(lines)
+    if eng is None:
+        raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
+                           f"(it starts with {_printable(lines[0], 80)!r})",
+                           "give the engine's server log, or name the engine with --engine")
+    year = year or datetime.now().year
+    rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
+    rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
+    counts: dict[str, int] = {}
+    v1, v0, summary, rounds, lcpp = [], [], [], [], []
+    decode_tp: list[float] = []
+    last_ts: datetime | None = None
+    ready_seen = False
+    graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
+    for i, raw in enumerate(lines, start=1):
+        if graph_mode is None and "'cudagraph_mode'" in raw:
+            graph_mode = cudagraph_mode(raw)
+        line = match_text(raw)
+        ts = _timestamp(line, year)
+        if ts:
+            last_ts = ts
+            rep.first_ts = rep.first_ts or ts
+        off = (last_ts - rep.first_ts).total_seconds() if (last_ts and rep.first_ts) else None
+        if rep.config is None and ("server_args=ServerArgs(" in raw or "non-default args: {" in raw):
+            full = strip_prefix(raw)  # the whole line: match_text cuts long lines, a config line is long
+            try:
+                args = parse_server_args_line(full, f"{p}: line {i}")
+                if args is not None:
+                    rep.config, rep.config_line = from_server_args(args, f"{p.name} line {i}"), i
+                else:
+                    vargs = parse_vllm_args_line(full, f"{p}: line {i}")
+                    if vargs is not None:
+                        rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
+            except ObservedConfigError as exc:
+                if i == len(lines) and truncated:
+                    raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
+                raise LogReadError(exc.message, exc.hint) from None
+        if rules_engine:
+            hit = match_phase(line, rules_engine)
+            if hit:
+                counts[hit.name] = counts.get(hit.name, 0) + 1
+                rep.phases.append({"name": hit.name, "offset_s": off, "line": i, "detail": dict(hit.detail),
+                                   "occurrence": counts[hit.name]})
+                rep.last_phase = hit.name
+                if hit.name == "ready" and not ready_seen:
+                    ready_seen, rep.ready_s = True, off
+        node = _NODE_RANK.search(line) if rep.node_rank is None else None
+        if node:
+            rep.node_rank = int(node.group(1) or node.group(2))
+        serving = ready_seen or not rep.phases  # a fragment cut after the boot is serving from its first line
+        if eng == "llamacpp":
+            rd = _LCPP_ROUND.search(line)
+            if rd:
+                rounds.append((int(rd.group(1)), int(rd.group(2))))
+                continue
+            pos = _LCPP_POS.search(line)
+            if pos:
+                drafts, mean = _LCPP_DRAFTS.search(line), _LCPP_MEAN.search(line)
+                lcpp.append((i, [float(x) for x in re.findall(_NUM, pos.group(1))],
+                             int(drafts.group(1)) if drafts else None, float(mean.group(1)) if mean else None))
+                continue
+        s = parse_vllm_spec_line(line) if "Per-position acceptance rate" in line else None
+        if s is not None:
+            v1.append((i, s))
+            continue
+        s0 = parse_v0_spec_line(line)
+        if s0 is not None:
+            v0.append((i, s0))
+            continue
+        d = parse_decode_line(line)
+        if d is not None:
+            if d.gen_throughput is not None:
+                decode_tp.append(d.gen_throughput)
+            if d.accept_len is not None:
+                summary.append((i, d))
+            if serving and d.running_req == 0 and (d.queue_req or 0) > 0:
+                rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
+            continue
+        st = _VLLM_STATS.search(line)
+        if st:
+            gen = _VLLM_GEN.search(line)
+            if gen:
+                decode_tp.append(float(gen.group(1)))
+            if serving and int(st.group(1)) == 0 and int(st.group(2)) > 0:
+                rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
+            continue
+        if serving and _EXCEPTION.search(line):
+            if not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50:
+                rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
+    rep.last_ts = last_ts
+    rep.ready = ready_seen
+    if rep.config is not None and graph_mode and "cuda_graph.mode" not in rep.config.fields:
+        rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields, "cuda_graph.mode": graph_mode},
+                                    rep.config.native, rep.config.source)
+    version = next((ph["detail"].get("version") for ph in rep.phases if ph["detail"].get("version")), None)
+    if rep.config is not None and version and "serving.engine_version" not in rep.config.fields:
+        rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields,
+                                                        "serving.engine_version": f"{rep.engine} {version}"},
+                                    rep.config.native, rep.config.source)
+    if node_rank is not None:
+        rep.node_rank = node_rank
+    if rep.config is None and not rep.phases and not (v1 or v0 or summary or decode_tp or rounds or lcpp
+                                                      or rep.events):
+        raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line or decode line found in "
+                           f"{len(lines)} lines of a {eng} log", "is this the engine's server log (stdout/stderr)?")
+    if rules_engine:
+        match, _last, _ready = classify_log(lines, engine=rules_engine)
+        if match.known:
+            rep.signature = match.as_dict()
+    rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp)
+    if decode_tp:
+        rep.decode = {"samples": len(decode_tp), "gen_throughput_max": max(decode_tp),
+                      "gen_throughput_mean": sum(decode_tp) / len(decode_tp)}
+    return rep
+
+
+def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, list[float], int | None,
+                                                                           float | None]]) -> dict[str, Any] | None:
+    """llama.cpp: the last statistics line's per-position rates (cumulative), else a histogram of
+    the per-round "accepted a/D" lines of the widest D (rounds that drafted fewer are counted apart)."""
+    if stats:
+        i, p, drafts, mean = stats[-1]
+        return {"format": "llamacpp-stats", "samples": len(stats), "curve": Curve.from_positions(p, steps=drafts),
+                "lines": [s[0] for s in stats], "engine_tau": [mean]}
+    if rounds:
+        d = max(w for _a, w in rounds)
+        hist = [0] * (d + 1)
+        for a, w in rounds:
+            if w == d:
+                hist[min(a, d)] += 1
+        return {"format": "llamacpp-rounds", "samples": len(rounds), "curve": Curve.from_histogram(hist),
+                "lines": [], "engine_tau": [], "narrower_rounds": sum(1 for _a, w in rounds if w != d)}
+    return None
+
+
+def _acceptance(v1: list[tuple[int, Any]], v0: list[tuple[int, V0SpecSample]],
+                summary: list[tuple[int, Any]]) -> dict[str, Any] | None:
+    """One curve over the log's acceptance lines, with each line's own figures kept."""
+    if v1:
+        curves = [s.curve for _i, s in v1]
+        widths = {c.num_drafts for c in curves}
+        # steps of a line = drafts proposed = drafted tokens / D (vLLM counts D tokens per draft)
+        weighted = [c if c.steps is not None else Curve.from_positions(c.p, steps=(s.drafted or 0) // c.num_drafts)
+                    for (_i, s), c in zip(v1, curves)]
+        total = merge(weighted) if len(widths) == 1 else None
+        acc = sum(s.accepted or 0 for _i, s in v1)
+        drafted = sum(s.drafted or 0 for _i, s in v1)
+        return {"format": "vllm-v1", "samples": len(v1), "curve": total, "lines": [i for i, _s in v1],
+                "engine_tau": [s.mean_acceptance_length for _i, s in v1], "accepted": acc, "drafted": drafted,
+                "per_line": [s.curve.as_dict() for _i, s in v1]}
+    if v0:
+        last = v0[-1][1]  # V0 prints cumulative counts: the last line covers the whole run
+        return {"format": "vllm-v0", "samples": len(v0), "curve": last.to_curve(), "lines": [i for i, _s in v0],
+                "engine_tau": [s.to_curve().tau for _i, s in v0], "accepted": last.accepted,
+                "drafted": last.draft_tokens, "per_line": [s.to_curve().as_dict() for _i, s in v0]}
+    if summary:
+        taus = [d.accept_len for _i, d in summary]
+        rates = [d.accept_rate for _i, d in summary if d.accept_rate is not None]
+        tau = sum(taus) / len(taus)
+        rate = sum(rates) / len(rates) if rates else None
+        try:
+            curve = Curve.from_summary(tau, rate) if rate else None
+        except Exception:  # noqa: BLE001 - a width that cannot be derived: keep the figures, no curve
+            curve = None
+        return {"format": "sglang-decode", "samples": len(summary), "curve": curve,
+                "lines": [i for i, _d in summary], "engine_tau": taus, "accept_rate_mean": rate,
+                "tau_mean": tau}
+    return None

@@ -1,0 +1,226 @@
+"""Attach to a running engine dynocell did not start: a boot of kind ``attached``.
+
+dynocell owns no process of an attached boot: it records no pid, never signals
+anything on its own, and judges liveness over HTTP (``GET /health``). What the
+server says about itself becomes an ``observed`` config
+(:mod:`dynocell.engine.observed`): SGLang's ``/get_server_info`` (its
+ServerArgs) and ``/get_model_info``; vLLM and other OpenAI servers' ``/v1/models``
+and ``/version``; ``/metrics`` tells the engine family (``sglang:`` / ``vllm:``).
+Then ``health``, ``bench``, ``profile``, ``run --boot`` and ``diagnose`` work on it
+like on any boot.
+
+``stop`` refuses an attached boot unless the operator names the pid
+(``--pid``) and that pid is the process listening on the boot's port; then
+that process (and its children) get SIGTERM, the grace, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+from typing import Any
+
+from dynocell.engine.client import EngineUnreachable
+from dynocell.errors import UserError
+from dynocell.runbooks.cell import Cell
+
+__all__ = ["attach", "attached_alive", "parse_engine_url", "probe", "stop_attached"]
+
+PROBE_TIMEOUT_S = 10.0
+ALIVE_TIMEOUT_S = 3.0
+
+
+def parse_engine_url(url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of an engine URL like ``http://10.0.0.5:30000``.
+
+    Only ``http``/``https`` with a host and no user info, path, query or fragment
+    (the engine's API root). Raises UserError naming what is wrong.
+    """
+    import httpx
+
+    text = (url or "").strip()
+    try:
+        u = httpx.URL(text)
+    except Exception:  # noqa: BLE001 - httpx raises several types for a bad URL
+        raise UserError(f"URL: {text!r} is not a URL", "give the engine's API root, e.g. http://127.0.0.1:30000") from None
+    if u.scheme not in ("http", "https"):
+        raise UserError(f"URL: scheme {u.scheme or '(none)'!r} is not http or https",
+                        "give the engine's API root, e.g. http://127.0.0.1:30000")
+    if not u.host:
+        raise UserError(f"URL: {text!r} has no host", "e.g. http://127.0.0.1:30000")
+    if u.userinfo:
+        raise UserError("URL: user info (user:password@) is not accepted", "give the engine's API root only")
+    if u.path not in ("", "/") or u.query or u.fragment:
+        raise UserError(f"URL: {text!r} has a path or query", "give the engine's API root, without /v1 or /generate")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return u.scheme, u.host, port
+
+
+def _get(client: Any, path: str) -> Any:
+    try:
+        r = client.request("GET", path)
+    except EngineUnreachable:
+        raise
+    return r.body if r.status == 200 and r.body is not None else None
+
+
+def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Ask a running engine what it is: ``{engine, observed, answers}``.
+
+    SGLang (and dynocell's reference engine) answer ``/get_server_info`` with their
+    server args; otherwise ``/v1/models`` (+ ``/version``) must answer. Raises
+    UserError when nothing answers at ``url`` or it is no LLM server.
+    """
+    from dynocell.engine.client import EngineClient
+    from dynocell.engine.observed import from_sglang_server_info, from_vllm_server
+
+    answers: dict[str, Any] = {}
+    with EngineClient(url, timeout_s) as client:
+        try:
+            info = _get(client, "/get_server_info")
+        except EngineUnreachable as exc:
+            raise UserError(f"nothing answers at {url}: {exc.message}",
+                            "is the engine running and the host:port right? (curl URL/health)") from None
+        if isinstance(info, dict) and info.get("model_path"):
+            answers["get_server_info"] = info
+            answers["get_model_info"] = _get(client, "/get_model_info")
+            observed = from_sglang_server_info(info)
+        else:
+            models = _get(client, "/v1/models")
+            if models is None:
+                raise UserError(f"{url} answers, but neither /get_server_info (SGLang) nor /v1/models (OpenAI) "
+                                "describes a model", "is this the engine's API root?")
+            version = _get(client, "/version")
+            answers["v1_models"], answers["version"] = models, version
+            observed = from_vllm_server(models, version)
+        metrics = client.request("GET", "/metrics")
+        families = set()
+        if metrics.status == 200:
+            for line in metrics.text.splitlines()[:20000]:
+                if line and not line.startswith("#") and ":" in line.split("{", 1)[0]:
+                    families.add(line.split(":", 1)[0])
+        answers["metrics_families"] = sorted(families)
+    engine = observed.engine
+    if "vllm" in families and engine in ("openai", "vllm"):
+        engine = "vllm"
+    if engine != observed.engine:
+        from dynocell.engine.observed import ObservedConfig
+
+        observed = ObservedConfig(engine, observed.fields, observed.native, observed.source)
+    return {"engine": engine, "observed": observed, "answers": answers}
+
+
+def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, Any]:
+    """Register the engine at ``url`` as a boot of kind ``attached`` (state ``ready``); returns
+    ``{boot_id, created, config_hash, observed, engine, config_fields}``.
+
+    An engine already attached at the same host:port (boot still ready) gives that boot back
+    (``created`` False). Raises UserError for a bad URL or nothing answering there.
+    """
+    from dynocell.db import boots as db_boots, imports as db_imports
+    from dynocell.runbooks.imports import _new_id, _now, resolve_or_observe
+
+    scheme, host, port = parse_engine_url(url)
+    base = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
+    for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
+        if row.get("kind") == "attached" and row["host"] == host and row["port"] == port:
+            return {"boot_id": row["id"], "created": False, "config_hash": row["config_hash"], "engine": row["engine"],
+                    "url": base, "observed": None, "config_fields": None}
+    found = probe(base)
+    observed = found["observed"]
+    config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, base)
+    boot_id = _new_id()
+    boot_dir = cell.settings.boots_dir / boot_id
+    boot_dir.mkdir(parents=True, exist_ok=True)
+    answers_path = boot_dir / "attach.json"
+    answers_path.write_text(json.dumps({"url": base, **found["answers"]}, indent=2, default=str))
+    now = _now()
+    boot = {"id": boot_id, "config_hash": config_hash, "engine": found["engine"], "hostname": host, "host": host,
+            "port": port, "argv": f"(attached: {base})", "env": {}, "state": "ready", "last_phase": "ready",
+            "log_path": str(answers_path), "started_at": now, "ready_at": now, "ready_s": 0.0,
+            "kind": "attached"}
+    event = {"boot_id": boot_id, "ts": now, "offset_s": 0.0, "kind": "state", "name": "attached",
+             "detail": {"url": base, "engine": found["engine"], "families": found["answers"]["metrics_families"]}}
+    try:
+        db_imports.record_attached(cell.store, config=cfg_row, boot=boot, event=event)
+    except BaseException:
+        shutil.rmtree(boot_dir, ignore_errors=True)
+        raise
+    return {"boot_id": boot_id, "created": True, "config_hash": config_hash, "engine": found["engine"], "url": base,
+            "observed": cfg_row is not None, "config_fields": observed.fields if cfg_row is not None else None}
+
+
+def attached_alive(row: dict[str, Any]) -> bool:
+    """Whether an attached boot's engine answers ``GET /health`` with 200 (within a few seconds)."""
+    from dynocell.engine.client import EngineClient
+
+    if not row.get("port"):
+        return False
+    host = row["host"] if ":" not in row["host"] else f"[{row['host']}]"
+    try:
+        with EngineClient(f"http://{host}:{row['port']}", ALIVE_TIMEOUT_S) as c:
+            return c.health().status == 200
+    except EngineUnreachable:
+        return False
+
+
+def _listener_pids(host: str, port: int) -> set[int]:
+    import psutil
+
+    pids = set()
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            pids.add(conn.pid)
+    return pids
+
+
+def stop_attached(cell: Cell, boot: dict[str, Any], pid: int | None, grace_s: float) -> dict[str, Any]:
+    """Stop an attached boot's engine — only when ``pid`` is the process listening on its port.
+
+    Refuses (UserError) without ``pid``, for a remote host, or when ``pid`` does not listen
+    on the port. Otherwise SIGTERM → ``grace_s`` → SIGKILL to that process and its
+    children (not its process group: a hand-started engine may share its shell's group),
+    and records ``stopped``. Returns the final boot row.
+    """
+    import psutil
+
+    from dynocell.db import boots as db_boots
+    from dynocell.runbooks.imports import _now
+
+    if pid is None:
+        raise UserError(f"boot {boot['id']} is attached: dynocell did not start it and will not stop it on its own",
+                        f"stop it where it was started, or name its process: dynocell stop {boot['id']} --pid PID "
+                        f"(the pid listening on port {boot['port']})")
+    try:
+        local = ipaddress.ip_address(boot["host"]).is_loopback
+    except ValueError:
+        local = boot["host"] in ("localhost",)
+    if not local:
+        raise UserError(f"boot {boot['id']} is attached on {boot['host']}, not this host: dynocell cannot stop it",
+                        "stop it on its host")
+    listeners = _listener_pids(boot["host"], boot["port"])
+    if pid not in listeners:
+        raise UserError(f"--pid {pid} is not the process listening on port {boot['port']}"
+                        + (f" (that is pid {', '.join(map(str, sorted(listeners)))})" if listeners else
+                           " (nothing listens there)"),
+                        "give the pid of the engine's server process")
+    proc = psutil.Process(pid)
+    procs = [proc, *proc.children(recursive=True)]
+    db_boots.transition(cell.store, boot["id"], ("ready", "starting"), "stopping")
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    gone, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    how = "killed" if alive else "graceful"
+    db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(), stop_how=how,
+                        exit_code=None, zombies=0)
+    return db_boots.get_boot(cell.store, boot["id"]) or boot

@@ -1,0 +1,176 @@
+"""``dynocell attach``: a running engine dynocell did not start, driven like any boot.
+
+The engine is the reference engine started by hand as a real subprocess
+(``dynocell.engine.reference.launch.start_engine``, not dynocell's supervisor),
+with STANDALONE speculative decoding. dynocell attaches to it, checks health,
+runs the main job on it (bench, acceptance, profile, diagnose), refuses to stop
+it, and leaves it running.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.reference.launch import start_engine
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM = Path(__file__).parent / "data" / "vllm-0.26.0"
+
+
+@pytest.fixture(scope="module")
+def engine(model_pair, tmp_path_factory):
+    target, draft = model_pair.target, model_pair.draft
+    log = tmp_path_factory.mktemp("hand-started") / "engine.log"
+    eng = start_engine(target, ["--enable-metrics", "--speculative-algorithm", "STANDALONE",
+                                "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
+                                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], log)
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture
+def cell(settings):
+    from dynocell.runbooks.cell import open_cell
+
+    return open_cell(settings)
+
+
+def test_attach_health_run_and_stop_refused(cell, engine):
+    from dynocell.db import boots as db_boots, runs as db_runs
+    from dynocell.errors import UserError
+    from dynocell.runbooks import boots
+    from dynocell.runbooks.attach import attach
+    from dynocell.runbooks.run import run_on_boot
+
+    res = attach(cell, engine.url)
+    assert res["created"] and res["observed"] and res["engine"] == "sglang"
+    f = res["config_fields"]
+    assert f["speculative.algorithm"] == "STANDALONE" and f["speculative.num_draft_tokens"] == 4
+    assert f["model_path"] == str(engine_model(engine))
+    row = db_boots.get_boot(cell.store, res["boot_id"])
+    assert row["kind"] == "attached" and row["pid"] is None and row["state"] == "ready"
+    assert attach(cell, engine.url)["boot_id"] == res["boot_id"]  # attached once
+
+    assert [b["id"] for b in boots.ps(cell)] == [res["boot_id"]]
+    verdict = boots.health(cell, res["boot_id"])
+    assert verdict["verdict"] == "healthy", verdict
+
+    run_id = run_on_boot(cell, res["boot_id"])
+    run = db_runs.get_run(cell.store, run_id)
+    assert run["state"] == "completed", (run["error"], db_runs.steps(cell.store, run_id))
+    steps = {s["name"]: s["state"] for s in db_runs.steps(cell.store, run_id)}
+    assert steps == {"health": "completed", "bench": "completed", "acceptance": "completed",
+                     "profile": "completed", "diagnose": "completed"}
+    curves = db_runs.curves(cell.store, run_id)
+    assert curves and all(c["num_drafts"] == 3 and c["steps"] > 0 for c in curves)
+    assert db_runs.profiles(cell.store, run_id=run_id)[0]["state"] == "completed"
+
+    with pytest.raises(UserError, match="attached: dynocell did not start it"):
+        boots.stop(cell, res["boot_id"])
+    with pytest.raises(UserError, match=f"not the process listening on port {engine.port}"):
+        boots.stop(cell, res["boot_id"], pid=1)
+    assert engine.proc.poll() is None  # the engine still runs
+    assert db_boots.get_boot(cell.store, res["boot_id"])["state"] == "ready"
+
+
+def engine_model(engine) -> str:
+    cmd = engine.proc.args
+    return cmd[cmd.index("--model-path") + 1]
+
+
+def test_two_real_scrapes_of_the_attached_engine_give_its_window(cell, engine):
+    """Two /metrics scrapes around a bench: the per-position counter deltas give the window's curve,
+    the same numbers as the bench's own acceptance curves merged."""
+    import httpx
+
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.acceptance import Curve, merge
+    from dynocell.runbooks.attach import attach
+    from dynocell.runbooks.evidence import import_metrics
+    from dynocell.runbooks.run import bench
+
+    boot_id = attach(cell, engine.url)["boot_id"]
+    d = Path(cell.settings.home)
+    (d / "before.txt").write_text(httpx.get(engine.url + "/metrics", trust_env=False).text)
+    run_id = bench(cell, boot_id)
+    (d / "after.txt").write_text(httpx.get(engine.url + "/metrics", trust_env=False).text)
+    res = import_metrics(cell, [d / "before.txt", d / "after.txt"])
+    assert res["window"].startswith("delta") and res["acceptance"]["source"] == "sglang per-position counters"
+    bench_curves = [Curve.from_histogram(c["histogram"]) for c in db_runs.curves(cell.store, run_id)]
+    merged = merge(bench_curves)
+    # the bench's calibration and warm-up requests are in the window too: τ close, not equal
+    assert res["acceptance"]["drafts"] >= merged.steps
+    assert abs(res["acceptance"]["tau"] - merged.tau) < 0.25
+
+
+def test_cli_attach_and_stop_refused(cli_env, engine):
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    att = subprocess.run([exe, "attach", engine.url, "--json"], env=cli_env, capture_output=True, text=True,
+                         timeout=120, cwd=REPO)
+    assert att.returncode == 0, att.stderr
+    boot_id = json.loads(att.stdout)["boot_id"]
+    stop = subprocess.run([exe, "stop", boot_id], env=cli_env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert stop.returncode == 2 and stop.stderr.startswith("Error: ") and "--pid" in stop.stderr
+    assert engine.proc.poll() is None
+
+
+def test_stop_with_the_listening_pid_stops_only_that_engine(cell, model_pair, tmp_path):
+    from dynocell.db import boots as db_boots
+    from dynocell.runbooks import boots
+    from dynocell.runbooks.attach import attach
+
+    eng = start_engine(model_pair.target, [], tmp_path / "plain.log")
+    try:
+        boot_id = attach(cell, eng.url)["boot_id"]
+        row = boots.stop(cell, boot_id, grace_s=10, pid=eng.proc.pid)
+        assert row["state"] == "stopped" and row["stop_how"] == "graceful"
+        assert eng.proc.wait(10) is not None
+        assert db_boots.get_boot(cell.store, boot_id)["kind"] == "attached"
+    finally:
+        eng.stop()
+
+
+@pytest.mark.parametrize("url,why", [
+    ("ftp://127.0.0.1:1", "scheme 'ftp'"),
+    ("http://user:pw@127.0.0.1:1", "user info"),
+    ("http://127.0.0.1:1/v1/chat", "has a path"),
+    ("not a url at all", "scheme"),
+])
+def test_bad_urls_are_refused(cell, url, why):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.attach import attach
+
+    with pytest.raises(UserError, match=why):
+        attach(cell, url)
+
+
+def test_nothing_listening_is_refused_and_nothing_stored(cell):
+    from dynocell.db import boots as db_boots
+    from dynocell.engine.reference.launch import free_port
+    from dynocell.errors import UserError
+    from dynocell.runbooks.attach import attach
+
+    with pytest.raises(UserError, match="nothing answers at"):
+        attach(cell, f"http://127.0.0.1:{free_port()}")
+    assert db_boots.list_boots(cell.store) == []
+
+
+def test_health_oracle_reads_vllm_metric_families():
+    """The progress check counts vLLM's own families (real vLLM 0.26.0 scrape)."""
+    from dynocell.engine.health import progress_from_metrics
+    from dynocell.engine.metrics import parse_metrics
+
+    text = (VLLM / "C_draft_graph.metrics.txt").read_text()
+    snap = parse_metrics(text)
+    s = progress_from_metrics(text, 0.0)
+    assert s.generated == snap.sum("vllm:generation_tokens_total") > 0
+    assert s.prompt == snap.sum("vllm:prompt_tokens_total") > 0
+    busy = text.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+                        'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0')
+    assert progress_from_metrics(busy, 1.0).queued == 5.0

@@ -1,0 +1,518 @@
+"""``dynocell import …`` and ``dynocell trace split``: evidence from engines dynocell did not start.
+
+Real data only: the vLLM 0.26.0 and SGLang 0.5.17 artifacts of the H200 runs
+(``tests/data/vllm-0.26.0/``, ``tests/data/sglang-0.5.17*/``) and excerpts of
+public issue threads (``tests/data/foreign/``, each with its source URL).
+Procedures run in-process against a real SQLite store; a few commands run as
+the real console script.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.logfile import LogReadError, read_log
+from dynocell.engine.observed import ObservedConfigError, parse_server_args_line, parse_vllm_args_line
+
+DATA = Path(__file__).parent / "data"
+VLLM = DATA / "vllm-0.26.0"
+SGL = DATA / "sglang-0.5.17"
+SGL_TP2 = DATA / "sglang-0.5.17-tp2"
+FOREIGN = DATA / "foreign"
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = str(REPO / "examples" / "tiny.toml")
+
+
+@pytest.fixture
+def cell(settings):
+    from dynocell.runbooks.cell import open_cell
+
+    return open_cell(settings)
+
+
+def _count(cell, model) -> int:
+    from sqlalchemy import func, select
+
+    with cell.store.session() as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def _counts(cell) -> dict[str, int]:
+    from dynocell.db import models as m
+
+    return {t.__tablename__: _count(cell, t) for t in (m.Boot, m.BootEvent, m.Run, m.AcceptanceCurve,
+                                                       m.ProfileRun, m.ImportRecord, m.Config, m.BenchRun)}
+
+
+# ---------------------------------------------------------------- trace split
+
+def test_trace_split_of_a_real_vllm_trace_stores_nothing(cell):
+    from dynocell.runbooks.imports import trace_split
+
+    before = _counts(cell)
+    res = trace_split(next(VLLM.glob("A_graph.*.trace.json.gz")), top=5)
+    assert res["source"] == "kernel"
+    assert res["graph_launches"] > 0  # A_graph ran with CUDA graphs
+    cats = {c["category"]: c for c in res["categories"]}
+    assert cats["gemm"]["ms"] > 0 and cats["attention"]["ms"] > 0
+    assert abs(sum(c["pct"] for c in res["categories"]) - 100.0) < 0.5
+    assert len(res["top"]) == 5
+    assert _counts(cell) == before
+
+
+def test_import_trace_once_and_again_is_one_record(cell):
+    from dynocell.db import models as m
+    from dynocell.runbooks.imports import import_trace
+
+    trace = next(SGL.glob("A.*.trace.json.gz"))
+    first = import_trace(cell, trace, output_tokens=64)
+    assert first["created"] and first["profile_id"]
+    again = import_trace(cell, trace)
+    assert not again["created"] and again["import_id"] == first["import_id"]
+    assert _count(cell, m.ProfileRun) == 1 and _count(cell, m.ImportRecord) == 1
+
+
+def test_trace_split_refuses_a_non_trace(tmp_path):
+    from dynocell.errors import DynocellError
+    from dynocell.runbooks.imports import trace_split
+
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(gzip.compress(b"\x00\x01binary junk" * 100))
+    with pytest.raises(DynocellError):
+        trace_split(junk)
+
+
+# ---------------------------------------------------------------- config lines
+
+def test_server_args_line_of_real_sglang_log_gives_observed_config():
+    from dynocell.engine.observed import from_server_args
+
+    line = next(l for l in (SGL / "C.server.log").read_text().splitlines() if "server_args=ServerArgs(" in l)
+    args = parse_server_args_line(line)
+    cfg = from_server_args(args)
+    assert cfg.fields["model_path"] == "/models/tiny-llama"
+    assert cfg.fields["memory.mem_fraction_static"] == 0.2
+    assert cfg.fields["attention_backend"] == "triton"
+    # fields the engine printed as None stay unknown, never defaulted
+    assert "memory.chunked_prefill_size" not in cfg.fields or cfg.fields["memory.chunked_prefill_size"] is not None
+    assert cfg.canonical()["observed"] is True and cfg.config_hash.startswith("sha256:")
+
+
+def test_vllm_non_default_args_with_object_reprs():
+    line = next(l for l in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "non-default args" in l)
+    args = parse_vllm_args_line(line)
+    assert args["speculative_config"]["num_speculative_tokens"] == 3
+    cut = line[: len(line) // 2]
+    with pytest.raises(ObservedConfigError, match="cut short"):
+        parse_vllm_args_line(cut)
+
+
+# ---------------------------------------------------------------- logs: real artifacts
+
+def test_import_real_vllm_log_end_to_end(cell):
+    from dynocell.db import boots as db_boots, runs as db_runs
+    from dynocell.runbooks.configs import config_by_hash
+
+    res = import_log_and_check(cell, VLLM / "C_draft_graph.server.log")
+    assert res["engine"] == "vllm" and res["state"] == "stopped" and res["observed"]
+    boot = db_boots.get_boot(cell.store, res["boot_id"])
+    assert boot["kind"] == "imported" and boot["source_sha256"] == res["files"][0]["sha256"]
+    assert boot["pid"] is None and Path(boot["log_path"]).is_file()  # copied under the data directory
+    phases = [e["name"] for e in db_boots.events(cell.store, res["boot_id"]) if e["kind"] == "phase"]
+    assert phases[0] == "config" and phases[-1] == "ready" and "weights_end" in phases
+    assert res["ready_s"] == 33.0
+    # the observed config: what the log said, nothing else
+    f = res["config_fields"]
+    assert f["speculative.algorithm"] == "STANDALONE" and f["speculative.num_steps"] == 3
+    assert f["serving.engine_version"] == "vllm 0.26.0" and "parallel.tp_size" not in f
+    assert f["cuda_graph.mode"] == "full_and_piecewise"  # from the engine's own config line
+    runtime = config_by_hash(cell, res["config_hash"])  # a runtime view still loads
+    assert runtime.speculative.num_draft_tokens == 4 and runtime.model_path.endswith("target")
+    # acceptance from the 4 SpecDecoding lines, step-weighted by drafts (= drafted tokens / 3)
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    lines = [l for l in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "SpecDecoding metrics" in l]
+    assert len(lines) == 4 and curve["num_drafts"] == 3
+    drafts = [567 // 3, 939 // 3, 699 // 3, 2112 // 3]
+    p1 = (0.825 * drafts[0] + 0.511 * drafts[1] + 0.901 * drafts[2] + 0.866 * drafts[3]) / sum(drafts)
+    assert curve["steps"] == sum(drafts)
+    assert curve["points"][0]["p_uncond"] == pytest.approx(p1, abs=1e-9)
+    assert curve["tau"] == pytest.approx(1 + sum(p["p_uncond"] for p in curve["points"]))
+
+
+def test_config_show_of_an_observed_config_shows_only_what_was_seen(cell):
+    from dynocell.runbooks.configs import show_config
+
+    res = import_log_and_check(cell, VLLM / "C_draft_graph.server.log")
+    shown = show_config(cell, res["config_hash"])
+    assert shown["observed"] and shown["canonical"] == res["config_fields"]
+    assert "parallel.tp_size" not in shown["canonical"] and "only the fields below" in shown["toml"]
+
+
+def import_log_and_check(cell, *paths, **kw):
+    from dynocell.runbooks.imports import import_log
+
+    res = import_log(cell, list(paths), **kw)
+    assert res["created"]
+    again = import_log(cell, list(paths), **kw)
+    assert not again["created"] and again["boot_id"] == res["boot_id"]
+    return res
+
+
+def test_import_real_failed_vllm_boot(cell):
+    res = import_log_and_check(cell, VLLM / "fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log")
+    assert res["state"] == "failed" and res["ready_s"] is None
+    assert res["signature"]["id"]  # named (or "unknown"), never absent for a failed boot
+
+
+@pytest.mark.parametrize("name", ["A", "C", "E"])
+def test_import_real_sglang_logs(cell, name):
+    from dynocell.db import runs as db_runs
+
+    res = import_log_and_check(cell, SGL / f"{name}.server.log")
+    assert res["engine"] == "sglang" and res["state"] == "stopped" and res["ready_s"] > 0
+    assert res["config_fields"]["model_path"] == "/models/tiny-llama"
+    curves = db_runs.curves(cell.store, res["run_id"])
+    if name == "A":
+        assert res["acceptance"] is None and curves == []
+        assert res["config_fields"]["cuda_graph.disable"] is True
+    else:  # C and E ran speculative decoding: the "Decode batch … accept len" lines
+        assert res["acceptance"]["format"] == "sglang-decode" and curves[0]["tau"] > 1
+
+
+def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_path):
+    """T and T0 are two real TP2 boots; imported together as the logs of one boot's two nodes
+    (ranks by order), each node's phases are kept with its node rank and the skew is reported."""
+    from dynocell.db import boots as db_boots, models as m
+
+    res = import_log_and_check(cell, SGL_TP2 / "T.server.log", SGL_TP2 / "T0.server.log")
+    assert _count(cell, m.Boot) == 1
+    assert set(res["nodes"]) == {"0", "1"}
+    ev = [e for e in db_boots.events(cell.store, res["boot_id"]) if e["kind"] == "phase"]
+    assert {e["detail"]["node_rank"] for e in ev} == {0, 1}
+    ready = {r: per["ready"] for r, per in res["nodes"].items()}
+    # offsets share one clock: seconds from the earliest first line of either log
+    t, t0 = read_log(SGL_TP2 / "T.server.log"), read_log(SGL_TP2 / "T0.server.log")
+    start = min(t.first_ts, t0.first_ts)
+    assert ready["0"] == t.ready_s + (t.first_ts - start).total_seconds()
+    assert ready["1"] == t0.ready_s + (t0.first_ts - start).total_seconds()
+    assert res["phase_skew_s"]["ready"] == abs(ready["0"] - ready["1"]) > 0
+    assert res["ready_s"] == max(ready.values())  # ready when the last node is
+    # T ran with CUDA graphs, T0 without: the import says the nodes' configs differ
+    assert "cuda_graph.disable" in res["config_mismatch"]
+
+
+# ---------------------------------------------------------------- logs: public excerpts
+
+FOREIGN_LOGS = {
+    # file: (engine, acceptance format or None, tau or None, D or None, events, decode samples)
+    "vllm-v1-spec-ngram.log": ("vllm", "vllm-v1", 5.44, 5, [], None),
+    "vllm-v0-spec-0.6.3.log": ("vllm", "vllm-v0", 0.598 * 4, 3, [], None),
+    "vllm-v0-spec-cumulative.log": ("vllm", "vllm-v0", 0.167 * 6, 5, [], None),
+    "vllm-v1-queue-14-waiting.log": ("vllm", None, None, None, [], 3),
+    "vllm-v0-pending-tp8.log": ("vllm", None, None, None, [], 1),
+    "vllm-v0-stuck-pending-115.log": ("vllm", None, None, None, [], 1),
+    "vllm-v0-concurrency-hang.log": ("vllm", None, None, None, [], 1),
+    "vllm-v1-kvbm-serving.log": ("vllm", None, None, None, [], 1),
+    "sglang-eagle-crash-while-serving.log": ("sglang", None, None, None, ["scheduler_exception"], None),
+    "sglang-specv2-crash.log": ("sglang", None, None, None, ["scheduler_exception"], None),
+    "sglang-decode-old-shape.log": ("sglang", None, None, None, [], 4),
+    "sglang-decode-largest-len.log": ("sglang", None, None, None, [], 3),
+    "sglang-2x8-h20-serving.log": ("sglang", None, None, None, [], 1),
+    "sglang-decode-new-shape-accept.log": ("sglang", "sglang-decode", (3.05 + 2.63 + 2.83) / 3, 3, [], 3),
+    "sglang-tp8-load-weight-begin.log": ("sglang", None, None, None, [], None),
+    "llamacpp-boot-speculative.log": ("llamacpp", None, None, None, [], None),
+    "llamacpp-accepted-per-round.log": ("llamacpp", "llamacpp-rounds", 1 + (1 + 2 + 16 + 16) / 4, 16, [], None),
+    "llamacpp-draft-mtp-statistics.log": ("llamacpp", "llamacpp-stats", 1 + 0.662 + 0.507 + 0.394 + 0.296, 4, [], None),
+}
+
+
+def test_every_foreign_file_names_its_source():
+    files = sorted(p for p in FOREIGN.iterdir() if p.name != "SOURCES.md")
+    assert len(files) >= 20
+    sources = (FOREIGN / "SOURCES.md").read_text()
+    for p in files:
+        head = p.read_text().splitlines()[0]
+        assert head.startswith("# source: https://github.com/") or p.name in sources, p.name
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN_LOGS))
+def test_foreign_log_read(name):
+    engine, fmt, tau, d, events, decode = FOREIGN_LOGS[name]
+    rep = read_log(FOREIGN / name)
+    assert rep.engine == engine
+    if fmt is None:
+        assert rep.acceptance is None
+    else:
+        assert rep.acceptance["format"] == fmt
+        assert rep.acceptance["curve"].num_drafts == d
+        assert rep.acceptance["curve"].tau == pytest.approx(tau, abs=0.006)
+    assert [e.kind for e in rep.events] == events
+    assert (rep.decode or {}).get("samples") == decode
+
+
+def test_foreign_fragments_import_with_a_given_config(cell):
+    from dynocell.db import runs as db_runs
+
+    res = import_log_and_check(cell, FOREIGN / "vllm-v1-spec-ngram.log", config_ref=EXAMPLE)
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    assert [round(p["p_uncond"], 3) for p in curve["points"]] == [0.983, 0.949, 0.915, 0.881, 0.712]
+    assert curve["engine_tau"] == 5.44
+    crash = import_log_and_check(cell, FOREIGN / "sglang-eagle-crash-while-serving.log", config_ref=EXAMPLE)
+    assert crash["state"] == "crashed" and crash["events"][0]["kind"] == "scheduler_exception"
+
+
+def test_fragment_without_config_line_needs_config(cell):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.imports import import_log
+
+    before = _counts(cell)
+    with pytest.raises(UserError, match="--config"):
+        import_log(cell, [FOREIGN / "sglang-decode-old-shape.log"])
+    assert _counts(cell) == before
+
+
+# ---------------------------------------------------------------- bad input: nothing stored
+
+@pytest.mark.parametrize("name", ["sglang-multinode-node1-truncated.log", "sglang-not-enough-memory-truncated.log"])
+def test_truncated_config_line_is_refused_with_file_and_line(cell, name):
+    from dynocell.runbooks.imports import import_log
+
+    before = _counts(cell)
+    with pytest.raises(LogReadError) as err:
+        import_log(cell, [FOREIGN / name])
+    assert f"{name}: line 4" in err.value.message and "cut short" in err.value.message
+    with pytest.raises(LogReadError, match="--engine"):
+        import_log(cell, [FOREIGN / name], engine="../../x")
+    assert _counts(cell) == before
+    assert not any(cell.settings.boots_dir.glob("*")) if cell.settings.boots_dir.exists() else True
+
+
+def test_binary_junk_and_empty_and_foreign_text_are_refused(cell, tmp_path):
+    from dynocell.runbooks.imports import import_log
+
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(b"INFO ok\n" + bytes(range(256)) * 40)
+    empty = tmp_path / "empty.log"
+    empty.write_text("\n\n")
+    prose = tmp_path / "notes.log"
+    prose.write_text("shopping list\neggs\nmilk\n")
+    before = _counts(cell)
+    for path, why in ((junk, "line 2: binary content"), (empty, "empty"), (prose, "no line of this file")):
+        with pytest.raises(LogReadError, match=why):
+            import_log(cell, [path])
+    assert _counts(cell) == before
+
+
+def test_a_truncated_real_log_still_imports_what_it_has(cell, tmp_path):
+    """A real log cut in the middle of a line after the config line: the phases up to the cut
+    are imported, the boot is marked failed (never ready) and the cut is reported."""
+    text = (VLLM / "C_draft_graph.server.log").read_text()
+    cut = text[: text.index("Graph capturing finished") + 10]
+    p = tmp_path / "cut.log"
+    p.write_text(cut)
+    res = import_log_and_check(cell, p)
+    assert res["state"] == "failed" and res["truncated"] == [str(p)]
+    assert "kv_cache_allocated" in res["nodes"]["0"] and "ready" not in res["nodes"]["0"]
+
+
+# ---------------------------------------------------------------- the CLI
+
+def _run(cli_env, *args, ok=True):
+    exe = shutil.which("dynocell", path=str(Path(__import__("sys").executable).parent))
+    proc = subprocess.run([exe, *args], env=cli_env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_cli_trace_split_and_import_log(cli_env):
+    trace = next(VLLM.glob("A_graph.*.trace.json.gz"))
+    split = json.loads(_run(cli_env, "trace", "split", str(trace), "--json").stdout)
+    assert split["source"] == "kernel" and split["launches"] > 0
+    out = _run(cli_env, "import", "log", str(VLLM / "C_draft_graph.server.log")).stdout
+    assert "imported vllm log" in out and "(observed)" in out and "τ = " in out
+    bad = _run(cli_env, "import", "log", str(FOREIGN / "sglang-multinode-node1-truncated.log"), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "line 4" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_import_one_real_vllm_scrape_gives_the_per_position_curve(cell):
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.metrics import parse_metrics
+
+    res = import_metrics_and_check(cell, VLLM / "C_draft_graph.metrics.txt")
+    assert res["window"] == "since the engine started" and res["observed"]
+    snap = parse_metrics((VLLM / "C_draft_graph.metrics.txt").read_text())
+    drafts = snap.sum("vllm:spec_decode_num_drafts_total")
+    per = [snap.get("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i)) for i in range(3)]
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    assert [p["p_uncond"] for p in curve["points"]] == pytest.approx([x / drafts for x in per])
+    # τ = 1 + accepted / drafts, and it equals 1 + Σ p_i (vLLM counts every accepted token at its position)
+    accepted = snap.sum("vllm:spec_decode_num_accepted_tokens_total")
+    assert curve["tau"] == pytest.approx(1 + accepted / drafts) and curve["engine_tau"] == pytest.approx(curve["tau"])
+    assert curve["steps"] == drafts == 1995
+
+
+def import_metrics_and_check(cell, *paths, **kw):
+    from dynocell.runbooks.evidence import import_metrics
+
+    res = import_metrics(cell, list(paths), **kw)
+    assert res["created"]
+    again = import_metrics(cell, list(paths), **kw)
+    assert not again["created"] and again["run_id"] == res["run_id"]
+    return res
+
+
+def test_scrapes_of_two_engine_processes_are_refused(cell):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    before = _counts(cell)
+    with pytest.raises(UserError, match="_created changed since"):
+        import_metrics(cell, [VLLM / "C_draft_graph.metrics.txt", VLLM / "E_ngram_graph.metrics.txt"])
+    assert _counts(cell) == before
+
+
+def test_non_monotonic_counters_are_refused(cell, tmp_path):
+    """Bad input: the later scrape shows a counter lower than the earlier one (scrapes swapped
+    by hand: the real scrape, then the same scrape with one counter lowered)."""
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    text = (VLLM / "C_draft_graph.metrics.txt").read_text()
+    line = next(l for l in text.splitlines() if l.startswith("vllm:spec_decode_num_drafts_total{"))
+    lowered = text.replace(line, line.rsplit(" ", 1)[0] + " 1000.0")
+    later = tmp_path / "later.txt"
+    later.write_text(lowered)
+    before = _counts(cell)
+    with pytest.raises(UserError) as err:
+        import_metrics(cell, [VLLM / "C_draft_graph.metrics.txt", later])
+    assert "vllm:spec_decode_num_drafts_total" in err.value.message and "went down from 1995 " in err.value.message
+    assert "later.txt" in err.value.message
+    assert _counts(cell) == before
+
+
+def test_metrics_junk_is_refused(cell, tmp_path):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_metrics
+
+    junk = tmp_path / "junk.txt"
+    junk.write_bytes(b"# HELP x\n" + bytes(range(256)))
+    html = tmp_path / "page.txt"
+    html.write_text("<html><body>502 Bad Gateway</body></html>\n")
+    before = _counts(cell)
+    for p, why in ((junk, "line 2: binary content"), (html, "line 1: .*not Prometheus text format")):
+        with pytest.raises(UserError, match=why):
+            import_metrics(cell, [p])
+    assert _counts(cell) == before
+
+
+def test_foreign_dp_scrape_sums_engines(cell):
+    from dynocell.engine.metrics import parse_metrics
+
+    snap = parse_metrics((FOREIGN / "vllm-dp-spec-drafts.metrics.txt").read_text())
+    assert snap.sum("vllm:spec_decode_num_drafts_total") == 22 + 15 + 29 + 20 + 25 + 24 + 27 + 26
+    res = import_metrics_and_check(cell, FOREIGN / "vllm-dp-spec-drafts.metrics.txt", config_ref=EXAMPLE)
+    assert res["acceptance"] is None  # the excerpt has no per-position series: no curve invented
+
+
+# ---------------------------------------------------------------- requests and bench files
+
+def test_import_real_sglang_meta_info_requests(cell):
+    from dynocell.db import runs as db_runs
+
+    res = import_requests_and_check(cell, DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl", config_ref=EXAMPLE)
+    assert res["format"] == "sglang-meta_info" and res["requests"] == 2
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    metas = [json.loads(l)["meta_info"] for l in (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()]
+    hist = [sum(col) for col in zip(*(m["spec_correct_drafts_histogram"] for m in metas))]
+    assert curve["histogram"] == hist
+    (row,) = db_runs.bench_rows(cell.store, res["run_id"])
+    assert row["completion_tokens"] == sum(m["completion_tokens"] for m in metas)
+    assert row["extra"]["per_request_tau"] == [m["spec_accept_length"] for m in metas]
+
+
+def import_requests_and_check(cell, path, **kw):
+    from dynocell.runbooks.evidence import import_requests
+
+    res = import_requests(cell, path, **kw)
+    assert res["created"]
+    assert not import_requests(cell, path, **kw)["created"]
+    return res
+
+
+def test_import_real_vllm_probe_requests_and_vllm_spec_metrics(cell):
+    res = import_requests_and_check(cell, VLLM / "C_draft_graph.result.json", config_ref=EXAMPLE)
+    assert res["format"] == "openai-usage" and res["requests"] == 12 and res["acceptance"] is None
+    spec = import_requests_and_check(cell, FOREIGN / "vllm-per-request-spec-metrics.jsonl", config_ref=EXAMPLE)
+    # histogram [39, 1, 0, 3] over 43 steps: τ = 1 + (1 + 9) / 43 = vLLM's own mean_acceptance_length
+    assert spec["acceptance"]["tau"] == pytest.approx(1 + 10 / 43, abs=1e-4)
+    assert spec["acceptance"]["steps"] == 43
+
+
+BENCH = DATA / "bench"
+
+
+@pytest.mark.parametrize("name,tool,levels,ttft_p50", [
+    ("sglang-bench-serving.jsonl", "sglang-bench-serving", 1, 6711.85),
+    ("vllm-bench-serve.json", "vllm-bench-serve", 1, 7099.88),
+    ("aiperf-profile_export_aiperf.json", "aiperf", 1, 787.5439584999999),
+    ("guidellm-benchmarks.json", "guidellm", 2, 120.0),
+])
+def test_import_bench_files_of_each_tool(cell, name, tool, levels, ttft_p50):
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.evidence import import_bench
+
+    res = import_bench(cell, BENCH / name, config_ref=EXAMPLE)
+    assert res["tool"] == tool and len(res["levels"]) == levels
+    rows = db_runs.bench_rows(cell.store, res["run_id"])
+    assert len(rows) == levels and rows[0]["ttft_ms"]["p50"] == pytest.approx(ttft_p50)
+    assert rows[0]["extra"]["tool"] == tool and isinstance(rows[0]["extra"]["lost"], list)
+    assert not import_bench(cell, BENCH / name, config_ref=EXAMPLE)["created"]
+
+
+def test_bench_field_mapping_details(cell):
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.evidence import import_bench
+
+    aip = import_bench(cell, BENCH / "aiperf-profile_export_aiperf.json", config_ref=EXAMPLE)
+    (row,) = db_runs.bench_rows(cell.store, aip["run_id"])
+    assert row["concurrency"] == 100 and row["num_requests"] == 200 and row["completion_tokens"] == 19370
+    assert row["e2e_ms"]["p90"] == pytest.approx(8594.209632299999) and row["ttft_ms"]["p90"] is None
+    assert "error_summary" in row["extra"]["lost"]
+    sgl = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)
+    (row,) = db_runs.bench_rows(cell.store, sgl["run_id"])
+    assert row["e2e_ms"]["mean"] == 11746.39 and row["itl_ms"]["p99"] == 13753.42
+    assert "p95_itl_ms" in row["extra"]["lost"] and "total_output_tokens_retokenized" in row["extra"]["lost"]
+
+
+def test_unknown_bench_tool_and_broken_json_are_refused(cell, tmp_path):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_bench, import_requests
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text((BENCH / "sglang-bench-serving.jsonl").read_text()[:200])
+    before = _counts(cell)
+    with pytest.raises(UserError, match="not a result file of a benchmark tool dynocell knows"):
+        import_bench(cell, BENCH / "unknown-tool.json", config_ref=EXAMPLE)
+    with pytest.raises(UserError, match="line 1: not JSON"):
+        import_bench(cell, cut, config_ref=EXAMPLE)
+    with pytest.raises(UserError, match="line 1: neither an SGLang response"):
+        import_requests(cell, BENCH / "unknown-tool.json", config_ref=EXAMPLE)
+    assert _counts(cell) == before
+
+
+def test_cli_import_metrics_and_bench(cli_env):
+    out = _run(cli_env, "import", "metrics", str(VLLM / "C_draft_graph.metrics.txt")).stdout
+    assert "0.8150" in out and "τ = 3.0226" in out
+    bad = _run(cli_env, "import", "bench", str(BENCH / "unknown-tool.json"), "--config", EXAMPLE, ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "unknown-tool.json: line 1" in bad.stderr
