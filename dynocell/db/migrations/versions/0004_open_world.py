@@ -1,7 +1,7 @@
 """open world: boot kind (started | attached | imported), observed configs, import records
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-12-01 09:40:00
 """
 from alembic import op
