@@ -282,10 +282,7 @@ def _owned_flags() -> dict[str, str]:
     """
     owned: dict[str, str] = {}
     for adapter in _ADAPTERS.values():
-        on, off = _probe_sections(True), _probe_sections(False)
-        if adapter.engine == "reference":  # it runs one device only: parallel sizes are not its flags
-            p = on.parallel.model_construct(**{k: 1 for k in type(on.parallel).model_fields})
-            on, off = on.model_copy(update={"parallel": p}), off.model_copy(update={"parallel": p})
+        on, off = _probe_for(adapter, True), _probe_for(adapter, False)
         port = 65_001
         for cfg in (on, off):
             values = {str(v): f for f, v in _field_values(cfg).items() if not isinstance(v, bool)}
@@ -312,9 +309,19 @@ def _owned_flags() -> dict[str, str]:
     return owned
 
 
+def _probe_for(adapter: EngineAdapter, flag_bools: bool) -> EngineConfig:
+    """:func:`_probe_sections` as ``adapter`` can render it: the reference engine runs one device
+    only, so its parallel sizes stay 1 (they are not its flags)."""
+    cfg = _probe_sections(flag_bools)
+    if adapter.engine == "reference":
+        p = cfg.parallel.model_construct(**{k: 1 for k in type(cfg.parallel).model_fields})
+        cfg = cfg.model_copy(update={"parallel": p})
+    return cfg
+
+
 def _bool_field_of(adapter: EngineAdapter, flag: str, bools: set[str]) -> str:
     """Which boolean field turns ``flag`` on: render with only that field true."""
-    base = _probe_sections(False)
+    base = _probe_for(adapter, False)
     for field in sorted(bools):
         section, _, leaf = field.rpartition(".")
         sub = getattr(base, section) if section else base
