@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import platformdirs
 from pydantic import Field, field_validator
@@ -95,6 +96,11 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{self.home / 'dynocell.db'}"
 
     @property
+    def store_kind(self) -> str:
+        """``sqlite``, ``postgresql`` or another SQLAlchemy backend name (the URL's scheme before ``+``)."""
+        return self.db_url.split(":", 1)[0].split("+", 1)[0]
+
+    @property
     def boots_dir(self) -> Path:
         """Directory holding one folder per boot (log, traces)."""
         return self.home / "boots"
@@ -123,7 +129,7 @@ class Settings(BaseSettings):
                 {
                     "name": name,
                     "env": env,
-                    "value": "" if value is None else str(value),
+                    "value": "" if value is None else (redact_url(value) if name == "database_url" else str(value)),
                     "source": "env" if env in os.environ
                     else ("argument" if name in self.model_fields_set else "default"),
                     "help": field.description or "",
@@ -133,12 +139,31 @@ class Settings(BaseSettings):
             {
                 "name": "db_url (effective)",
                 "env": "",
-                "value": self.db_url,
+                "value": redact_url(self.db_url),
                 "source": "env" if self.database_url else "derived from home",
-                "help": "The URL actually used.",
+                "help": "The URL actually used (password hidden).",
+            }
+        )
+        rows.append(
+            {
+                "name": "store",
+                "env": "",
+                "value": self.store_kind,
+                "source": "derived from db_url",
+                "help": "Which database holds the store: sqlite (one host) or postgresql (a fleet).",
             }
         )
         return rows
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def load_settings(**overrides: Any) -> Settings:
