@@ -78,6 +78,17 @@ class Settings(BaseSettings):
         description="Where made-locally models are cached (default: <home>/models); share it between data directories.",
     )
     debug: bool = Field(default=False, description="Show tracebacks on errors.")
+    machine_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="This host's id in a shared store (default: /etc/machine-id, else an id generated once "
+        "and kept in <home>/machine-id). Set it only to simulate several hosts on one machine.",
+    )
+    host_stale_s: float = Field(
+        default=600.0, gt=0,
+        description="A host not heard from for this long (seconds) has its live boots shown as "
+        "'unknown (host … last seen …)' by other hosts.",
+    )
 
     @field_validator("home", mode="before")
     @classmethod

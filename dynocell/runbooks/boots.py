@@ -42,7 +42,7 @@ from dynocell.engine.supervisor import (
     Supervisor, file_digest, process_alive, process_create_time, stop_process_group,
 )
 from dynocell.errors import EngineError, NotFound, UserError
-from dynocell.runbooks import events
+from dynocell.runbooks import events, hosts
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env
 
@@ -164,6 +164,7 @@ def start_boot(
     db_boots.create_boot(
         cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
         engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
+        host_id=hosts.this_host_id(cell),
         argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
         supervisor_pid=os.getpid(), failure_detail={"supervisor_create_time": supervisor_ctime},
     )
@@ -393,12 +394,21 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
       supervisor, so nothing could capture its output or watch it any more: it
       is not reattached.
 
-    Adds ``supervised`` (bool) and ``engine_alive`` (bool) to the returned row.
+    Only boots of this host are judged (a process check means nothing for another
+    machine's pids): a live boot of another host keeps its recorded state; when
+    that host has not been heard from for ``host_stale_s`` the row's
+    ``state_note`` says ``unknown (host B last seen … ago)``.
+
+    Adds ``supervised`` (bool), ``engine_alive`` (bool, None for another host's boot)
+    and ``state_note`` (str or None) to the returned row.
     """
     row = dict(boot)
+    row["state_note"] = None
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
+    if row.get("host_id") and row["host_id"] != hosts.this_host_id(cell):
+        return _foreign(cell, row)
     supervised = _supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
@@ -412,6 +422,24 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
                                failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
             row["state"] = "lost"
             events.publish("boot.state_changed", boot_id=row["id"], old=boot["state"], new="lost", reason="supervisor gone")
+    return row
+
+
+def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
+    """Raise UserError when ``boot`` (a :func:`reconcile` row) is a live boot of another host."""
+    if boot["state"] in db_boots.LIVE_STATES and boot.get("engine_alive") is None:
+        raise UserError(f"boot {boot['id']} runs on host {boot.get('hostname') or boot.get('host_id')}: "
+                        f"this host cannot {what}",
+                        f"run the command on {boot.get('hostname') or 'that host'} (same store)")
+
+
+def _foreign(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
+    """A live boot of another host: never judged here; noted ``unknown`` when that host went quiet."""
+    row["supervised"], row["engine_alive"] = None, None
+    other = hosts.get(cell, row["host_id"])
+    if other is None or hosts.seen_ago_s(other) > cell.settings.host_stale_s:
+        seen = f"last seen {hosts.ago(other)}" if other else "never seen"
+        row["state_note"] = f"unknown (host {row.get('hostname') or '?'} {seen})"
     return row
 
 
@@ -436,9 +464,14 @@ def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
-    """Boots (live ones unless ``all``), reconciled against reality, each with its last health verdict."""
-    rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES)
+def ps(cell: Cell, all: bool = False, host: str | None = None) -> list[dict[str, Any]]:
+    """Boots (live ones unless ``all``; of the hosts matching ``host`` if given, see
+    :func:`hosts.resolve`), reconciled against reality, each with its last health verdict and
+    ``host_label``. Marks this host as heard from."""
+    hosts.heartbeat(cell)
+    rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES,
+                               host_ids=hosts.resolve(cell, host) if host else None)
+    names = hosts.labels(cell)
     out = []
     for b in rows:
         r = reconcile(cell, b)
@@ -447,6 +480,7 @@ def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
         last = db_boots.health_history(cell.store, r["id"], limit=1)
         r["health"] = last[0]["verdict"] if last else None
         r["uptime_s"] = _uptime(r)
+        r["host_label"] = names.get(r.get("host_id") or "", r.get("hostname") or "?")
         out.append(r)
     return out
 
@@ -472,6 +506,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
     Returns the stored row (``verdict``, ``checks``, ``failed``).
     """
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
+    _refuse_foreign(boot, "probe its health")
     if boot["state"] not in db_boots.LIVE_STATES:
         raise UserError(f"boot {boot['id']} is {boot['state']}: there is no engine to probe",
                         f"see `dynocell show {boot['id']}` for how it ended, or boot it again")
@@ -524,6 +559,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
     if boot["state"] not in db_boots.LIVE_STATES:
         return boot
+    _refuse_foreign(boot, "stop it")
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     if boot["supervised"] and boot["supervisor_pid"] != os.getpid():
         if grace_s is not None:

@@ -640,6 +640,7 @@ class CompareScreen(DashScreen):
         names = [self.dash.alias(r["run"]["id"]) for r in c["runs"]]
         t = _tbl("runs (first is the base)", "", *names)
         t.add_row("config", *[fmt.config_name(r["run"]) for r in c["runs"]])
+        t.add_row("host", *[r["run"].get("host_label") or "?" for r in c["runs"]])
         t.add_row("τ", *[fmt.num(r["run"].get("tau"), ".3f") for r in c["runs"]])
         t.add_row("state", *[r["run"]["state"] for r in c["runs"]])
         tp = _tbl("output tok/s (Δ % vs base)", "level", *names)
@@ -654,7 +655,8 @@ class CompareScreen(DashScreen):
             for i, (p, dlt) in enumerate(zip(row["pct"], row["delta_pp"])):
                 cells.append(fmt.num(p) + ("" if dlt is None or i == 0 else f" ({dlt:+.1f})"))
             sp.add_row(row["category"], *cells)
-        self.query_one("#cmp", Static).update(Group(t, Text(""), tp, Text(""), sp))
+        warn = [Text("⚠ " + c["hardware_warning"], style="bold yellow"), Text("")] if c.get("hardware_warning") else []
+        self.query_one("#cmp", Static).update(Group(*warn, t, Text(""), tp, Text(""), sp))
         self.loaded = True
 
     def action_back(self) -> None:
