@@ -119,3 +119,56 @@ def test_writer_processes_share_one_store(backend_settings, cli_env, tmp_path):
 
     notes = [x["text"] for x in dbk.list_notes(cell.store)]
     assert sorted(notes) == sorted(f"cli {i}" for i in range(0, n, 5) for _ in range(writers))
+
+
+def test_a_populated_store_from_before_hosts_migrates_keeping_every_row(db_url):
+    """0002 → head on a store with boots, events and runs (foreign keys on): the host columns are added in
+    place (no table rebuild), every row stays, and old rows read with no host."""
+    from alembic import command
+
+    from dynocell.db import boots as db_boots
+    from dynocell.db.session import alembic_config, make_engine
+
+    if db_url.startswith("sqlite:///"):
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(db_url)
+    cfg = alembic_config(db_url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002")
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO configs (config_hash, engine, model_path, canonical_json, source_toml, created_at) "
+                       "VALUES ('sha256:old', 'reference', 'm', '{}', '', CURRENT_TIMESTAMP)"))
+        c.execute(text("INSERT INTO boots (id, config_hash, engine, hostname, host, argv, env, state, log_path, "
+                       "started_at) VALUES ('oldboot', 'sha256:old', 'reference', 'h', '127.0.0.1', '', '{}', "
+                       "'stopped', '/x', CURRENT_TIMESTAMP)"))
+        c.execute(text("INSERT INTO boot_events (boot_id, ts, offset_s, kind, name) "
+                       "VALUES ('oldboot', CURRENT_TIMESTAMP, 0, 'state', 'stopped')"))
+        c.execute(text("INSERT INTO runs (id, kind, config_hash, boot_id, state, started_at) "
+                       "VALUES ('oldrun', 'run', 'sha256:old', 'oldboot', 'completed', CURRENT_TIMESTAMP)"))
+    engine.dispose()
+    store = Store(db_url)
+    try:
+        assert store.revision_before == "0002" and store.revision == head_revision()
+        row = db_boots.get_boot(store, "oldboot")
+        assert row["state"] == "stopped" and row["host_id"] is None
+        assert [e["name"] for e in db_boots.events(store, "oldboot")] == ["stopped"]
+        with store.engine.connect() as c:
+            assert c.execute(text("SELECT host_id, boot_id FROM runs WHERE id = 'oldrun'")).one() == (None, "oldboot")
+    finally:
+        store.engine.dispose()
+
+
+def test_concurrent_first_use_of_an_empty_postgresql_database_migrates_once(pg_url, cli_env):
+    """Three `dynocell init` at once on an empty database: the advisory lock lets one migrate, the others
+    wait and find it at head (without it, two would create the same tables and one would fail)."""
+    env = dict(cli_env, DYNOCELL_DATABASE_URL=pg_url)
+    procs = [subprocess.Popen([sys.executable, "-m", "dynocell", "init", "--json"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(3)]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        reports.append(json.loads(out))
+    assert sorted(str(r["revision_before"]) for r in reports) == sorted(["None"] + [head_revision()] * 2)
+    assert all(r["revision"] == head_revision() for r in reports)

@@ -134,6 +134,9 @@ def test_dashboard_groups_live_boots_by_host_and_compare_warns_across_hardware(t
     groups = views.dashboard(a)["hosts"]
     assert sorted(g["host_id"] for g in groups) == ["host-a", "host-b"]
     assert {g["host_id"]: [x["id"] for x in g["boots"]] for g in groups} == {"host-a": ["liveA"], "host-b": ["liveB"]}
+    assert not any(g["quiet"] for g in groups)
+    make_quiet(a, "host-b", hours=1)
+    assert {g["host_id"]: g["quiet"] for g in views.dashboard(a)["hosts"]} == {"host-a": False, "host-b": True}
 
     for cell, run_id in ((a, "cmpA"), (b, "cmpB")):
         db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="completed",
@@ -208,3 +211,19 @@ else:
     ]
     assert hostinfo.gpu_inventory(str(tmp_path / "missing")) == {"gpus": [], "cuda": None}
     assert isinstance(hostinfo.probe()["gpus"], list)
+
+
+def test_tui_boot_panel_names_the_host_and_where_its_files_are(two_hosts):
+    from types import SimpleNamespace
+
+    from dynocell.cli.tui.screens import boot_summary_lines
+    from dynocell.runbooks import views
+
+    a, b, config_hash = two_hosts
+    live_boot(b, "tuiB", config_hash)
+    dash = SimpleNamespace(alias=lambda i: i, now=utcnow)  # the two app attributes the panel reads
+    text_lines = [str(x) for x in boot_summary_lines(dash, views.boot_detail(a, "tuiB"), None, 100)]
+    host_line = next(x for x in text_lines if x.startswith("host "))
+    assert "(host-b)" in host_line and str(b.settings.boots_dir / "tuiB") in host_line
+    own = [str(x) for x in boot_summary_lines(dash, views.boot_detail(b, "tuiB"), None, 100)]
+    assert any(x.startswith("host ") and "files there" not in x for x in own)

@@ -182,13 +182,16 @@ def dashboard(cell, *, recent: int = 10) -> dict[str, Any]:
             "boots": s.scalar(select(func.count()).select_from(m.Boot)) or 0,
             "runs": s.scalar(select(func.count()).select_from(m.Run)) or 0,
         }
-        by_host = _live_by_host(s, live)
+        by_host = _live_by_host(s, live, cell.settings.host_stale_s)
     return {"live_boots": live, "recent_runs": runs, "failures": failures[:recent], "counts": counts,
             "hosts": by_host, "generated_at": _now()}
 
 
-def _live_by_host(s, live: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Live boots grouped by host: ``[{host_id, label, last_seen_at, boots, verdicts}]``, hosts by label.
+def _live_by_host(s, live: list[dict[str, Any]], stale_s: float) -> list[dict[str, Any]]:
+    """Live boots grouped by host: ``[{host_id, label, last_seen_at, quiet, boots, verdicts}]``, hosts by label.
+
+    ``quiet``: the host has not been heard from for ``stale_s`` seconds, so its boots' states are
+    unknown (only that host can judge them).
 
     ``verdicts``: the newest health verdict of each of that host's live boots (``{boot_id, verdict, ts}``).
     Boots from before hosts were recorded are grouped under their recorded hostname.
@@ -199,8 +202,10 @@ def _live_by_host(s, live: list[dict[str, Any]]) -> list[dict[str, Any]]:
         g = groups.get(key)
         if g is None:
             h = s.get(m.Host, b["host_id"]) if b.get("host_id") else None
-            g = groups[key] = {"host_id": b.get("host_id"), "label": b["host_label"],
-                               "last_seen_at": _aware(h.last_seen_at) if h else None, "boots": [], "verdicts": []}
+            seen = _aware(h.last_seen_at) if h else None
+            g = groups[key] = {"host_id": b.get("host_id"), "label": b["host_label"], "last_seen_at": seen,
+                               "quiet": bool(seen and (_now() - seen).total_seconds() > stale_s),
+                               "boots": [], "verdicts": []}
         g["boots"].append(b)
         if b.get("health"):
             g["verdicts"].append({"boot_id": b["id"], "verdict": b["health"]["verdict"], "ts": b["health"]["ts"]})

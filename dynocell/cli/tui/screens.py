@@ -136,6 +136,9 @@ class MainScreen(DashScreen):
         live = sum(1 for b in snap["boots"] if b["state"] in LIVE)
         title = Text("dynocell", style="bold")
         title.append(f" · {live} live · {len(ids)} shown · poll {self.dash.poll_interval_s:g}s")
+        fleet = sorted({b["host_label"] for b in snap["boots"] if b.get("host_id")})
+        if len(fleet) > 1:
+            title.append(f" · {len(fleet)} hosts")
         if snap.get("error"):
             title.append(f" · {snap['error']}", style="red")
         self.query_one("#title", Static).update(title)
@@ -225,6 +228,9 @@ def boot_summary_lines(dash: "DynocellApp", d: dict[str, Any], run: dict[str, An
     head.append(f"  {b.get('engine')} :{b.get('port')}  pid {b.get('pid') or '-'}  "
                 f"ready {fmt.num(b.get('ready_s'), '.1f')} s  up {fmt.duration(fmt.uptime_s(b, now))}")
     lines: list[Any] = [head]
+    if b.get("host_id"):  # rows from before host records carry none
+        lines.append(Text(f"host {b.get('host_label')}"
+                          + (f" · files there under {d['elsewhere']['dir']}" if d.get("elsewhere") else "")))
     if b.get("failure_signature"):
         sig = Text("signature: ", style="bold")
         sig.append(str(b["failure_signature"]), style="red")
@@ -310,6 +316,8 @@ class BootScreen(DashScreen):
         head.append_text(fmt.state_text(b["state"]))
         head.append(f"  {fmt.config_name(b)}  {b.get('engine')} :{b.get('port')}  "
                     f"up {fmt.duration(fmt.uptime_s(b, now))}")
+        if b.get("host_id"):  # rows from before host records carry none
+            head.append(f"  host {b.get('host_label')}")
         self.query_one("#boot-head", Static).update(head)
         width = max(10, min(40, self.size.width - 40))
         parts: list[Any] = [Text("phases", style="bold")]
