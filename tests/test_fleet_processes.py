@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import psutil
@@ -43,6 +45,7 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
         envs[name] = dict(cli_env, DYNOCELL_HOME=str(tmp_path / name), DYNOCELL_MACHINE_ID=name,
                           DYNOCELL_DATABASE_URL=db_url, DYNOCELL_ENGINE_PYTHON=str(shim),
                           DYNOCELL_STOP_GRACE_S="2", DYNOCELL_BOOT_TIMEOUT_SGLANG_S="60")
+    envs["host-b"]["DYNOCELL_HOST_STALE_S"] = "2"  # B's supervisor then says it is alive every 0.5 s
     boot_a = json.loads(dynocell(envs["host-a"], "boot", str(cfg), "--detach", "--json").stdout)
     boot_b = json.loads(dynocell(envs["host-b"], "boot", str(cfg), "--detach", "--json").stdout)
     try:
@@ -67,12 +70,36 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
             assert page.status_code == 200
             assert 'data-host="host-a"' in page.text and 'data-host="host-b"' in page.text
 
+        # A detached supervisor keeps its host heard from (nobody runs ps on B meanwhile).
+        from sqlalchemy import text
+
+        from dynocell.db.models import utcnow
+        from dynocell.db.session import make_engine
+
+        engine = make_engine(db_url)
+        hour_ago = utcnow() - timedelta(hours=1)
+        with engine.begin() as c:
+            c.execute(text("UPDATE hosts SET last_seen_at = :t WHERE id = 'host-b'"), {"t": hour_ago})
+        deadline = time.monotonic() + 30
+        while by_id(envs["host-a"])[boot_b["id"]]["state_note"] is not None:
+            assert time.monotonic() < deadline, "host-b's supervisor never refreshed last_seen_at"
+            time.sleep(0.5)
+        log_err = subprocess.run([sys.executable, "-m", "dynocell", "logs", boot_b["id"]], env=envs["host-a"],
+                                 capture_output=True, text=True, timeout=120)
+        assert log_err.returncode == 2 and "lives on host" in log_err.stderr
+
         # Host B dies: its supervisor and engine are gone, nobody on B has looked yet.
         os.kill(boot_b["supervisor_pid"], signal.SIGKILL)
         os.killpg(boot_b["pgid"], signal.SIGKILL)
         psutil.wait_procs([p for p in (psutil.Process(boot_b["pid"]),) if p.is_running()], timeout=10)
         row = by_id(envs["host-a"], "--all")[boot_b["id"]]
         assert row["state"] == "ready", row  # host-a's process check never judges host-b's boot
+        with engine.begin() as c:  # … and once host-b has been quiet long enough, says it does not know
+            c.execute(text("UPDATE hosts SET last_seen_at = :t WHERE id = 'host-b'"), {"t": hour_ago})
+        engine.dispose()
+        row = by_id(envs["host-a"], "--all")[boot_b["id"]]
+        assert row["state"] == "ready" and row["state_note"].startswith("unknown (host "), row
+        assert "last seen 6" in row["state_note"] and "min ago" in row["state_note"]
         row = by_id(envs["host-b"], "--all")[boot_b["id"]]
         assert row["state"] == "lost", row  # host-b's own ps does
     finally:

@@ -227,3 +227,21 @@ def test_tui_boot_panel_names_the_host_and_where_its_files_are(two_hosts):
     assert "(host-b)" in host_line and str(b.settings.boots_dir / "tuiB") in host_line
     own = [str(x) for x in boot_summary_lines(dash, views.boot_detail(b, "tuiB"), None, 100)]
     assert any(x.startswith("host ") and "files there" not in x for x in own)
+
+
+def test_cli_hosts_lists_both_machines(two_hosts, cli_env):
+    a, b, _ = two_hosts
+    from dynocell.runbooks import hosts
+
+    hosts.this_host_id(b)
+    env = dict(cli_env, DYNOCELL_DATABASE_URL=a.settings.db_url, DYNOCELL_MACHINE_ID="host-a",
+               DYNOCELL_HOME=str(a.settings.home))
+    proc = subprocess.run([sys.executable, "-m", "dynocell", "hosts", "--json"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = {h["id"]: h for h in json.loads(proc.stdout)}
+    assert set(rows) == {"host-a", "host-b"} and rows["host-a"]["this"] and not rows["host-b"]["this"]
+    assert rows["host-b"]["memory_bytes"] > 0 and "torch" in rows["host-b"]["engine_versions"]
+    human = subprocess.run([sys.executable, "-m", "dynocell", "hosts"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert human.returncode == 0 and "(host-a)" in human.stdout and "(host-b)" in human.stdout

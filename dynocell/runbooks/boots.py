@@ -433,6 +433,14 @@ def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
                         f"run the command on {boot.get('hostname') or 'that host'} (same store)")
 
 
+def _refuse_foreign_files(cell: Cell, boot: dict[str, Any]) -> None:
+    """Raise UserError when ``boot``'s files live on another host."""
+    if boot.get("host_id") and boot["host_id"] != hosts.this_host_id(cell):
+        raise UserError(f"boot {boot['id']}'s log lives on host {boot.get('hostname') or boot['host_id']} "
+                        f"under {Path(boot['log_path']).parent}, not on this host",
+                        "run `dynocell logs` on that host (the store is shared)")
+
+
 def _foreign(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
     """A live boot of another host: never judged here; noted ``unknown`` when that host went quiet."""
     row["supervised"], row["engine_alive"] = None, None
@@ -698,8 +706,10 @@ def requested_grace(live: LiveBoot) -> float | None:
 def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interval_s: float = 0.5) -> str:
     """Watch a ready boot until ``should_stop()`` (→ stop it, ``stopped``) or it dies (``crashed``).
 
-    Returns the final state.
+    Returns the final state. Marks this host as heard from every ``host_stale_s / 4`` seconds (a
+    shared store shows other hosts a quiet host's boots as unknown).
     """
+    beat_s, last_beat = cell.settings.host_stale_s / 4, time.monotonic()
     while True:
         if should_stop():
             stop_live(cell, live, requested_grace(live))
@@ -707,14 +717,21 @@ def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interv
         if live.supervisor.poll().value in ("crashed", "failed"):
             record_crash(cell, live)
             return "crashed"
+        if time.monotonic() - last_beat >= beat_s:
+            hosts.heartbeat_quietly(cell)
+            last_beat = time.monotonic()
         time.sleep(interval_s)
 
 
 # ---------------------------------------------------------------- logs
 
 def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
-    """The last ``tail`` lines of a boot's log file (timestamped as written)."""
+    """The last ``tail`` lines of a boot's log file (timestamped as written).
+
+    Raises UserError for a boot of another host (its log is there, not here).
+    """
     boot = resolve_boot(cell, boot_ref)
+    _refuse_foreign_files(cell, boot)
     path = Path(boot["log_path"])
     if not path.exists():
         return []

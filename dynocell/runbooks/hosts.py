@@ -66,6 +66,16 @@ def heartbeat(cell: Cell) -> str:
     return hid
 
 
+def heartbeat_quietly(cell: Cell) -> bool:
+    """:func:`heartbeat`, but a store that cannot take it (down, locked) is not this caller's problem:
+    a supervisor keeps watching its engine. Returns whether the heartbeat was stored."""
+    try:
+        heartbeat(cell)
+        return True
+    except Exception:  # noqa: BLE001 - a missed heartbeat only makes this host look quiet a little sooner
+        return False
+
+
 def hosts(cell: Cell) -> list[dict[str, Any]]:
     """Every host of the store, each with ``label`` (see :func:`label`) and ``this`` (True for this machine)."""
     mine = this_host_id(cell)
