@@ -245,3 +245,23 @@ def test_cli_hosts_lists_both_machines(two_hosts, cli_env):
     human = subprocess.run([sys.executable, "-m", "dynocell", "hosts"], env=env, capture_output=True, text=True,
                            timeout=120)
     assert human.returncode == 0 and "(host-a)" in human.stdout and "(host-b)" in human.stdout
+
+
+def test_web_lists_show_both_hosts_and_filter_by_host(two_hosts):
+    from fastapi.testclient import TestClient
+
+    from dynocell.runbooks import hosts
+    from dynocell.web.app import create_app
+
+    a, b, config_hash = two_hosts
+    for cell, run_id in ((a, "webA"), (b, "webB")):
+        db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="completed",
+                           host_id=hosts.this_host_id(cell))
+    with TestClient(create_app(a.settings, cell=a, require_login=False)) as web:
+        page = web.get("/runs")
+        assert page.status_code == 200 and 'data-run="webA"' in page.text and 'data-run="webB"' in page.text
+        assert "(host-a)" in page.text and "(host-b)" in page.text and 'id="host-filter"' in page.text
+        page = web.get("/runs", params={"host": "host-b"})
+        assert 'data-run="webB"' in page.text and 'data-run="webA"' not in page.text
+        assert [r["id"] for r in web.get("/api/runs", params={"host": "host-a"}).json()] == ["webA"]
+        assert web.get("/api/runs", params={"host": "nowhere"}).status_code == 404

@@ -226,6 +226,23 @@ def list_boots(cell, all: bool = False, *, limit: int = 200,  # noqa: A002 - CLI
         return [_boot_summary(s, b, labels) for b in s.scalars(q)]
 
 
+def host_choices(cell) -> list[dict[str, Any]]:
+    """Every host of the store as ``{id, label}`` by label (for a face's host filter)."""
+    with cell.store.session() as s:
+        rows = [{"id": h.id, "label": f"{h.hostname} ({h.id[:8]})"} for h in s.scalars(select(m.Host))]
+    return sorted(rows, key=lambda r: r["label"])
+
+
+def host_ids_for(cell, host: str | None) -> list[str] | None:
+    """Host ids matching ``host`` (a hostname or machine id prefix), or None (no filter) when empty.
+    Raises NotFound when nothing matches."""
+    if not host or not host.strip():
+        return None
+    from dynocell.runbooks import hosts as rb_hosts
+
+    return rb_hosts.resolve(cell, host)
+
+
 def list_runs(cell, *, limit: int = 100, config_hash: str | None = None,
               host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Runs newest first with ``tau``, ``best_output_tok_s`` (tok/s, the best throughput level) and
