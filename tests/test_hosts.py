@@ -184,6 +184,13 @@ def test_host_record_and_machine_id(tmp_path, settings):
     first = hosts.machine_id(cell)
     assert first == hosts.machine_id(cell) and len(first) >= 16
     assert hosts.machine_id(open_cell(load_settings(machine_id="rig-7"))) == "rig-7"
+    # A machine without /etc/machine-id (many containers): one id, generated once, kept in the data dir.
+    generated = hosts.machine_id(cell, system_files=())
+    assert (settings.home / "machine-id").read_text().strip() == generated
+    assert hosts.machine_id(cell, system_files=()) == generated
+    unwritable = open_cell(load_settings(home=tmp_path / "file-not-dir" / "home"))
+    (tmp_path / "file-not-dir").write_text("")  # its data dir cannot be created: a hostname-derived id
+    assert hosts.machine_id(unwritable, system_files=()) == hosts.machine_id(unwritable, system_files=())
 
     hid = hosts.this_host_id(cell)
     row = db_hosts.get_host(cell.store, hid)

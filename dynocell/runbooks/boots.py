@@ -475,8 +475,8 @@ def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
 def ps(cell: Cell, all: bool = False, host: str | None = None) -> list[dict[str, Any]]:
     """Boots (live ones unless ``all``; of the hosts matching ``host`` if given, see
     :func:`hosts.resolve`), reconciled against reality, each with its last health verdict and
-    ``host_label``. Marks this host as heard from."""
-    hosts.heartbeat(cell)
+    ``host_label``. Marks this host as heard from (when the store takes writes)."""
+    hosts.heartbeat_quietly(cell)
     rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES,
                                host_ids=hosts.resolve(cell, host) if host else None)
     names = hosts.labels(cell)

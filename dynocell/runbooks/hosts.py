@@ -6,11 +6,12 @@ and a fresh ``last_seen_at``. Boots, runs and profile runs carry that id.
 
 The machine id is, in order: the ``machine_id`` setting (to simulate several
 hosts on one machine), ``/etc/machine-id``, or an id generated once and kept in
-``<home>/machine-id``.
+``<home>/machine-id`` (where that cannot be written: one derived from the hostname).
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from typing import Any
 
 from dynocell.db import hosts as db_hosts
 from dynocell.engine import hostinfo
+from dynocell.errors import StoreUnavailable
 from dynocell.runbooks.cell import Cell
 
 _lock = threading.Lock()
@@ -26,34 +28,47 @@ _registered: dict[tuple[str, str], str] = {}  # (db_url, machine id) → host id
 ID_FILE = "machine-id"
 
 
-def machine_id(cell: Cell) -> str:
-    """This machine's id (see the module docstring); generates and keeps one in the data directory if needed."""
+def machine_id(cell: Cell, system_files: tuple[Path, ...] = hostinfo.MACHINE_ID_FILES) -> str:
+    """This machine's id (see the module docstring); generates and keeps one in the data directory if
+    none of ``system_files`` holds one."""
     s = cell.settings
     if s.machine_id:
         return s.machine_id
-    found = hostinfo.read_machine_id()
+    found = hostinfo.read_machine_id(system_files)
     if found:
         return found
     path = Path(s.home) / ID_FILE
     kept = hostinfo.read_machine_id((path,))
     if kept:
         return kept
-    path.parent.mkdir(parents=True, exist_ok=True)
     new = uuid.uuid4().hex
-    tmp = path.with_suffix(f".tmp{uuid.uuid4().hex[:6]}")
-    tmp.write_text(new + "\n")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{uuid.uuid4().hex[:6]}")
+        tmp.write_text(new + "\n")
+        tmp.replace(path)
+    except OSError:
+        # An unwritable data directory (its own clear error comes from the store): an id derived
+        # from the hostname is stable for this machine, if not unique across identically named ones.
+        return uuid.uuid5(uuid.NAMESPACE_DNS, socket.gethostname()).hex
     return hostinfo.read_machine_id((path,)) or new
 
 
 def this_host_id(cell: Cell) -> str:
-    """Register this machine in the cell's store (once per process and store) and return its id."""
+    """Register this machine in the cell's store (once per process and store) and return its id.
+
+    A store that cannot take the write (opened read-only, say) does not stop readers: the id is
+    returned unregistered and registration is tried again on the next call.
+    """
     mid = machine_id(cell)
     key = (cell.settings.db_url, mid)
     with _lock:
         if key in _registered:
             return _registered[key]
-    db_hosts.upsert_host(cell.store, mid, hostinfo.probe(cell.settings.engine_python))
+    try:
+        db_hosts.upsert_host(cell.store, mid, hostinfo.probe(cell.settings.engine_python))
+    except StoreUnavailable:
+        return mid
     with _lock:
         _registered[key] = mid
     return mid
