@@ -107,6 +107,11 @@ def label(host: dict[str, Any] | None) -> str:
     return f"{host['hostname']} ({host['id'][:8]})"
 
 
+def by_id(cell: Cell) -> dict[str, dict[str, Any]]:
+    """``{host id: host row}`` of every host of the store."""
+    return {h["id"]: h for h in db_hosts.list_hosts(cell.store)}
+
+
 def labels(cell: Cell) -> dict[str, str]:
     """``{host id: label}`` of every host of the store."""
     return {h["id"]: label(h) for h in db_hosts.list_hosts(cell.store)}

@@ -417,8 +417,7 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
                        "delta_pp": [None if (p is None or base is None) else p - base for p in pcts]})
     from dynocell.runbooks import hosts as rb_hosts
 
-    kinds = rb_hosts.different_hardware({h["id"]: h for h in rb_hosts.db_hosts.list_hosts(cell.store)},
-                                        [r["run"].get("host_id") for r in runs])
+    kinds = rb_hosts.different_hardware(rb_hosts.by_id(cell), [r["run"].get("host_id") for r in runs])
     warning = (f"these runs come from different hardware ({'; '.join(kinds)}): throughput and profile "
                "differences include the machines, not only the configs") if kinds else None
     return {"runs": runs, "throughput": throughput, "splits": splits, "hardware_warning": warning}
