@@ -120,6 +120,9 @@ def test_runs_reconcile_locally_and_lists_filter_by_host(two_hosts, cli_env):
     proc = subprocess.run([sys.executable, "-m", "dynocell", "runs", "--host", "host-b"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "runB" in proc.stdout and "runA" not in proc.stdout, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "dynocell", "show", "runB"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "host   " in proc.stdout and "(host-b)" in proc.stdout, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "dynocell", "ps", "--all", "--host", "nowhere"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and proc.stderr.startswith("Error:") and "host" in proc.stderr
