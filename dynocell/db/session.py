@@ -24,6 +24,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dynocell.errors import StoreUnavailable
+from dynocell.settings import redact_url  # a pure function; settings reads the environment only when built
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
@@ -68,17 +69,6 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql"):
         return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
     return create_engine(url, pool_pre_ping=True)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and ``dynocell settings``)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
 
 
 def alembic_config(url: str) -> AlembicConfig:
