@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import platformdirs
 from pydantic import Field, field_validator
@@ -82,6 +83,17 @@ class Settings(BaseSettings):
         description="Where made-locally models are cached (default: <home>/models); share it between data directories.",
     )
     debug: bool = Field(default=False, description="Show tracebacks on errors.")
+    machine_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="This host's id in a shared store (default: /etc/machine-id, else an id generated once "
+        "and kept in <home>/machine-id). Set it only to simulate several hosts on one machine.",
+    )
+    host_stale_s: float = Field(
+        default=600.0, gt=0,
+        description="A host not heard from for this long (seconds) has its live boots shown as "
+        "'unknown (host … last seen …)' by other hosts.",
+    )
 
     @field_validator("home", mode="before")
     @classmethod
@@ -98,6 +110,11 @@ class Settings(BaseSettings):
     def db_url(self) -> str:
         """The effective SQLAlchemy URL (``database_url`` or the SQLite file in ``home``)."""
         return self.database_url or f"sqlite:///{self.home / 'dynocell.db'}"
+
+    @property
+    def store_kind(self) -> str:
+        """``sqlite``, ``postgresql`` or another SQLAlchemy backend name (the URL's scheme before ``+``)."""
+        return self.db_url.split(":", 1)[0].split("+", 1)[0]
 
     @property
     def boots_dir(self) -> Path:
@@ -128,7 +145,7 @@ class Settings(BaseSettings):
                 {
                     "name": name,
                     "env": env,
-                    "value": "" if value is None else str(value),
+                    "value": "" if value is None else (redact_url(value) if name == "database_url" else str(value)),
                     "source": "env" if env in os.environ
                     else ("argument" if name in self.model_fields_set else "default"),
                     "help": field.description or "",
@@ -138,12 +155,31 @@ class Settings(BaseSettings):
             {
                 "name": "db_url (effective)",
                 "env": "",
-                "value": self.db_url,
+                "value": redact_url(self.db_url),
                 "source": "env" if self.database_url else "derived from home",
-                "help": "The URL actually used.",
+                "help": "The URL actually used (password hidden).",
+            }
+        )
+        rows.append(
+            {
+                "name": "store",
+                "env": "",
+                "value": self.store_kind,
+                "source": "derived from db_url",
+                "help": "Which database holds the store: sqlite (one host) or postgresql (a fleet).",
             }
         )
         return rows
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -168,10 +168,10 @@ os.execv(sys.executable, [sys.executable, {str(FAKE_ENGINE)!r}, "--port", port, 
 
 
 
-def test_boot_transition_is_a_compare_and_set_between_two_writers(settings):
-    """Two writers (two engines on one file, as two processes have) finish the same boot: the one
+def test_boot_transition_is_a_compare_and_set_between_two_writers(backend_settings):
+    """Two writers (two engines on one store, as two processes have) finish the same boot: the one
     that read ``ready`` first but writes second must lose — a read-then-write let both win (two
-    state events, the first winner's stop detail overwritten)."""
+    state events, the first winner's stop detail overwritten). On SQLite and on PostgreSQL."""
     from sqlalchemy import event
 
     from dynocell.db import boots as db_boots
@@ -179,6 +179,7 @@ def test_boot_transition_is_a_compare_and_set_between_two_writers(settings):
     from dynocell.runbooks.cell import open_cell
     from dynocell.runbooks.configs import add_config
 
+    settings = backend_settings
     cell = open_cell(settings)
     config_hash = add_config(cell, REPO / "examples" / "tiny.toml", None).hash
     db_boots.create_boot(cell.store, id="race", config_hash=config_hash, engine="reference", hostname="h",

@@ -131,9 +131,11 @@ def test_known_traps_for_a_config():
     assert not any("speculat" in s or "draft" in s for s in plain)
 
 
-def test_search_ranks_the_obvious_entry_first(settings):
+def test_search_ranks_the_obvious_entry_first(backend_settings):
+    """Same ranking on both stores: SQLite FTS5 bm25 and PostgreSQL tsvector ts_rank_cd."""
     from dynocell.runbooks.cell import open_cell
 
+    settings = backend_settings
     cell = open_cell(settings)
     kn = knowledge_for(settings)
     cases = {
@@ -152,8 +154,10 @@ def test_search_ranks_the_obvious_entry_first(settings):
         search(cell.store, kn, "  ")
 
 
-def test_operator_entry_overrides_bundled_by_slug(settings, tmp_path):
+def test_operator_entry_overrides_bundled_by_slug(backend_settings, tmp_path):
     from dynocell.runbooks.cell import open_cell
+
+    settings = backend_settings
     from dynocell.runbooks.knowledge import add_entry_file, operator_dir
 
     src = tmp_path / "mine.md"

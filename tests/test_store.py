@@ -1,5 +1,6 @@
-"""The store: migrations to head on a real SQLite file, exact schema, no model/migration drift,
-pragmas, FTS5, and the config/label read-write functions with their procedures."""
+"""The store: migrations to head on a real SQLite file and a real PostgreSQL database (the ``db_url``
+fixture runs each case on both), exact schema, no model/migration drift, pragmas, FTS5 / tsvector,
+and the config/label read-write functions with their procedures."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                    "output_tok_s", "total_tok_s", "prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "itl_ms",
                    "e2e_ms", "extra", "created_at"},
     "boot_events": {"id", "boot_id", "ts", "offset_s", "kind", "name", "detail"},
-    "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "port", "node_rank", "argv", "env",
+    "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "node_rank", "argv", "env",
               "pid", "pgid", "supervisor_pid", "state", "last_phase", "log_path", "log_size", "log_sha256",
               "started_at", "ready_at", "ready_s", "ended_at", "exit_code", "stop_how", "stop_s", "zombies",
               "failure_signature", "failure_detail", "kind", "source_sha256"},
@@ -46,18 +47,20 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                 "output_ids", "created_at"},
     "imports": {"id", "kind", "sha256", "files", "config_hash", "boot_id", "run_id", "profile_id", "summary",
                 "created_at"},
+    "hosts": {"id", "hostname", "os", "cpu", "cpu_count", "memory_bytes", "gpus", "cuda", "engine_versions",
+              "first_seen_at", "last_seen_at"},
     "health_checks": {"id", "boot_id", "ts", "verdict", "failed", "checks"},
     "notes": {"id", "target_kind", "target_id", "text", "created_at"},
     "pins": {"id", "config_hash", "build_hash", "note", "evidence", "created_at"},
     "profile_kernels": {"id", "profile_id", "rank", "name", "category", "ms", "launches"},
-    "profile_runs": {"id", "run_id", "boot_id", "state", "error", "trace_dir", "traces", "source", "num_ranks",
+    "profile_runs": {"id", "run_id", "boot_id", "host_id", "state", "error", "trace_dir", "traces", "source", "num_ranks",
                      "device_ms", "window_ms", "busy_pct", "launches", "graph_launches", "output_tokens",
                      "ms_per_token", "launches_per_token", "rank_skew", "warnings", "created_at"},
     "profile_splits": {"id", "profile_id", "rank", "category", "ms", "pct", "launches"},
     "run_steps": {"id", "run_id", "name", "state", "started_at", "ended_at", "detail", "error"},
     "runbook_entries": {"slug", "title", "kind", "tags", "origin", "source_path", "sha256", "front_matter", "body",
                         "indexed_at"},
-    "runs": {"id", "kind", "config_hash", "boot_id", "build_hash", "state", "step", "error", "pid", "workload",
+    "runs": {"id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "pid", "workload",
              "workload_sha256", "options", "lossless", "lossless_detail", "breakeven", "summary", "started_at",
              "ended_at"},
     "web_tokens": {"id", "token_hash", "label", "created_at", "revoked_at"},
@@ -67,9 +70,22 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
 FTS_SHADOW = {"runbook_fts_config", "runbook_fts_content", "runbook_fts_data", "runbook_fts_docsize", "runbook_fts_idx"}
 
 
+# PostgreSQL's runbook_fts is a plain table with a generated tsvector column (migration 0005_pgsearch).
+PG_COLUMNS = {**EXPECTED_COLUMNS, "runbook_fts": {"slug", "title", "tags", "body", "doc"}}
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(db_url: str) -> Store:
+    return Store(db_url)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Store:
     return Store(f"sqlite:///{tmp_path / 'cell' / 'dynocell.db'}")
+
+
+def _tables_at_head(st: Store) -> set[str]:
+    return set(EXPECTED_COLUMNS) | FTS_SHADOW if st.engine.dialect.name == "sqlite" else set(PG_COLUMNS)
 
 
 def test_empty_database_migrates_to_head_with_exact_schema(tmp_path: Path):
@@ -94,10 +110,24 @@ def test_empty_database_migrates_to_head_with_exact_schema(tmp_path: Path):
     assert again.revision_before == again.revision == head_revision()
 
 
+def test_empty_postgresql_database_migrates_to_head_with_exact_schema(pg_url: str):
+    db_url = pg_url
+    st = Store(db_url)
+    assert st.revision_before is None and st.revision == head_revision()
+    insp = inspect(st.engine)
+    assert set(insp.get_table_names()) == set(PG_COLUMNS)
+    for table, columns in PG_COLUMNS.items():
+        got = {c["name"] for c in insp.get_columns(table)}
+        assert got == columns, f"{table}: extra {got - columns}, missing {columns - got}"
+    assert "runbook_fts_doc" in {i["name"] for i in insp.get_indexes("runbook_fts")}
+    again = Store(db_url)
+    assert again.revision_before == again.revision == head_revision()
+
+
 def test_autogenerate_finds_no_difference_between_models_and_migrations(store: Store):
     with store.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": include_object,
-                                                     "render_as_batch": True})
+                                                     "render_as_batch": conn.dialect.name == "sqlite"})
         diff = compare_metadata(ctx, Base.metadata)
     assert diff == []
 
@@ -111,17 +141,19 @@ def test_downgrade_to_base_and_back(store: Store):
     with store.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
-    assert set(inspect(store.engine).get_table_names()) == set(EXPECTED_COLUMNS) | FTS_SHADOW
+    assert set(inspect(store.engine).get_table_names()) == _tables_at_head(store)
 
 
-def test_sqlite_pragmas(store: Store):
+def test_sqlite_pragmas(sqlite_store: Store):
+    store = sqlite_store
     with store.engine.connect() as c:
         assert c.execute(text("PRAGMA journal_mode")).scalar_one().lower() == "wal"
         assert c.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
         assert c.execute(text("PRAGMA busy_timeout")).scalar_one() == 30_000
 
 
-def test_foreign_keys_enforced_and_fts_searchable(store: Store):
+def test_foreign_keys_enforced_and_fts_searchable(sqlite_store: Store):
+    store = sqlite_store
     with pytest.raises(Exception, match="FOREIGN KEY"):
         with store.engine.begin() as c:
             c.execute(text("INSERT INTO config_labels (name, config_hash, created_at) "

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.run",
     "dynocell.cli.commands.web",
     "dynocell.cli.commands.runbook",
+    "dynocell.cli.commands.fleet",
     "dynocell.cli.commands.engine",
     "dynocell.cli.commands.experiment",
     "dynocell.cli.commands.model",

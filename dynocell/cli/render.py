@@ -39,12 +39,14 @@ def _tbl(title: str, *cols: str) -> Table:
 
 
 def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
-    """Config name + hash, run state and step, boot id, ready time."""
+    """Config name + hash, run state and step, host, boot id, ready time."""
     r = run
     t = Text()
     t.append(f"run {r['id']}", style="bold")
     t.append(f"  [{r['state']}]", style={"completed": "green", "failed": "red", "interrupted": "yellow"}.get(r["state"], ""))
     t.append(f"\nconfig {', '.join(r.get('labels') or []) or '-'}  {r.get('config_hash', '')}")
+    if r.get("host_label"):
+        t.append(f"\nhost   {r['host_label']}")
     if r.get("build_hash"):
         t.append(f"\nbuild  {r['build_hash']}")
     if r.get("error"):

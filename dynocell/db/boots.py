@@ -96,12 +96,15 @@ def find_boots(store: Store, prefix: str) -> list[dict[str, Any]]:
         return [_row(b) for b in rows]
 
 
-def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200) -> list[dict[str, Any]]:
-    """Boots, newest first, optionally only those in ``states``."""
+def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200,
+               host_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """Boots, newest first, optionally only those in ``states`` and of the hosts ``host_ids``."""
     with store.session() as s:
         q = select(Boot).order_by(Boot.started_at.desc()).limit(limit)
         if states:
             q = q.where(Boot.state.in_(states))
+        if host_ids is not None:
+            q = q.where(Boot.host_id.in_(host_ids))
         return [_row(b) for b in s.scalars(q).all()]
 
 

@@ -1,30 +1,23 @@
 """Small read/write functions for runbook entries, their FTS5 index, notes, findings and doctor inputs.
 
 Every function takes a :class:`~dynocell.db.session.Store` and plain values
-and returns plain values (dicts, lists), never ORM objects. The FTS5 table
-``runbook_fts(slug UNINDEXED, title, tags, body)`` exists on SQLite only
-(migration 0001); on other databases search falls back to ``LIKE``.
+and returns plain values (dicts, lists), never ORM objects. The full-text
+index ``runbook_fts(slug, title, tags, body)`` (SQLite FTS5 or PostgreSQL
+``tsvector``) is kept and queried through :mod:`dynocell.db.fulltext`.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
+
+from dynocell.db import fulltext
 
 from dynocell.db.models import (
     AcceptanceCurve, BenchRun, Boot, Config, ConfigLabel, Experiment, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
-
-#: bm25 column weights (slug, title, tags, body): a word in the title counts 10×, in tags 5×.
-BM25_WEIGHTS = (0.0, 10.0, 5.0, 1.0)
-
-
-def _is_sqlite(store: Any) -> bool:
-    return store.engine.dialect.name == "sqlite"
-
 
 # ------------------------------------------------------------------ entries
 
@@ -55,21 +48,15 @@ def upsert_entries(store: Any, rows: list[dict[str, Any]], replace_all: bool = F
         stale = [slug for slug in existing if slug not in wanted] if replace_all else []
         if stale:
             s.execute(delete(RunbookEntry).where(RunbookEntry.slug.in_(stale)))
-        if _is_sqlite(store):
-            fts_slugs = set(s.execute(text("SELECT slug FROM runbook_fts")).scalars())
-            final = (set(existing) - set(stale)) | wanted
-            changed_slugs = {r["slug"] for r in changed}
-            # Rows missing from the index (e.g. a crash between writes) are re-indexed too.
-            to_index = changed + [r for r in rows if r["slug"] not in fts_slugs and r["slug"] not in changed_slugs]
-            to_drop = (fts_slugs - final) | {r["slug"] for r in to_index}
-            for slug in to_drop:
-                s.execute(text("DELETE FROM runbook_fts WHERE slug = :slug"), {"slug": slug})
-            for r in to_index:
-                s.execute(
-                    text("INSERT INTO runbook_fts (slug, title, tags, body) VALUES (:slug, :title, :tags, :body)"),
-                    {"slug": r["slug"], "title": r["title"], "tags": " ".join(r.get("tags") or []),
-                     "body": r["body"] + "\n" + _front_matter_text(r.get("front_matter") or {})},
-                )
+        fts_slugs = fulltext.indexed_slugs(s)
+        final = (set(existing) - set(stale)) | wanted
+        changed_slugs = {r["slug"] for r in changed}
+        # Rows missing from the index (e.g. a crash between writes) are re-indexed too.
+        to_index = changed + [r for r in rows if r["slug"] not in fts_slugs and r["slug"] not in changed_slugs]
+        fulltext.reindex(s, (fts_slugs - final) | {r["slug"] for r in to_index},
+                         [{"slug": r["slug"], "title": r["title"], "tags": " ".join(r.get("tags") or []),
+                           "body": r["body"] + "\n" + _front_matter_text(r.get("front_matter") or {})}
+                          for r in to_index])
     return len(rows)
 
 
@@ -106,40 +93,20 @@ def list_entries(store: Any) -> list[dict[str, Any]]:
         return [_entry_dict(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
 
 
-def _fts_query(query: str, joiner: str) -> str:
-    terms = re.findall(r"\w+", query.lower())
-    return f" {joiner} ".join('"' + t.replace('"', "") + '"' for t in terms)
-
-
 def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, Any]]:
     """Search the index: all words first (AND), then any word (OR) if that finds nothing.
 
-    Returns ``[{slug, title, kind, score, snippet}]`` best first; ``score`` is
-    SQLite FTS5 ``bm25`` with :data:`BM25_WEIGHTS` (lower is better, negative).
-    Query words are quoted, so FTS syntax characters in ``query`` are inert.
+    Returns ``[{slug, title, kind, score, snippet}]`` best first; ``score`` is lower-is-better
+    (SQLite FTS5 ``bm25`` or negated PostgreSQL ``ts_rank_cd``, see :mod:`dynocell.db.fulltext`).
+    Query words are reduced to letters and digits, so search syntax characters in ``query`` are inert.
     """
-    if not re.findall(r"\w+", query):
+    if not fulltext.terms(query):
         return []
     with store.session() as s:
-        if not _is_sqlite(store):
-            like = f"%{query.lower()}%"
-            rows = s.scalars(select(RunbookEntry).where(
-                RunbookEntry.title.ilike(like) | RunbookEntry.body.ilike(like)).limit(limit))
-            return [{"slug": e.slug, "title": e.title, "kind": e.kind, "score": 0.0, "snippet": e.title}
-                    for e in rows]
-        w = ", ".join(str(x) for x in BM25_WEIGHTS)
-        sql = text(
-            f"SELECT f.slug, f.title, e.kind, bm25(runbook_fts, {w}) AS score, "
-            "snippet(runbook_fts, 3, '[', ']', '…', 12) AS snip "
-            "FROM runbook_fts f JOIN runbook_entries e ON e.slug = f.slug "
-            "WHERE runbook_fts MATCH :q ORDER BY score LIMIT :limit"
-        )
-        for joiner in ("AND", "OR"):
-            rows = s.execute(sql, {"q": _fts_query(query, joiner), "limit": limit}).all()
-            if rows:
-                return [{"slug": r[0], "title": r[1], "kind": r[2], "score": float(r[3]),
-                         "snippet": " ".join(str(r[4]).replace("#", " ").split())}
-                        for r in rows]
+        for any_word in (False, True):
+            hits = fulltext.search(s, store.engine.dialect.name, query, any_word, limit)
+            if hits:
+                return hits
     return []
 
 

@@ -6,8 +6,13 @@ Invariants:
   adds a row, so history is kept (the newest row of a name wins).
 - ``boots``, ``runs`` and everything under them are appended; only their final
   status columns are updated.
-- Large artifacts (logs, traces) live on disk under the data directory; rows
-  keep path, size (bytes) and sha256.
+- Large artifacts (logs, traces) live on disk under the data directory of the
+  host that made them; rows keep host, path, size (bytes) and sha256.
+- ``host_id`` on boots, runs and profile runs is the ``hosts.id`` of the
+  machine that wrote them (NULL for rows from before hosts were recorded).
+  It is an indexed column, not a declared foreign key: declaring one on an
+  existing SQLite table needs a table rebuild, which foreign keys pointing at
+  ``boots``/``runs`` make unsafe on a populated store.
 Times are UTC ``datetime``; durations are seconds (``*_s``) or milliseconds
 (``*_ms``) as the column name says.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, MetaData, String, Text, DateTime, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Integer, MetaData, String, Text, DateTime, Index, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -87,6 +92,29 @@ class EngineBuild(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Host(Base):
+    """A machine that writes to the store (one row per machine id; a fleet shares one store).
+
+    ``id``: the machine id (``/etc/machine-id``, a generated id kept in the data directory, or
+    the ``machine_id`` setting). ``gpus``: ``[{index, name, memory_mib, driver, uuid}]``;
+    ``engine_versions``: ``{distribution: version}``. ``last_seen_at`` moves each time a dynocell
+    process of that machine opens the store or polls its boots.
+    """
+
+    __tablename__ = "hosts"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    os: Mapped[str] = mapped_column(Text)
+    cpu: Mapped[str] = mapped_column(Text)
+    cpu_count: Mapped[int]
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    cuda: Mapped[Optional[str]] = mapped_column(String(32))
+    engine_versions: Mapped[dict[str, Any]] = mapped_column(JSON)
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Boot(Base):
     """One start of one config (and optional build) on one host.
 
@@ -103,6 +131,7 @@ class Boot(Base):
     engine: Mapped[str] = mapped_column(String(32))
     hostname: Mapped[str] = mapped_column(String(255))
     host: Mapped[str] = mapped_column(String(255))
+    host_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
     port: Mapped[Optional[int]]
     node_rank: Mapped[Optional[int]]
     argv: Mapped[str] = mapped_column(Text)
@@ -174,6 +203,7 @@ class Run(Base):
     config_hash: Mapped[str] = mapped_column(ForeignKey("configs.config_hash"), index=True)
     boot_id: Mapped[Optional[str]] = mapped_column(ForeignKey("boots.id"), index=True)
     build_hash: Mapped[Optional[str]] = mapped_column(ForeignKey("engine_builds.build_hash"))
+    host_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
     step: Mapped[Optional[str]] = mapped_column(String(32))
     error: Mapped[Optional[str]] = mapped_column(Text)
@@ -284,6 +314,7 @@ class ProfileRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[Optional[str]] = mapped_column(ForeignKey("runs.id"), index=True)
     boot_id: Mapped[Optional[str]] = mapped_column(ForeignKey("boots.id"))
+    host_id: Mapped[Optional[str]] = mapped_column(String(64), index=True)
     state: Mapped[str] = mapped_column(String(16))
     error: Mapped[Optional[str]] = mapped_column(Text)
     trace_dir: Mapped[Optional[str]] = mapped_column(Text)

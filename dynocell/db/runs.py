@@ -56,10 +56,13 @@ def find_runs(store: Store, prefix: str) -> list[dict[str, Any]]:
 
 
 def list_runs(store: Store, *, config_hash: str | None = None, boot_id: str | None = None,
-              states: tuple[str, ...] | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Runs, newest first, filtered by config hash, boot or state."""
+              states: tuple[str, ...] | None = None, limit: int = 100,
+              host_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """Runs, newest first, filtered by config hash, boot, state or host ids."""
     with store.session() as s:
         q = select(Run).order_by(Run.started_at.desc()).limit(limit)
+        if host_ids is not None:
+            q = q.where(Run.host_id.in_(host_ids))
         if config_hash:
             q = q.where(Run.config_hash == config_hash)
         if boot_id:

@@ -1,8 +1,11 @@
 """Engine, sessions and migrate-to-head for the store.
 
+Two databases are supported: SQLite (the embedded default) and PostgreSQL
+(``postgresql+psycopg://…``, psycopg 3) for a fleet sharing one store.
 SQLite gets WAL, foreign keys and a busy timeout on every connection; the
-schema is brought to Alembic head on first use (:func:`open_store`). Any
-SQLAlchemy URL works; the pragmas apply only to SQLite.
+schema is brought to Alembic head on first use (:func:`open_store`),
+serialised between processes by a file lock (SQLite) or an advisory lock
+(PostgreSQL).
 """
 
 from __future__ import annotations
@@ -16,14 +19,22 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dynocell.errors import StoreUnavailable
+from dynocell.settings import redact_url  # a pure function; settings reads the environment only when built
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
+#: pg_advisory_lock key held while migrating a PostgreSQL store (any fixed bigint; "dynocell" in ASCII).
+MIGRATE_LOCK_KEY = 0x64796E6F63656C6C
+#: Seconds a PostgreSQL connection attempt may take before the store is reported unreachable.
+PG_CONNECT_TIMEOUT_S = 10
+#: Words of libpq / PostgreSQL messages that mean the server is not there (any more) or refuses us.
+PG_GONE_WORDS = ("connection", "server closed", "terminating", "could not connect", "does not exist",
+                 "authentication failed", "shutting down", "starting up", "timeout expired")
 _lock = threading.Lock()
 _stores: dict[str, "Store"] = {}
 FTS_TABLES = ("runbook_fts",)
@@ -55,6 +66,8 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    if url.startswith("postgresql"):
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
     return create_engine(url, pool_pre_ping=True)
 
 
@@ -138,6 +151,18 @@ def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None
 @contextmanager
 def _migration_lock(engine: Engine) -> Iterator[None]:
     db = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if engine.url.get_backend_name() == "postgresql":
+        # A session-level advisory lock (PostgreSQL manual, "Advisory Locks"): every dynocell
+        # process migrating this database waits here for the first one.
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATE_LOCK_KEY})
+                conn.commit()
+        return
     if not db or db == ":memory:":
         yield
         return
@@ -151,27 +176,36 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def store_error(url: str, exc: OperationalError) -> StoreUnavailable | None:
-    """A :class:`~dynocell.errors.StoreUnavailable` naming the store and the fix for an SQLite
-    error a person can act on (read-only, disk full, locked too long); None for anything else."""
-    text = str(getattr(exc, "orig", None) or exc)
-    low = text.lower()
-    where = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+def store_error(url: str, exc: OperationalError | InterfaceError) -> StoreUnavailable | None:
+    """A :class:`~dynocell.errors.StoreUnavailable` naming the store and the fix for an error a
+    person can act on: SQLite read-only, disk full, locked too long; PostgreSQL unreachable or gone
+    away (server down, connection refused or cut). None for anything else. Passwords are redacted."""
+    msg = str(getattr(exc, "orig", None) or exc)
+    low = msg.lower()
+    where = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else redact_url(url)
+    if url.startswith("postgresql"):
+        if not (exc.connection_invalidated or any(w in low for w in PG_GONE_WORDS)):
+            return None
+        first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+        return StoreUnavailable(
+            f"the PostgreSQL store {where} is unreachable or went away: {first}",
+            "check that the server runs and DYNOCELL_DATABASE_URL (host, port, database, user) is right; "
+            "the transaction in progress was rolled back, so nothing was written half")
     if "readonly" in low or "read-only" in low:
         if "mode=ro" in url:
-            return StoreUnavailable(f"the store {where} is opened read-only (mode=ro in the URL): {text}",
+            return StoreUnavailable(f"the store {where} is opened read-only (mode=ro in the URL): {msg}",
                                     "drop mode=ro from DYNOCELL_DATABASE_URL for commands that write")
         folder = Path(where).parent if url.startswith("sqlite:///") else None
-        return StoreUnavailable(f"the store {where} is read-only: {text}",
+        return StoreUnavailable(f"the store {where} is read-only: {msg}",
                                 f"make {where}" + (f" and its directory {folder}" if folder else "")
                                 + " writable by this user, or point DYNOCELL_HOME (or DYNOCELL_DATABASE_URL)"
                                 " at a writable location")
     if "disk is full" in low or "disk full" in low:
-        return StoreUnavailable(f"the disk holding the store {where} is full: {text}",
+        return StoreUnavailable(f"the disk holding the store {where} is full: {msg}",
                                 "free space on that disk (df -h), or point DYNOCELL_HOME at another disk")
     if "database is locked" in low:
         return StoreUnavailable(f"the store {where} stayed locked by another process for "
-                                f"{BUSY_TIMEOUT_MS // 1000} s: {text}",
+                                f"{BUSY_TIMEOUT_MS // 1000} s: {msg}",
                                 "another process holds a long write transaction on it; retry when it is done")
     return None
 
@@ -198,18 +232,18 @@ class Store:
     def session(self) -> Iterator[Session]:
         """A session committed on success and rolled back on error.
 
-        SQLite errors a person can act on (a read-only store, a full disk, a lock
-        held past the busy timeout) are raised as
+        Errors a person can act on (a read-only SQLite store, a full disk, a lock
+        held past the busy timeout, a PostgreSQL server gone away mid-transaction) are raised as
         :class:`~dynocell.errors.StoreUnavailable` naming the store and the fix.
         """
         with self._sessions() as s:
             try:
                 yield s
                 s.commit()
-            except DatabaseError as exc:
+            except (DatabaseError, InterfaceError) as exc:
                 _rollback(s)
                 translated = corrupt_store_error(self.url, exc) or (
-                    store_error(self.url, exc) if isinstance(exc, OperationalError) else None)
+                    store_error(self.url, exc) if isinstance(exc, (OperationalError, InterfaceError)) else None)
                 if translated is None:
                     raise
                 raise translated from exc
@@ -221,7 +255,7 @@ class Store:
 def _rollback(s: Session) -> None:
     try:
         s.rollback()
-    except OperationalError:
+    except (OperationalError, InterfaceError):
         pass  # the connection is unusable (read-only, disk full); the error being raised says why
 
 
@@ -232,3 +266,11 @@ def open_store(url: str) -> Store:
         if store is None:
             store = _stores[url] = Store(url)
         return store
+
+
+def close_store(url: str) -> None:
+    """Forget the process-wide :class:`Store` for ``url`` and close its connections (no-op if none)."""
+    with _lock:
+        store = _stores.pop(url, None)
+    if store is not None:
+        store.engine.dispose()

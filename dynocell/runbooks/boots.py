@@ -42,7 +42,7 @@ from dynocell.engine.supervisor import (
     Supervisor, file_digest, process_alive, process_create_time, stop_marked, stop_process_group,
 )
 from dynocell.errors import EngineError, NotFound, UserError
-from dynocell.runbooks import events
+from dynocell.runbooks import events, hosts
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env
 from dynocell.text import printable
@@ -200,6 +200,7 @@ def start_boot(
     db_boots.create_boot(
         cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
         engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
+        host_id=hosts.this_host_id(cell),
         argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
         supervisor_pid=os.getpid(), failure_detail={"supervisor_create_time": supervisor_ctime},
     )
@@ -433,12 +434,21 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
       supervisor, so nothing could capture its output or watch it any more: it
       is not reattached.
 
-    Adds ``supervised`` (bool) and ``engine_alive`` (bool) to the returned row.
+    Only boots of this host are judged (a process check means nothing for another
+    machine's pids): a live boot of another host keeps its recorded state; when
+    that host has not been heard from for ``host_stale_s`` the row's
+    ``state_note`` says ``unknown (host B last seen … ago)``.
+
+    Adds ``supervised`` (bool), ``engine_alive`` (bool, None for another host's boot)
+    and ``state_note`` (str or None) to the returned row.
     """
     row = dict(boot)
+    row["state_note"] = None
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
         return row
+    if row.get("host_id") and row["host_id"] != hosts.this_host_id(cell):
+        return _foreign(cell, row)
     if row.get("kind") == "attached":  # no process of ours: alive = answers /health; never signalled here
         from dynocell.runbooks.attach import attached_alive
 
@@ -472,6 +482,32 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
+    """Raise UserError when ``boot`` (a :func:`reconcile` row) is a live boot of another host."""
+    if boot["state"] in db_boots.LIVE_STATES and boot.get("engine_alive") is None:
+        raise UserError(f"boot {boot['id']} runs on host {boot.get('hostname') or boot.get('host_id')}: "
+                        f"this host cannot {what}",
+                        f"run the command on {boot.get('hostname') or 'that host'} (same store)")
+
+
+def _refuse_foreign_files(cell: Cell, boot: dict[str, Any]) -> None:
+    """Raise UserError when ``boot``'s files live on another host."""
+    if boot.get("host_id") and boot["host_id"] != hosts.this_host_id(cell):
+        raise UserError(f"boot {boot['id']}'s log lives on host {boot.get('hostname') or boot['host_id']} "
+                        f"under {Path(boot['log_path']).parent}, not on this host",
+                        "run `dynocell logs` on that host (the store is shared)")
+
+
+def _foreign(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
+    """A live boot of another host: never judged here; noted ``unknown`` when that host went quiet."""
+    row["supervised"], row["engine_alive"] = None, None
+    other = hosts.get(cell, row["host_id"])
+    if other is None or hosts.seen_ago_s(other) > cell.settings.host_stale_s:
+        seen = f"last seen {hosts.ago(other)}" if other else "never seen"
+        row["state_note"] = f"unknown (host {row.get('hostname') or '?'} {seen})"
+    return row
+
+
 def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
     """Stop the engine of a boot whose supervisor died and record ``stopped`` with the reason."""
     grace = cell.settings.stop_grace_s
@@ -502,9 +538,14 @@ def _record_orphan_stop(cell: Cell, row: dict[str, Any], res: Any, found: str | 
     return out
 
 
-def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
-    """Boots (live ones unless ``all``), reconciled against reality, each with its last health verdict."""
-    rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES)
+def ps(cell: Cell, all: bool = False, host: str | None = None) -> list[dict[str, Any]]:
+    """Boots (live ones unless ``all``; of the hosts matching ``host`` if given, see
+    :func:`hosts.resolve`), reconciled against reality, each with its last health verdict and
+    ``host_label``. Marks this host as heard from (when the store takes writes)."""
+    hosts.heartbeat_quietly(cell)
+    rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES,
+                               host_ids=hosts.resolve(cell, host) if host else None)
+    names = hosts.labels(cell)
     out = []
     for b in rows:
         r = reconcile(cell, b)
@@ -513,6 +554,7 @@ def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
         last = db_boots.health_history(cell.store, r["id"], limit=1)
         r["health"] = last[0]["verdict"] if last else None
         r["uptime_s"] = _uptime(r)
+        r["host_label"] = names.get(r.get("host_id") or "", r.get("hostname") or "?")
         out.append(r)
     return out
 
@@ -559,6 +601,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
     Returns the stored row (``verdict``, ``checks``, ``failed``).
     """
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
+    _refuse_foreign(boot, "probe its health")
     if boot["state"] not in db_boots.LIVE_STATES:
         raise UserError(f"boot {boot['id']} is {boot['state']}: there is no engine to probe",
                         f"see `dynocell show {boot['id']}` for how it ended, or boot it again")
@@ -614,6 +657,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
     if boot["state"] not in db_boots.LIVE_STATES:
         return boot
+    _refuse_foreign(boot, "stop it")
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     if boot.get("kind") == "attached":
         from dynocell.runbooks.attach import stop_attached
@@ -853,8 +897,10 @@ def requested_grace(live: LiveBoot) -> float | None:
 def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interval_s: float = 0.5) -> str:
     """Watch a ready boot until ``should_stop()`` (→ stop it, ``stopped``) or it dies (``crashed``).
 
-    Returns the final state.
+    Returns the final state. Marks this host as heard from every ``host_stale_s / 4`` seconds (a
+    shared store shows other hosts a quiet host's boots as unknown).
     """
+    beat_s, last_beat = cell.settings.host_stale_s / 4, time.monotonic()
     while True:
         if should_stop():
             stop_live(cell, live, requested_grace(live))
@@ -862,14 +908,21 @@ def watch(cell: Cell, live: LiveBoot, *, should_stop: Callable[[], bool], interv
         if live.supervisor.poll().value in ("crashed", "failed"):
             record_crash(cell, live)
             return "crashed"
+        if time.monotonic() - last_beat >= beat_s:
+            hosts.heartbeat_quietly(cell)
+            last_beat = time.monotonic()
         time.sleep(interval_s)
 
 
 # ---------------------------------------------------------------- logs
 
 def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
-    """The last ``tail`` lines of a boot's log file (timestamped as written)."""
+    """The last ``tail`` lines of a boot's log file (timestamped as written).
+
+    Raises UserError for a boot of another host (its log is there, not here).
+    """
     boot = resolve_boot(cell, boot_ref)
+    _refuse_foreign_files(cell, boot)
     path = Path(boot["log_path"])
     if not path.exists():
         return []

@@ -13,7 +13,7 @@ from typing import Any
 
 from dynocell.db.session import Store, head_revision, open_store
 from dynocell.errors import StoreUnavailable, UserError
-from dynocell.settings import Settings
+from dynocell.settings import Settings, redact_url
 
 
 @dataclass
@@ -45,7 +45,7 @@ def _open(settings: Settings) -> Store:
     try:
         return open_store(settings.db_url)
     except ArgumentError as exc:
-        raise UserError(f"database_url is not a valid SQLAlchemy URL: {settings.db_url!r} ({exc})",
+        raise UserError(f"database_url is not a valid SQLAlchemy URL: {redact_url(settings.db_url)!r} ({exc})",
                         "fix DYNOCELL_DATABASE_URL, or unset it to use the SQLite file in the data directory") from exc
     except OperationalError as exc:
         from dynocell.db.session import store_error
@@ -55,7 +55,7 @@ def _open(settings: Settings) -> Store:
             raise translated from exc
         url = settings.db_url
         folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else settings.home
-        raise StoreUnavailable(f"cannot open the store at {url}: {exc.orig}",
+        raise StoreUnavailable(f"cannot open the store at {redact_url(url)}: {exc.orig}",
                                f"make {folder} writable by this user, or set DYNOCELL_HOME to a writable "
                                "directory (dynocell settings shows where the store lives)") from exc
     except ModuleNotFoundError as exc:
@@ -74,7 +74,7 @@ def open_cell(settings: Settings) -> Cell:
 def init(cell: Cell) -> dict[str, Any]:
     """Create the data directory tree and migrate the store to head.
 
-    Returns ``{home, db_url, boots_dir, models_dir, builds_dir, revision_before,
+    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir, revision_before,
     revision, head, migrated}`` (``revision_before`` None for a new store).
     Raises UserError when a directory cannot be created or the store opened.
     """
@@ -88,7 +88,8 @@ def init(cell: Cell) -> dict[str, Any]:
     store = cell.store
     return {
         "home": str(s.home),
-        "db_url": s.db_url,
+        "db_url": redact_url(s.db_url),
+        "store": s.store_kind,
         "boots_dir": str(s.boots_dir),
         "models_dir": str(s.models_dir),
         "builds_dir": str(s.builds_dir),

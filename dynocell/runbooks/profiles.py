@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from dynocell.db import runs as db_runs
 from dynocell.errors import EngineError
+from dynocell.runbooks import hosts
 from dynocell.runbooks.cell import Cell
 
 PROFILE_REQUESTS = 2
@@ -63,7 +64,7 @@ def profile_window(
     trace_dir = Path(live.boot_dir) / "profiles" / (run_id or stamp)
     trace_dir.mkdir(parents=True, exist_ok=True)
     row = db_runs.create_profile(cell.store, run_id=run_id, boot_id=live.boot_id, state="running",
-                                 trace_dir=str(trace_dir))
+                                 trace_dir=str(trace_dir), host_id=hosts.this_host_id(cell))
     client = live.client(cell.settings.http_timeout_s)
     try:
         level = next(lv for lv in workload.levels() if lv.purpose == "throughput")

@@ -31,7 +31,7 @@ from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.engine.meta import check_generations
 from dynocell.errors import DynocellError, EngineError, Interrupted, UserError
-from dynocell.runbooks import boots, events
+from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -154,7 +154,7 @@ def run_job(
     workload = _load_workload(opts.workload)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
-                       step="config", options=opts.as_dict(), pid=_pid())
+                       step="config", options=opts.as_dict(), pid=_pid(), host_id=hosts.this_host_id(cell))
     events.publish("run.started", run_id=run_id, config_hash=config_hash)
     job = _Job(cell, run_id, progress)
     live: boots.LiveBoot | None = None
@@ -727,7 +727,7 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     live = boots.AttachedBoot.from_row(boot, cfg)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind=kind, config_hash=boot["config_hash"], boot_id=boot["id"],
-                       state="running", step=kind, pid=_pid())
+                       state="running", step=kind, pid=_pid(), host_id=hosts.this_host_id(cell))
     job = _Job(cell, run_id, progress)
     state, error = "completed", None
     workload = _load_workload(workload_path)
@@ -807,7 +807,10 @@ def reconcile_runs(cell: Cell) -> list[str]:
     wrote before it died is kept.
     """
     fixed = []
+    mine = hosts.this_host_id(cell)
     for r in db_runs.list_runs(cell.store, states=("running",), limit=500):
+        if r.get("host_id") not in (None, mine):
+            continue  # another host's run: its pid means nothing here
         if _run_process_alive(r):
             continue
         # Re-read now that the process is known dead (it can write nothing more): a run that

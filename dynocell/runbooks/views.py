@@ -50,10 +50,10 @@ def _row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-_BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "port", "pid", "pgid", "state",
+_BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "pid", "pgid", "state",
                 "last_phase", "log_path", "log_size", "started_at", "ready_at", "ready_s", "ended_at", "exit_code",
                 "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv", "kind")
-_RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "state", "step", "error", "options", "lossless",
+_RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "options", "lossless",
                "lossless_detail", "breakeven", "summary", "started_at", "ended_at")
 _BENCH_FIELDS = ("text_class", "concurrency", "num_requests", "num_failed", "length_mismatches", "duration_s",
                  "prompt_tokens", "completion_tokens", "request_throughput", "output_tok_s", "total_tok_s",
@@ -103,8 +103,16 @@ def _run_tau(s, run_id: str) -> float | None:
     return sum(c.tau * c.steps for c in curves) / steps
 
 
+def _host_label(s, host_id: str | None, hostname: str | None = None) -> str:
+    """``hostname (machine id prefix)`` of ``host_id``; the recorded ``hostname`` (or ``?``) for rows
+    written before hosts were recorded."""
+    h = s.get(m.Host, host_id) if host_id else None
+    return f"{h.hostname} ({h.id[:8]})" if h else (hostname or "?")
+
+
 def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
     d = _row(b, _BOOT_FIELDS)
+    d["host_label"] = _host_label(s, b.host_id, b.hostname)
     start = d["ready_at"] or d["started_at"]
     end = d["ended_at"] or _now()
     d["uptime_s"] = max(0.0, (end - start).total_seconds()) if start else None
@@ -118,6 +126,7 @@ def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
 
 def _run_summary(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
     d = _row(r, _RUN_FIELDS)
+    d["host_label"] = _host_label(s, r.host_id)
     d["tau"] = _run_tau(s, r.id)
     d["labels"] = labels.get(r.config_hash, [])
     # Throughput levels only: the acceptance step's per-class rows (a few requests each) are not a headline.
@@ -139,12 +148,13 @@ def _notes(s, kind: str, target: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- dashboard / lists
 
 def dashboard(cell, *, recent: int = 10) -> dict[str, Any]:
-    """Fleet overview: ``{live_boots, recent_runs, failures, counts}``.
+    """Fleet overview: ``{live_boots, recent_runs, failures, counts, hosts}``.
 
     ``live_boots``: boots in starting/ready/stopping with ``health`` (latest verdict or None),
     ``uptime_s`` (since ready, else since start), ``port``, ``last_tau`` (step-weighted τ of the
     boot's newest run). ``failures``: newest failed/crashed/lost boots with ``failure_signature``,
-    plus failed runs (``kind`` "run").
+    plus failed runs (``kind`` "run"). ``hosts``: the live boots grouped by host (see :func:`_live_by_host`).
+    Every boot and run row carries ``host_label``.
     """
     with cell.store.session() as s:
         labels = _labels(s)
@@ -173,25 +183,76 @@ def dashboard(cell, *, recent: int = 10) -> dict[str, Any]:
             "boots": s.scalar(select(func.count()).select_from(m.Boot)) or 0,
             "runs": s.scalar(select(func.count()).select_from(m.Run)) or 0,
         }
+        by_host = _live_by_host(s, live, cell.settings.host_stale_s)
     return {"live_boots": live, "recent_runs": runs, "failures": failures[:recent], "counts": counts,
-            "generated_at": _now()}
+            "hosts": by_host, "generated_at": _now()}
 
 
-def list_boots(cell, all: bool = False, *, limit: int = 200) -> list[dict[str, Any]]:  # noqa: A002 - CLI flag name
-    """Boots newest first (only live ones unless ``all``), each as in :func:`dashboard`'s ``live_boots``."""
+def _live_by_host(s, live: list[dict[str, Any]], stale_s: float) -> list[dict[str, Any]]:
+    """Live boots grouped by host: ``[{host_id, label, last_seen_at, quiet, boots, verdicts}]``, hosts by label.
+
+    ``quiet``: the host has not been heard from for ``stale_s`` seconds, so its boots' states are
+    unknown (only that host can judge them).
+
+    ``verdicts``: the newest health verdict of each of that host's live boots (``{boot_id, verdict, ts}``).
+    Boots from before hosts were recorded are grouped under their recorded hostname.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for b in live:
+        key = b.get("host_id") or f"hostname:{b.get('hostname')}"
+        g = groups.get(key)
+        if g is None:
+            h = s.get(m.Host, b["host_id"]) if b.get("host_id") else None
+            seen = _aware(h.last_seen_at) if h else None
+            g = groups[key] = {"host_id": b.get("host_id"), "label": b["host_label"], "last_seen_at": seen,
+                               "quiet": bool(seen and (_now() - seen).total_seconds() > stale_s),
+                               "boots": [], "verdicts": []}
+        g["boots"].append(b)
+        if b.get("health"):
+            g["verdicts"].append({"boot_id": b["id"], "verdict": b["health"]["verdict"], "ts": b["health"]["ts"]})
+    return sorted(groups.values(), key=lambda g: g["label"])
+
+
+def list_boots(cell, all: bool = False, *, limit: int = 200,  # noqa: A002 - CLI flag name
+               host_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """Boots newest first (only live ones unless ``all``; only of ``host_ids`` when given), each as in
+    :func:`dashboard`'s ``live_boots``."""
     with cell.store.session() as s:
         labels = _labels(s)
         q = select(m.Boot).order_by(desc(m.Boot.started_at)).limit(limit)
+        if host_ids is not None:
+            q = q.where(m.Boot.host_id.in_(host_ids))
         if not all:
             q = q.where(m.Boot.state.in_(LIVE_STATES))
         return [_boot_summary(s, b, labels) for b in s.scalars(q)]
 
 
-def list_runs(cell, *, limit: int = 100, config_hash: str | None = None) -> list[dict[str, Any]]:
-    """Runs newest first with ``tau`` and ``best_output_tok_s`` (tok/s, the best throughput level)."""
+def host_choices(cell) -> list[dict[str, Any]]:
+    """Every host of the store as ``{id, label}`` by label (for a face's host filter)."""
+    with cell.store.session() as s:
+        rows = [{"id": h.id, "label": f"{h.hostname} ({h.id[:8]})"} for h in s.scalars(select(m.Host))]
+    return sorted(rows, key=lambda r: r["label"])
+
+
+def host_ids_for(cell, host: str | None) -> list[str] | None:
+    """Host ids matching ``host`` (a hostname or machine id prefix), or None (no filter) when empty.
+    Raises NotFound when nothing matches."""
+    if not host or not host.strip():
+        return None
+    from dynocell.runbooks import hosts as rb_hosts
+
+    return rb_hosts.resolve(cell, host)
+
+
+def list_runs(cell, *, limit: int = 100, config_hash: str | None = None,
+              host_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """Runs newest first with ``tau``, ``best_output_tok_s`` (tok/s, the best throughput level) and
+    ``host_label``; only those of ``host_ids`` when given."""
     with cell.store.session() as s:
         labels = _labels(s)
         q = select(m.Run).order_by(desc(m.Run.started_at)).limit(limit)
+        if host_ids is not None:
+            q = q.where(m.Run.host_id.in_(host_ids))
         if config_hash:
             q = q.where(m.Run.config_hash == config_hash)
         return [_run_summary(s, r, labels) for r in s.scalars(q)]
@@ -217,7 +278,8 @@ def _phase_bars(boot: dict[str, Any], events: list[dict[str, Any]]) -> list[dict
 
 
 def boot_detail(cell, boot_id: str) -> dict[str, Any]:
-    """One boot: ``{boot, events, phases, health, runs, notes, entries, config_labels}``.
+    """One boot: ``{boot, events, phases, health, runs, notes, entries, artifacts, elsewhere}``
+    (``elsewhere``: where its files live when that is another host, else None).
 
     ``phases``: ``[{name, start_s, end_s, duration_s}]`` — each phase lasts until the next one
     (the last until ready/end/now), offsets in seconds from boot start. ``health``: every verdict
@@ -237,7 +299,8 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
     return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": health, "runs": runs,
             "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"]),
             "failure": failure_text(b.failure_detail if b.state in FAILED_STATES or b.failure_signature
-                                    or (b.failure_detail or {}).get("reason") else None)}
+                                    or (b.failure_detail or {}).get("reason") else None),
+            "elsewhere": elsewhere(cell, boot["id"])}
 
 
 _FAILURE_FIELDS = (("title", "what"), ("reason", "why"), ("error", "error"), ("line", "log line"),
@@ -341,7 +404,9 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
 
     ``throughput``: per (concurrency, text_class) ``{concurrency, text_class, values: [tok/s|None],
     deltas_pct: [None|%]}``; ``splits``: per category ``{category, pct: [...], delta_pp: [...]}``
-    (percentage points against the base). Raises UserError with fewer than two runs.
+    (percentage points against the base). ``hardware_warning``: a sentence when the runs come from
+    hosts of different hardware (CPU, GPU names/memory/driver, CUDA), else None. Raises UserError with
+    fewer than two runs.
     """
     ids = [r for r in dict.fromkeys(x.strip() for x in run_ids) if r]
     if len(ids) < 2:
@@ -373,7 +438,12 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
         base = pcts[0]
         splits.append({"category": c, "pct": pcts,
                        "delta_pp": [None if (p is None or base is None) else p - base for p in pcts]})
-    return {"runs": runs, "throughput": throughput, "splits": splits}
+    from dynocell.runbooks import hosts as rb_hosts
+
+    kinds = rb_hosts.different_hardware(rb_hosts.by_id(cell), [r["run"].get("host_id") for r in runs])
+    warning = (f"these runs come from different hardware ({'; '.join(kinds)}): throughput and profile "
+               "differences include the machines, not only the configs") if kinds else None
+    return {"runs": runs, "throughput": throughput, "splits": splits, "hardware_warning": warning}
 
 
 # ---------------------------------------------------------------- configs
@@ -497,7 +567,32 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
+def elsewhere(cell, boot_id: str) -> dict[str, Any] | None:
+    """Where a boot's files live when that is another host: ``{host, host_id, dir, log_path, log_sha256}``;
+    None when they are on this host (or the boot predates host records).
+
+    Logs and traces stay on the host that made them; the store keeps host, path and sha256, so a
+    panel on another host names the place instead of serving a file it does not have.
+    """
+    from dynocell.runbooks import hosts as rb_hosts
+
+    with cell.store.session() as s:
+        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
+        if not b.host_id or b.host_id == rb_hosts.this_host_id(cell):
+            return None
+        return {"host": _host_label(s, b.host_id, b.hostname), "host_id": b.host_id,
+                "dir": str(Path(b.log_path).parent), "log_path": b.log_path, "log_sha256": b.log_sha256}
+
+
+def _not_here(where: dict[str, Any]) -> NotFound:
+    return NotFound(f"this file lives on host {where['host']} under {where['dir']}, not on this host",
+                    "open the panel (or run the command) on that host; the store is shared")
+
+
 def _boot_log(cell, boot_id: str) -> Path:
+    where = elsewhere(cell, boot_id)
+    if where is not None:
+        raise _not_here(where)
     with cell.store.session() as s:
         b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
         log_path = b.log_path
@@ -511,10 +606,15 @@ def _boot_log(cell, boot_id: str) -> Path:
 def log_tail(cell, boot_id: str, n: int = 200, search: str | None = None) -> dict[str, Any]:
     """The last ``n`` lines of a boot's log (only lines containing ``search``, case-insensitive, when given).
 
-    Returns ``{boot_id, lines: [str], total_lines, matched, size (bytes), path}``. Lines are raw
-    text — faces must escape them. A missing file gives no lines, not an error.
+    Returns ``{boot_id, lines: [str], total_lines, matched, size (bytes), path, elsewhere}``. Lines are raw
+    text — faces must escape them. A missing file gives no lines, not an error; so does a log that
+    lives on another host (``elsewhere`` then says where, see :func:`elsewhere`).
     """
     n = max(1, min(int(n), 5000))
+    where = elsewhere(cell, boot_id)
+    if where is not None:
+        return {"boot_id": boot_id, "lines": [], "total_lines": 0, "matched": 0, "size": 0,
+                "path": where["log_path"], "elsewhere": where}
     p = _boot_log(cell, boot_id)
     needle = (search or "").lower()
     lines: deque[str] = deque(maxlen=n)
@@ -528,11 +628,14 @@ def log_tail(cell, boot_id: str, n: int = 200, search: str | None = None) -> dic
                 matched += 1
                 lines.append(line.rstrip("\n"))
     return {"boot_id": boot_id, "lines": list(lines), "total_lines": total, "matched": matched,
-            "size": p.stat().st_size if p.is_file() else 0, "path": str(p)}
+            "size": p.stat().st_size if p.is_file() else 0, "path": str(p), "elsewhere": None}
 
 
 def list_artifacts(cell, boot_id: str) -> list[dict[str, Any]]:
-    """Files under the boot's folder in the data dir (``boots/<id>/``): ``[{name, size}]``, name relative."""
+    """Files under the boot's folder in the data dir (``boots/<id>/``): ``[{name, size}]``, name relative.
+    Empty for a boot of another host (its files are there, see :func:`elsewhere`)."""
+    if elsewhere(cell, boot_id) is not None:
+        return []
     home = Path(cell.settings.home).resolve()
     base = (home / "boots" / boot_id).resolve()
     out = []

@@ -311,9 +311,11 @@ def install(app: FastAPI) -> None:
                                                                      [d["config"]["config_hash"][7:19]])[0]})
 
     @pages.get("/boots", response_class=HTMLResponse)
-    def boots_page(request: Request, all: bool = True):  # noqa: A002
-        views.reconcile_live(cell(request))
-        return render(request, "boots.html", {"boots": views.list_boots(cell(request), all), "title": "Boots"})
+    def boots_page(request: Request, all: bool = True, host: str = ""):  # noqa: A002
+        c = cell(request)
+        views.reconcile_live(c)
+        return render(request, "boots.html", {"boots": views.list_boots(c, all, host_ids=views.host_ids_for(c, host)),
+                                              "hosts": views.host_choices(c), "host": host, "title": "Boots"})
 
     @pages.get("/boots/{boot_id}", response_class=HTMLResponse)
     def boot_page(request: Request, boot_id: str, n: int = 200, q: str = ""):
@@ -332,8 +334,10 @@ def install(app: FastAPI) -> None:
                             headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"})
 
     @pages.get("/runs", response_class=HTMLResponse)
-    def runs_page(request: Request):
-        return render(request, "runs.html", {"runs": views.list_runs(cell(request)), "title": "Runs"})
+    def runs_page(request: Request, host: str = ""):
+        c = cell(request)
+        return render(request, "runs.html", {"runs": views.list_runs(c, host_ids=views.host_ids_for(c, host)),
+                                             "hosts": views.host_choices(c), "host": host, "title": "Runs"})
 
     @pages.get("/runs/{run_id}", response_class=HTMLResponse)
     def run_page(request: Request, run_id: str):
@@ -453,9 +457,10 @@ def install(app: FastAPI) -> None:
         return j(views.dashboard(cell(request)))
 
     @api.get("/boots", summary="Boots, newest first (live only unless all=true)")
-    def api_boots(request: Request, all: bool = False):  # noqa: A002
+    def api_boots(request: Request, all: bool = False,  # noqa: A002
+                  host: str = Query("", description="only boots of this host (hostname or machine id prefix)")):
         views.reconcile_live(cell(request))
-        return j(views.list_boots(cell(request), all))
+        return j(views.list_boots(cell(request), all, host_ids=views.host_ids_for(cell(request), host)))
 
     @api.get("/boots/{boot_id}", summary="One boot: phases, health history, runs, linked entries")
     def api_boot(request: Request, boot_id: str):
@@ -467,8 +472,9 @@ def install(app: FastAPI) -> None:
         return j(views.log_tail(cell(request), boot_id, n, q or None))
 
     @api.get("/runs", summary="Runs, newest first")
-    def api_runs(request: Request, limit: int = Query(100, ge=1, le=10_000, description="at most this many runs")):
-        return j(views.list_runs(cell(request), limit=limit))
+    def api_runs(request: Request, limit: int = Query(100, ge=1, le=10_000, description="at most this many runs"),
+                 host: str = Query("", description="only runs of this host (hostname or machine id prefix)")):
+        return j(views.list_runs(cell(request), limit=limit, host_ids=views.host_ids_for(cell(request), host)))
 
     @api.get("/runs/{run_id}", summary="One run: bench levels, acceptance curves, profile split, findings")
     def api_run(request: Request, run_id: str):

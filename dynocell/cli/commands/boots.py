@@ -82,31 +82,36 @@ def boot_cmd(
 
 def ps_cmd(
     all_: bool = typer.Option(False, "--all", "-a", help="Include ended boots."),
+    host: Optional[str] = typer.Option(None, "--host", help="Only boots of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List boots with state, uptime, port and the last health verdict.
+    """List boots with host, state, uptime, port and the last health verdict.
 
-    A boot whose supervisor vanished is marked `lost` when its engine is gone;
-    an engine still running without its supervisor is stopped (never orphaned).
+    A boot of this host whose supervisor vanished is marked `lost` when its engine
+    is gone; an engine still running without its supervisor is stopped (never
+    orphaned). Boots of other hosts sharing the store are never judged from here:
+    a host not heard from shows `unknown (host B last seen …)`.
 
-    Example: dynocell ps --all
+    Example: dynocell ps --all --host gpu-node-2
     """
     from dynocell.runbooks import boots
 
-    rows = boots.ps(get_cell(), all=all_)
+    rows = boots.ps(get_cell(), all=all_, host=host)
     if json_out:
         print_json(rows)
         return
     if not rows:
         out("no live boots" + ("" if all_ else " (dynocell ps --all shows ended ones)"))
         return
-    t = table("boot", "state", "health", "engine", "port", "uptime", "ready", "signature")
+    t = table("boot", "host", "state", "health", "engine", "port", "uptime", "ready", "signature")
     for r in rows:
-        state = r["state"] + ("" if r.get("supervised") or r["state"] not in ("starting", "ready", "stopping")
+        state = r["state"] + ("" if r.get("supervised") is not False or r["state"] not in ("starting", "ready", "stopping")
                               else " (unsupervised)")
+        if r.get("state_note"):
+            state = f"{r['state']}: {r['state_note']}"
         from rich.text import Text
 
-        add_row(t, r["id"], Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
+        add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),
                 f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-", r.get("failure_signature") or "")
     out(t)

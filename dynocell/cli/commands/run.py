@@ -136,7 +136,10 @@ def show_cmd(
             return
         from dynocell.cli.render import health_table, phases_table, run_header
 
-        out(f"boot {boot['id']} [{boot['state']}] {boot['engine']} port {boot['port']} argv: {boot['argv']}")
+        out(f"boot {boot['id']} [{boot['state']}] on {bd['boot'].get('host_label')} {boot['engine']} port {boot['port']} "
+            f"argv: {boot['argv']}")
+        if bd.get("elsewhere"):
+            out(f"files: on host {bd['elsewhere']['host']} under {bd['elsewhere']['dir']}")
         if boot.get("failure_signature"):
             out(f"failure signature: {boot['failure_signature']} {(boot.get('failure_detail') or {}).get('title') or ''}")
         for x in (phases_table(bd), health_table(bd)):
@@ -148,24 +151,25 @@ def show_cmd(
 
 def runs_cmd(
     limit: int = typer.Option(20, "--limit", "-n", help="How many runs."),
+    host: Optional[str] = typer.Option(None, "--host", help="Only runs of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """List recent runs with state, τ and best output tok/s.
+    """List recent runs with host, state, τ and best output tok/s.
 
-    Example: dynocell runs -n 5
+    Example: dynocell runs -n 5 --host gpu-node-2
     """
-    from dynocell.runbooks import views
+    from dynocell.runbooks import hosts, views
     from dynocell.runbooks.run import reconcile_runs
 
     cell = get_cell()
     reconcile_runs(cell)
-    rows = views.list_runs(cell, limit=limit)
+    rows = views.list_runs(cell, limit=limit, host_ids=hosts.resolve(cell, host) if host else None)
     if json_out:
         print_json(rows)
         return
-    t = table("run", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
+    t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
     for r in rows:
-        add_row(t, r["id"], r["kind"], r["state"], ", ".join(r.get("labels") or []) or r["config_hash"][:19],
+        add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"], ", ".join(r.get("labels") or []) or r["config_hash"][:19],
                 r.get("boot_id"), f"{r['tau']:.3f}" if r.get("tau") else "-",
                 f"{r['best_output_tok_s']:.1f}" if r.get("best_output_tok_s") else "-", r.get("lossless") or "-",
                 human_duration(r.get("duration_s")), (r.get("error") or "")[:60])

@@ -29,7 +29,7 @@ def init(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP)) 
         what = f"store already at schema {report['revision']}"
     out(f"dynocell: {what}")
     out(f"  data directory  {report['home']}")
-    out(f"  database        {report['db_url']}")
+    out(f"  database        {report['db_url']} ({report['store']})")
     out(f"  boot logs       {report['boots_dir']}")
     out(f"  made models     {report['models_dir']}")
     out(f"  engine builds   {report['builds_dir']}")

@@ -136,6 +136,9 @@ class MainScreen(DashScreen):
         live = sum(1 for b in snap["boots"] if b["state"] in LIVE)
         title = Text("dynocell", style="bold")
         title.append(f" · {live} live · {len(ids)} shown · poll {self.dash.poll_interval_s:g}s")
+        fleet = sorted({b["host_label"] for b in snap["boots"] if b.get("host_id")})
+        if len(fleet) > 1:
+            title.append(f" · {len(fleet)} hosts")
         if snap.get("error"):
             title.append(f" · {snap['error']}", style="red")
         self.query_one("#title", Static).update(title)
@@ -226,6 +229,9 @@ def boot_summary_lines(dash: "DynocellApp", d: dict[str, Any], run: dict[str, An
     head.append(f"  {b.get('engine')} :{b.get('port')}  pid {b.get('pid') or '-'}  "
                 f"ready {fmt.num(b.get('ready_s'), '.1f')} s  up {fmt.duration(fmt.uptime_s(b, now))}")
     lines: list[Any] = [head]
+    if b.get("host_id"):  # rows from before host records carry none
+        lines.append(Text(f"host {b.get('host_label')}"
+                          + (f" · files there under {d['elsewhere']['dir']}" if d.get("elsewhere") else "")))
     if b.get("failure_signature"):
         sig = Text("signature: ", style="bold")
         sig.append(str(b["failure_signature"]), style="red")
@@ -312,6 +318,8 @@ class BootScreen(DashScreen):
         head.append(fmt.kind_word(b))
         head.append(f"  {fmt.config_name(b)}  {b.get('engine')} :{b.get('port')}  "
                     f"up {fmt.duration(fmt.uptime_s(b, now))}")
+        if b.get("host_id"):  # rows from before host records carry none
+            head.append(f"  host {b.get('host_label')}")
         self.query_one("#boot-head", Static).update(head)
         width = max(10, min(40, self.size.width - 40))
         parts: list[Any] = [Text("phases", style="bold")]
@@ -642,6 +650,7 @@ class CompareScreen(DashScreen):
         names = [self.dash.alias(r["run"]["id"]) for r in c["runs"]]
         t = _tbl("runs (first is the base)", "", *names)
         t.add_row("config", *[fmt.config_name(r["run"]) for r in c["runs"]])
+        t.add_row("host", *[r["run"].get("host_label") or "?" for r in c["runs"]])
         t.add_row("τ", *[fmt.num(r["run"].get("tau"), ".3f") for r in c["runs"]])
         t.add_row("state", *[r["run"]["state"] for r in c["runs"]])
         tp = _tbl("output tok/s (Δ % vs base)", "level", *names)
@@ -656,7 +665,8 @@ class CompareScreen(DashScreen):
             for i, (p, dlt) in enumerate(zip(row["pct"], row["delta_pp"])):
                 cells.append(fmt.num(p) + ("" if dlt is None or i == 0 else f" ({dlt:+.1f})"))
             sp.add_row(row["category"], *cells)
-        self.query_one("#cmp", Static).update(Group(t, Text(""), tp, Text(""), sp))
+        warn = [Text("⚠ " + c["hardware_warning"], style="bold yellow"), Text("")] if c.get("hardware_warning") else []
+        self.query_one("#cmp", Static).update(Group(*warn, t, Text(""), tp, Text(""), sp))
         self.loaded = True
 
     def action_back(self) -> None:

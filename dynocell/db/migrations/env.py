@@ -1,4 +1,4 @@
-"""Alembic environment: batch mode for SQLite, the models' MetaData as target."""
+"""Alembic environment: batch mode for SQLite only (it cannot ALTER most things), the models' MetaData as target."""
 
 from alembic import context
 from sqlalchemy import create_engine
@@ -25,7 +25,7 @@ def _configure_and_run(connection) -> None:  # noqa: ANN001
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=True,
+        render_as_batch=connection.dialect.name == "sqlite",
         include_object=include_object,
         compare_type=True,
     )
