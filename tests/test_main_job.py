@@ -56,8 +56,14 @@ def test_every_step_recorded_and_completed(finished_run):
     run = shown["run"]
     assert run["state"] == "completed", run
     states = {s["name"]: s["state"] for s in shown["steps"]}
-    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
+    for step in ("config", "model", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop",
+                 "diagnose"):
         assert states.get(step) == "completed", (step, states)
+    # The reference pair is found (packaged) in its own step, before the boot's clock starts.
+    names = [s["name"] for s in shown["steps"]]
+    assert names.index("model") < names.index("boot"), names
+    model = next(s for s in shown["steps"] if s["name"] == "model")
+    assert "/engine/reference/pair/" in model["detail"]["model_path"], model
     boot = shown["boot"]["boot"]
     assert boot["state"] == "stopped" and boot["stop_how"] == "graceful" and boot["ready_s"] > 0
     assert [h["verdict"] for h in shown["boot"]["health"]][0] == "healthy"

@@ -3,10 +3,12 @@
 Steps, each a ``run_steps`` row written as it starts and ends (DESIGN.md,
 "Data flow of the main job"):
 
-    config → build → boot → health → bench → acceptance → lossless → profile
+    config → build → model → boot → health → bench → acceptance → lossless → profile
     → breakeven → diagnose → stop
 
-Essential steps (config, build, boot, health, bench) end the run when they
+(``model``: finding — or, for a seed that is not packaged, making — the built-in
+reference pair, so its minutes are never counted as ``boot``.) Essential steps
+(config, build, model, boot, health, bench) end the run when they
 fail; the others are recorded as failed and the run goes on. Whatever
 happens — a failed step, Ctrl-C, SIGTERM — the engine is stopped and the run
 row says how it ended (``completed`` / ``failed`` / ``interrupted``) and at
@@ -36,7 +38,7 @@ from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
 DEFAULT_CONFIG = Path(__file__).parent / "data" / "embedded.toml"
-ESSENTIAL = ("config", "build", "boot", "health", "bench")
+ESSENTIAL = ("config", "build", "model", "boot", "health", "bench")
 LOSSLESS_TOKENS = 48
 PROFILE_REQUESTS = 2
 PROFILE_TOKENS = 32
@@ -163,6 +165,8 @@ def run_job(
         build: dict[str, Any] | None = None
         with job.step("build") as d:
             build = _build(cell, cfg, d)
+        with job.step("model") as d:
+            _model(job, cfg, d)
         with job.step("boot") as d:
             boot_id = boots.new_id()
             d["boot_id"] = boot_id
@@ -248,6 +252,14 @@ def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] |
     # A boot that would run unpatched code must fail loudly, before the engine starts.
     d["sglang_file"] = builds.check_import(cell, build, cfg)
     return build
+
+
+def _model(job: _Job, cfg: EngineConfig, d: dict[str, Any]) -> None:
+    """Find (or make) the built-in reference pair the config names, before the boot's clock starts."""
+    resolved = boots.resolve_models(job.cell, cfg, progress=job.progress)
+    if resolved is cfg:
+        raise _Skip("no built-in model (dynocell:tiny) in this config")
+    d.update(model_path=resolved.model_path, draft_model_path=resolved.speculative.draft_model_path)
 
 
 def _load_workload(path: str | None):  # noqa: ANN202 - engine type

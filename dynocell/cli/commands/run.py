@@ -49,7 +49,7 @@ def run_cmd(
 ) -> None:
     """Put one config on the stand and leave a complete record.
 
-    config → build → boot → health → bench → acceptance → lossless → profile →
+    config → build → model → boot → health → bench → acceptance → lossless → profile →
     break-even → stop → diagnose. Every step is stored as soon as it ends; Ctrl-C
     stops the engine and marks the run interrupted.
 
