@@ -11,8 +11,9 @@ from typing import Any
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
+
+from dynocell.cli.fit import FitTable
 
 BAR_WIDTH = 30
 
@@ -31,11 +32,8 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _tbl(title: str, *cols: str) -> Table:
-    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, header_style="bold")
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    return t
+def _tbl(title: str, *cols: str) -> FitTable:
+    return FitTable(*cols, title=title)
 
 
 def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
@@ -58,7 +56,7 @@ def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
     return t
 
 
-def phases_table(boot_detail: dict[str, Any]) -> Table | None:
+def phases_table(boot_detail: dict[str, Any]) -> FitTable | None:
     """Phase timeline: each phase's offset from spawn (s) with a bar."""
     phases = [e for e in boot_detail.get("events", []) if e.get("kind") == "phase"]
     if not phases:
@@ -70,7 +68,7 @@ def phases_table(boot_detail: dict[str, Any]) -> Table | None:
     return t
 
 
-def health_table(boot_detail: dict[str, Any]) -> Table | None:
+def health_table(boot_detail: dict[str, Any]) -> FitTable | None:
     """The newest health verdict with each check."""
     hist = boot_detail.get("health") or []
     if not hist:
@@ -82,7 +80,7 @@ def health_table(boot_detail: dict[str, Any]) -> Table | None:
     return t
 
 
-def bench_table(bench: list[dict[str, Any]]) -> Table | None:
+def bench_table(bench: list[dict[str, Any]]) -> FitTable | None:
     """Throughput and latency per level (ms percentiles p50/p90/p99)."""
     if not bench:
         return None
@@ -109,7 +107,7 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     parts: list[Any] = [Text("acceptance per text class (p_i unconditional, a_i conditional)", style="bold")]
     for c in curves:
         head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
-                    f"steps {c['steps']}  D {c['num_drafts']}  histogram {c['histogram']}")
+                    f"steps {c['steps']}  D {c['num_drafts']}  histogram [{','.join(map(str, c['histogram']))}]")
         if c.get("engine_tau") is not None:
             head.append(f"  engine τ {c['engine_tau']:.3f}")
         if c.get("warning"):
@@ -137,9 +135,8 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
     parts.append(Text(head + ")", style="bold"))
     for w in profile.get("warnings") or []:
         parts.append(Text(f"  warning: {w}", style="yellow"))
-    for sp in profile.get("splits", []):
-        parts.append(Text(f"  {sp['category']:<14} {sp['pct']:5.1f} % {bar(sp['pct'] / 100):<30} "
-                          f"{sp['ms']:9.2f} ms {sp['launches']:6d} launches"))
+    if profile.get("splits"):
+        parts.append(SplitLines(profile["splits"]))
     ranks = profile.get("rank_splits") or []
     if len(ranks) > 1:
         t = _tbl("per rank (ms, % of the rank's device time)", "category",
@@ -155,11 +152,39 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
         parts.append(t)
     kernels = profile.get("kernels") or []
     if kernels:
-        t = _tbl("top kernels", "kernel", "category", "ms", "launches")
+        t = FitTable("kernel", "category", "ms", "launches", title="top kernels", shorten=("kernel",))
         for k in kernels[:20]:
             t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
         parts.append(t)
     return Group(*parts)
+
+
+class SplitLines:
+    """Profile split lines ``category  pct %  bar  ms  launches``, one per category.
+
+    The bar takes what the console width leaves (up to :data:`BAR_WIDTH`, none below 4 cells), so
+    a line never wraps ``launches`` onto a line of its own; below even that, ``key: value`` text.
+    """
+
+    def __init__(self, splits: list[dict[str, Any]]) -> None:
+        self.splits = splits
+
+    @staticmethod
+    def _line(sp: dict[str, Any], bar_w: int) -> str:
+        b = f"{bar(sp['pct'] / 100, bar_w):<{bar_w}} " if bar_w else ""
+        return f"  {sp['category']:<14} {sp['pct']:5.1f} % {b}{sp['ms']:9.2f} ms {sp['launches']:6d} launches"
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        width = options.max_width
+        fixed = max(len(self._line(sp, 0)) for sp in self.splits)
+        bar_w = min(BAR_WIDTH, width - fixed - 1)
+        for sp in self.splits:
+            if bar_w >= 4:
+                yield Text(self._line(sp, bar_w))
+            elif fixed <= width:
+                yield Text(self._line(sp, 0))
+            else:
+                yield Text(f"  {sp['category']}: {sp['pct']:.1f} %, {sp['ms']:.2f} ms, {sp['launches']} launches")
 
 
 def lossless_text(run: dict[str, Any]) -> Text | None:
@@ -187,7 +212,7 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
     return t
 
 
-def findings_table(findings: list[dict[str, Any]]) -> Table | None:
+def findings_table(findings: list[dict[str, Any]]) -> FitTable | None:
     """Doctor findings with evidence and linked entries."""
     if not findings:
         return None
@@ -197,7 +222,7 @@ def findings_table(findings: list[dict[str, Any]]) -> Table | None:
     return t
 
 
-def steps_table(steps: list[dict[str, Any]]) -> Table:
+def steps_table(steps: list[dict[str, Any]]) -> FitTable:
     """Each step's state, seconds and error."""
     t = _tbl("steps", "step", "state", "s", "note")
     for s in steps:

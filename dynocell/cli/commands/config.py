@@ -68,7 +68,6 @@ def list_(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP))
         out("no configs yet — add one with: dynocell config add examples/tiny.toml")
         return
     t = table("hash", "names", "engine", "model", "spec", "added")
-    t.columns[0].no_wrap = True
     for r in rows:
         add_row(t, r["short"], ", ".join(r["names"]) or "-", r["engine"], r["model_path"],
                 r["algorithm"] or "off", human_ago(r["created_at"]))
