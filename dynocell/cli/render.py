@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.panel import Panel
 from rich.text import Text
 
+from dynocell.cli.common import human_duration
 from dynocell.cli.fit import FitTable
 
 BAR_WIDTH = 30
@@ -205,10 +206,18 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
     if not be:
         return None
     pays = be.get("pays")
+    verdict = be.get("verdict") or ("pays" if pays else "does NOT pay")
     t = Text("break-even: ", style="bold")
+    band = f" ± {be['noise_band'] * 100:.1f} % noise" if be.get("noise_band") is not None else ""
     t.append(f"spec step {be['spec_step_ms']:.2f} ms vs τ × plain step = {be['tau']:.3f} × {be['plain_step_ms']:.2f} "
-             f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} % ")
-    t.append("(speculation pays)" if pays else "(speculation does NOT pay)", style="green" if pays else "red")
+             f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} %{band} ")
+    style = {"pays": "green", "does NOT pay": "red"}.get(verdict, "yellow")
+    t.append(f"(speculation {verdict})" if verdict != "within noise" else "(within noise: neither pays nor loses)",
+             style=style)
+    if be.get("plain_source"):
+        age = be.get("plain_age_s")
+        t.append(f"\n  plain step from: {be['plain_source']}"
+                 + (f", measured {human_duration(age)} ago" if age is not None and age >= 60 else ""))
     return t
 
 
