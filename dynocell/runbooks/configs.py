@@ -40,13 +40,15 @@ class ConfigRecord:
     """Outcome of :func:`add_config`.
 
     ``hash``: ``"sha256:…"``; ``name``: the label now pointing at it; ``created``:
-    a new config row was written; ``relabelled``: a new label row was written.
+    a new config row was written; ``relabelled``: a new label row was written;
+    ``warnings``: what is stored but cannot boot here (:func:`model_path_warnings`).
     """
 
     hash: str
     name: str
     created: bool
     relabelled: bool = False
+    warnings: tuple[str, ...] = ()
 
 
 def short_hash(config_hash: str, n: int = 12) -> str:
@@ -82,7 +84,16 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
                                cfg.canonical_json(), text)
     relabelled = db.add_label(store, label, cfg.config_hash)
-    return ConfigRecord(cfg.config_hash, label, created, relabelled)
+    return ConfigRecord(cfg.config_hash, label, created, relabelled, tuple(model_path_warnings(cfg)))
+
+
+def model_path_warnings(cfg: EngineConfig) -> list[str]:
+    """One sentence per local model path of ``cfg`` missing on this machine (a config for another
+    host is stored and planned; only ``boot`` refuses it)."""
+    from dynocell.engine.config import missing_model_paths
+
+    return [f"{field}: {path} does not exist on this machine; fine for a config meant for another host, "
+            f"but `dynocell boot` here will refuse it" for field, path in missing_model_paths(cfg)]
 
 
 def _meta_of(source_toml: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import typer
 from dynocell.cli.common import (
     JSON_OPTION_HELP,
     add_row,
+    err_console,
     fmt_value,
     get_cell,
     human_ago,
@@ -44,8 +45,11 @@ def add(
     from dynocell.runbooks.configs import add_config
 
     rec = add_config(get_cell(), file, name)
+    for w in rec.warnings:
+        err_console.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
-        print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled})
+        print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled,
+                    "warnings": list(rec.warnings)})
         return
     what = "stored" if rec.created else "already stored"
     label = f"; {rec.name} now points at it" if rec.relabelled else f"; named {rec.name}"
