@@ -148,8 +148,11 @@ def start_boot(
     newly picked port (at most :data:`PORT_RETRIES` times, a ``port_retry``
     note event each time) under the same boot row.
     """
+    from dynocell.engine.config import require_model_paths
+
     settings = cell.settings
     cfg_run = resolve_models(cell, cfg, progress)
+    require_model_paths(cfg_run, cfg_run.name or config_hash)
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
@@ -236,9 +239,12 @@ def start_boot(
     known = bool(sig and sig.id != "unknown")
     # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
     last = [_printable(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
+    if known and sig.id == "boot.timeout":
+        head = f"boot {boot_id} timed out: {result.reason}"  # the signature's title would say it twice
+    else:
+        head = f"boot {boot_id} failed: {result.reason}" + (f" — {sig.id}: {sig.title}" if known else "")
     raise EngineError(
-        f"boot {boot_id} failed: {result.reason}"
-        + (f" — {sig.id}: {sig.title}" if known else "")
+        head
         + ("".join(f"\n  | {ln}" for ln in last)),
         (sig.hint if known and sig.hint else
          f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),

@@ -28,7 +28,7 @@ class _Live:
     def __call__(self, msg: str, data: dict[str, Any]) -> None:
         self.status.update(msg)
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
-                or data.get("step") == "model":
+                or (data.get("step") == "model" and data.get("state") != "running"):
             err_console.print(f"  {msg}", markup=False, highlight=False)
 
 
