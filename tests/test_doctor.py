@@ -206,3 +206,17 @@ def test_diagnose_failed_boot_links_signature_entries(settings, tmp_path):
     fs = diagnose(cell, "bootfail")
     assert [f.rule for f in fs] == ["boot_failure"]
     assert fs[0].entries == ["port-in-use"] and fs[0].evidence["signature"] == "port_in_use"
+
+
+def test_every_finding_ends_with_a_next_command():
+    """Issue 20, item 9: `diagnose` says what to run next for each finding."""
+    from dynocell.runbooks.doctor import Finding, next_command
+
+    with_entry = Finding("no_net_win", "warn", "τ 1.76 but …", {"tau": 1.76}, ["speculation-cannot-pay-pointwise-bound"])
+    bare = Finding("independence", "info", "τ vs …", {})
+    text = render_findings([with_entry, bare], "0110d9b7f46b")
+    blocks = text.split("\n[")
+    assert len(blocks) == 2 and all(b.splitlines()[-1].startswith("    next: dynocell ") for b in blocks), text
+    assert next_command(with_entry) == "dynocell runbook show speculation-cannot-pay-pointwise-bound"
+    assert next_command(Finding("garbage_output", "error", "m", {}), "0110d9b7f46b").startswith("dynocell show 0110d9b7f46b")
+    assert "{ref}" not in next_command(Finding("garbage_output", "error", "m", {}))

@@ -751,8 +751,31 @@ def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[
     return sorted(kn.for_log(text.splitlines()))
 
 
-def render_findings(findings: Iterable[Finding]) -> str:
-    """Plain-text report: one block per finding (severity, rule, message, evidence, entries)."""
+#: The command to run after a finding, per rule (``{ref}``: the run or boot diagnosed); a rule
+#: not listed here points at its first runbook entry, else at a search of the knowledge.
+NEXT_COMMANDS: dict[str, str] = {
+    "pinned_near_one": "dynocell show {ref}  (then compare the draft's inputs: dynocell runbook search \"pinned near one\")",
+    "graph_vs_eager": "dynocell bisect plan <eager config> <graph config>",
+    "scales_with_parallel": "dynocell bisect plan <smaller config> <larger config>",
+    "definitions_mismatch": "dynocell engine build --patch spec-per-position-metrics  (per-position counters from the engine)",
+    "garbage_output": "dynocell show {ref}  (read the samples; then boot the plain twin and compare)",
+    "boot_failure": "dynocell logs <boot id>  (from the last phase on; `dynocell show {ref}` names the boot)",
+}
+
+
+def next_command(f: Finding, ref: str | None = None) -> str:
+    """The one command an operator runs next for finding ``f`` (``ref``: the run/boot diagnosed)."""
+    template = NEXT_COMMANDS.get(f.rule)
+    if template and ("{ref}" not in template or ref):
+        return template.format(ref=ref)
+    if f.entries:
+        return f"dynocell runbook show {f.entries[0]}"
+    return f"dynocell runbook search {f.rule.replace('_', ' ')}"
+
+
+def render_findings(findings: Iterable[Finding], ref: str | None = None) -> str:
+    """Plain-text report: one block per finding (severity, rule, message, evidence, entries, and
+    the next command to run, :func:`next_command`)."""
     lines = []
     for f in findings:
         lines.append(f"[{f.severity}] {f.rule}: {f.message}")
@@ -761,4 +784,5 @@ def render_findings(findings: Iterable[Finding]) -> str:
             lines.append(f"    evidence: {ev}")
         if f.entries:
             lines.append(f"    entries: {', '.join(f.entries)}")
+        lines.append(f"    next: {next_command(f, ref)}")
     return "\n".join(lines) if lines else "no findings"

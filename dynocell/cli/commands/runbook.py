@@ -199,7 +199,9 @@ def diagnose_cmd(
     if json_out:
         print_json([f.to_dict() for f in findings])
         return
-    out(render_findings(findings))
+    from rich.text import Text
+
+    out(Text(render_findings(findings, ref)))  # wrapped at spaces to the terminal, slugs kept whole
 
 
 # ------------------------------------------------------------------ bisect
