@@ -186,7 +186,7 @@ def run_job(
         client = live.client(cell.settings.http_timeout_s)
         context_length = _context_length(client, live.cfg)
         with job.step("bench") as d:
-            workload = _calibrate(job, live, workload)
+            workload = _calibrate(job, live, workload, context_length)
             d["tokens_per_byte"] = workload.tokens_per_byte
             _bench(job, live, workload, context_length, d)
         spec_on = live.cfg.speculative_enabled
@@ -337,12 +337,12 @@ class _Calibrated:
         return self._workload.requests(level, context_length, tokens_per_byte or self.tokens_per_byte)
 
 
-def _calibrate(job: _Job, live: Any, workload: Any) -> Any:
+def _calibrate(job: _Job, live: Any, workload: Any, context_length: int | None = None) -> Any:
     import asyncio
 
     from dynocell.engine.bench import measure_tokens_per_byte
 
-    tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(),
+    tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(context_length),
                                               timeout_s=job.cell.settings.request_timeout_s))
     job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
                  {"step": "bench", "tokens_per_byte": tpb})
@@ -816,7 +816,7 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     client = EngineClient(live.base_url, cell.settings.http_timeout_s)
     ctx = _context_length(client, cfg)
     try:
-        workload = _calibrate(job, live, workload)
+        workload = _calibrate(job, live, workload, ctx)
         if kind == "bench":
             with job.step("bench") as d:
                 d["tokens_per_byte"] = workload.tokens_per_byte
