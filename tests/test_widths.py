@@ -5,6 +5,9 @@ a real recorded run (tests/data/stores/real-run), its profile split lines, the d
 findings (long runbook slugs) and an experiment's verdict tables. Every whitespace-separated
 token of every table cell and header must appear whole in the output, and no line may be
 wider than the console. ``COLUMNS`` is honoured when stdout is piped.
+
+Also (item 4) on the same recorded store: boot phases say whose they are (target vs draft),
+and a stopped boot never shows a healthy light.
 """
 
 from __future__ import annotations
@@ -73,14 +76,15 @@ def report(tmp_path_factory):
         run = next(r for r in views.list_runs(cell, limit=20) if r["kind"] == "run" and r.get("lossless"))
         detail = views.run_detail(cell, run["id"])
         boot = views.boot_detail(cell, detail["run"]["boot_id"])
+        boots = views.list_boots(cell, all=True)
     finally:
         mp.undo()
-    return detail, boot
+    return detail, boot, boots
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_run_report_never_splits_a_number(report, width):
-    detail, boot = report
+    detail, boot, _ = report
     items = run_report(detail, boot)
     assert any(isinstance(i, FitTable) and i.title == "throughput and latency" for i in items)
     text = assert_no_split(items, width)
@@ -151,3 +155,23 @@ def test_columns_is_honoured_when_piped(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines and max(len(line) for line in lines) <= 80, max(lines, key=len)
+
+
+def test_boot_phases_say_target_or_draft(report, width=100):
+    _, boot, _ = report
+    weights = [e for e in boot["events"] if e["kind"] == "phase" and e["name"] == "weights_begin"]
+    assert [e.get("model") for e in weights] == ["target", "draft"], weights
+    from dynocell.cli.render import phases_table
+
+    text = render([phases_table(boot)], width)
+    assert "weights_begin (target)" in text and "weights_begin (draft)" in text
+
+
+def test_stopped_boot_is_never_shown_healthy(report):
+    _, boot, boots = report
+    b = boot["boot"]
+    assert b["state"] == "stopped" and b["last_health"]["verdict"] == "healthy"
+    assert b["health"] is None
+    for row in boots:
+        if row["state"] != "ready":
+            assert row.get("health") is None, row

@@ -65,7 +65,8 @@ def phases_table(boot_detail: dict[str, Any]) -> FitTable | None:
     total = max((e["offset_s"] for e in phases), default=1.0) or 1.0
     t = _tbl("boot phases", "phase", "at (s)", "")
     for e in phases:
-        t.add_row(e["name"], f"{e['offset_s']:.2f}", bar(e["offset_s"] / total, 24))
+        name = f"{e['name']} ({e['model']})" if e.get("model") else e["name"]
+        t.add_row(name, f"{e['offset_s']:.2f}", bar(e["offset_s"] / total, 24))
     return t
 
 

@@ -443,7 +443,8 @@ def _stop_orphan(cell: Cell, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
-    """Boots (live ones unless ``all``), reconciled against reality, each with its last health verdict."""
+    """Boots (live ones unless ``all``), reconciled against reality: ``health`` is the last verdict of a ready
+    boot (None otherwise), ``last_health`` the last verdict whatever the state."""
     rows = db_boots.list_boots(cell.store, None if all else db_boots.LIVE_STATES)
     out = []
     for b in rows:
@@ -451,7 +452,9 @@ def ps(cell: Cell, all: bool = False) -> list[dict[str, Any]]:
         if not all and r["state"] not in db_boots.LIVE_STATES:
             continue
         last = db_boots.health_history(cell.store, r["id"], limit=1)
-        r["health"] = last[0]["verdict"] if last else None
+        # Only a ready boot can be healthy now: a stopped one keeps its last verdict apart.
+        r["last_health"] = last[0]["verdict"] if last else None
+        r["health"] = r["last_health"] if r["state"] == "ready" else None
         r["uptime_s"] = _uptime(r)
         out.append(r)
     return out

@@ -107,7 +107,10 @@ def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
     start = d["ready_at"] or d["started_at"]
     end = d["ended_at"] or _now()
     d["uptime_s"] = max(0.0, (end - start).total_seconds()) if start else None
-    d["health"] = _latest_health(s, b.id)
+    # Only a ready boot can be healthy now (a stopped boot never shows a green light); its last
+    # verdict stays available as ``last_health``.
+    d["last_health"] = _latest_health(s, b.id)
+    d["health"] = d["last_health"] if b.state == "ready" else None
     last_run = s.scalars(select(m.Run).where(m.Run.boot_id == b.id).order_by(desc(m.Run.started_at)).limit(1)).first()
     d["last_run_id"] = last_run.id if last_run else None
     d["last_tau"] = _run_tau(s, last_run.id) if last_run else None
@@ -226,7 +229,7 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
         b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
         labels = _labels(s)
         boot = _boot_summary(s, b, labels)
-        events = [_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events]
+        events = label_model_phases([_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events])
         health = [_row(h, ("ts", "verdict", "failed", "checks")) for h in
                   s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == b.id).order_by(m.HealthCheck.id))]
         runs = [_run_summary(s, r, labels) for r in
@@ -235,6 +238,30 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
         notes = _notes(s, "boot", b.id)
     return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": health, "runs": runs,
             "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"])}
+
+
+#: Phases logged once per model loaded: a speculative boot with a draft model logs them twice.
+MODEL_PHASES = ("weights_begin", "weights_end", "kv_cache_allocated", "memory_pool_end")
+
+
+def label_model_phases(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add ``model`` (``target`` / ``draft``) to per-model phase events that occur exactly twice.
+
+    SGLang (and the reference engine, which copies its log lines) loads the target model first,
+    then the draft worker's model, logging the same loading lines for each; a name seen once
+    (no draft model) or more than twice (several ranks) is left unlabelled rather than guessed.
+    """
+    seen: dict[str, int] = {}
+    for e in events:
+        if e.get("kind") == "phase" and e.get("name") in MODEL_PHASES:
+            seen[e["name"]] = seen.get(e["name"], 0) + 1
+    n: dict[str, int] = {}
+    for e in events:
+        name = e.get("name")
+        if e.get("kind") == "phase" and seen.get(name) == 2:
+            e["model"] = ("target", "draft")[n.get(name, 0)]
+            n[name] = n.get(name, 0) + 1
+    return events
 
 
 def _signature_entries(s, signature: str | None, k: Any = None) -> list[dict[str, Any]]:
