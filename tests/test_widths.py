@@ -77,14 +77,15 @@ def report(tmp_path_factory):
         detail = views.run_detail(cell, run["id"])
         boot = views.boot_detail(cell, detail["run"]["boot_id"])
         boots = views.list_boots(cell, all=True)
+        runs = views.list_runs(cell, limit=20)
     finally:
         mp.undo()
-    return detail, boot, boots
+    return detail, boot, boots, runs
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_run_report_never_splits_a_number(report, width):
-    detail, boot, _ = report
+    detail, boot, _, _ = report
     items = run_report(detail, boot)
     assert any(isinstance(i, FitTable) and i.title == "throughput and latency" for i in items)
     text = assert_no_split(items, width)
@@ -158,7 +159,7 @@ def test_columns_is_honoured_when_piped(tmp_path):
 
 
 def test_boot_phases_say_target_or_draft(report, width=100):
-    _, boot, _ = report
+    _, boot, _, _ = report
     weights = [e for e in boot["events"] if e["kind"] == "phase" and e["name"] == "weights_begin"]
     assert [e.get("model") for e in weights] == ["target", "draft"], weights
     from dynocell.cli.render import phases_table
@@ -168,10 +169,18 @@ def test_boot_phases_say_target_or_draft(report, width=100):
 
 
 def test_stopped_boot_is_never_shown_healthy(report):
-    _, boot, boots = report
+    _, boot, boots, _ = report
     b = boot["boot"]
     assert b["state"] == "stopped" and b["last_health"]["verdict"] == "healthy"
     assert b["health"] is None
     for row in boots:
         if row["state"] != "ready":
             assert row.get("health") is None, row
+
+
+def test_run_lists_carry_findings_and_verdict(report):
+    """Issue 20, item 8: run lists (web runs page, dashboard) show the doctor's rules and the verdict."""
+    detail, _, _, runs = report
+    row = next(r for r in runs if r["id"] == detail["run"]["id"])
+    assert row["finding_rules"] == [f["rule"] for f in detail["findings"]] and row["finding_rules"]
+    assert row["verdict"] == "does NOT pay"

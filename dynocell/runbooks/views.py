@@ -127,6 +127,10 @@ def _run_summary(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
                                               (m.BenchRun.text_class.is_(None)) | (m.BenchRun.text_class == ""))
                      .order_by(desc(m.BenchRun.output_tok_s)).limit(1)).first()
     d["best_output_tok_s"] = best.output_tok_s if best else None
+    # What a list shows beside the numbers: the doctor's rules and the break-even verdict.
+    d["finding_rules"] = list(s.scalars(select(m.Finding.rule).where(m.Finding.run_id == r.id).order_by(m.Finding.id)))
+    be = d.get("breakeven") or {}
+    d["verdict"] = be.get("verdict") or (("pays" if be["pays"] else "does NOT pay") if "pays" in be else None)
     end = d["ended_at"] or (_now() if r.state == "running" else None)
     d["duration_s"] = (end - d["started_at"]).total_seconds() if end and d["started_at"] else None
     return d
