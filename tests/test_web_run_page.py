@@ -58,3 +58,26 @@ def test_tau_is_an_annotation_not_a_position():
     ys = [re.search(r"y='([0-9.]+)'", m).group(1) for m in markers]
     assert len(set(ys)) == 3  # one line each: labels never collide
     assert all("tokens per verify step" in m for m in markers)
+
+
+def test_applies_to_reads_as_text():
+    from dynocell.runbooks.knowledge import selector_text
+
+    sel = {"speculative.algorithm": {"in": ["EAGLE", "NEXTN"]}, "parallel.dcp_size": {"gt": 1},
+           "cuda_graph.disable": False, "env.X": {"exists": True}}
+    text = selector_text(sel)
+    assert text == ("speculative.algorithm one of EAGLE, NEXTN and parallel.dcp_size > 1 and "
+                    "cuda_graph.disable = false and env.X is set"), text
+    assert "{" not in selector_text({"any": [{"engine": "sglang"}, {"not": {"parallel.tp_size": 1}}]})
+    assert selector_text({}) == ""
+
+
+def test_entry_view_has_evidence_what_to_try_and_applies_text(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
+    from dynocell.runbooks import views
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
+
+    e = views.get_entry(open_cell(load_settings()), "eagle3-unsupported")
+    assert e["evidence"] and e["fix"]
+    assert e["applies_to_text"] == "speculative.algorithm = EAGLE3"

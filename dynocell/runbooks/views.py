@@ -597,15 +597,19 @@ def search_entries(cell, query: str, *, limit: int = 50) -> list[dict[str, Any]]
 
 
 def get_entry(cell, slug: str) -> dict[str, Any]:
-    """One runbook entry ``{slug, title, kind, tags, front_matter, body (markdown), origin, fix, evidence}``.
+    """One runbook entry ``{slug, title, kind, tags, front_matter, body (markdown), origin, fix, evidence,
+    applies_to, applies_to_text}`` (``applies_to_text``: the selector in words).
 
     Raises NotFound when no entry (bundled, operator, or indexed row) has that slug.
     """
+    from dynocell.runbooks.knowledge import selector_text
+
     k = _knowledge(cell)
     if k is not None:
         try:
             d = k.get(slug).to_dict()
             d["front_matter"] = k.get(slug).front_matter
+            d["applies_to_text"] = selector_text(d.get("applies_to"))
             with cell.store.session() as s:
                 d["notes"] = _notes(s, "entry", d["slug"])
             return d
@@ -615,8 +619,11 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
         e = s.get(m.RunbookEntry, slug)
         if e is None:
             raise NotFound(f"no runbook entry {slug!r}", "search the runbooks for the right slug")
+        fm = e.front_matter or {}
         return {"slug": e.slug, "title": e.title, "kind": e.kind, "tags": e.tags or [],
-                "front_matter": e.front_matter or {}, "body": e.body, "origin": e.origin,
+                "front_matter": fm, "body": e.body, "origin": e.origin,
+                "evidence": list(fm.get("evidence") or []), "fix": list(fm.get("fix") or []),
+                "applies_to_text": selector_text(fm.get("applies_to")),
                 "notes": _notes(s, "entry", e.slug)}
 
 

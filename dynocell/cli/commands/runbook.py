@@ -114,7 +114,9 @@ def show_cmd(
     if sig:
         out("signatures: " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in sig.items()))
     if e.applies_to:
-        out(f"applies to: {e.applies_to}")
+        from dynocell.runbooks.knowledge import selector_text
+
+        out(f"applies to: {selector_text(e.applies_to)}")
     out("\nevidence:")
     for x in e.evidence:
         out(f"  - {x}")
