@@ -166,6 +166,11 @@ def test_boot_phases_say_target_or_draft(report, width=100):
 
     text = render([phases_table(boot)], width)
     assert "weights_begin (target)" in text and "weights_begin (draft)" in text
+    assert [p["label"] for p in boot["phases"] if p["name"] == "weights_end"] == ["weights_end (target)",
+                                                                                   "weights_end (draft)"]
+    from dynocell.web.charts import phase_timeline
+
+    assert "kv_cache_allocated (draft)" in str(phase_timeline(boot["phases"]))
 
 
 def test_stopped_boot_is_never_shown_healthy(report):

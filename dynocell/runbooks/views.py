@@ -218,14 +218,16 @@ def _phase_bars(boot: dict[str, Any], events: list[dict[str, Any]]) -> list[dict
     for i, e in enumerate(phases):
         nxt = phases[i + 1]["offset_s"] if i + 1 < len(phases) else max(end_s or e["offset_s"], e["offset_s"])
         bars.append({"name": e["name"], "start_s": e["offset_s"], "end_s": nxt,
-                     "duration_s": max(0.0, nxt - e["offset_s"])})
+                     "duration_s": max(0.0, nxt - e["offset_s"]), "model": e.get("model"),
+                     "label": f"{e['name']} ({e['model']})" if e.get("model") else e["name"]})
     return bars
 
 
 def boot_detail(cell, boot_id: str) -> dict[str, Any]:
     """One boot: ``{boot, events, phases, health, runs, notes, entries, config_labels}``.
 
-    ``phases``: ``[{name, start_s, end_s, duration_s}]`` — each phase lasts until the next one
+    ``phases``: ``[{name, label, model, start_s, end_s, duration_s}]`` (``model``: target / draft for
+    per-model phases logged twice, :func:`label_model_phases`) — each phase lasts until the next one
     (the last until ready/end/now), offsets in seconds from boot start. ``health``: every verdict
     oldest first. ``entries``: runbook entries linked to the failure signature (slug, title).
     """

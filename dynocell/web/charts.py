@@ -203,8 +203,9 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
 
 
 def phase_timeline(phases: list[dict[str, Any]], *, title: str = "Boot phases", width: int = 640) -> Markup:
-    """Horizontal bars of boot phases: ``[{name, start_s, end_s, duration_s}]`` on a seconds axis."""
-    ml, mr, mt = 130, 20, 34
+    """Horizontal bars of boot phases: ``[{name, label?, start_s, end_s, duration_s}]`` on a seconds axis
+    (``label``, e.g. ``weights_begin (draft)``, is written when given)."""
+    ml, mr, mt = 180, 20, 34
     bar_h, gap = 18, 6
     n = max(1, len(phases))
     ph = n * (bar_h + gap)
@@ -229,7 +230,7 @@ def phase_timeline(phases: list[dict[str, Any]], *, title: str = "Boot phases", 
         w = max(2.0, pw * p["duration_s"] / t_max)
         color = PALETTE[i % len(PALETTE)]
         out.append(f"<text x='{ml - 8}' y='{_f(y0 + bar_h - 5)}' font-size='11' text-anchor='end' "
-                   f"fill='#111827'>{_e(p['name'])}</text>"
+                   f"fill='#111827'>{_e(p.get('label') or p['name'])}</text>"
                    f"<rect class='phase' data-name='{_e(p['name'])}' x='{_f(x0)}' y='{_f(y0)}' width='{_f(w)}' "
                    f"height='{bar_h}' fill='{color}' rx='2'><title>{_e(p['name'])}: {p['start_s']:.2f}–"
                    f"{p['end_s']:.2f} s ({p['duration_s']:.2f} s)</title></rect>")
