@@ -667,7 +667,8 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     The plain step time comes from, in order: the plain twin booted by this run's lossless
     check; the newest stored twin measurement of the same plain config (model, engine,
     patches) on this host, with its age; the plain config's own completed runs (TPOT p50 at
-    concurrency 1); else a plain twin booted now. The margin carries a noise band
+    concurrency 1); else a plain twin booted now (not with ``--no-lossless-check``, which opts out
+    of the twin: then the step is skipped saying why). The margin carries a noise band
     (:data:`BREAKEVEN_MIN_BAND`, or the spread of the step samples when wider) and a
     ``verdict`` (:func:`breakeven_verdict`); ``pays`` keeps its meaning: spec step < budget.
     ``plain`` may be a bare plain step time in ms (source ``given``); without ``cfg`` the plain
@@ -692,11 +693,12 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
         plain_cfg, plain_hash = None, ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash")
     if plain is None and plain_hash:
         plain = _stored_plain(cell, plain_hash, job.run_id) or _plain_step_from_store(cell, plain_hash)
-    if plain is None and plain_cfg is not None and plain_hash:
+    if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
         plain = _boot_twin(job, plain_cfg, plain_hash, _lossless_prompts(workload), opts or RunOptions(),
                            "to time the plain decode step for break-even")
     if plain is None:
-        raise _Skip("needs τ, the speculative step time and the plain step time")
+        raise _Skip("no plain step time: none stored for this model, engine and host, and --no-lossless-check "
+                    "boots no plain twin (run once with the lossless check to measure it)")
     plain_step_ms = plain["step_ms"]
     budget = tau * plain_step_ms
     margin = budget / spec_step_ms - 1.0
