@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynocell.runbooks.run import BREAKEVEN_MIN_BAND, breakeven_verdict, relative_spread
+from dynocell.runbooks.run import BREAKEVEN_MIN_BAND, breakeven_verdict, median_noise
 
 
 def test_flip_seen_on_one_config_reads_within_noise():
@@ -19,7 +19,9 @@ def test_clear_margins_keep_their_verdict():
     assert breakeven_verdict(0.08, 0.10) == "within noise"
 
 
-def test_relative_spread_is_half_range_over_median():
-    assert relative_spread([10.0]) == 0.0
-    assert relative_spread([9.0, 10.0, 11.0]) == pytest.approx(0.1)
-    assert relative_spread([]) == 0.0
+def test_median_noise_is_the_medians_relative_standard_error():
+    assert median_noise([10.0]) == 0.0 and median_noise([]) == 0.0
+    # MAD 1 → σ 1.4826 → SE of the median 1.2533·σ/√3 = 1.0728, over the median 10.
+    assert median_noise([9.0, 10.0, 11.0]) == pytest.approx(0.10728, rel=1e-3)
+    # One slow outlier on a loaded host barely widens it.
+    assert median_noise([10.0, 10.1, 9.9, 10.0, 30.0]) < 0.02

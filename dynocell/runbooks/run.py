@@ -643,12 +643,21 @@ def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int
 BREAKEVEN_MIN_BAND = 0.05
 
 
-def relative_spread(samples: list[float]) -> float:
-    """Half the range of ``samples`` over their median (0 for fewer than two): a plain-language noise width."""
-    vals = sorted(v for v in samples if v)
+def median_noise(samples: list[float]) -> float:
+    """Relative standard error of the median of ``samples`` (0 for fewer than two).
+
+    σ is estimated robustly from the median absolute deviation (σ ≈ 1.4826·MAD, exact for a normal
+    sample; one slow outlier on a loaded host barely moves it), and the median's standard error
+    is ≈ 1.2533·σ/√n (its asymptotic efficiency against the mean); returned over the median.
+    """
+    import statistics
+
+    vals = [v for v in samples if v]
     if len(vals) < 2:
         return 0.0
-    return (vals[-1] - vals[0]) / 2 / vals[len(vals) // 2]
+    med = statistics.median(vals)
+    mad = statistics.median(abs(v - med) for v in vals)
+    return 1.2533 * 1.4826 * mad / len(vals) ** 0.5 / med
 
 
 def breakeven_verdict(margin: float, band: float) -> str:
@@ -669,7 +678,8 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     patches) on this host, with its age; the plain config's own completed runs (TPOT p50 at
     concurrency 1); else a plain twin booted now (not with ``--no-lossless-check``, which opts out
     of the twin: then the step is skipped saying why). The margin carries a noise band
-    (:data:`BREAKEVEN_MIN_BAND`, or the spread of the step samples when wider) and a
+    (:data:`BREAKEVEN_MIN_BAND`, or the combined :func:`median_noise` of both step medians when
+    wider) and a
     ``verdict`` (:func:`breakeven_verdict`); ``pays`` keeps its meaning: spec step < budget.
     ``plain`` may be a bare plain step time in ms (source ``given``); without ``cfg`` the plain
     config is the one the run's lossless check used and no twin is booted here.
@@ -702,7 +712,7 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     plain_step_ms = plain["step_ms"]
     budget = tau * plain_step_ms
     margin = budget / spec_step_ms - 1.0
-    band = max(BREAKEVEN_MIN_BAND, (relative_spread(spec_step) ** 2 + relative_spread(plain.get("samples") or []) ** 2) ** 0.5)
+    band = max(BREAKEVEN_MIN_BAND, (median_noise(spec_step) ** 2 + median_noise(plain.get("samples") or []) ** 2) ** 0.5)
     age_s = None
     if plain.get("measured_at"):
         from datetime import datetime
