@@ -108,7 +108,8 @@ class DoctorInputs:
       other measured configs (for parallel-size and graph/eager comparisons).
     - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
       without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
-      ``plain_step_ms``: one verify step / one plain decode step (ms).
+      ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
+      break-even's noise band (fraction; a margin inside it is not a finding).
     - ``output_ids`` (token id lists) / ``output_texts``: generations of the run.
     - ``oracle``: reference curves; ``sampling``: greedy | sampled;
       ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
@@ -123,6 +124,7 @@ class DoctorInputs:
     plain_decode_tok_s: float | None = None
     spec_step_ms: float | None = None
     plain_step_ms: float | None = None
+    breakeven_noise: float | None = None
     output_ids: list[list[int]] = field(default_factory=list)
     output_texts: list[str] = field(default_factory=list)
     oracle: list[OracleCurve] = field(default_factory=list)
@@ -373,6 +375,8 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         speedup = tau * inp.plain_step_ms / inp.spec_step_ms
     if speedup is None or speedup > t["speedup_max"]:
         return []
+    if inp.breakeven_noise and abs(speedup - 1.0) <= inp.breakeven_noise:
+        return []  # within the measured noise: break-even says "within noise", not "does NOT pay"
     d = max((c.curve.num_drafts for c in inp.curves), default=0)
     step_cost = tau / speedup  # a speculative step costs this many plain steps
     ev = {"tau": _r(tau), "speedup": _r(speedup), "step_cost_ratio": _r(step_cost), "breakeven_tau": _r(step_cost),
@@ -577,7 +581,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     Keys: ``curves`` / ``ladder`` (lists of ``{text_class, histogram | p + steps,
     prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
     ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
-    ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``,
+    ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``, ``breakeven_noise``,
     ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``.
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
@@ -592,6 +596,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
                   for i, x in enumerate(d.get("siblings", []))],
         spec_decode_tok_s=d.get("spec_decode_tok_s"), plain_decode_tok_s=d.get("plain_decode_tok_s"),
         spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
+        breakeven_noise=d.get("breakeven_noise"),
         output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
         oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
@@ -662,6 +667,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     be = run.get("breakeven") or {}
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
+    inp.breakeven_noise = be.get("noise_band")
     inp.spec_decode_tok_s = (run.get("summary") or {}).get("decode_tok_s")
     plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
     seen: set[str] = {run["config_hash"]}
