@@ -189,3 +189,13 @@ def test_run_lists_carry_findings_and_verdict(report):
     row = next(r for r in runs if r["id"] == detail["run"]["id"])
     assert row["finding_rules"] == [f["rule"] for f in detail["findings"]] and row["finding_rules"]
     assert row["verdict"] == "does NOT pay"
+
+
+def test_tui_phase_lines_show_the_label_within_the_width(report):
+    from dynocell.cli.tui.format import phase_lines
+
+    _, boot, _, _ = report
+    lines = [ln.plain for ln in phase_lines(boot["phases"], 30)]
+    assert any(ln.startswith("weights_begin (draft)") for ln in lines), lines
+    unlabelled = [ln.plain for ln in phase_lines([{**p, "label": None} for p in boot["phases"]], 30)]
+    assert max(map(len, lines)) <= max(map(len, unlabelled)) + 1, (lines, unlabelled)
