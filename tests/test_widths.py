@@ -199,3 +199,13 @@ def test_tui_phase_lines_show_the_label_within_the_width(report):
     assert any(ln.startswith("weights_begin (draft)") for ln in lines), lines
     unlabelled = [ln.plain for ln in phase_lines([{**p, "label": None} for p in boot["phases"]], 30)]
     assert max(map(len, lines)) <= max(map(len, unlabelled)) + 1, (lines, unlabelled)
+
+
+def test_row_names_stay_on_one_line_when_the_table_splits(report):
+    detail, boot, _, _ = report
+    items = run_report(detail, boot)
+    bench = next(i for i in items if isinstance(i, FitTable) and i.title == "throughput and latency")
+    text = render([bench], 80)
+    for b in detail["bench"]:
+        name = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
+        assert any(line.startswith(f" {name} ") for line in text.splitlines()), (name, text)

@@ -6,7 +6,8 @@ console gives it (``COLUMNS`` when piped, see :mod:`dynocell.cli.common`):
 
 1. every column is as wide as its longest line when that fits;
 2. else every column is at least as wide as its longest *word* (cells and header
-   wrap at spaces only) and the spare width goes to the columns closest to their
+   wrap at spaces only; the key columns keep their whole line when it is at most a
+   third of the width) and the spare width goes to the columns closest to their
    full width first;
 3. else the table is split into several tables, each repeating the key columns
    (the first ``keys``: the row's name) — e.g. throughput in one, latency in the next;
@@ -138,11 +139,19 @@ class FitTable:
         if not self.headers:
             return []
         nat, low = self._measure()
+        # A row's name (the key columns) stays on one line when it takes at most a third of the width.
+        klow = [nat[i] if i < self.keys and nat[i] <= width // 3 else low[i] for i in range(len(low))]
         allc = list(range(len(self.headers)))
-        widths = self._widths(allc, nat, low, width)
+        widths = self._widths(allc, nat, klow, width) or self._widths(allc, nat, low, width)
         if widths is not None:
             return [self._table(allc, widths, self.title)]
-        chunks = self._chunks(nat, low, width) if len(self.headers) > 1 else None
+        chunks = None
+        if len(self.headers) > 1:
+            chunks = self._chunks(nat, klow, width)
+            if chunks is None:
+                chunks = self._chunks(nat, low, width)
+            else:
+                low = klow
         if chunks is not None:
             out: list[Any] = []
             for n, cols in enumerate(chunks):
