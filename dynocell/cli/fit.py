@@ -29,6 +29,8 @@ from rich.text import Text
 
 #: Columns laid out with ``padding=(0, 1)`` and one separator between columns, no outer edge.
 _PAD = 2
+#: A column this many cells (or fewer) short of its full width gets them before prose columns share.
+SMALL_DEFICIT = 8
 #: Narrowest a ``shorten`` column gets before the table is split instead.
 SHORTEN_MIN = 24
 
@@ -97,12 +99,20 @@ class FitTable:
             return None
         widths = {i: low[i] for i in cols}
         spare = room - sum(widths.values())
-        # Key columns, then the columns nearest their full width, get it first (a row's name and a
-        # header that needs 3 more cells stay on one line).
+        # Key columns, then columns a few cells short of their full width, get it first (a row's
+        # name and a header that needs 3 more cells stay on one line) ...
         for i in sorted(cols, key=lambda c: (c >= self.keys, nat[c] - low[c])):
+            if i >= self.keys and nat[i] - widths[i] > SMALL_DEFICIT:
+                continue
             give = min(spare, nat[i] - widths[i])
             widths[i] += give
             spare -= give
+        # ... then the long (prose) columns share what is left in proportion to what they lack.
+        need = {i: nat[i] - widths[i] for i in cols if nat[i] > widths[i]}
+        total = sum(need.values())
+        if total and spare:
+            for i, n in need.items():
+                widths[i] += min(n, spare * n // total)
         return [widths[i] for i in cols]
 
     def _chunks(self, nat: list[int], low: list[int], width: int) -> list[list[int]] | None:
