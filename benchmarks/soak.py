@@ -20,7 +20,7 @@ that supervisor, wait for the store).
 Part 2 — runs. ``--runs`` × ``dynocell run`` (the console script, default
 config: the reference engine on the made-locally pair; the pair is taken from
 DYNOCELL_MODEL_CACHE, default ``<repo>/.cache/models``, seeded from
-``tests/data/models`` when missing, as tests/conftest.py does).
+the package's own pair, ``dynocell/engine/reference/pair/``, for the default seed).
 
 Figures printed at the end (measured in this one run):
 
@@ -74,7 +74,6 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "engines" / "fake_engine.py"
 sys.path.insert(0, str(REPO / "tests"))
 from engines.shim import write_shim  # noqa: E402 - the same engine_python stand-in as the boot tests
-SEED_MODELS = REPO / "tests" / "data" / "models"
 MODES = ("graceful", "ignore_term", "die_at_boot", "die_after_ready", "grandchildren")
 FAKE_MODE = {"graceful": "graceful", "ignore_term": "ignore_term", "die_at_boot": "signature",
              "die_after_ready": "die_after_ready", "grandchildren": "grandchildren"}
@@ -214,16 +213,9 @@ class Tracker:
 # ---------------------------------------------------------------- setup
 
 def seed_model_cache(cache: Path) -> None:
-    """Copy the made-locally pair from tests/data/models when the cache lacks it (as tests/conftest.py)."""
-    from dynocell.engine.reference.models import ensure_pair, recipe_id
+    """Find the reference pair (the packaged one for the default seed; made into ``cache`` otherwise)."""
+    from dynocell.engine.reference.models import ensure_pair
 
-    seed = SEED_MODELS / recipe_id(0)
-    target = cache / recipe_id(0)
-    if seed.is_dir() and not target.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        tmp = cache / f".seed-{os.getpid()}"
-        shutil.copytree(seed, tmp)
-        os.rename(tmp, target)
     ensure_pair(cache, progress=lambda m: print(f"  model: {m}", flush=True))
 
 

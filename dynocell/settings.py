@@ -197,3 +197,16 @@ def child_base_env() -> dict[str, str]:
             "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
             "NVSHMEM_DISABLE_NVLS", "PYTHONPATH", "VIRTUAL_ENV", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def terminal_columns() -> int | None:
+    """The terminal width the operator asked for with ``COLUMNS`` (POSIX), or None when unset/invalid.
+
+    Output piped to a file or pager has no terminal to measure; ``COLUMNS=100 dynocell show RUN | less``
+    then still lays tables out for 100 columns.
+    """
+    try:
+        value = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None

@@ -2,15 +2,14 @@
 
 - ``isolated_home`` (autouse): ``DYNOCELL_HOME`` points at a fresh tmp dir, so no
   test can touch the real data directory; ``settings`` is built from it.
-- ``model_pair`` (session): the made-locally reference pair, cached across test
-  sessions in ``<repo>/.cache/models`` (git-ignored) because training it costs
-  a few CPU minutes the first time.
+- ``model_pair`` (session): the made-locally reference pair; the default seed's
+  ships with the package, other seeds are cached in ``<repo>/.cache/models``
+  (git-ignored).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,18 +32,10 @@ def pytest_sessionstart(session):
     os.environ["DYNOCELL_MODEL_CACHE"] = str(MODEL_CACHE)
     if getattr(session.config.option, "collectonly", False):
         return
-    from dynocell.engine.reference.models import ensure_pair, recipe_id
+    from dynocell.engine.reference.models import ensure_pair
 
-    seed = DATA / "models" / recipe_id(0)
-    target = MODEL_CACHE / recipe_id(0)
-    if seed.is_dir() and not target.exists():
-        # A pair made by this very recipe on this project's 2-core machine (see its README):
-        # copying it saves CI the ~15 CPU minutes of training; test_reference_training checks
-        # the training path itself on a shortened recipe.
-        MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = MODEL_CACHE / f".seed-{os.getpid()}"
-        shutil.copytree(seed, tmp)
-        os.rename(tmp, target)
+    # The default pair ships with the package (dynocell/engine/reference/pair/), so this finds it
+    # without training; test_reference_training checks the training path on a shortened recipe.
     ensure_pair(MODEL_CACHE, progress=lambda msg: print(f"[dynocell tests] {msg}", flush=True))
 
 

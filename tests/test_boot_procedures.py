@@ -179,3 +179,14 @@ def test_detached_boot_from_a_long_lived_caller_leaves_no_zombie_supervisor(fake
     assert sup and sup != os.getpid() and psutil.Process(sup).ppid() == os.getpid()
     assert boots.stop(cell, boot_id)["state"] == "stopped"
     wait_for(lambda: not psutil.pid_exists(sup), timeout=15)
+
+
+def test_boot_timeout_says_timed_out_once(fake_env, tmp_path):
+    """Issue 20, item 9: one clear sentence, not "failed: … — boot.timeout: Boot timed out …"."""
+    cfg = write_config(tmp_path, "hangs", "hang")
+    proc = dynocell(fake_env, "boot", str(cfg), "--timeout", "3", check=False)
+    assert proc.returncode != 0
+    err = proc.stderr.lower()
+    assert err.count("timed out") == 1, proc.stderr
+    assert "timed out: no /health 200 within 3 s (last phase:" in proc.stderr
+    assert proc.stderr.splitlines()[-2].count("last phase") == 1, proc.stderr  # said once, not again in a title

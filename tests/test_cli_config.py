@@ -86,7 +86,7 @@ def test_init_add_show_list_diff(cli_env, isolated_home: Path, tmp_path: Path):
 
 # Every bad file is checked in-process (tests/test_config.py, tests/test_store.py); through the
 # real script a representative few, because each subprocess costs ~1.5 s of CPU.
-CLI_BAD = ["syntax-error", "unknown-key-typo", "model-path-missing-dir", "too-few-draft-tokens"]
+CLI_BAD = ["syntax-error", "unknown-key-typo", "unknown-engine", "too-few-draft-tokens"]
 
 
 @pytest.mark.parametrize("bad", [BAD / f"{n}.toml" for n in CLI_BAD], ids=lambda p: p.stem)

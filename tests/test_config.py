@@ -48,6 +48,25 @@ def test_bad_config_message(path: Path):
         assert needle in text, f"{needle!r} not in {text!r}"
 
 
+OTHER_HOST = sorted((Path(__file__).parent / "data" / "configs" / "other-host").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", OTHER_HOST, ids=lambda p: p.stem)
+def test_missing_model_path_loads_but_cannot_boot_here(path: Path):
+    """A model path missing on this machine is a config for another host: it loads (add/plan
+    warn), and :func:`require_model_paths` — called before a boot — refuses it (issue 20, item 6)."""
+    from dynocell.engine.config import missing_model_paths, require_model_paths
+
+    cfg = load_config(path)
+    assert missing_model_paths(cfg)
+    with pytest.raises(ConfigError) as info:
+        require_model_paths(cfg, str(path))
+    err = info.value
+    assert err.message.startswith(str(path)) and err.hint and err.exit_code == 2
+    for needle in expectations(path):
+        assert needle in f"{err.message} {err.hint}", needle
+
+
 def test_examples_parse():
     tiny = load_config(EXAMPLES / "tiny.toml")
     assert tiny.engine == "reference"
@@ -78,8 +97,13 @@ def test_sglang_example_parses_with_its_model_dirs(tmp_path: Path):
     assert "--enable-metrics" in cfg.extra_args
     assert cfg.env["NCCL_NVLS_ENABLE"] == "0"
     if not Path("/models/model-pair/target").exists():  # as shipped it names GPU-host paths
-        with pytest.raises(ConfigError, match="model_path: model path does not exist"):
-            load_config(EXAMPLES / "sglang-h200-standalone.toml")
+        # A config for another host loads (add/plan warn); only a boot here refuses it (issue 20, item 6).
+        from dynocell.engine.config import missing_model_paths, require_model_paths
+
+        cfg = load_config(EXAMPLES / "sglang-h200-standalone.toml")
+        assert [f for f, _ in missing_model_paths(cfg)] == ["model_path", "speculative.draft_model_path"]
+        with pytest.raises(ConfigError, match="model_path: model path does not exist on this machine"):
+            require_model_paths(cfg, "sglang-h200-standalone.toml")
 
 
 def test_relative_model_path_resolves_against_the_file(tmp_path: Path):

@@ -266,3 +266,29 @@ def test_diagnose_failed_boot_links_signature_entries(settings, tmp_path):
     fs = diagnose(cell, "bootfail")
     assert [f.rule for f in fs] == ["boot_failure"]
     assert fs[0].entries == ["port-in-use"] and fs[0].evidence["signature"] == "port_in_use"
+
+
+def test_every_finding_ends_with_a_next_command():
+    """Issue 20, item 9: `diagnose` says what to run next for each finding."""
+    from dynocell.runbooks.doctor import Finding, next_command
+
+    with_entry = Finding("no_net_win", "warn", "τ 1.76 but …", {"tau": 1.76}, ["speculation-cannot-pay-pointwise-bound"])
+    bare = Finding("independence", "info", "τ vs …", {})
+    text = render_findings([with_entry, bare], "0110d9b7f46b")
+    blocks = text.split("\n[")
+    assert len(blocks) == 2 and all(b.splitlines()[-1].startswith("    next: dynocell ") for b in blocks), text
+    assert next_command(with_entry) == "dynocell runbook show speculation-cannot-pay-pointwise-bound"
+    assert next_command(Finding("garbage_output", "error", "m", {}), "0110d9b7f46b").startswith("dynocell show 0110d9b7f46b")
+    assert "{ref}" not in next_command(Finding("garbage_output", "error", "m", {}))
+
+
+def test_no_net_win_respects_the_breakeven_noise_band():
+    """Issue 20, item 3: a margin inside the break-even's noise band is not reported as no net win."""
+    # τ = 1 + (20 + 60 + 120) / 100 = 3.0; speedup = τ × plain / spec = 3.0 × 3.23 / 10 = 0.969 (−3.1 %).
+    base = {"curves": [{"text_class": "prose", "histogram": [10, 20, 30, 40]}],
+            "spec_step_ms": 10.0, "plain_step_ms": 3.23}
+    assert [f.rule for f in diagnose_inputs(inputs_from_dict(base)) if f.rule == "no_net_win"] == ["no_net_win"]
+    quiet = diagnose_inputs(inputs_from_dict({**base, "breakeven_noise": 0.05}))
+    assert "no_net_win" not in [f.rule for f in quiet]
+    loud = diagnose_inputs(inputs_from_dict({**base, "plain_step_ms": 2.0, "breakeven_noise": 0.05}))
+    assert "no_net_win" in [f.rule for f in loud]

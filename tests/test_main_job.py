@@ -56,9 +56,14 @@ def test_every_step_recorded_and_completed(finished_run):
     run = shown["run"]
     assert run["state"] == "completed", run
     states = {s["name"]: s["state"] for s in shown["steps"]}
-    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "breakeven", "stop",
+    for step in ("config", "model", "boot", "health", "bench", "acceptance", "lossless", "profile", "breakeven", "stop",
                  "diagnose"):
         assert states.get(step) == "completed", (step, states)
+    # The reference pair is found (packaged) in its own step, before the boot's clock starts.
+    names = [s["name"] for s in shown["steps"]]
+    assert names.index("model") < names.index("boot"), names
+    model = next(s for s in shown["steps"] if s["name"] == "model")
+    assert "/engine/reference/pair/" in model["detail"]["model_path"], model
     boot = shown["boot"]["boot"]
     assert boot["state"] == "stopped" and boot["stop_how"] == "graceful" and boot["ready_s"] > 0
     assert [h["verdict"] for h in shown["boot"]["health"]][0] == "healthy"
@@ -154,3 +159,25 @@ def _step(env, run_id):
         return json.loads(out.stdout)["run"]["step"]
     except (ValueError, KeyError):
         return None
+
+
+def test_breakeven_present_on_repeat_runs_with_its_source_and_band(finished_run):
+    """Runs 2 and 3 of one config reuse the stored goldens (the plain twin does not boot for the
+    lossless check), yet break-even is still computed from the stored plain measurement, says
+    where it came from and carries a noise band (issue 20, item 3)."""
+    env, shown, _ = finished_run
+    first = shown["run"]["breakeven"]
+    assert first and first["plain_source"] == "plain twin boot", first
+    for n in (2, 3):
+        proc = dynocell(env, "run", "--no-profile")
+        runs = [r for r in json.loads(dynocell(env, "runs", "--json").stdout) if r["kind"] == "run"]
+        again = json.loads(dynocell(env, "show", runs[0]["id"], "--json").stdout)
+        be = again["run"]["breakeven"]
+        states = {s["name"]: s["state"] for s in again["steps"]}
+        assert states["breakeven"] == "completed" and be, (n, states, be)
+        assert "twin_boot_id" not in next(s for s in again["steps"] if s["name"] == "lossless")["detail"]
+        assert be["plain_source"].startswith("stored plain twin measurement"), be
+        assert be["plain_step_ms"] == first["plain_step_ms"] and be["plain_age_s"] >= 0
+        assert be["noise_band"] >= 0.05 and be["verdict"] in ("pays", "does NOT pay", "within noise")
+        assert be["budget_ms"] == pytest.approx(be["tau"] * be["plain_step_ms"], rel=1e-3)
+        assert "break-even:" in proc.stdout and "plain step from: stored plain twin" in proc.stdout, proc.stdout

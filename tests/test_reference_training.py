@@ -1,7 +1,7 @@
 """The model maker's training path on a shortened recipe (the full one runs on first use).
 
-The test suite seeds its model cache from tests/data/models (made by the full
-recipe); this test makes sure the code that made it still trains, writes the
+The default pair ships with the package (dynocell/engine/reference/pair/, made by
+the full recipe); this test makes sure the code that made it still trains, writes the
 Hugging Face layout and is deterministic for a seed.
 """
 

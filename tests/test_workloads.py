@@ -151,3 +151,22 @@ def test_payloads():
     assert o["ignore_eos"] is True and o["model"] == "m"
     # the bundled files are plain TOML an operator can copy
     assert tomllib.loads(bundled_path("default").read_text())["name"] == "default"
+
+
+def test_calibration_texts_fit_the_model_context():
+    """Issue 20, item 9: the token calibration never sends more than the context holds (a byte-level
+    tokenizer gives one token per byte, the worst case); 1,024 characters of Chinese were 1,287
+    tokens against a 1,024-token context on the H200."""
+    from dynocell.engine.reference.models import build_tokenizer
+    from dynocell.engine.workloads import load_workload
+
+    w = load_workload(None)
+    byte_tok = build_tokenizer(bpe_vocab=0)
+    for ctx in (None, 1024, 300):
+        texts = w.calibration_texts(ctx)
+        assert set(texts) == set(w.classes)
+        for cls, text in texts.items():
+            n_bytes = len(text.encode())
+            assert 0 < n_bytes <= 1024, (cls, n_bytes)
+            if ctx is not None:
+                assert len(byte_tok.encode(text).ids) + 1 < ctx, (cls, ctx)

@@ -50,9 +50,25 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from dynocell import __version__
+
+        try:
+            installed = version("dynocell")
+        except PackageNotFoundError:
+            installed = __version__
+        typer.echo(f"dynocell {installed}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print dynocell's version and exit."),
 ) -> None:
     """Global options (they go before the command: dynocell --debug config add FILE)."""
     if debug:

@@ -55,9 +55,17 @@ def _safe_console(**kwargs: Any) -> Console:
     return c
 
 
-console = _safe_console(highlight=False)
-if not console.is_terminal and console.width == 80:
-    console.width = 160  # piped output: don't squeeze tables into 80 columns (rich's default)
+def _stdout_console() -> Console:
+    """stdout's console: the terminal's width; when piped, ``COLUMNS`` if set, else 160 (not rich's 80)."""
+    from dynocell.settings import terminal_columns
+
+    c = _safe_console(highlight=False)
+    if not c.is_terminal:
+        c.width = terminal_columns() or 160
+    return c
+
+
+console = _stdout_console()
 err_console = _safe_console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -186,14 +194,13 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
-def table(*columns: str, title: str | None = None) -> Any:
-    """A plain rich Table with ``columns`` (no markup interpretation of cells is needed by callers)."""
-    from rich.table import Table
+def table(*columns: str, title: str | None = None, keys: int = 1) -> Any:
+    """A :class:`~dynocell.cli.fit.FitTable` with ``columns``: laid out for the width it is printed at,
+    never splitting a number or word (split in two, or vertical, when narrow); ``keys`` leading
+    columns are repeated in each part."""
+    from dynocell.cli.fit import FitTable
 
-    t = Table(title=title, show_edge=False, header_style="bold")
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    return t
+    return FitTable(*columns, title=title, keys=keys)
 
 
 def add_row(t: Any, *cells: Any) -> None:

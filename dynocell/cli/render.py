@@ -11,8 +11,10 @@ from typing import Any
 
 from rich.console import Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
+
+from dynocell.cli.common import human_duration
+from dynocell.cli.fit import FitTable
 
 BAR_WIDTH = 30
 
@@ -31,11 +33,8 @@ def _ms(v: Any) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _tbl(title: str, *cols: str) -> Table:
-    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, header_style="bold")
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    return t
+def _tbl(title: str, *cols: str) -> FitTable:
+    return FitTable(*cols, title=title)
 
 
 def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
@@ -64,7 +63,7 @@ def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
     return t
 
 
-def phases_table(boot_detail: dict[str, Any]) -> Table | None:
+def phases_table(boot_detail: dict[str, Any]) -> FitTable | None:
     """Phase timeline: each phase's offset from spawn (s) with a bar."""
     phases = [e for e in boot_detail.get("events", []) if e.get("kind") == "phase"]
     if not phases:
@@ -72,11 +71,12 @@ def phases_table(boot_detail: dict[str, Any]) -> Table | None:
     total = max((e["offset_s"] for e in phases), default=1.0) or 1.0
     t = _tbl("boot phases", "phase", "at (s)", "")
     for e in phases:
-        t.add_row(e["name"], f"{e['offset_s']:.2f}", bar(e["offset_s"] / total, 24))
+        name = f"{e['name']} ({e['model']})" if e.get("model") else e["name"]
+        t.add_row(name, f"{e['offset_s']:.2f}", bar(e["offset_s"] / total, 24))
     return t
 
 
-def health_table(boot_detail: dict[str, Any]) -> Table | None:
+def health_table(boot_detail: dict[str, Any]) -> FitTable | None:
     """The newest health verdict with each check."""
     hist = boot_detail.get("health") or []
     if not hist:
@@ -88,7 +88,7 @@ def health_table(boot_detail: dict[str, Any]) -> Table | None:
     return t
 
 
-def bench_table(bench: list[dict[str, Any]]) -> Table | None:
+def bench_table(bench: list[dict[str, Any]]) -> FitTable | None:
     """Throughput and latency per level (ms percentiles p50/p90/p99)."""
     if not bench:
         return None
@@ -115,7 +115,7 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     parts: list[Any] = [Text("acceptance per text class (p_i unconditional, a_i conditional)", style="bold")]
     for c in curves:
         head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
-                    f"steps {c['steps']}  D {c['num_drafts']}  histogram {c['histogram']}")
+                    f"steps {c['steps']}  D {c['num_drafts']}  histogram [{','.join(map(str, c['histogram']))}]")
         if c.get("engine_tau") is not None:
             head.append(f"  engine τ {c['engine_tau']:.3f}")
         if c.get("warning"):
@@ -143,9 +143,8 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
     parts.append(Text(head + ")", style="bold"))
     for w in profile.get("warnings") or []:
         parts.append(Text(f"  warning: {w}", style="yellow"))
-    for sp in profile.get("splits", []):
-        parts.append(Text(f"  {sp['category']:<14} {sp['pct']:5.1f} % {bar(sp['pct'] / 100):<30} "
-                          f"{sp['ms']:9.2f} ms {sp['launches']:6d} launches"))
+    if profile.get("splits"):
+        parts.append(SplitLines(profile["splits"]))
     ranks = profile.get("rank_splits") or []
     if len(ranks) > 1:
         t = _tbl("per rank (ms, % of the rank's device time)", "category",
@@ -161,11 +160,39 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
         parts.append(t)
     kernels = profile.get("kernels") or []
     if kernels:
-        t = _tbl("top kernels", "kernel", "category", "ms", "launches")
+        t = FitTable("kernel", "category", "ms", "launches", title="top kernels", shorten=("kernel",))
         for k in kernels[:20]:
             t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
         parts.append(t)
     return Group(*parts)
+
+
+class SplitLines:
+    """Profile split lines ``category  pct %  bar  ms  launches``, one per category.
+
+    The bar takes what the console width leaves (up to :data:`BAR_WIDTH`, none below 4 cells), so
+    a line never wraps ``launches`` onto a line of its own; below even that, ``key: value`` text.
+    """
+
+    def __init__(self, splits: list[dict[str, Any]]) -> None:
+        self.splits = splits
+
+    @staticmethod
+    def _line(sp: dict[str, Any], bar_w: int) -> str:
+        b = f"{bar(sp['pct'] / 100, bar_w):<{bar_w}} " if bar_w else ""
+        return f"  {sp['category']:<14} {sp['pct']:5.1f} % {b}{sp['ms']:9.2f} ms {sp['launches']:6d} launches"
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        width = options.max_width
+        fixed = max(len(self._line(sp, 0)) for sp in self.splits)
+        bar_w = min(BAR_WIDTH, width - fixed - 1)
+        for sp in self.splits:
+            if bar_w >= 4:
+                yield Text(self._line(sp, bar_w))
+            elif fixed <= width:
+                yield Text(self._line(sp, 0))
+            else:
+                yield Text(f"  {sp['category']}: {sp['pct']:.1f} %, {sp['ms']:.2f} ms, {sp['launches']} launches")
 
 
 def lossless_text(run: dict[str, Any]) -> Text | None:
@@ -186,14 +213,22 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
     if not be:
         return None
     pays = be.get("pays")
+    verdict = be.get("verdict") or ("pays" if pays else "does NOT pay")
     t = Text("break-even: ", style="bold")
+    band = f" ± {be['noise_band'] * 100:.1f} % noise" if be.get("noise_band") is not None else ""
     t.append(f"spec step {be['spec_step_ms']:.2f} ms vs τ × plain step = {be['tau']:.3f} × {be['plain_step_ms']:.2f} "
-             f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} % ")
-    t.append("(speculation pays)" if pays else "(speculation does NOT pay)", style="green" if pays else "red")
+             f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} %{band} ")
+    style = {"pays": "green", "does NOT pay": "red"}.get(verdict, "yellow")
+    t.append(f"(speculation {verdict})" if verdict != "within noise" else "(within noise: neither pays nor loses)",
+             style=style)
+    if be.get("plain_source"):
+        age = be.get("plain_age_s")
+        t.append(f"\n  plain step from: {be['plain_source']}"
+                 + (f", measured {human_duration(age)} ago" if age is not None and age >= 60 else ""))
     return t
 
 
-def findings_table(findings: list[dict[str, Any]]) -> Table | None:
+def findings_table(findings: list[dict[str, Any]]) -> FitTable | None:
     """Doctor findings with evidence and linked entries."""
     if not findings:
         return None
@@ -203,7 +238,7 @@ def findings_table(findings: list[dict[str, Any]]) -> Table | None:
     return t
 
 
-def steps_table(steps: list[dict[str, Any]]) -> Table:
+def steps_table(steps: list[dict[str, Any]]) -> FitTable:
     """Each step's state, seconds and error."""
     t = _tbl("steps", "step", "state", "s", "note")
     for s in steps:

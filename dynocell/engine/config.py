@@ -431,12 +431,31 @@ def _resolve_model_path(value: str | None, base: Path | None, source: str, field
     p = Path(value).expanduser()
     if not p.is_absolute() and base is not None:
         p = base / p
-    if not p.exists():
-        raise ConfigError(
-            source, field, f"model path does not exist: {p}",
-            "fix the path, or use dynocell:tiny for the made-locally reference model",
-        )
+    # A path missing here is fine for a config meant for another host (the GPU host the operator
+    # manages from here): :func:`missing_model_paths` warns at add/plan, :func:`require_model_paths`
+    # refuses at boot.
     return str(p.resolve())
+
+
+def missing_model_paths(cfg: EngineConfig) -> list[tuple[str, str]]:
+    """``(field, path)`` of each local model path of ``cfg`` that does not exist on this machine.
+
+    Built-in (``dynocell:tiny``) and hub ids (``org/name``) are not local paths and never listed.
+    """
+    out = []
+    for field, value in (("model_path", cfg.model_path),
+                         ("speculative.draft_model_path", cfg.speculative.draft_model_path)):
+        if value and _is_local_path(value) and not Path(value).expanduser().exists():
+            out.append((field, value))
+    return out
+
+
+def require_model_paths(cfg: EngineConfig, source: str) -> None:
+    """Raise :class:`ConfigError` naming the first local model path of ``cfg`` missing here (before a boot)."""
+    for field, path in missing_model_paths(cfg):
+        raise ConfigError(source, field, f"model path does not exist on this machine: {path}",
+                          "boot it on the host that has the model, fix the path, or use dynocell:tiny "
+                          "for the made-locally reference model")
 
 
 def _check_strings(data: Any, source: str, path: str = "") -> None:

@@ -176,6 +176,8 @@ def start_boot(
     call, making the reference model pair on first use included: a boot that
     runs out of it while the models are made fails before any engine is spawned.
     """
+    from dynocell.engine.config import require_model_paths
+
     settings = cell.settings
     t0 = time.monotonic()
     cfg_run = resolve_models(cell, cfg, progress)
@@ -185,6 +187,7 @@ def start_boot(
         raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "
                           "no engine was started",
                           "boot again (the pair is kept once made), or give a longer --timeout")
+    require_model_paths(cfg_run, cfg_run.name or config_hash)
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
@@ -274,9 +277,12 @@ def start_boot(
     known = bool(sig and sig.id != "unknown")
     # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
     last = [_printable(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
+    if known and sig.id == "boot.timeout":
+        head = f"boot {boot_id} timed out: {result.reason}"  # the signature's title would say it twice
+    else:
+        head = f"boot {boot_id} failed: {result.reason}" + (f" — {sig.id}: {sig.title}" if known else "")
     raise EngineError(
-        f"boot {boot_id} failed: {result.reason}"
-        + (f" — {sig.id}: {sig.title}" if known else "")
+        head
         + ("".join(f"\n  | {ln}" for ln in last)),
         (sig.hint if known and sig.hint else
          f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),
@@ -552,7 +558,9 @@ def ps(cell: Cell, all: bool = False, host: str | None = None) -> list[dict[str,
         if not all and r["state"] not in db_boots.LIVE_STATES:
             continue
         last = db_boots.health_history(cell.store, r["id"], limit=1)
-        r["health"] = last[0]["verdict"] if last else None
+        # Only a ready boot can be healthy now: a stopped one keeps its last verdict apart.
+        r["last_health"] = last[0]["verdict"] if last else None
+        r["health"] = r["last_health"] if r["state"] == "ready" else None
         r["uptime_s"] = _uptime(r)
         r["host_label"] = names.get(r.get("host_id") or "", r.get("hostname") or "?")
         out.append(r)

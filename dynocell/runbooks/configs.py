@@ -51,6 +51,7 @@ class ConfigRecord:
     ``previous``: the hash the label pointed at before, when this moved it (a
     label never moves silently: faces print ``label NAME: OLD → NEW``);
     ``injection_env``: the ``[env]`` names that inject code (:func:`injection_env_keys`).
+    ``warnings``: what is stored but cannot boot here (:func:`model_path_warnings`).
     """
 
     hash: str
@@ -59,6 +60,7 @@ class ConfigRecord:
     relabelled: bool = False
     previous: str | None = None
     injection_env: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def moved(self) -> bool:
@@ -101,7 +103,17 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     previous = db.current_target(store, label)
     relabelled = db.add_label(store, label, cfg.config_hash)
     return ConfigRecord(cfg.config_hash, label, created, relabelled,
-                        previous if relabelled else None, tuple(injection_env_keys(cfg.env)))
+                        previous if relabelled else None, tuple(injection_env_keys(cfg.env)),
+                        tuple(model_path_warnings(cfg)))
+
+
+def model_path_warnings(cfg: EngineConfig) -> list[str]:
+    """One sentence per local model path of ``cfg`` missing on this machine (a config for another
+    host is stored and planned; only ``boot`` refuses it)."""
+    from dynocell.engine.config import missing_model_paths
+
+    return [f"{field}: {path} does not exist on this machine; fine for a config meant for another host, "
+            f"but `dynocell boot` here will refuse it" for field, path in missing_model_paths(cfg)]
 
 
 def _meta_of(source_toml: str) -> dict[str, Any]:

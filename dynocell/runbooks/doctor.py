@@ -111,7 +111,8 @@ class DoctorInputs:
       other measured configs (for parallel-size and graph/eager comparisons).
     - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
       without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
-      ``plain_step_ms``: one verify step / one plain decode step (ms).
+      ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
+      break-even's noise band (fraction; a margin inside it is not a finding).
     - ``output_ids`` (token id lists) / ``output_texts``: generations of the run.
     - ``oracle``: reference curves; ``sampling``: greedy | sampled;
       ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
@@ -126,6 +127,7 @@ class DoctorInputs:
     plain_decode_tok_s: float | None = None
     spec_step_ms: float | None = None
     plain_step_ms: float | None = None
+    breakeven_noise: float | None = None
     output_ids: list[list[int]] = field(default_factory=list)
     output_texts: list[str] = field(default_factory=list)
     oracle: list[OracleCurve] = field(default_factory=list)
@@ -397,6 +399,8 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         speedup = tau * inp.plain_step_ms / inp.spec_step_ms
     if speedup is None or speedup > t["speedup_max"]:
         return []
+    if inp.breakeven_noise and abs(speedup - 1.0) <= inp.breakeven_noise:
+        return []  # within the measured noise: break-even says "within noise", not "does NOT pay"
     d = max((c.curve.num_drafts for c in inp.curves), default=0)
     measured = bool(inp.spec_step_ms and inp.plain_step_ms)
     step_cost = (inp.spec_step_ms / inp.plain_step_ms) if measured else tau / speedup  # plain steps per verify step
@@ -632,7 +636,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     Keys: ``curves`` / ``ladder`` (lists of ``{text_class, histogram | p + steps,
     prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
     ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
-    ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``,
+    ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``, ``breakeven_noise``,
     ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``.
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
@@ -647,6 +651,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
                   for i, x in enumerate(d.get("siblings", []))],
         spec_decode_tok_s=d.get("spec_decode_tok_s"), plain_decode_tok_s=d.get("plain_decode_tok_s"),
         spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
+        breakeven_noise=d.get("breakeven_noise"),
         output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
         oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
@@ -717,6 +722,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     be = run.get("breakeven") or {}
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
+    inp.breakeven_noise = be.get("noise_band")
     inp.spec_decode_tok_s = (run.get("summary") or {}).get("decode_tok_s")
     plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
     seen: set[str] = {run["config_hash"]}
@@ -806,8 +812,31 @@ def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[
     return sorted(kn.for_log(text.splitlines()))
 
 
-def render_findings(findings: Iterable[Finding]) -> str:
-    """Plain-text report: one block per finding (severity, rule, message, evidence, entries)."""
+#: The command to run after a finding, per rule (``{ref}``: the run or boot diagnosed); a rule
+#: not listed here points at its first runbook entry, else at a search of the knowledge.
+NEXT_COMMANDS: dict[str, str] = {
+    "pinned_near_one": "dynocell show {ref}  (then compare the draft's inputs: dynocell runbook search \"pinned near one\")",
+    "graph_vs_eager": "dynocell bisect plan <eager config> <graph config>",
+    "scales_with_parallel": "dynocell bisect plan <smaller config> <larger config>",
+    "definitions_mismatch": "dynocell engine build --patch spec-per-position-metrics  (per-position counters from the engine)",
+    "garbage_output": "dynocell show {ref}  (read the samples; then boot the plain twin and compare)",
+    "boot_failure": "dynocell logs <boot id>  (from the last phase on; `dynocell show {ref}` names the boot)",
+}
+
+
+def next_command(f: Finding, ref: str | None = None) -> str:
+    """The one command an operator runs next for finding ``f`` (``ref``: the run/boot diagnosed)."""
+    template = NEXT_COMMANDS.get(f.rule)
+    if template and ("{ref}" not in template or ref):
+        return template.format(ref=ref)
+    if f.entries:
+        return f"dynocell runbook show {f.entries[0]}"
+    return f"dynocell runbook search {f.rule.replace('_', ' ')}"
+
+
+def render_findings(findings: Iterable[Finding], ref: str | None = None) -> str:
+    """Plain-text report: one block per finding (severity, rule, message, evidence, entries, and
+    the next command to run, :func:`next_command`)."""
     lines = []
     for f in findings:
         lines.append(f"[{f.severity}] {f.rule}: {f.message}")
@@ -816,4 +845,5 @@ def render_findings(findings: Iterable[Finding]) -> str:
             lines.append(f"    evidence: {ev}")
         if f.entries:
             lines.append(f"    entries: {', '.join(f.entries)}")
+        lines.append(f"    next: {next_command(f, ref)}")
     return "\n".join(lines) if lines else "no findings"

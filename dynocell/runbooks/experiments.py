@@ -40,7 +40,7 @@ from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
 DONE_SLOT_STATES = ("completed", "failed")
-GATE_STEPS = ("config", "build", "boot", "health", "bench")
+GATE_STEPS = ("config", "build", "model", "boot", "health", "bench")
 GARBAGE_RULES = ("garbage_output",)
 METRIC_BY_KEY = V.METRIC_BY_KEY  # for the faces: metric key → label, unit, direction
 
@@ -298,7 +298,7 @@ def run_samples(detail: dict[str, Any], speculative: bool | None = None) -> dict
 def run_gates(cell: Cell, detail: dict[str, Any]) -> list[str]:
     """Correctness-gate failures of one run (short reasons, run id included); empty when it passed.
 
-    Gates: an essential step (config, build, boot, health, bench) failed —
+    Gates: an essential step (config, build, model, boot, health, bench) failed —
     for a boot, with the boot's failure signature; ``runs.lossless`` is
     ``no``; a doctor finding ``garbage_output``.
     """

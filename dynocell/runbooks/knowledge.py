@@ -357,6 +357,35 @@ def _known_path(path: str, paths: set[str]) -> bool:
     return path in paths or (path.startswith("env.") and len(path) > 4)
 
 
+_OP_WORDS = {"eq": "=", "ne": "≠", "gt": ">", "ge": "≥", "lt": "<", "le": "≤", "in": "one of",
+             "not_in": "none of", "contains": "contains"}
+
+
+def selector_text(selector: Any) -> str:
+    """An ``applies_to`` selector in words, e.g. ``speculative.algorithm one of EAGLE, NEXTN and
+    parallel.dcp_size > 1`` (for people; :func:`selector_matches` is what decides). '' when empty."""
+    if not isinstance(selector, dict) or not selector:
+        return ""
+    parts = []
+    for key, cond in selector.items():
+        if key in ("any", "all") and isinstance(cond, list):
+            joined = (" or " if key == "any" else " and ").join(f"({selector_text(c)})" for c in cond)
+            parts.append(joined)
+        elif key == "not":
+            parts.append(f"not ({selector_text(cond)})")
+        elif isinstance(cond, dict):
+            for op, v in cond.items():
+                if op == "exists":
+                    parts.append(f"{key} {'is set' if v else 'is not set'}")
+                else:
+                    val = ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v).lower() \
+                        if isinstance(v, bool) else str(v)
+                    parts.append(f"{key} {_OP_WORDS.get(op, op)} {val}")
+        else:
+            parts.append(f"{key} = {str(cond).lower() if isinstance(cond, bool) else cond}")
+    return " and ".join(parts)
+
+
 def validate_selector(selector: Any, where: str = "applies_to") -> list[tuple[str, str]]:
     """Problems of a selector as ``(dotted field, message)``; empty when valid."""
     errors: list[tuple[str, str]] = []

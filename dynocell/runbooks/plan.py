@@ -75,6 +75,13 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
     return rows
 
 
+def plan_warnings(cell: Cell, config_ref: str) -> list[str]:
+    """What the plan of ``config_ref`` cannot check from here (model paths missing on this machine)."""
+    from dynocell.runbooks.configs import model_path_warnings
+
+    return model_path_warnings(_load(cell, config_ref))
+
+
 def plan(cell: Cell, config_ref: str, *, port: int | None = None) -> list[dict[str, Any]]:
     """The per-node commands of the config ``config_ref`` (a .toml path — not stored — or a
     stored name/hash/prefix), with ``settings.engine_python`` as interpreter.

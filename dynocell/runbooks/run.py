@@ -3,10 +3,12 @@
 Steps, each a ``run_steps`` row written as it starts and ends (DESIGN.md,
 "Data flow of the main job"):
 
-    config → build → boot → health → bench → acceptance → lossless → profile
+    config → build → model → boot → health → bench → acceptance → lossless → profile
     → breakeven → diagnose → stop
 
-Essential steps (config, build, boot, health, bench) end the run when they
+(``model``: finding — or, for a seed that is not packaged, making — the built-in
+reference pair, so its minutes are never counted as ``boot``.) Essential steps
+(config, build, model, boot, health, bench) end the run when they
 fail; the others are recorded as failed and the run goes on. Whatever
 happens — a failed step, Ctrl-C, SIGTERM — the engine is stopped and the run
 row says how it ended (``completed`` / ``failed`` / ``interrupted``) and at
@@ -36,7 +38,7 @@ from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
 DEFAULT_CONFIG = Path(__file__).parent / "data" / "embedded.toml"
-ESSENTIAL = ("config", "build", "boot", "health", "bench")
+ESSENTIAL = ("config", "build", "model", "boot", "health", "bench")
 LOSSLESS_TOKENS = 48
 PROFILE_REQUESTS = 2
 PROFILE_TOKENS = 32
@@ -169,6 +171,8 @@ def run_job(
         build: dict[str, Any] | None = None
         with job.step("build") as d:
             build = _build(cell, cfg, d)
+        with job.step("model") as d:
+            _model(job, cfg, d)
         with job.step("boot") as d:
             boot_id = boots.new_id()
             d["boot_id"] = boot_id
@@ -189,7 +193,7 @@ def run_job(
         client = live.client(cell.settings.http_timeout_s)
         context_length = _context_length(client, live.cfg)
         with job.step("bench") as d:
-            workload = _calibrate(job, live, workload)
+            workload = _calibrate(job, live, workload, context_length)
             d["tokens_per_byte"] = workload.tokens_per_byte
             _bench(job, live, workload, context_length, d)
         spec_on = live.cfg.speculative_enabled
@@ -197,7 +201,7 @@ def run_job(
             if not spec_on:
                 raise _Skip("no speculative decoding in this config")
             _acceptance(job, live, workload, context_length, d)
-        plain_step_ms: float | None = None
+        plain: dict[str, Any] | None = None
         with job.step("lossless") as d:
             if not spec_on:
                 if opts.lossless:
@@ -206,7 +210,7 @@ def run_job(
                 raise _Skip("no speculative decoding in this config")
             if not opts.lossless:
                 raise _Skip("--no-lossless-check")
-            plain_step_ms = _lossless(job, live, cfg, workload, opts, d)
+            plain = _lossless(job, live, cfg, workload, opts, d)
         with job.step("profile") as d:
             if not opts.profile:
                 raise _Skip("--no-profile")
@@ -214,7 +218,7 @@ def run_job(
         with job.step("breakeven") as d:
             if not spec_on:
                 raise _Skip("no speculative decoding in this config")
-            _breakeven(job, plain_step_ms, d)
+            _breakeven(job, plain, d, cfg=cfg, workload=workload, opts=opts)
     except _StepFailed as f:
         state, error = "failed", f"{f.name}: {_err(f.error)}"
     except (KeyboardInterrupt, Interrupted):
@@ -256,6 +260,14 @@ def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] |
     # A boot that would run unpatched code must fail loudly, before the engine starts.
     d["sglang_file"] = builds.check_import(cell, build, cfg)
     return build
+
+
+def _model(job: _Job, cfg: EngineConfig, d: dict[str, Any]) -> None:
+    """Find (or make) the built-in reference pair the config names, before the boot's clock starts."""
+    resolved = boots.resolve_models(job.cell, cfg, progress=job.progress)
+    if resolved is cfg:
+        raise _Skip("no built-in model (dynocell:tiny) in this config")
+    d.update(model_path=resolved.model_path, draft_model_path=resolved.speculative.draft_model_path)
 
 
 def _load_workload(path: str | None):  # noqa: ANN202 - engine type
@@ -333,12 +345,12 @@ class _Calibrated:
         return self._workload.requests(level, context_length, tokens_per_byte or self.tokens_per_byte)
 
 
-def _calibrate(job: _Job, live: Any, workload: Any) -> Any:
+def _calibrate(job: _Job, live: Any, workload: Any, context_length: int | None = None) -> Any:
     import asyncio
 
     from dynocell.engine.bench import measure_tokens_per_byte
 
-    tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(),
+    tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(context_length),
                                               timeout_s=job.cell.settings.request_timeout_s))
     job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
                  {"step": "bench", "tokens_per_byte": tpb})
@@ -538,45 +550,64 @@ def _record_goldens(job: _Job, live: boots.LiveBoot, workload: Any) -> int:
     return n
 
 
-def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
-              d: dict[str, Any]) -> float | None:
-    """Greedy outputs of the speculative engine vs a plain boot of the same target.
-
-    Returns the plain engine's decode step time (ms per token, p50 of single
-    requests) for the break-even step, or None when the plain outputs came
-    from stored goldens.
-    """
+def _plain_twin(cell: Cell, cfg: EngineConfig) -> tuple[EngineConfig, str]:
+    """The config without speculative decoding (same model, engine, patches), stored; returns (config, hash)."""
     from dynocell.runbooks.configs import store_config
 
+    plain_cfg = cfg.with_changes(speculative={}, meta={"name": None, "notes": "plain twin for the lossless check"})
+    return plain_cfg, store_config(cell, plain_cfg)
+
+
+def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: list[str], opts: RunOptions,
+               why: str) -> dict[str, Any]:
+    """Boot the plain twin, run each lossless prompt greedily, record missing goldens, stop it.
+
+    Returns the plain step measurement: ``{step_ms, samples, source, measured_at, host,
+    run_id, twin_boot_id}`` (``step_ms``: p50 over prompts of wall time / completion tokens, ms).
+    """
+    import socket
+
+    cell = job.cell
+    job.progress(f"booting the plain twin {why}", {"step": "lossless"})
+    twin = boots.start_boot(cell, plain_cfg, plain_hash, timeout_s=opts.boot_timeout_s)
+    try:
+        tclient = twin.client(cell.settings.http_timeout_s)
+        step_ms = []
+        for p in prompts:
+            t0 = time.perf_counter()
+            body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
+            elapsed = (time.perf_counter() - t0) * 1000
+            n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
+            step_ms.append(elapsed / max(n, 1))
+            if db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) is None:
+                db_runs.put_golden(cell.store, config_hash=plain_hash, kind="lossless", prompt_sha256=_sha(p),
+                                   prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
+                                   output_ids=body.get("output_ids"))
+    finally:
+        boots.stop_live(cell, twin, opts.stop_grace_s, reason="plain twin done")
+    return {"step_ms": sorted(step_ms)[len(step_ms) // 2], "samples": [round(x, 4) for x in step_ms],
+            "source": "plain twin boot", "measured_at": boots._now().isoformat(), "host": socket.gethostname(),
+            "run_id": job.run_id, "twin_boot_id": twin.boot_id}
+
+
+def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
+              d: dict[str, Any]) -> dict[str, Any] | None:
+    """Greedy outputs of the speculative engine vs a plain boot of the same target.
+
+    Returns the plain step measurement of :func:`_boot_twin` for the break-even step, or None
+    when the plain outputs came from stored goldens (the twin did not boot).
+    """
     cell = job.cell
     client = live.client(cell.settings.http_timeout_s)
     prompts = _lossless_prompts(workload)
     spec_out = [_greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s) for p in prompts]
-    plain_cfg = cfg.with_changes(speculative={}, meta={"name": None, "notes": "plain twin for the lossless check"})
-    plain_hash = store_config(cell, plain_cfg)
+    plain_cfg, plain_hash = _plain_twin(cell, cfg)
     goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
-    plain_step_ms = None
+    plain = None
     if any(g is None for g in goldens):
-        job.progress("booting the plain twin for the lossless check", {"step": "lossless"})
-        twin = boots.start_boot(cell, plain_cfg, plain_hash, timeout_s=opts.boot_timeout_s)
-        try:
-            tclient = twin.client(cell.settings.http_timeout_s)
-            step_ms = []
-            for p, g in zip(prompts, goldens):
-                t0 = time.perf_counter()
-                body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
-                elapsed = (time.perf_counter() - t0) * 1000
-                n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
-                step_ms.append(elapsed / max(n, 1))
-                if g is None:
-                    db_runs.put_golden(cell.store, config_hash=plain_hash, kind="lossless", prompt_sha256=_sha(p),
-                                       prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
-                                       output_ids=body.get("output_ids"))
-            plain_step_ms = sorted(step_ms)[len(step_ms) // 2]
-        finally:
-            boots.stop_live(cell, twin, opts.stop_grace_s, reason="lossless twin done")
+        plain = _boot_twin(job, plain_cfg, plain_hash, prompts, opts, "for the lossless check")
         goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
-        d["twin_boot_id"] = twin.boot_id
+        d["twin_boot_id"] = plain["twin_boot_id"]
     mismatches = []
     for p, s, g in zip(prompts, spec_out, goldens):
         a_ids, b_ids = s.get("output_ids"), (g or {}).get("output_ids")
@@ -597,9 +628,9 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
               "mismatches": mismatches}
     db_runs.update_run(cell.store, job.run_id, lossless=lossless, lossless_detail=detail)
     d.update(lossless=lossless, mismatches=len(mismatches))
-    if plain_step_ms is not None:
-        d["plain_step_ms"] = round(plain_step_ms, 4)
-    return plain_step_ms
+    if plain is not None:
+        d["plain_step_ms"] = round(plain["step_ms"], 4)
+    return plain
 
 
 # ---------------------------------------------------------------- profile
@@ -615,8 +646,52 @@ def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int
 
 # ---------------------------------------------------------------- break-even
 
-def _breakeven(job: _Job, plain_step_ms: float | None, d: dict[str, Any]) -> None:
-    """Speculation pays while a speculative step costs less than τ × the plain step (DESIGN.md)."""
+#: Smallest noise band of a break-even margin: one unchanged config gave +3.1 % and −3.0 % on two
+#: runs (issue 20), so a margin within ±5 % is not a verdict.
+BREAKEVEN_MIN_BAND = 0.05
+
+
+def median_noise(samples: list[float]) -> float:
+    """Relative standard error of the median of ``samples`` (0 for fewer than two).
+
+    σ is estimated robustly from the median absolute deviation (σ ≈ 1.4826·MAD, exact for a normal
+    sample; one slow outlier on a loaded host barely moves it), and the median's standard error
+    is ≈ 1.2533·σ/√n (its asymptotic efficiency against the mean); returned over the median.
+    """
+    import statistics
+
+    vals = [v for v in samples if v]
+    if len(vals) < 2:
+        return 0.0
+    med = statistics.median(vals)
+    mad = statistics.median(abs(v - med) for v in vals)
+    return 1.2533 * 1.4826 * mad / len(vals) ** 0.5 / med
+
+
+def breakeven_verdict(margin: float, band: float) -> str:
+    """``pays`` when ``margin`` > ``band``, ``does NOT pay`` when < −``band``, else ``within noise``."""
+    if margin > band:
+        return "pays"
+    if margin < -band:
+        return "does NOT pay"
+    return "within noise"
+
+
+def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any], *,
+               cfg: EngineConfig | None = None, workload: Any = None, opts: RunOptions | None = None) -> None:
+    """Speculation pays while a speculative step costs less than τ × the plain step (DESIGN.md).
+
+    The plain step time comes from, in order: the plain twin booted by this run's lossless
+    check; the newest stored twin measurement of the same plain config (model, engine,
+    patches) on this host, with its age; the plain config's own completed runs (TPOT p50 at
+    concurrency 1); else a plain twin booted now (not with ``--no-lossless-check``, which opts out
+    of the twin: then the step is skipped saying why). The margin carries a noise band
+    (:data:`BREAKEVEN_MIN_BAND`, or the combined :func:`median_noise` of both step medians when
+    wider) and a
+    ``verdict`` (:func:`breakeven_verdict`); ``pays`` keeps its meaning: spec step < budget.
+    ``plain`` may be a bare plain step time in ms (source ``given``); without ``cfg`` the plain
+    config is the one the run's lossless check used and no twin is booted here.
+    """
     cell = job.cell
     curves = db_runs.curves(cell.store, job.run_id)
     if not curves:
@@ -626,23 +701,72 @@ def _breakeven(job: _Job, plain_step_ms: float | None, d: dict[str, Any]) -> Non
     rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r["text_class"]]
     spec_step = [r["extra"].get("verify_step_ms_p50") for r in rows if r.get("extra") and r["extra"].get("verify_step_ms_p50")]
     spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
-    if plain_step_ms is None:
-        plain_step_ms = _plain_step_from_store(cell, job.run_id)
-    if tau is None or spec_step_ms is None or plain_step_ms is None:
-        raise _Skip("needs τ, the speculative step time and the plain step time")
+    if tau is None or spec_step_ms is None:
+        raise _Skip("needs τ and the speculative step time")
+    if isinstance(plain, (int, float)):
+        plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": boots._now().isoformat()}
+    if cfg is not None:
+        plain_cfg, plain_hash = _plain_twin(cell, cfg)
+    else:
+        plain_cfg, plain_hash = None, ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash")
+    if plain is None and plain_hash:
+        plain = _stored_plain(cell, plain_hash, job.run_id) or _plain_step_from_store(cell, plain_hash)
+    if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
+        plain = _boot_twin(job, plain_cfg, plain_hash, _lossless_prompts(workload), opts or RunOptions(),
+                           "to time the plain decode step for break-even")
+    if plain is None:
+        raise _Skip("no plain step time: none stored for this model, engine and host, and --no-lossless-check "
+                    "boots no plain twin (run once with the lossless check to measure it)")
+    plain_step_ms = plain["step_ms"]
     budget = tau * plain_step_ms
     margin = budget / spec_step_ms - 1.0
+    band = max(BREAKEVEN_MIN_BAND, (median_noise(spec_step) ** 2 + median_noise(plain.get("samples") or []) ** 2) ** 0.5)
+    age_s = None
+    if plain.get("measured_at"):
+        from datetime import datetime
+
+        age_s = round((boots._now() - datetime.fromisoformat(_utc_iso(plain["measured_at"]) or "")).total_seconds(), 1)
     result = {"tau": round(tau, 4), "spec_step_ms": round(spec_step_ms, 4), "plain_step_ms": round(plain_step_ms, 4),
               "budget_ms": round(budget, 4), "margin": round(margin, 4), "pays": spec_step_ms < budget,
-              "speedup_estimate": round(budget / spec_step_ms, 3)}
+              "speedup_estimate": round(budget / spec_step_ms, 3),
+              "noise_band": round(band, 4), "verdict": breakeven_verdict(margin, band),
+              "plain_source": plain["source"], "plain_age_s": age_s, "plain_config_hash": plain_hash,
+              "plain_measured_at": plain.get("measured_at"), "plain_host": plain.get("host"),
+              "plain_run_id": plain.get("run_id"), "plain_samples": plain.get("samples") or [],
+              "spec_step_samples": [round(x, 4) for x in spec_step]}
     db_runs.update_run(cell.store, job.run_id, breakeven=result)
     d.update(result)
 
 
-def _plain_step_from_store(cell: Cell, run_id: str) -> float | None:
-    run = db_runs.get_run(cell.store, run_id) or {}
-    detail = (run.get("lossless_detail") or {})
-    plain_hash = detail.get("plain_config_hash")
+def _stored_plain(cell: Cell, plain_hash: str, run_id: str) -> dict[str, Any] | None:
+    """The newest plain twin measurement of ``plain_hash`` on this host, stored by an earlier run's break-even."""
+    import socket
+
+    host = socket.gethostname()
+    for r in db_runs.list_runs(cell.store, states=("completed", "failed"), limit=200):
+        be = r.get("breakeven") or {}
+        if r["id"] == run_id or be.get("plain_config_hash") != plain_hash or be.get("plain_host") != host:
+            continue
+        if be.get("plain_source") == "plain twin boot" and be.get("plain_run_id") == r["id"] and be.get("plain_step_ms"):
+            return {"step_ms": be["plain_step_ms"], "samples": be.get("plain_samples") or [],
+                    "source": f"stored plain twin measurement (run {r['id']})", "measured_at": be.get("plain_measured_at"),
+                    "host": host, "run_id": r["id"]}
+    return None
+
+
+def _utc_iso(t: Any) -> str | None:
+    """A stored time (naive = UTC, as the store keeps them) as an ISO string with its offset."""
+    from datetime import datetime, timezone
+
+    if isinstance(t, str):
+        t = datetime.fromisoformat(t)
+    if t is None:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
+
+
+def _plain_step_from_store(cell: Cell, plain_hash: str | None) -> dict[str, Any] | None:
+    """TPOT p50 at concurrency 1 of the plain config's own newest completed run, as a plain measurement."""
     if not plain_hash:
         return None
     for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
@@ -650,7 +774,9 @@ def _plain_step_from_store(cell: Cell, run_id: str) -> float | None:
                 if b["concurrency"] == 1 and b["tpot_ms"]]
         vals = [v for v in vals if v]
         if vals:
-            return sorted(vals)[len(vals) // 2]
+            when = _utc_iso(r.get("ended_at") or r.get("started_at"))
+            return {"step_ms": sorted(vals)[len(vals) // 2], "samples": vals,
+                    "source": f"plain run {r['id']} (TPOT p50, c=1)", "measured_at": when, "run_id": r["id"]}
     return None
 
 
@@ -742,7 +868,7 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
                 if verdict["verdict"] != "healthy":
                     raise EngineError(f"health verdict is {verdict['verdict']}: {verdict['failed']}",
                                       f"see `dynocell health {boot['id']}`")
-        workload = _calibrate(job, live, workload)
+        workload = _calibrate(job, live, workload, ctx)
         if kind in ("bench", "run"):
             with job.step("bench") as d:
                 d["tokens_per_byte"] = workload.tokens_per_byte

@@ -116,7 +116,10 @@ def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
     start = d["ready_at"] or d["started_at"]
     end = d["ended_at"] or _now()
     d["uptime_s"] = max(0.0, (end - start).total_seconds()) if start else None
-    d["health"] = _latest_health(s, b.id)
+    # Only a ready boot can be healthy now (a stopped boot never shows a green light); its last
+    # verdict stays available as ``last_health``.
+    d["last_health"] = _latest_health(s, b.id)
+    d["health"] = d["last_health"] if b.state == "ready" else None
     last_run = s.scalars(select(m.Run).where(m.Run.boot_id == b.id).order_by(desc(m.Run.started_at)).limit(1)).first()
     d["last_run_id"] = last_run.id if last_run else None
     d["last_tau"] = _run_tau(s, last_run.id) if last_run else None
@@ -134,6 +137,10 @@ def _run_summary(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
                                               (m.BenchRun.text_class.is_(None)) | (m.BenchRun.text_class == ""))
                      .order_by(desc(m.BenchRun.output_tok_s)).limit(1)).first()
     d["best_output_tok_s"] = best.output_tok_s if best else None
+    # What a list shows beside the numbers: the doctor's rules and the break-even verdict.
+    d["finding_rules"] = list(s.scalars(select(m.Finding.rule).where(m.Finding.run_id == r.id).order_by(m.Finding.id)))
+    be = d.get("breakeven") or {}
+    d["verdict"] = be.get("verdict") or (("pays" if be["pays"] else "does NOT pay") if "pays" in be else None)
     end = d["ended_at"] or (_now() if r.state == "running" else None)
     d["duration_s"] = (end - d["started_at"]).total_seconds() if end and d["started_at"] else None
     return d
@@ -273,7 +280,8 @@ def _phase_bars(boot: dict[str, Any], events: list[dict[str, Any]]) -> list[dict
     for i, e in enumerate(phases):
         nxt = phases[i + 1]["offset_s"] if i + 1 < len(phases) else max(end_s or e["offset_s"], e["offset_s"])
         bars.append({"name": e["name"], "start_s": e["offset_s"], "end_s": nxt,
-                     "duration_s": max(0.0, nxt - e["offset_s"])})
+                     "duration_s": max(0.0, nxt - e["offset_s"]), "model": e.get("model"),
+                     "label": f"{e['name']} ({e['model']})" if e.get("model") else e["name"]})
     return bars
 
 
@@ -281,7 +289,8 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
     """One boot: ``{boot, events, phases, health, runs, notes, entries, artifacts, elsewhere}``
     (``elsewhere``: where its files live when that is another host, else None).
 
-    ``phases``: ``[{name, start_s, end_s, duration_s}]`` — each phase lasts until the next one
+    ``phases``: ``[{name, label, model, start_s, end_s, duration_s}]`` (``model``: target / draft for
+    per-model phases logged twice, :func:`label_model_phases`) — each phase lasts until the next one
     (the last until ready/end/now), offsets in seconds from boot start. ``health``: every verdict
     oldest first. ``entries``: runbook entries linked to the failure signature (slug, title).
     """
@@ -289,7 +298,7 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
         b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
         labels = _labels(s)
         boot = _boot_summary(s, b, labels)
-        events = [_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events]
+        events = label_model_phases([_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events])
         health = [_row(h, ("ts", "verdict", "failed", "checks")) for h in
                   s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == b.id).order_by(m.HealthCheck.id))]
         runs = [_run_summary(s, r, labels) for r in
@@ -321,6 +330,30 @@ def failure_text(detail: dict[str, Any] | None) -> dict[str, Any] | None:
         fields.append((label, ", ".join(map(str, v)) if isinstance(v, list) else str(v)))
     tail = [str(x) for x in (detail.get("tail") or [])][-30:]
     return {"fields": fields, "tail": tail} if fields or tail else None
+
+
+#: Phases logged once per model loaded: a speculative boot with a draft model logs them twice.
+MODEL_PHASES = ("weights_begin", "weights_end", "kv_cache_allocated", "memory_pool_end")
+
+
+def label_model_phases(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add ``model`` (``target`` / ``draft``) to per-model phase events that occur exactly twice.
+
+    SGLang (and the reference engine, which copies its log lines) loads the target model first,
+    then the draft worker's model, logging the same loading lines for each; a name seen once
+    (no draft model) or more than twice (several ranks) is left unlabelled rather than guessed.
+    """
+    seen: dict[str, int] = {}
+    for e in events:
+        if e.get("kind") == "phase" and e.get("name") in MODEL_PHASES:
+            seen[e["name"]] = seen.get(e["name"], 0) + 1
+    n: dict[str, int] = {}
+    for e in events:
+        name = e.get("name")
+        if e.get("kind") == "phase" and seen.get(name) == 2:
+            e["model"] = ("target", "draft")[n.get(name, 0)]
+            n[name] = n.get(name, 0) + 1
+    return events
 
 
 def _signature_entries(s, signature: str | None, k: Any = None) -> list[dict[str, Any]]:
@@ -724,15 +757,19 @@ def search_entries(cell, query: str, *, limit: int = 50) -> list[dict[str, Any]]
 
 
 def get_entry(cell, slug: str) -> dict[str, Any]:
-    """One runbook entry ``{slug, title, kind, tags, front_matter, body (markdown), origin, fix, evidence}``.
+    """One runbook entry ``{slug, title, kind, tags, front_matter, body (markdown), origin, fix, evidence,
+    applies_to, applies_to_text}`` (``applies_to_text``: the selector in words).
 
     Raises NotFound when no entry (bundled, operator, or indexed row) has that slug.
     """
+    from dynocell.runbooks.knowledge import selector_text
+
     k = _knowledge(cell)
     if k is not None:
         try:
             d = k.get(slug).to_dict()
             d["front_matter"] = k.get(slug).front_matter
+            d["applies_to_text"] = selector_text(d.get("applies_to"))
             with cell.store.session() as s:
                 d["notes"] = _notes(s, "entry", d["slug"])
             return d
@@ -742,8 +779,11 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
         e = s.get(m.RunbookEntry, slug)
         if e is None:
             raise NotFound(f"no runbook entry {slug!r}", "search the runbooks for the right slug")
+        fm = e.front_matter or {}
         return {"slug": e.slug, "title": e.title, "kind": e.kind, "tags": e.tags or [],
-                "front_matter": e.front_matter or {}, "body": e.body, "origin": e.origin,
+                "front_matter": fm, "body": e.body, "origin": e.origin,
+                "evidence": list(fm.get("evidence") or []), "fix": list(fm.get("fix") or []),
+                "applies_to_text": selector_text(fm.get("applies_to")),
                 "notes": _notes(s, "entry", e.slug)}
 
 

@@ -20,6 +20,11 @@ CATEGORY_COLORS = {
     "elementwise": "#ca8a04", "norm": "#16a34a", "communication": "#dc2626", "memcpy/gather": "#0891b2",
     "sampling": "#65a30d", "other": "#9ca3af",
 }
+# The trace rules name them with underscores (engine/trace_rules.toml): the same colours.
+CATEGORY_COLORS.update({"router_topk": CATEGORY_COLORS["router/topk"],
+                        "memcpy_gather": CATEGORY_COLORS["memcpy/gather"]})
+#: Colours for categories not listed above, none of them a listed category's.
+EXTRA_COLORS = ["#7c3aed", "#0d9488", "#b45309", "#be123c", "#4d7c0f", "#1e3a8a", "#a21caf", "#374151"]
 FONT = "font-family='system-ui, sans-serif'"
 
 
@@ -32,8 +37,9 @@ def _f(x: float) -> str:
 
 
 def category_color(cat: str, i: int = 0) -> str:
-    """Stable colour of a profile category (palette fallback by index)."""
-    return CATEGORY_COLORS.get(cat, PALETTE[i % len(PALETTE)])
+    """Stable colour of a profile category; an unlisted one gets ``EXTRA_COLORS[i]`` (never a listed
+    category's colour, so two categories of one chart never share a colour below 9 unlisted ones)."""
+    return CATEGORY_COLORS.get(cat, EXTRA_COLORS[i % len(EXTRA_COLORS)])
 
 
 def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -60,10 +66,13 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
     """Per-position acceptance lines.
 
     ``series``: ``[{name, label, points: [(position, value 0..1)]}]`` (p_i or a_i per draft
-    position 1..D). ``taus``: ``[{label, tau, engine_tau}]`` drawn as dashed vertical lines at
-    x = τ − 1 (expected accepted drafts per verify step, since τ = 1 + Σ p_i).
+    position 1..D). ``taus``: ``[{label, tau, engine_tau}]`` written as an annotation, one line each
+    between the title and the plot (τ is tokens per verify step, not a draft position, so it is not
+    drawn on the position axis; one line per run, so labels of several runs never overlap).
     """
-    ml, mr, mt, mb = 56, 16, 34, 64
+    taus = list(taus)
+    ml, mr, mt, mb = 56, 16, 34 + 14 * len(taus), 64
+    height += 14 * len(taus)
     pw, ph = width - ml - mr, height - mt - mb
     d_max = num_drafts or max((p[0] for s in series for p in s["points"]), default=1)
     d_max = max(1, int(d_max))
@@ -93,16 +102,13 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
                "fill='#111827'>acceptance (fraction)</text>")
     for k, t in enumerate(taus):
         tau = float(t["tau"])
-        xv = x(max(0.0, min(d_max, tau - 1)))
         eng = t.get("engine_tau")
-        label = f"τ={tau:.2f}" + (f" (engine {float(eng):.2f})" if eng is not None else "")
+        label = (f"τ = {tau:.2f} tokens per verify step" + (f" (engine {float(eng):.2f})" if eng is not None else "")
+                 + f", {tau - 1:.2f} accepted drafts")
         if t.get("label"):
             label = f"{t['label']}: {label}"
         out.append(f"<g class='tau-marker' data-tau='{tau:.4f}'>"
-                   f"<line x1='{_f(xv)}' x2='{_f(xv)}' y1='{mt}' y2='{mt + ph}' stroke='#111827' "
-                   f"stroke-dasharray='5 4' stroke-width='1.2'/>"
-                   f"<text x='{_f(xv - 4 if xv > ml + pw / 2 else xv + 4)}' y='{mt + 12 + 13 * k}' font-size='11' "
-                   f"text-anchor='{'end' if xv > ml + pw / 2 else 'start'}' fill='#111827'>{_e(label)}</text></g>")
+                   f"<text x='{ml}' y='{40 + 14 * k}' font-size='11' fill='#111827'>{_e(label)}</text></g>")
     legend_y = height - 10
     lx = ml
     for i, s in enumerate(series):
@@ -126,6 +132,15 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
     return Markup("".join(out))
 
 
+def profile_title(source: str | None) -> str:
+    """Profile chart title by what the trace held: GPU kernels, or CPU ops when it had none (DESIGN.md)."""
+    if source and "kernel" in source:
+        return "GPU time by kernel category (GPU kernels)"
+    if source and "cpu" in source:
+        return "CPU time by op category (CPU ops: the trace has no GPU kernels)"
+    return "Time by category"
+
+
 def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by kernel category",
                         width: int = 900) -> Markup:
     """Stacked horizontal bars, one per profile: ``rows`` = ``[{label, splits: [{category, ms, pct}]}]``.
@@ -133,11 +148,14 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
     The x axis is the share of device time (%); each segment is ``<rect class="bar"
     data-category=…>`` with its ms in a tooltip.
     """
+    # Zero categories (no time, no launches) are left out of the bars and the legend.
+    rows = [{**r, "splits": [sp for sp in r["splits"] if sp.get("pct") or sp.get("ms")]} for r in rows]
     cats: list[str] = []
     for r in rows:
         for sp in r["splits"]:
             if sp["category"] not in cats:
                 cats.append(sp["category"])
+    extra = [c for c in cats if c not in CATEGORY_COLORS]
     ml, mr, mt = 110, 20, 34
     bar_h, gap = 26, 12
     ph = max(1, len(rows)) * (bar_h + gap)
@@ -164,7 +182,7 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
         xv = ml
         for sp in r["splits"]:
             w = pw * max(0.0, sp["pct"]) * scale / 100
-            color = category_color(sp["category"], cats.index(sp["category"]))
+            color = category_color(sp["category"], extra.index(sp["category"]) if sp["category"] in extra else 0)
             out.append(f"<rect class='bar' data-category='{_e(sp['category'])}' x='{_f(xv)}' y='{_f(y0)}' "
                        f"width='{_f(w)}' height='{bar_h}' fill='{color}'><title>{_e(sp['category'])}: "
                        f"{sp['pct']:.1f} % ({sp['ms']:.2f} ms)</title></rect>")
@@ -178,15 +196,16 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
         lx = ml + (i % 5) * 130
         yy = ly + (i // 5) * 18
         out.append(f"<g class='legend'><rect x='{lx}' y='{yy - 9}' width='11' height='11' "
-                   f"fill='{category_color(c, i)}'/><text x='{lx + 15}' y='{yy}' font-size='11' "
+                   f"fill='{category_color(c, extra.index(c) if c in extra else 0)}'/><text x='{lx + 15}' y='{yy}' font-size='11' "
                    f"fill='#111827'>{_e(c)}</text></g>")
     out.append("</svg>")
     return Markup("".join(out))
 
 
 def phase_timeline(phases: list[dict[str, Any]], *, title: str = "Boot phases", width: int = 640) -> Markup:
-    """Horizontal bars of boot phases: ``[{name, start_s, end_s, duration_s}]`` on a seconds axis."""
-    ml, mr, mt = 130, 20, 34
+    """Horizontal bars of boot phases: ``[{name, label?, start_s, end_s, duration_s}]`` on a seconds axis
+    (``label``, e.g. ``weights_begin (draft)``, is written when given)."""
+    ml, mr, mt = 180, 20, 34
     bar_h, gap = 18, 6
     n = max(1, len(phases))
     ph = n * (bar_h + gap)
@@ -211,7 +230,7 @@ def phase_timeline(phases: list[dict[str, Any]], *, title: str = "Boot phases", 
         w = max(2.0, pw * p["duration_s"] / t_max)
         color = PALETTE[i % len(PALETTE)]
         out.append(f"<text x='{ml - 8}' y='{_f(y0 + bar_h - 5)}' font-size='11' text-anchor='end' "
-                   f"fill='#111827'>{_e(p['name'])}</text>"
+                   f"fill='#111827'>{_e(p.get('label') or p['name'])}</text>"
                    f"<rect class='phase' data-name='{_e(p['name'])}' x='{_f(x0)}' y='{_f(y0)}' width='{_f(w)}' "
                    f"height='{bar_h}' fill='{color}' rx='2'><title>{_e(p['name'])}: {p['start_s']:.2f}–"
                    f"{p['end_s']:.2f} s ({p['duration_s']:.2f} s)</title></rect>")

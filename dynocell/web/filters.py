@@ -80,7 +80,60 @@ def pq(d: dict | None, key: str = "p50") -> str:
     return num(v, 1) if v is not None else "–"
 
 
+def _signed(v: float, digits: int = 1) -> str:
+    return f"{v:+.{digits}f}".replace("-", "−")
+
+
+def breakeven_sentence(be: dict | None) -> str:
+    """A stored break-even (``runs.breakeven``) as one sentence, e.g.
+    ``does NOT pay: margin −3.0 % (τ 1.70 must exceed 1.76) …`` (τ must exceed spec step / plain step)."""
+    if not be:
+        return "not computed"
+    tau, spec, plain = be.get("tau"), be.get("spec_step_ms"), be.get("plain_step_ms")
+    margin = be.get("margin")
+    if margin is None and be.get("margin_pct") is not None:
+        margin = be["margin_pct"] / 100
+    if margin is None and tau and spec and plain:
+        margin = tau * plain / spec - 1
+    if margin is None:
+        return "; ".join(f"{k} {v}" for k, v in be.items())
+    pays = be["pays"] if "pays" in be else margin > 0
+    verdict = be.get("verdict") or ("pays" if pays else "does NOT pay")
+    out = f"{verdict}: margin {_signed(margin * 100)} %"
+    if tau and spec and plain:
+        out += f" (τ {tau:.2f} must exceed {spec / plain:.2f})"
+    if be.get("noise_band") is not None:
+        out += f", noise band ±{be['noise_band'] * 100:.1f} %"
+    if tau and spec and plain:
+        out += (f"; a speculative step costs {spec:.2f} ms against τ × plain step "
+                f"{tau:.2f} × {plain:.2f} = {tau * plain:.2f} ms")
+    if be.get("plain_source"):
+        age = be.get("plain_age_s")
+        out += f"; plain step from {be['plain_source']}" + (f", measured {duration(age)} ago" if age and age >= 60 else "")
+    return out + "."
+
+
+def lossless_sentence(run: dict | None) -> str:
+    """``runs.lossless`` + ``lossless_detail`` as one sentence with the mismatch count."""
+    run = run or {}
+    verdict, d = run.get("lossless"), run.get("lossless_detail") or {}
+    if not verdict:
+        return "not checked"
+    n, tokens = d.get("prompts"), d.get("max_new_tokens")
+    what = f"{n} prompt(s)" + (f" × {tokens} greedy tokens" if tokens else "")
+    mm = d.get("mismatches") or []
+    count = mm if isinstance(mm, int) else len(mm)
+    if verdict != "no":
+        return f"lossless: the speculative outputs equal the plain twin's on {what} ({count} mismatches)."
+    out = f"NOT lossless: {count} of {n} prompt(s) diverge from the plain twin ({what})"
+    if mm and isinstance(mm, list):
+        first = mm[0]
+        out += (f"; the first at {first.get('unit', 'token')} {first.get('first_diverging_index')}: speculative "
+                f"{str(first.get('speculative', ''))[:60]!r} vs plain {str(first.get('plain', ''))[:60]!r}")
+    return out + "."
+
+
 def install(env) -> None:  # noqa: ANN001 - jinja2 Environment
     """Register the filters on a Jinja environment."""
     env.filters.update({"markdown": markdown, "num": num, "pct": pct, "when": when, "duration": duration,
-                        "short": short, "pq": pq})
+                        "short": short, "pq": pq, "breakeven": breakeven_sentence, "lossless": lossless_sentence})

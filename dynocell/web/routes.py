@@ -212,7 +212,8 @@ def _run_charts(detail: dict[str, Any]) -> dict[str, Any]:
             taus=[{"tau": c["tau"], "engine_tau": c["engine_tau"]}]))
     prof = None
     if detail["profile"] and detail["profile"].get("splits"):
-        prof = charts.profile_split_chart([{"label": "all ranks", "splits": detail["profile"]["splits"]}])
+        prof = charts.profile_split_chart([{"label": "all ranks", "splits": detail["profile"]["splits"]}],
+                                          title=charts.profile_title(detail["profile"].get("source")))
     return {"acceptance_charts": acc, "profile_chart": prof}
 
 

@@ -9,6 +9,7 @@ import typer
 from dynocell.cli.common import (
     JSON_OPTION_HELP,
     add_row,
+    err_console,
     fmt_value,
     get_cell,
     human_ago,
@@ -44,9 +45,12 @@ def add(
     from dynocell.runbooks.configs import add_config
 
     rec = add_config(get_cell(), file, name)
+    for w in rec.warnings:
+        err_console.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
         print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled,
-                    "previous": rec.previous, "injection_env": list(rec.injection_env)})
+                    "previous": rec.previous, "injection_env": list(rec.injection_env),
+                    "warnings": list(rec.warnings)})
         return
     what = "stored" if rec.created else "already stored"
     label = f"; {rec.name} now points at it" if rec.relabelled else f"; named {rec.name}"
@@ -74,7 +78,6 @@ def list_(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP))
         out("no configs yet — add one with: dynocell config add examples/tiny.toml")
         return
     t = table("hash", "names", "engine", "model", "spec", "added")
-    t.columns[0].no_wrap = True
     for r in rows:
         add_row(t, r["short"], ", ".join(r["names"]) or "-", r["engine"], r["model_path"],
                 r["algorithm"] or "off", human_ago(r["created_at"]))

@@ -24,13 +24,19 @@ def plan_cmd(
     Example: dynocell plan examples/two-nodes.toml --json
     """
     from dynocell.cli.common import get_cell, get_settings
-    from dynocell.runbooks.plan import plan, plan_config
-    from dynocell.runbooks.configs import read_config_file
+    from dynocell.cli.common import err_console
+    from dynocell.runbooks.plan import plan, plan_config, plan_warnings
+    from dynocell.runbooks.configs import model_path_warnings, read_config_file
 
     if Path(config).is_file():
-        rows = plan_config(read_config_file(config), python=get_settings().engine_python, port=port or None)
+        cfg = read_config_file(config)
+        rows = plan_config(cfg, python=get_settings().engine_python, port=port or None)
+        warnings = model_path_warnings(cfg)
     else:
         rows = plan(get_cell(), config, port=port or None)
+        warnings = plan_warnings(get_cell(), config)
+    for w in warnings:
+        err_console.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:
         print_json(rows)
         return

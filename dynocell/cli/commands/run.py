@@ -29,7 +29,7 @@ class _Live:
     def __call__(self, msg: str, data: dict[str, Any]) -> None:
         self.status.update(msg)
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
-                or data.get("step") == "model" or "warning" in data:
+                or (data.get("step") == "model" and data.get("state") != "running") or "warning" in data:
             err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
 
@@ -51,7 +51,7 @@ def run_cmd(
 ) -> None:
     """Put one config on the stand and leave a complete record.
 
-    config → build → boot → health → bench → acceptance → lossless → profile →
+    config → build → model → boot → health → bench → acceptance → lossless → profile →
     break-even → stop → diagnose. Every step is stored as soon as it ends; Ctrl-C
     stops the engine and marks the run interrupted.
 

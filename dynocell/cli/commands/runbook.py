@@ -115,7 +115,9 @@ def show_cmd(
     if sig:
         out("signatures: " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in sig.items()))
     if e.applies_to:
-        out(f"applies to: {e.applies_to}")
+        from dynocell.runbooks.knowledge import selector_text
+
+        out(f"applies to: {selector_text(e.applies_to)}")
     out("\nevidence:")
     for x in e.evidence:
         out(f"  - {x}")
@@ -208,7 +210,9 @@ def diagnose_cmd(
     if json_out:
         print_json([f.to_dict() for f in findings])
         return
-    out(render_findings(findings))
+    from rich.text import Text
+
+    out(Text(render_findings(findings, ref)))  # wrapped at spaces to the terminal, slugs kept whole
 
 
 # ------------------------------------------------------------------ bisect

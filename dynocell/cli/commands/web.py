@@ -65,6 +65,7 @@ def web_cmd(
     launch = auth.new_launch_token() if tokens == 0 else None
     app = web_app.create_app(settings, bind_host=host, cell=cell, launch_token=launch)
     shown = f"[{host}]" if ":" in host else host
+    sock = listen(host, port)  # the URL is printed only once the port is ours and listening
     if launch:
         err_console.print(f"dynocell panel (login required); open this URL to log in:\n"
                           f"    http://{shown}:{port}/?token={launch}\n"
@@ -73,7 +74,42 @@ def web_cmd(
     else:
         err_console.print(f"dynocell panel on http://{shown}:{port}/ (login required: log in with a token from "
                           "`dynocell web token create`)", markup=False, highlight=False, soft_wrap=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", **web_app.uvicorn_options(settings))
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", **web_app.uvicorn_options(settings))).run(sockets=[sock])
+
+
+def listen(host: str, port: int):  # noqa: ANN201 - socket.socket
+    """A listening TCP socket on ``host:port`` for the panel, or a :class:`UserError` saying why not.
+
+    ``EADDRINUSE`` → ``port N is in use`` with a hint (exit 2) instead of uvicorn's raw
+    ``[Errno 98]`` after the URL was already printed.
+    """
+    import errno
+    import socket
+
+    from dynocell.errors import UserError
+
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host!r} is not an address of this machine: {exc.strerror}",
+                        "use 127.0.0.1, 0.0.0.0 or one of this host's addresses") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UserError(f"port {port} is in use",
+                            f"another program (or another dynocell web) listens there: stop it, or pick "
+                            f"another port: dynocell web --port {port + 1 if port < 65535 else 8700}") from None
+        if exc.errno == errno.EACCES:
+            raise UserError(f"port {port} needs privileges to bind", "use a port above 1023 (default 8700)") from None
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                        "check --host and --port (defaults: 127.0.0.1, 8700)") from None
+    return sock
 
 
 def token_create_cmd(

@@ -169,10 +169,13 @@ def split_lines(splits: list[dict[str, Any]], width: int = 30) -> list[Text]:
 
 def phase_lines(phases: list[dict[str, Any]], width: int = 30) -> list[Text]:
     """Phase timeline: each phase as a bar placed at its start offset, sized by its duration
-    (offsets in s from spawn, as :func:`dynocell.runbooks.views.boot_detail` gives them)."""
+    (offsets in s from spawn, as :func:`dynocell.runbooks.views.boot_detail` gives them). A phase's
+    ``label`` (``weights_begin (draft)``) is shown when present; the track gives up the room it needs."""
     if not phases:
         return []
     total = max((p["end_s"] for p in phases), default=0.0) or 1.0
+    namew = min(27, max(18, max(len(p.get("label") or p["name"]) for p in phases)))
+    width = max(6, width - (namew - 18))
     out = []
     for p in phases:
         start = int(round(p["start_s"] / total * width))
@@ -180,7 +183,7 @@ def phase_lines(phases: list[dict[str, Any]], width: int = 30) -> list[Text]:
         length = min(length, max(1, width - start))
         track = "·" * start + "█" * length
         track = track[:width] + "·" * max(0, width - len(track))
-        line = Text(f"{p['name'][:18]:<18} {p['start_s']:7.2f}s ")
+        line = Text(f"{(p.get('label') or p['name'])[:namew]:<{namew}} {p['start_s']:7.2f}s ")
         line.append(track, style="green")
         line.append(f" {duration(p['duration_s'])}")
         out.append(line)

@@ -24,8 +24,13 @@ target's flatter next-token distribution caps τ: 1.62 at temperature 0.7 even
 with draft = target). Distilling the draft from the target and sampling at 0.5
 gives τ ≈ 1.7 with ~48 % distinct tokens.
 
-Public API: :class:`ModelPair`, :func:`ensure_pair`, :func:`make_pair`,
-:data:`DEFAULT_TEMPERATURE`, :data:`RECIPE_VERSION`, :func:`recipe_id`.
+The pair made by this recipe with seed 0 ships with the package (``pair/<recipe_id>/``,
+package data, ~9 MB; made on the project's 2-core machine in 1,066 s, see its README), so
+the first ``dynocell run`` trains nothing: :func:`ensure_pair` returns the packaged copy
+when it holds the asked recipe id, else the cached one, else makes it.
+
+Public API: :class:`ModelPair`, :func:`ensure_pair`, :func:`make_pair`, :func:`packaged_pair`,
+:data:`DEFAULT_TEMPERATURE`, :data:`RECIPE_VERSION`, :data:`PACKAGED_DIR`, :func:`recipe_id`.
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ TARGET = {"layers": 3, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 
 #: The draft starts as the target's first ``layers`` layers and is distilled for ``steps`` steps.
 DRAFT = {"layers": 1, "hidden": 192, "heads": 4, "intermediate": 576, "steps": 150, "lr": 2e-3, "kd_alpha": 0.5}
 NUM_THREADS = 2
+#: Pairs shipped with the package, one folder per :func:`recipe_id` (package data).
+PACKAGED_DIR = Path(__file__).parent / "pair"
+#: Longest silence between two progress lines while a model trains, seconds.
+PROGRESS_EVERY_S = 5.0
 
 Progress = Callable[[str], None]
 
@@ -85,16 +94,31 @@ def _complete(pair_dir: Path) -> bool:
     return all((pair_dir / sub / f).is_file() for sub in ("target", "draft") for f in need)
 
 
-def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = None) -> ModelPair:
-    """Return the cached pair ``models_dir/<recipe_id(seed)>/{target,draft}``, making it if missing.
+def packaged_pair(seed: int = 0) -> ModelPair | None:
+    """The pair shipped with the package for ``recipe_id(seed)``, or None when none is shipped.
 
-    Fast (a few ``stat`` calls) when cached. Making is atomic: built in a
+    The folder name is the recipe id (recipe version included), so a recipe change never
+    picks up a stale packaged pair.
+    """
+    pair_dir = PACKAGED_DIR / recipe_id(seed)
+    return ModelPair(pair_dir / "target", pair_dir / "draft") if _complete(pair_dir) else None
+
+
+def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = None) -> ModelPair:
+    """Return the pair of ``recipe_id(seed)``: the packaged one, else the cached one, else make it.
+
+    The packaged pair (:func:`packaged_pair`, read in place, never copied) is the source of
+    truth for its recipe id; other seeds are cached in ``models_dir/<recipe_id(seed)>/{target,draft}``.
+    Fast (a few ``stat`` calls) when packaged or cached. Making is atomic: built in a
     temporary sibling directory then renamed into place, so a crash never leaves
     a half-written pair under the final name; concurrent makers race benignly
     (the loser discards its copy). Takes about 15 minutes on 2 CPU cores (once).
 
     Raises :class:`EngineError` if training fails or ``models_dir`` is not writable.
     """
+    shipped = packaged_pair(seed)
+    if shipped is not None:
+        return shipped
     models_dir = Path(models_dir)
     final = models_dir / recipe_id(seed)
     if _complete(final):
@@ -108,11 +132,16 @@ def ensure_pair(models_dir: Path, seed: int = 0, progress: Progress | None = Non
     # One maker at a time: a second process (a CLI run beside a test fixture, two
     # boots at once) waits here and then finds the finished pair.
     with lock:
-        if progress is not None:
-            progress(f"making the reference model pair {recipe_id(seed)} (once; about 15 minutes on 2 CPU cores)")
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress(f"waiting for another process making {recipe_id(seed)} (lock {lock.name})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if _complete(final):
             return ModelPair(final / "target", final / "draft")
+        if progress is not None:
+            progress(f"making the reference model pair {recipe_id(seed)} (once; about 15-30 minutes on 2 CPU cores)")
         return _make_into(models_dir, final, seed, progress)
 
 
@@ -261,7 +290,7 @@ def _train(spec: dict, data, seed: int, name: str, progress: Progress | None, vo
     )
     gen = torch.Generator().manual_seed(seed + 1)
     n = data.numel() - SEQ_LEN - 1
-    t0 = time.monotonic()
+    t0 = last = time.monotonic()
     loss_v = float("nan")
     for step in range(steps):
         starts = torch.randint(0, n, (BATCH,), generator=gen)
@@ -281,10 +310,25 @@ def _train(spec: dict, data, seed: int, name: str, progress: Progress | None, vo
         opt.step()
         sched.step()
         loss_v = float(loss.detach())
-        if progress and (step % 50 == 0 or step == steps - 1):
-            progress(f"{name}: step {step + 1}/{steps} loss {loss_v:.3f} ({time.monotonic() - t0:.0f} s)")
+        now = time.monotonic()
+        if progress and (step == 0 or step == steps - 1 or now - last >= PROGRESS_EVERY_S):
+            last = now
+            progress(_step_line(name, step + 1, steps, loss_v, now - t0))
     model.eval()
     return model, loss_v, time.monotonic() - t0
+
+
+def _step_line(name: str, done: int, total: int, loss: float, elapsed_s: float) -> str:
+    """One progress line of training: steps, loss, elapsed and an ETA (mean step time × steps left)."""
+    eta = elapsed_s / done * (total - done) if done else float("nan")
+    return f"{name}: step {done}/{total} loss {loss:.3f} ({elapsed_s:.0f} s, ETA {_mmss(eta)})"
+
+
+def _mmss(seconds: float) -> str:
+    if seconds != seconds:  # NaN
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) -> ModelPair:

@@ -269,9 +269,21 @@ class Workload(_Strict):
             )
         return out
 
-    def calibration_texts(self) -> dict[str, str]:
-        """One ~1 KB text per class (its material) to measure tokens per byte against a live server."""
-        return {name: (tc.material * (1 + 1024 // max(1, len(tc.material.encode()))))[:1024] for name, tc in self.classes.items()}
+    def calibration_texts(self, context_length: int | None = None) -> dict[str, str]:
+        """One text of at most 1,024 UTF-8 bytes per class (its material) to measure tokens per byte.
+
+        ``context_length`` (tokens): the text is also cut to ``context_length − 8`` bytes, so it fits
+        the model whatever its tokenizer (a byte-level BPE gives at most one token per byte; the 8
+        leave room for special tokens and the one generated token). Cuts fall on character
+        boundaries. Issue 20: 1,024 *characters* of Chinese material were 1,287 tokens, over a
+        1,024-token context, on the H200.
+        """
+        limit = 1024 if context_length is None else max(16, min(1024, context_length - 8))
+        out = {}
+        for name, tc in self.classes.items():
+            raw = (tc.material * (1 + limit // max(1, len(tc.material.encode())))).encode()[:limit]
+            out[name] = raw.decode("utf-8", errors="ignore")
+        return out
 
 
 @dataclass(frozen=True)

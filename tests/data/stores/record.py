@@ -95,9 +95,6 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="dynocell-record-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNOCELL_")}
     env.update(DYNOCELL_HOME=str(home), TZ="UTC", NO_COLOR="1", COLUMNS="120")
-    models = REPO / "tests" / "data" / "models"
-    if models.is_dir():  # the committed pair, as the test session uses it (no training here)
-        shutil.copytree(models, home / "models")
     t0 = time.monotonic()
     _dynocell(env, "init")
     _dynocell(env, "run")
