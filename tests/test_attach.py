@@ -27,7 +27,10 @@ VLLM = Path(__file__).parent / "data" / "vllm-0.26.0"
 def engine(model_pair, tmp_path_factory):
     target, draft = model_pair.target, model_pair.draft
     log = tmp_path_factory.mktemp("hand-started") / "engine.log"
-    eng = start_engine(target, ["--enable-metrics", "--speculative-algorithm", "STANDALONE",
+    # The operator's launch lets profile output go under pytest's base temp dir, which holds every
+    # test's data directory (the engine confines /start_profile's output_dir to --profile-dir).
+    eng = start_engine(target, ["--enable-metrics", "--profile-dir", str(tmp_path_factory.getbasetemp()),
+                                "--speculative-algorithm", "STANDALONE",
                                 "--speculative-draft-model-path", str(draft), "--speculative-num-steps", "3",
                                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], log)
     yield eng

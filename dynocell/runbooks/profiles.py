@@ -75,7 +75,8 @@ def profile_window(
                                      "profile_id": run_id or stamp})
         if not resp.ok:
             raise EngineError(f"/start_profile answered {resp.status}: {resp.text[:200]}",
-                              "is the engine started with profiling allowed (SGLANG_TORCH_PROFILER_DIR)?")
+                              f"start the engine with SGLANG_TORCH_PROFILER_DIR (the reference engine: "
+                              f"--profile-dir) set to a directory that holds {trace_dir}")
         progress("profiling a fixed decode workload", {"step": "profile"})
         result = run_level_sync(live.base_url, reqs, 1, warmup=0)
         stop = client.stop_profile()
