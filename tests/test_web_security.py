@@ -102,8 +102,8 @@ def test_csrf_token_is_bound_to_its_session(secured):
     assert c.post("/api/notes", json=note, headers={"X-CSRF-Token": tok_a}).status_code == 200
 
     sessions = Sessions(secret=b"k" * 32)
-    _, a = sessions.issue(authenticated=True)
-    _, b = sessions.issue(authenticated=True)
+    _, a = sessions.issue("token-a")
+    _, b = sessions.issue("token-b")
     assert sessions.check_csrf(a, a.csrf) and not sessions.check_csrf(a, b.csrf)
     assert not sessions.check_csrf(a, None) and not sessions.check_csrf(None, a.csrf)
     assert a.csrf == sessions.csrf_for(a.sid) != Sessions(secret=b"j" * 32).csrf_for(a.sid)
