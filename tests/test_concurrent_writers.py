@@ -163,7 +163,9 @@ os.execv(sys.executable, [sys.executable, {str(FAKE_ENGINE)!r}, "--port", port, 
     assert procs["main-job"].returncode == 0, texts["main-job"][-3000:]
     assert run_out["run"]["state"] == "completed" and run_out["bench"] and run_out["curves"]
     assert procs["web-panel"].returncode is not None  # terminated above
-    left = [c for c in psutil.Process().children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+    from tests.web_fill import live_children
+
+    left = live_children()
     assert not left, f"processes left behind: {left}"
 
 

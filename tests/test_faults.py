@@ -114,14 +114,9 @@ def live_members(pid: int | None, pgid: int | None) -> list[psutil.Process]:
 
 
 def my_live_children() -> list[psutil.Process]:
-    out = []
-    for c in psutil.Process().children(recursive=True):
-        try:
-            if c.status() != psutil.STATUS_ZOMBIE:
-                out.append(c)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    from tests.web_fill import live_children
+
+    return live_children()
 
 
 class Leftovers:

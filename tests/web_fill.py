@@ -43,6 +43,25 @@ def add_config(cell, toml_text: str, label: str) -> str:
     return cfg.config_hash
 
 
+STAND_IN_PIDS: set[int] = set()
+"""Pids of the stand-in engines this process started (they live until exit: see :func:`live_children`)."""
+
+
+def live_children() -> list:
+    """This process's live (non-zombie) descendants, less the stand-in engines of filled stores, which
+    live for the whole test session on purpose: what a leak check should find."""
+    import psutil
+
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.pid not in STAND_IN_PIDS and c.status() != psutil.STATUS_ZOMBIE:
+                out.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def _stand_in_engine() -> tuple[int, float]:
     """A real process standing in for a live boot's engine (its own session, like an engine; killed
     at exit): ``(pid, create time)``. A live row must name a live process, or reconciling (which
@@ -56,6 +75,7 @@ def _stand_in_engine() -> tuple[int, float]:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(86400)"], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     atexit.register(lambda: proc.poll() is None and proc.kill())
+    STAND_IN_PIDS.add(proc.pid)
     threading.Thread(target=proc.wait, daemon=True).start()  # reap it when stopped
     return proc.pid, psutil.Process(proc.pid).create_time()
 
