@@ -63,9 +63,10 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
         from dynocell.runbooks.cell import open_cell
         from dynocell.settings import load_settings
         from dynocell.web.app import create_app
+        from tests.weblogin import LAUNCH, logged_in
 
         settings_a = load_settings(home=tmp_path / "host-a", machine_id="host-a", database_url=db_url)
-        with TestClient(create_app(settings_a, cell=open_cell(settings_a), require_login=False)) as web:
+        with logged_in(create_app(settings_a, cell=open_cell(settings_a), launch_token=LAUNCH)) as web:
             page = web.get("/")
             assert page.status_code == 200
             assert 'data-host="host-a"' in page.text and 'data-host="host-b"' in page.text

@@ -156,16 +156,17 @@ def test_panel_serves_a_boot_file_only_on_its_own_host(two_hosts):
     from fastapi.testclient import TestClient
 
     from dynocell.web.app import create_app
+    from tests.weblogin import LAUNCH, logged_in
 
     a, b, config_hash = two_hosts
     live_boot(b, "filesB", config_hash)
     log = b.settings.boots_dir / "filesB" / "engine.log"
     log.parent.mkdir(parents=True)
     log.write_text("engine says hello\n")
-    with TestClient(create_app(b.settings, cell=b, require_login=False)) as cb:
+    with logged_in(create_app(b.settings, cell=b, launch_token=LAUNCH)) as cb:
         r = cb.get("/boots/filesB/artifacts/log")
         assert r.status_code == 200 and "engine says hello" in r.text
-    with TestClient(create_app(a.settings, cell=a, require_login=False)) as ca:
+    with logged_in(create_app(a.settings, cell=a, launch_token=LAUNCH)) as ca:
         r = ca.get("/boots/filesB/artifacts/log")
         assert r.status_code == 404 and "host" in r.text and str(log.parent) in r.text
         assert "engine says hello" not in r.text
@@ -262,12 +263,13 @@ def test_web_lists_show_both_hosts_and_filter_by_host(two_hosts):
 
     from dynocell.runbooks import hosts
     from dynocell.web.app import create_app
+    from tests.weblogin import LAUNCH, logged_in
 
     a, b, config_hash = two_hosts
     for cell, run_id in ((a, "webA"), (b, "webB")):
         db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="completed",
                            host_id=hosts.this_host_id(cell))
-    with TestClient(create_app(a.settings, cell=a, require_login=False)) as web:
+    with logged_in(create_app(a.settings, cell=a, launch_token=LAUNCH)) as web:
         page = web.get("/runs")
         assert page.status_code == 200 and 'data-run="webA"' in page.text and 'data-run="webB"' in page.text
         assert "(host-a)" in page.text and "(host-b)" in page.text and 'id="host-filter"' in page.text

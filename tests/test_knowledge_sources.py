@@ -138,10 +138,11 @@ def test_faces_show_an_entrys_sources(tmp_path):
     from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
     from dynocell.web.app import create_app
+    from tests.weblogin import LAUNCH, logged_in
 
     settings = load_settings(home=tmp_path / "home", poll_interval_s=1.0)
-    app = create_app(settings, cell=open_view_cell(settings), require_login=False)
-    with TestClient(app) as c:
+    app = create_app(settings, cell=open_view_cell(settings), launch_token=LAUNCH)
+    with logged_in(app) as c:
         page = c.get("/runbooks/draft-parallel-config-copies-every-size")
     assert page.status_code == 200
     assert "vllm vllm/config/speculative.py @ f19b16d" in page.text and "field report 001" in page.text

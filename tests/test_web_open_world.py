@@ -16,10 +16,11 @@ VLLM_LOG = Path(__file__).parent / "data" / "vllm-0.26.0" / "C_draft_graph.serve
 def app_client(settings):
     from dynocell.runbooks.views import open_view_cell
     from dynocell.web.app import create_app
+    from tests.weblogin import LAUNCH, logged_in
 
     cell = open_view_cell(settings)
-    app = create_app(settings, cell=cell, require_login=False)
-    with TestClient(app) as c:
+    app = create_app(settings, cell=cell, launch_token=LAUNCH)
+    with logged_in(app) as c:
         yield app, c, cell
 
 
