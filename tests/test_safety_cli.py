@@ -219,15 +219,15 @@ def test_store_from_a_newer_dynocell_names_both_schemas(cli_env, isolated_home: 
     run(cli_env, "init")
     db = isolated_home / "dynocell.db"
     with sqlite3.connect(db) as c:
-        c.execute("UPDATE alembic_version SET version_num = '0005'")
+        c.execute("UPDATE alembic_version SET version_num = '0099'")  # a revision no dynocell here knows
     from dynocell.db.session import head_revision
 
     proc = run(cli_env, "config", "list", ok=False)
     assert proc.returncode == 2, proc.stderr
-    assert f"is at schema 0005; this dynocell knows up to {head_revision()}: upgrade dynocell" in proc.stderr
+    assert f"is at schema 0099; this dynocell knows up to {head_revision()}: upgrade dynocell" in proc.stderr
     assert "internal error" not in proc.stderr
     with sqlite3.connect(db) as c:  # nothing was migrated or changed
-        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [("0005",)]
+        assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [("0099",)]
 
 
 def test_config_diff_redacts_secret_values(cli_env, tmp_path: Path):

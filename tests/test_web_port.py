@@ -36,8 +36,10 @@ def test_url_is_printed_once_listening(cli_env):
     proc = subprocess.Popen([sys.executable, "-m", "dynocell", "web", "--port", str(port)], env=cli_env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        line = proc.stderr.readline()
-        assert f"http://127.0.0.1:{port}/" in line, line
+        head = ""
+        while f"http://127.0.0.1:{port}/" not in head and len(head.splitlines()) < 4:
+            head += proc.stderr.readline()
+        assert f"http://127.0.0.1:{port}/" in head, head
         with socket.create_connection(("127.0.0.1", port), timeout=10):
             pass  # accepted: the port was listening when the URL was printed
     finally:

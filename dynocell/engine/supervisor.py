@@ -783,7 +783,7 @@ class Supervisor:
                         self._failure = timeout_signature(self.last_phase, timeout_s)
                         self._transition(BootState.FAILED, "boot.timeout", self._failure)
                     return self._failed_result(
-                        f"no /health 200 within {timeout_s:g} s (last phase: {self.last_phase or 'none'})",
+                        f"no /health 200 within {timeout_s:.0f} s (last phase: {self.last_phase or 'none'})",
                         stop_on_failure, failure_grace_s)
                 self._exited.wait(min(probe_interval_s, max(0.0, deadline - now)))
 
