@@ -75,6 +75,7 @@ def test_import_trace_once_and_again_is_one_record(cell):
     assert first["created"] and first["profile_id"]
     again = import_trace(cell, trace)
     assert not again["created"] and again["import_id"] == first["import_id"]
+    assert again["profile_id"] == first["profile_id"]
     assert _count(cell, m.ProfileRun) == 1 and _count(cell, m.ImportRecord) == 1
 
 
@@ -341,6 +342,14 @@ def test_cli_trace_split_and_import_log(cli_env):
     bad = _run(cli_env, "import", "log", str(FOREIGN / "sglang-multinode-node1-truncated.log"), ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "line 4" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_cli_import_trace_twice_prints_the_stored_profile(cli_env):
+    trace = next(SGL.glob("A.*.trace.json.gz"))
+    first = _run(cli_env, "import", "trace", str(trace)).stdout
+    again = _run(cli_env, "import", "trace", str(trace)).stdout
+    assert "(already imported: the stored record)" in again
+    assert first.splitlines()[1] == again.splitlines()[1]  # the same "profile #N: …" line
 
 
 # ---------------------------------------------------------------- metrics

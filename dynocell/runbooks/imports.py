@@ -346,7 +346,8 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     files, key = digest_files([path])
     found = db_imports.find_import(cell.store, "trace", key)
     if found:
-        return {**found["summary"], "import_id": found["id"], "created": False}
+        return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
+                "created": False}
     from dynocell.engine.trace import analyze_trace
 
     sp = analyze_trace(Path(path))
