@@ -525,3 +525,15 @@ def test_cli_import_metrics_and_bench(cli_env):
     assert "0.8150" in out and "τ = 3.0226" in out
     bad = _run(cli_env, "import", "bench", str(BENCH / "unknown-tool.json"), "--config", EXAMPLE, ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "unknown-tool.json: line 1" in bad.stderr
+
+
+@pytest.mark.parametrize("kind", ["log", "metrics", "requests", "bench", "trace"])
+def test_cli_import_of_a_directory_says_it_is_a_directory(cli_env, tmp_path, kind):
+    bad = _run(cli_env, "import", kind, str(tmp_path), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(f"Error: {tmp_path}: a directory, not a file")
+    assert "Traceback" not in bad.stderr
+
+
+def test_cli_trace_split_of_a_directory_says_it_is_a_directory(cli_env, tmp_path):
+    bad = _run(cli_env, "trace", "split", str(tmp_path), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(f"Error: {tmp_path}: a directory, not a file")

@@ -85,7 +85,8 @@ class BenchLevel:
 def _load_json(path: Path) -> list[tuple[int, Any]]:
     """``[(line, value)]``: one JSON document, or JSON lines."""
     if not path.is_file():
-        raise ResultReadError(f"{path}: no such file", "give the path of the result file")
+        raise ResultReadError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+                              "give the path of the result file")
     size = path.stat().st_size
     if size > MAX_RESULT_BYTES:
         raise ResultReadError(f"{path}: {size >> 20} MiB is more than the {MAX_RESULT_BYTES >> 20} MiB allowed")

@@ -101,7 +101,8 @@ def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise UserError(f"{path}: no such file", "give the path of the file to import")
+            raise UserError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+                            "give the path of the file to import")
         h = hashlib.sha256()
         size = 0
         with open(path, "rb") as f:
@@ -329,7 +330,8 @@ def trace_split(path: str | Path, top: int = 20) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p}: no such file", "give the path of a Chrome trace (.json or .json.gz)")
+        raise UserError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
+                        "give the path of a Chrome trace (.json or .json.gz)")
     split = analyze_trace(p, top=top)
     return {"path": str(p), **split.as_dict()}
 
