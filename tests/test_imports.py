@@ -537,3 +537,14 @@ def test_cli_import_of_a_directory_says_it_is_a_directory(cli_env, tmp_path, kin
 def test_cli_trace_split_of_a_directory_says_it_is_a_directory(cli_env, tmp_path):
     bad = _run(cli_env, "trace", "split", str(tmp_path), ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith(f"Error: {tmp_path}: a directory, not a file")
+
+
+@pytest.mark.parametrize("body", ['{"traceEvents": []}', "[]", "[1, 2, 3]"])
+def test_import_of_a_trace_without_events_stores_nothing(cli_env, tmp_path, body):
+    empty = tmp_path / "empty.trace.json"
+    empty.write_text(body)
+    bad = _run(cli_env, "import", "trace", str(empty), ok=False)
+    assert bad.returncode == 2 and "neither GPU kernels nor CPU ops" in bad.stderr
+    assert bad.stderr.startswith("Error: ") and "hint: " in bad.stderr
+    split = _run(cli_env, "trace", "split", str(empty)).stdout  # the split only warns
+    assert "warning: trace holds neither GPU kernels nor CPU ops" in split

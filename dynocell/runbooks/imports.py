@@ -353,6 +353,9 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     from dynocell.engine.trace import analyze_trace
 
     sp = analyze_trace(Path(path))
+    if sp.source == "cpu_op" and sp.launches == 0 and sp.device_ms == 0:
+        raise UserError(f"{path}: the trace holds neither GPU kernels nor CPU ops: nothing to store",
+                        "give a torch profiler / Kineto trace of the engine's busy window (*.trace.json[.gz])")
     costs = per_token(sp, output_tokens) if output_tokens else {"ms_per_token": None, "launches_per_token": None}
     run = None
     if config_ref:
