@@ -548,3 +548,14 @@ def test_import_of_a_trace_without_events_stores_nothing(cli_env, tmp_path, body
     assert bad.stderr.startswith("Error: ") and "hint: " in bad.stderr
     split = _run(cli_env, "trace", "split", str(empty)).stdout  # the split only warns
     assert "warning: trace holds neither GPU kernels nor CPU ops" in split
+
+
+@pytest.mark.parametrize("kind", ["requests", "bench"])
+@pytest.mark.parametrize("body,says", [("", "the file is empty"), ("[1, 2, 3]", ", not a "),
+                                       ('{"a": [1, 2,\n', "not JSON")])
+def test_cli_import_of_bad_json_is_an_error_with_a_hint(cli_env, tmp_path, kind, body, says):
+    f = tmp_path / "result.json"
+    f.write_text(body)
+    bad = _run(cli_env, "import", kind, str(f), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and says in bad.stderr
+    assert "\nhint: " in bad.stderr and "Traceback" not in bad.stderr
