@@ -46,3 +46,10 @@ def test_bracketed_words_in_help_are_shown_literally():
             assert w in flat, f"dynocell {' '.join(path)} --help lost {w!r}"
         checked += 1
     assert checked >= 3  # config trust, plan, export at least
+
+
+def test_every_command_help_has_an_example():
+    """README: "Every command has `--help` with an example"."""
+    root = typer.main.get_command(build_app())
+    missing = [" ".join(p) for p, c in _commands(root) if p and "Example" not in (c.help or "")]
+    assert not missing, f"--help without an example: {missing}"
