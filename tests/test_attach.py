@@ -177,3 +177,23 @@ def test_health_oracle_reads_vllm_metric_families():
     busy = text.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
                         'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0')
     assert progress_from_metrics(busy, 1.0).queued == 5.0
+
+
+def test_profile_refused_by_the_engine_says_why_in_full(cli_env, model_pair, tmp_path):
+    """An engine whose profile directory does not cover dynocell's: the engine's own reason
+    whole (it was cut mid-word at 200 characters of raw JSON) and a hint that names a way out."""
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    eng = start_engine(model_pair.target, ["--profile-dir", str(tmp_path / "elsewhere")], tmp_path / "e.log")
+    try:
+        att = subprocess.run([exe, "attach", eng.url, "--json"], env=cli_env, capture_output=True, text=True,
+                             timeout=120, cwd=REPO)
+        assert att.returncode == 0, att.stderr
+        boot_id = json.loads(att.stdout)["boot_id"]
+        prof = subprocess.run([exe, "profile", boot_id], env=cli_env, capture_output=True, text=True,
+                              timeout=120, cwd=REPO)
+        assert prof.returncode != 0 and "Traceback" not in prof.stderr
+        assert "/start_profile answered 400: output_dir" in prof.stderr
+        assert "profile output stays inside it" in prof.stderr and '{"object"' not in prof.stderr
+        assert "SGLANG_TORCH_PROFILER_DIR" in prof.stderr and "run --no-profile" in prof.stderr
+    finally:
+        eng.stop()

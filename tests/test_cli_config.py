@@ -159,3 +159,23 @@ def test_python_dash_m_and_help_does_not_import_torch(cli_env):
                          timeout=60, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert "torch" not in out.stdout.split(","), out.stdout
+
+
+@pytest.mark.parametrize("args", [("run", "{dir}"), ("plan", "{dir}"), ("config", "diff", "{dir}", "tiny")])
+def test_a_directory_given_as_config_is_named_a_directory(cli_env, tmp_path, args):
+    """``dynocell run ./examples`` said "no such config file" of a folder that exists."""
+    proc = run(cli_env, *[a.format(dir=tmp_path) for a in args], ok=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"Error: {tmp_path}: a directory, not a config file"), proc.stderr
+
+
+def test_stop_of_a_boot_already_stopped_says_so(cli_env):
+    """It reprinted the first stop as if it had just happened (``stopped (graceful, 0.2 s)``)."""
+    import re
+
+    boot = run(cli_env, "boot", str(EXAMPLES / "tiny-plain.toml"), "--detach")
+    boot_id = re.search(r"boot ([0-9a-f]{12}) ready", boot.stdout + boot.stderr).group(1)
+    first = run(cli_env, "stop", boot_id)
+    assert f"boot {boot_id} stopped (" in first.stdout, first.stdout
+    again = run(cli_env, "stop", boot_id)
+    assert f"boot {boot_id} was already stopped (" in again.stdout and "graceful" not in again.stdout, again.stdout

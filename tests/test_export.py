@@ -85,6 +85,10 @@ def test_bad_export_input_is_a_clear_error(settings, tmp_path, cli_env):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0}
     assert (tmp_path / "y" / "runs.csv").exists()
+    (tmp_path / "afile").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", "1d", "--format", "csv",
+                           "--out", str(tmp_path / "afile")], env=cli_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"Error: --out: {tmp_path / 'afile'} is a file, not a directory")
 
 
 def test_parquet_without_pyarrow_names_the_extra(settings, tmp_path, cli_env):

@@ -75,6 +75,7 @@ def test_import_trace_once_and_again_is_one_record(cell):
     assert first["created"] and first["profile_id"]
     again = import_trace(cell, trace)
     assert not again["created"] and again["import_id"] == first["import_id"]
+    assert again["profile_id"] == first["profile_id"]
     assert _count(cell, m.ProfileRun) == 1 and _count(cell, m.ImportRecord) == 1
 
 
@@ -343,6 +344,14 @@ def test_cli_trace_split_and_import_log(cli_env):
     assert "Traceback" not in bad.stderr
 
 
+def test_cli_import_trace_twice_prints_the_stored_profile(cli_env):
+    trace = next(SGL.glob("A.*.trace.json.gz"))
+    first = _run(cli_env, "import", "trace", str(trace)).stdout
+    again = _run(cli_env, "import", "trace", str(trace)).stdout
+    assert "(already imported: the stored record)" in again
+    assert first.splitlines()[1] == again.splitlines()[1]  # the same "profile #N: …" line
+
+
 # ---------------------------------------------------------------- metrics
 
 def test_import_one_real_vllm_scrape_gives_the_per_position_curve(cell):
@@ -516,3 +525,37 @@ def test_cli_import_metrics_and_bench(cli_env):
     assert "0.8150" in out and "τ = 3.0226" in out
     bad = _run(cli_env, "import", "bench", str(BENCH / "unknown-tool.json"), "--config", EXAMPLE, ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "unknown-tool.json: line 1" in bad.stderr
+
+
+@pytest.mark.parametrize("kind", ["log", "metrics", "requests", "bench", "trace"])
+def test_cli_import_of_a_directory_says_it_is_a_directory(cli_env, tmp_path, kind):
+    bad = _run(cli_env, "import", kind, str(tmp_path), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(f"Error: {tmp_path}: a directory, not a file")
+    assert "Traceback" not in bad.stderr
+
+
+def test_cli_trace_split_of_a_directory_says_it_is_a_directory(cli_env, tmp_path):
+    bad = _run(cli_env, "trace", "split", str(tmp_path), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(f"Error: {tmp_path}: a directory, not a file")
+
+
+@pytest.mark.parametrize("body", ['{"traceEvents": []}', "[]", "[1, 2, 3]"])
+def test_import_of_a_trace_without_events_stores_nothing(cli_env, tmp_path, body):
+    empty = tmp_path / "empty.trace.json"
+    empty.write_text(body)
+    bad = _run(cli_env, "import", "trace", str(empty), ok=False)
+    assert bad.returncode == 2 and "neither GPU kernels nor CPU ops" in bad.stderr
+    assert bad.stderr.startswith("Error: ") and "hint: " in bad.stderr
+    split = _run(cli_env, "trace", "split", str(empty)).stdout  # the split only warns
+    assert "warning: trace holds neither GPU kernels nor CPU ops" in split
+
+
+@pytest.mark.parametrize("kind", ["requests", "bench"])
+@pytest.mark.parametrize("body,says", [("", "the file is empty"), ("[1, 2, 3]", ", not a "),
+                                       ('{"a": [1, 2,\n', "not JSON")])
+def test_cli_import_of_bad_json_is_an_error_with_a_hint(cli_env, tmp_path, kind, body, says):
+    f = tmp_path / "result.json"
+    f.write_text(body)
+    bad = _run(cli_env, "import", kind, str(f), ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and says in bad.stderr
+    assert "\nhint: " in bad.stderr and "Traceback" not in bad.stderr

@@ -154,6 +154,19 @@ def test_search_ranks_the_obvious_entry_first(backend_settings):
         search(cell.store, kn, "  ")
 
 
+def test_search_snippets_show_evidence_facts_not_their_python_repr(backend_settings):
+    """Evidence items are ``{fact, source}`` maps: the index holds the fact, so a snippet
+    never reads ``{'fact': "vLLM [accepts] …``."""
+    from dynocell.runbooks.cell import open_cell
+
+    cell = open_cell(backend_settings)
+    kn = knowledge_for(backend_settings)
+    hits = search(cell.store, kn, "draft tensor parallel size accepts")
+    assert hits
+    for h in hits:
+        assert "{'fact'" not in h["snippet"] and "'source'" not in h["snippet"], h
+
+
 def test_operator_entry_overrides_bundled_by_slug(backend_settings, tmp_path):
     from dynocell.runbooks.cell import open_cell
 

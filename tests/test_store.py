@@ -305,3 +305,19 @@ def test_bad_files_write_nothing(cell):
             rc.add_config(cell, bad, name="x")
         assert info.value.exit_code == 2
     assert dbc.all_configs(cell.store) == [] and dbc.current_labels(cell.store) == {}
+
+
+@pytest.mark.parametrize("url", ["mysql://u@127.0.0.1/db", "postgres://u@127.0.0.1/db", "mssql+pyodbc://h/db"])
+def test_a_store_url_of_another_database_is_refused_with_the_shape_to_use(cli_env, url):
+    """It said ``pip install MySQLdb`` (no such package, and no such store)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    proc = subprocess.run([exe, "runs"], env={**cli_env, "DYNOCELL_DATABASE_URL": url}, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stderr.startswith("Error: database_url: ")
+    assert "is not a store dynocell supports" in proc.stderr
+    assert "hint: set DYNOCELL_DATABASE_URL=postgresql+psycopg://" in proc.stderr and "pip install" not in proc.stderr

@@ -209,3 +209,14 @@ def test_row_names_stay_on_one_line_when_the_table_splits(report):
     for b in detail["bench"]:
         name = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
         assert any(line.startswith(f" {name} ") for line in text.splitlines()), (name, text)
+
+
+def test_a_boot_that_never_got_ready_reads_not_ready_in_the_run_header():
+    """A run killed mid-boot: the header said ``ready - s``."""
+    from dynocell.cli.render import run_header
+
+    run = {"id": "r1", "state": "interrupted", "config_hash": "sha256:ab", "labels": ["tiny"]}
+    boot = {"id": "b1", "engine": "reference", "port": 1234, "ready_s": None, "state": "stopped"}
+    text = run_header(run, boot).plain
+    assert "not ready  [stopped]" in text and "ready - s" not in text
+    assert "ready 5.6 s" in run_header(run, {**boot, "ready_s": 5.6}).plain

@@ -65,8 +65,8 @@ def _front_matter_text(fm: dict[str, Any]) -> str:
     parts: list[str] = []
     for key in ("evidence", "fix"):
         val = fm.get(key)
-        if isinstance(val, list):
-            parts.extend(str(v) for v in val)
+        if isinstance(val, list):  # evidence items are {fact, source} maps: index the fact's words
+            parts.extend(str(v["fact"]) if isinstance(v, dict) and "fact" in v else str(v) for v in val)
         elif isinstance(val, str):
             parts.append(val)
     return "\n".join(parts)

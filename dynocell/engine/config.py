@@ -559,7 +559,8 @@ def load_config(path: str | Path) -> EngineConfig:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(str(p), None, "no such config file", "give the path of a .toml config")
+        raise ConfigError(str(p), None, "a directory, not a config file" if p.is_dir() else "no such config file",
+                          "give the path of a .toml config")
     size = p.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(str(p), None, f"file is {size / 1e6:.1f} MB; a config may be at most "

@@ -219,7 +219,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     if engine is not None and engine not in ENGINES:
         raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
     if not p.is_file():
-        raise LogReadError(f"{p}: no such file", "give the path of an engine's server log")
+        raise LogReadError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
+                           "give the path of an engine's server log")
     size = p.stat().st_size
     if size > MAX_LOG_BYTES:
         raise LogReadError(f"{p}: {size >> 20} MiB is more than the {MAX_LOG_BYTES >> 20} MiB a log may be",

@@ -85,7 +85,8 @@ class BenchLevel:
 def _load_json(path: Path) -> list[tuple[int, Any]]:
     """``[(line, value)]``: one JSON document, or JSON lines."""
     if not path.is_file():
-        raise ResultReadError(f"{path}: no such file", "give the path of the result file")
+        raise ResultReadError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+                              "give the path of the result file")
     size = path.stat().st_size
     if size > MAX_RESULT_BYTES:
         raise ResultReadError(f"{path}: {size >> 20} MiB is more than the {MAX_RESULT_BYTES >> 20} MiB allowed")
@@ -98,9 +99,9 @@ def _load_json(path: Path) -> list[tuple[int, Any]]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ResultReadError(f"{path}: line {line}: not UTF-8 text") from None
+        raise ResultReadError(f"{path}: line {line}: not UTF-8 text", "give the tool's JSON result file") from None
     if not text.strip():
-        raise ResultReadError(f"{path}: line 1: the file is empty")
+        raise ResultReadError(f"{path}: line 1: the file is empty", "give the tool's JSON result file")
     try:
         return [(1, json.loads(text))]
     except json.JSONDecodeError as whole:
@@ -112,10 +113,26 @@ def _load_json(path: Path) -> list[tuple[int, Any]]:
                 out.append((i, json.loads(line)))
             except json.JSONDecodeError as exc:
                 if len(out) == 0 and i == 1 and whole.lineno > 1:
-                    raise ResultReadError(f"{path}: line {whole.lineno}: not JSON ({whole.msg})") from None
+                    raise ResultReadError(f"{path}: line {whole.lineno}: not JSON ({whole.msg})",
+                                          "is the file cut short? give the tool's whole JSON result file") from None
                 raise ResultReadError(f"{path}: line {i}: not JSON ({exc.msg} at column {exc.colno})",
                                       "is the file cut short? each line must be one JSON object") from None
         return out
+
+
+def _kind(v: Any) -> str:
+    """A JSON value's kind with its article, as an operator reads it ("a list", "a number")."""
+    if isinstance(v, bool):
+        return "true/false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    return f"a {type(v).__name__}"
 
 
 def _num(v: Any) -> float | None:
@@ -244,7 +261,8 @@ def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:
     tool = None
     for line, obj in docs:
         if not isinstance(obj, Mapping):
-            raise ResultReadError(f"{p}: line {line}: a {type(obj).__name__}, not a JSON object")
+            raise ResultReadError(f"{p}: line {line}: {_kind(obj)}, not a JSON object",
+                                  "give the benchmark tool's result file (one JSON object, or one per line)")
         if isinstance(obj.get("benchmarks"), list):
             t, lv = "guidellm", _guidellm(obj, p)
         elif isinstance(obj.get("time_to_first_token"), Mapping) and "unit" in obj["time_to_first_token"]:
@@ -316,7 +334,8 @@ def read_requests(path: str | Path) -> RequestsReport:
     model = None
     for line, rec in records:
         if not isinstance(rec, Mapping):
-            raise ResultReadError(f"{p}: line {line}: a {type(rec).__name__}, not a response object")
+            raise ResultReadError(f"{p}: line {line}: {_kind(rec)}, not a response object",
+                                  "save the engine's whole JSON response per request (a list of them, or one per line)")
         if isinstance(rec.get("status"), int) and rec["status"] != 200:
             failed += 1
             continue

@@ -39,9 +39,17 @@ class Cell:
         return self._store
 
 
+POSTGRES_URL_SHAPE = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
+
+
 def _open(settings: Settings) -> Store:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
+    scheme = settings.db_url.split("://", 1)[0] if "://" in settings.db_url else None
+    if scheme is not None and scheme.split("+", 1)[0] not in ("sqlite", "postgresql"):
+        raise UserError(f"database_url: {scheme}:// is not a store dynocell supports (SQLite or PostgreSQL)",
+                        f"set DYNOCELL_DATABASE_URL={POSTGRES_URL_SHAPE}, or unset it to use the SQLite "
+                        "file in the data directory")
     try:
         return open_store(settings.db_url)
     except ArgumentError as exc:
@@ -59,6 +67,9 @@ def _open(settings: Settings) -> Store:
                                f"make {folder} writable by this user, or set DYNOCELL_HOME to a writable "
                                "directory (dynocell settings shows where the store lives)") from exc
     except ModuleNotFoundError as exc:
+        if scheme is not None and scheme.startswith("postgresql"):
+            raise UserError(f"the database driver for {scheme}:// is not installed ({exc.name})",
+                            f"write the URL as {POSTGRES_URL_SHAPE} (psycopg 3 comes with dynocell)") from exc
         raise UserError(f"the database driver for {settings.db_url.split(':', 1)[0]} is not installed ({exc.name})",
                         f"pip install {exc.name} (or a driver matching the URL), or unset DYNOCELL_DATABASE_URL") from exc
     except OSError as exc:

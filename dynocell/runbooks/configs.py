@@ -161,7 +161,8 @@ def resolve_hash(cell: Cell, ref: str) -> str:
             raise NotFound(f"hash prefix {ref!r} is ambiguous: matches {shown}",
                            "give more hex digits")
     if _looks_like_path(ref):
-        raise ConfigError(ref, None, "no such config file", "give the path of a .toml config")
+        raise ConfigError(ref, None, "a directory, not a config file" if Path(ref).is_dir() else "no such config file",
+                          "give the path of a .toml config")
     raise NotFound(f"no config named {ref!r} and no hash starting with it",
                    "see `dynocell config list`, or add one with `dynocell config add FILE`")
 

@@ -58,6 +58,9 @@ def export(cell: Cell, since: datetime, fmt: str, out_dir: Path, host: str | Non
         raise UserError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}", "use --format parquet or --format csv")
     writer = _parquet_writer() if fmt == "parquet" else _write_csv
     host_ids = hosts.resolve(cell, host) if host else None
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out: {out_dir} is a file, not a directory",
+                        "name a directory (new or existing) for runs.*, curves.* and splits.*")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -101,7 +101,8 @@ def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise UserError(f"{path}: no such file", "give the path of the file to import")
+            raise UserError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+                            "give the path of the file to import")
         h = hashlib.sha256()
         size = 0
         with open(path, "rb") as f:
@@ -329,7 +330,8 @@ def trace_split(path: str | Path, top: int = 20) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p}: no such file", "give the path of a Chrome trace (.json or .json.gz)")
+        raise UserError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
+                        "give the path of a Chrome trace (.json or .json.gz)")
     split = analyze_trace(p, top=top)
     return {"path": str(p), **split.as_dict()}
 
@@ -346,10 +348,14 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     files, key = digest_files([path])
     found = db_imports.find_import(cell.store, "trace", key)
     if found:
-        return {**found["summary"], "import_id": found["id"], "created": False}
+        return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
+                "created": False}
     from dynocell.engine.trace import analyze_trace
 
     sp = analyze_trace(Path(path))
+    if sp.source == "cpu_op" and sp.launches == 0 and sp.device_ms == 0:
+        raise UserError(f"{path}: the trace holds neither GPU kernels nor CPU ops: nothing to store",
+                        "give a torch profiler / Kineto trace of the engine's busy window (*.trace.json[.gz])")
     costs = per_token(sp, output_tokens) if output_tokens else {"ms_per_token": None, "launches_per_token": None}
     run = None
     if config_ref:

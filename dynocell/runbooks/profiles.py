@@ -74,9 +74,9 @@ def profile_window(
                                      "with_stack": False, "record_shapes": False,
                                      "profile_id": run_id or stamp})
         if not resp.ok:
-            raise EngineError(f"/start_profile answered {resp.status}: {resp.text[:200]}",
-                              f"start the engine with SGLANG_TORCH_PROFILER_DIR (the reference engine: "
-                              f"--profile-dir) set to a directory that holds {trace_dir}")
+            raise EngineError(f"/start_profile answered {resp.status}: {_answer(resp)}",
+                              f"start the engine with profiling allowed and its profile directory covering "
+                              f"{trace_dir} (SGLANG_TORCH_PROFILER_DIR), or leave the profile out (dynocell run --no-profile)")
         progress("profiling a fixed decode workload", {"step": "profile"})
         result = run_level_sync(live.base_url, reqs, 1, warmup=0)
         stop = client.stop_profile()

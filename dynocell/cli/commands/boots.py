@@ -196,8 +196,11 @@ def stop_cmd(
 
     Example: dynocell stop 3f2a --grace 10
     """
+    from datetime import datetime, timezone
+
     from dynocell.runbooks import boots
 
+    asked = datetime.now(timezone.utc).replace(tzinfo=None)  # the store keeps naive UTC
     with err_console.status("stopping …"):
         row = boots.stop(get_cell(), boot, grace_s=grace, pid=pid)
     if json_out:
@@ -205,5 +208,9 @@ def stop_cmd(
         return
     how = row.get("stop_how") or "-"
     secs = row.get("stop_s")
+    ended = row.get("ended_at")
+    if isinstance(ended, datetime) and ended.replace(tzinfo=None) < asked:
+        out(f"boot {row['id']} was already {row['state']} ({human_duration((asked - ended.replace(tzinfo=None)).total_seconds())} ago)")
+        return
     out(f"boot {row['id']} {row['state']} ({how}" + (f", {secs:.1f} s" if secs is not None else "") + ")"
         + (f", {row['zombies']} zombie(s) reaped" if row.get("zombies") else ""))

@@ -129,7 +129,7 @@ def trust_cmd(
 ) -> None:
     """Mark a stored config trusted, recording who (your OS user) and when.
 
-    A config whose [env] sets LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH,
+    A config whose \\[env] sets LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH,
     PYTHONSTARTUP, PYTHONHOME, BASH_ENV, ENV or PATH makes the engine load code
     from there; the web panel boots it only once it is trusted. Read it first
     with `dynocell config show NAME`.

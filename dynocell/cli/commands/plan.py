@@ -14,9 +14,9 @@ def plan_cmd(
     port: int = typer.Option(0, "--port", help="HTTP port of node 0 (default: the config's, else 30000)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
-    """Print the command each node runs: NCCL and other [env] settings as KEY=VALUE, then the argv.
+    """Print the command each node runs: NCCL and other \\[env] settings as KEY=VALUE, then the argv.
 
-    Multi-node configs name [[nodes]] (host, node_rank, gpus) and a
+    Multi-node configs name \\[\\[nodes]] (host, node_rank, gpus) and a
     dist_init_addr; every node gets --nnodes, --node-rank and
     --dist-init-addr. An inconsistent plan (a node rank missing or twice,
     GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused naming the field.

@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
     web = typer.Typer(help="The browser admin panel (FastAPI + htmx).\n\nExample: dynocell web --port 8700",
                       invoke_without_command=True,
                       no_args_is_help=False)
-    token = typer.Typer(help="Web-panel login tokens.", no_args_is_help=True)
+    token = typer.Typer(help="Web-panel login tokens: lasting ones, for a panel that should not print a new login URL "
+                        "each start.\n\nExample: dynocell web token create --label ci", no_args_is_help=True)
     web.callback(invoke_without_command=True)(web_cmd)
     token.command("create")(token_create_cmd)
     token.command("list")(token_list_cmd)
@@ -115,7 +116,10 @@ def listen(host: str, port: int):  # noqa: ANN201 - socket.socket
 def token_create_cmd(
     label: Optional[str] = typer.Option(None, "--label", help="A name to remember the token by."),
 ) -> None:
-    """Create a login token and print it once (only its salted hash is stored)."""
+    """Create a login token and print it once (only its salted hash is stored).
+
+    Example: dynocell web token create --label alice
+    """
     from dynocell.runbooks import views
 
     tok = views.web_token_create(get_cell(), label)
@@ -124,7 +128,10 @@ def token_create_cmd(
 
 
 def token_list_cmd() -> None:
-    """List web tokens: id, label, created, revoked (never the token itself)."""
+    """List web tokens: id, label, created, revoked (never the token itself).
+
+    Example: dynocell web token list
+    """
     from dynocell.runbooks import views
 
     rows = views.web_token_list(get_cell())
@@ -144,7 +151,10 @@ def _printable(text: str) -> str:
 def token_revoke_cmd(
     token_id: int = typer.Argument(..., help="Token id (see `dynocell web token list`)."),
 ) -> None:
-    """Revoke a web token: it stops logging in and its open sessions end at their next request."""
+    """Revoke a web token: it stops logging in and its open sessions end at their next request.
+
+    Example: dynocell web token revoke 1
+    """
     from dynocell.runbooks import views
 
     views.web_token_revoke(get_cell(), token_id)
