@@ -200,7 +200,9 @@ def test_detached_boot_wait_ends_when_its_supervisor_dies(fake_cell, isolated_ho
     assert cli.returncode != 0
     assert "supervisor" in err and "died" in err, err
     end = db_boots.get_boot(fake_cell.store, row["id"])
-    assert end["state"] == "stopped"
+    # Stopped by the wait's reconcile, or already gone by itself (its log pipe died with the
+    # supervisor: the next write is EPIPE) — either way settled, and no process of it is left.
+    assert end["state"] in ("stopped", "lost"), end
     assert marked(row["id"]) == []
 
 
@@ -233,7 +235,8 @@ def test_boot_timeout_while_making_the_model_is_the_end(isolated_home, tmp_path)
     while a supervisor goes on making the model pair and booting: the supervisor honours the
     timeout (model making included), and nothing of that boot is left running or pending."""
     fresh = tmp_path / "fresh-models"
-    env = {"DYNOCELL_MODEL_CACHE": str(fresh), "DYNOCELL_STOP_GRACE_S": "2"}
+    # A seed whose pair is not shipped with the package (seed 0's is), so the pair must be made.
+    env = {"DYNOCELL_MODEL_CACHE": str(fresh), "DYNOCELL_STOP_GRACE_S": "2", "DYNOCELL_MODEL_SEED": "7"}
     cli = _cli(isolated_home, "boot", "examples/tiny.toml", "--detach", "--timeout", "5", env=env)
     try:
         out, err = cli.communicate(timeout=300)
