@@ -346,3 +346,57 @@ def test_rejected_and_empty_arm_summaries():
                          "+0.0%, TTFT p50 @c=1 +0.0%; about 6 more run(s) per side would decide")
     v = V.judge_arm("none", {}, {})
     assert (v.verdict, v.summary, v.comparisons) == ("neutral", "neutral: nothing to compare", [])
+
+
+def test_repeats_to_decide_pinned():
+    """Runs per side for a decision at the observed spreads (ratio 2: CVs 40 % / 5 %, floor 2 %)."""
+    assert [V.repeats_to_decide(d, 0.02, 0.4, 0.05, 2.0) for d in (0.2, 0.25, 0.3, 0.31, 0.32)] == [None, 50, 35, 33, 31]
+    assert V.repeats_to_decide(0.3, 0.02, 0.05, 0.4, 2.0) == 35
+    assert V.repeats_to_decide(0.5, 0.02, 0.01, 0.01, 1.5) == 2  # decided at the smallest n
+    assert V.repeats_to_decide(0.1, 0.02, 0.0, 0.0, 1.0) == 2  # no spread at all
+    assert V.repeats_to_decide(0.02, 0.02, 0.1, 0.1, 1.0) is None  # the point sits on the floor
+
+
+def test_judge_arm_passes_floor_and_confidence_and_compares_one_sided_keys():
+    inc = {("decode_tok_s", "c=1"): [100.0, 101.0, 99.0]}
+    arm3 = {("decode_tok_s", "c=1"): [103.0, 104.0, 102.0]}
+    assert V.judge_arm("a", inc, arm3).summary == ("inconclusive: decode tok/s @c=1 +3.0%; "
+                                                   "about 7 more run(s) per side would decide")
+    assert V.judge_arm("a", inc, arm3, min_floor=0.05).summary == (
+        "inconclusive: decode tok/s @c=1 +3.0%; about 1 more run(s) per side would decide")
+    wide_inc = {("decode_tok_s", "c=1"): [100.0, 104.0, 96.0]}
+    wide_arm = {("decode_tok_s", "c=1"): [110.0, 114.0, 106.0]}
+    assert V.judge_arm("a", wide_inc, wide_arm).verdict == "inconclusive"
+    assert V.judge_arm("a", wide_inc, wide_arm, conf=0.5).summary == "better: decode tok/s @c=1 +10.0%"
+    # a key only the arm has is still compared (inconclusive: no incumbent samples)
+    v = V.judge_arm("a", inc, {("decode_tok_s", "c=1"): [110.0, 111.0, 109.0], ("tau", "acceptance"): [2.0, 2.0]})
+    assert [(c.metric, c.reason) for c in v.comparisons] == [("decode_tok_s", None),
+                                                            ("tau", "no samples from the incumbent")]
+    assert (v.verdict, v.summary, v.tradeoffs) == ("better", "better: decode tok/s @c=1 +10.0%; "
+                                                             "1 comparison(s) inconclusive", [])
+    v = V.judge_arm("a", {}, {("tau", "acceptance"): [2.0, 2.0]})
+    assert (v.verdict, v.summary, v.more_repeats) == ("inconclusive", "inconclusive: τ @acceptance", None)
+    v = V.judge_arm("a", inc, {("decode_tok_s", "c=1"): [80.0, 81.0, 79.0]})
+    assert (v.verdict, v.summary, v.tradeoffs) == ("worse", "worse: decode tok/s @c=1 -20.0%", [])
+
+
+def test_judge_arm_neutral_with_enough_runs():
+    inc = [100.0 + (1 if i % 2 else -1) for i in range(30)]
+    v = V.judge_arm("same", {("decode_tok_s", "c=1"): inc}, {("decode_tok_s", "c=1"): list(inc)})
+    assert (v.verdict, v.verdict_label, v.summary, v.drivers, v.tradeoffs, v.more_repeats) == (
+        "neutral", "neutral", "neutral: every metric within the incumbent's noise", [], [], None)
+
+
+def test_levels_order_numbers_then_names():
+    inc = {("decode_tok_s", lv): [1.0, 1.0] for lv in ("acceptance", "c=x", "c=16", "c=4")}
+    assert [c.level for c in V.judge_arm("a", inc, inc).comparisons] == ["c=4", "c=16", "c=x", "acceptance"]
+    inc = {("decode_tok_s", lv): [1.0, 1.0] for lv in ("c=b", "b", "c=a", "a")}
+    assert [c.level for c in V.judge_arm("a", inc, inc).comparisons] == ["c=a", "c=b", "a", "b"]
+
+
+def test_schedule_single_repeat_and_errors():
+    assert V.interleaved_schedule("I", ["A"], 1) == [("I", 0), ("A", 0)]
+    with pytest.raises(ValueError, match="^repeats must be at least 1$"):
+        V.interleaved_schedule("I", ["A"], 0)
+    with pytest.raises(ValueError, match="^an experiment needs at least one arm$"):
+        V.interleaved_schedule("I", [], 1)
