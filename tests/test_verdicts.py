@@ -352,6 +352,8 @@ def test_repeats_to_decide_pinned():
     """Runs per side for a decision at the observed spreads (ratio 2: CVs 40 % / 5 %, floor 2 %)."""
     assert [V.repeats_to_decide(d, 0.02, 0.4, 0.05, 2.0) for d in (0.2, 0.25, 0.3, 0.31, 0.32)] == [None, 50, 35, 33, 31]
     assert V.repeats_to_decide(0.3, 0.02, 0.05, 0.4, 2.0) == 35
+    # equal CVs: both Welch terms weigh in the df (2 (n − 1) when equal), which moves n across the threshold
+    assert V.repeats_to_decide(0.3, 0.02, 0.2, 0.2, 2.0) == 17 and V.repeats_to_decide(0.8, 0.02, 0.3, 0.3, 2.0) == 6
     assert V.repeats_to_decide(0.5, 0.02, 0.01, 0.01, 1.5) == 2  # decided at the smallest n
     assert V.repeats_to_decide(0.1, 0.02, 0.0, 0.0, 1.0) == 2  # no spread at all
     assert V.repeats_to_decide(0.02, 0.02, 0.1, 0.1, 1.0) is None  # the point sits on the floor
