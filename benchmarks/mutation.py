@@ -77,7 +77,37 @@ TARGETS: tuple[Target, ...] = (
 _NO_CURVES = "max(…, default=…) over no curves is unreachable: without curves τ is None and the rule returned"
 _JSON_NATIVE = ("every EngineConfig field is JSON-native (str, int, float, bool, None, list, dict), so "
                 "model_dump in python mode (pydantic treats any mode but 'json' as python) gives the same values")
+_BISECT = ("the normal quantile's bisection converges to the same double from [-41, 40] / [-40, 41] or with a "
+           "201st halving (200 halvings of 80 already reach below one ulp); < vs <= at an exact float tie")
+_DEN_POSITIVE = "den > 0 whenever unit_var > 0 (unit_var == 0 returned 2 before), so the guard never takes its else"
+_KNOWN_METRICS = "only metrics in METRIC_BY_KEY reach comparisons and drivers (unknown keys are filtered out first)"
+_FLOAT_TIE = "differs only when two computed floats are exactly equal (a half-width exactly equal to the margin)"
+_V = "dynocell.engine.verdicts."
 EQUIVALENT: dict[str, str] = {
+    **{_V + f"x__norm_quantile__mutmut_{i}": _BISECT for i in (3, 4, 6, 18)},
+    **{_V + f"x_repeats_to_decide__mutmut_{i}": _DEN_POSITIVE for i in (43, 48)},
+    _V + "x_repeats_to_decide__mutmut_5": "margin exactly 1e-12 is a float tie; both sides then return None or n",
+    _V + "x_repeats_to_decide__mutmut_61": _FLOAT_TIE,
+    _V + "x_judge_arm__mutmut_17": _KNOWN_METRICS + " (so the 99 for an unknown one is never used)",
+    **{_V + f"x__describe__mutmut_{i}": _KNOWN_METRICS for i in (4, 10, 11)},
+    _V + "x__level_key__mutmut_8": "(2, level) → (3, level) keeps the order: numbers (0), bad numbers (1), names",
+    **{_V + f"x__betacf__mutmut_{i}": ("the 1e-300 guard against a zero denominator (Numerical Recipes) only acts "
+                                       "below 1e-300, which the t CDF's arguments never reach")
+       for i in (19, 21, 48, 50, 57, 59, 81, 83, 90, 92)},
+    **{_V + f"x__betacf__mutmut_{i}": ("the continued fraction has converged long before: more iterations "
+                                       "(301, or never breaking) multiply h by 1 ± 1 ulp")
+       for i in (28, 98, 99, 100)},
+    **{_V + f"x__betai__mutmut_{i}": "x = df / (df + t²) lies in (0, 1] for df > 0: x ≤ 0 never happens, and "
+                                     "x = 1 (t = 0) gives 1 on both paths" for i in (1, 3, 4)},
+    _V + "x__mean_sd__mutmut_18": "the sd of one sample is never used: CVs and the Welch interval need n ≥ 2",
+    _V + "x__ratio_ci__mutmut_26": _FLOAT_TIE + " (a relative se of exactly 1.0)",
+    _V + "x__ratio_ci__mutmut_28": "the se returned for a zero spread is discarded by compare()",
+    **{_V + f"x__ratio_ci__mutmut_{i}": "compare() calls _ratio_ci only with n ≥ 2 on both sides"
+       for i in (32, 38, 40, 42, 48, 50)},
+    **{_V + f"x__ratio_ci__mutmut_{i}": "den > 0 whenever se > 0 (se == 0 returned before)" for i in (53, 58)},
+    **{_V + f"x__decide__mutmut_{i}": _FLOAT_TIE + " (an interval end exactly on ±floor)" for i in (1, 8, 18, 19)},
+    **{_V + f"x_compare__mutmut_{i}": "with one sample the sd is 0, so its CV is 0 on either branch"
+       for i in (90, 93, 102)},
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_25": _NO_CURVES,
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_27": _NO_CURVES,
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_28": _NO_CURVES,

@@ -402,3 +402,22 @@ def test_schedule_single_repeat_and_errors():
         V.interleaved_schedule("I", ["A"], 0)
     with pytest.raises(ValueError, match="^an experiment needs at least one arm$"):
         V.interleaved_schedule("I", [], 1)
+
+
+def test_compare_edges_pinned():
+    # a Metric object works as well as its key
+    assert V.compare(V.METRICS[0], "c=1", [100.0, 101.0, 99.0], [110.0, 111.0, 109.0]).verdict == "better"
+    # one incumbent run: no CV to take, the floor stays at the minimum
+    c = V.compare("decode_tok_s", "c=1", [10.0], [5.0, 6.0])
+    assert (c.noise_floor, c.more_repeats, c.verdict) == (0.02, 1, "inconclusive")
+    # the point on the floor (d = +2 %, floor = CV 2 %): no number of runs decides
+    c = V.compare("decode_tok_s", "c=1", [100.0, 102.0, 98.0], [102.0, 104.0, 100.0])
+    assert c.more_repeats is None and c.reason == (
+        "the 95% interval [-2.6%, +6.6%] straddles the noise floor ±2.0%; "
+        "more than 50 runs per side would be needed at this spread")
+    # the interval starts inside the floor but ends above it: not neutral, inconclusive
+    c = V.compare("decode_tok_s", "c=1", [99.3, 100.7, 100.5], [100.0, 101.5, 101.2])
+    assert -c.noise_floor <= c.ci_low <= c.noise_floor < c.ci_high and c.verdict == "inconclusive"
+    # the confidence level reaches the advice and the wording: 99.5 % needs 16 more runs (95 %: 7)
+    c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0], conf=0.995)
+    assert c.more_repeats == 16 and c.reason.startswith("the 99% interval [-111.9%, +145.8%]")
