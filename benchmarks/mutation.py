@@ -83,6 +83,7 @@ _DEN_POSITIVE = "den > 0 whenever unit_var > 0 (unit_var == 0 returned 2 before)
 _KNOWN_METRICS = "only metrics in METRIC_BY_KEY reach comparisons and drivers (unknown keys are filtered out first)"
 _FLOAT_TIE = "differs only when two computed floats are exactly equal (a half-width exactly equal to the margin)"
 _V = "dynocell.engine.verdicts."
+_R = "dynocell.engine.rules."
 EQUIVALENT: dict[str, str] = {
     **{_V + f"x__norm_quantile__mutmut_{i}": _BISECT for i in (3, 4, 6, 18)},
     **{_V + f"x_repeats_to_decide__mutmut_{i}": _DEN_POSITIVE for i in (43, 48)},
@@ -108,6 +109,15 @@ EQUIVALENT: dict[str, str] = {
     **{_V + f"x__decide__mutmut_{i}": _FLOAT_TIE + " (an interval end exactly on ±floor)" for i in (1, 8, 18, 19)},
     **{_V + f"x_compare__mutmut_{i}": "with one sample the sd is 0, so its CV is 0 on either branch"
        for i in (90, 93, 102)},
+    # engine/rules
+    _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
+    _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",
+    _R + "x__read_toml__mutmut_2": "encoding=None is the locale's, UTF-8 on every supported host (UTF-8 mode)",
+    _R + "x__read_toml__mutmut_4": "'UTF-8' and 'utf-8' name the same codec",
+    **{_R + f"x_phase_timeline__mutmut_{i}": "'' and None are both falsy as 'no timestamp yet'" for i in (5, 6)},
+    _R + "x_phase_timeline__mutmut_39": "first and last are set together at the first timestamp: and/or agree",
+    **{_R + f"x_classify_log__mutmut_{i}": "exit_code is recorded by callers, not used by classify()"
+       for i in (19, 24)},
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_25": _NO_CURVES,
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_27": _NO_CURVES,
     "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_28": _NO_CURVES,
