@@ -84,6 +84,7 @@ _KNOWN_METRICS = "only metrics in METRIC_BY_KEY reach comparisons and drivers (u
 _FLOAT_TIE = "differs only when two computed floats are exactly equal (a half-width exactly equal to the margin)"
 _V = "dynocell.engine.verdicts."
 _R = "dynocell.engine.rules."
+_A = "dynocell.web.auth."
 EQUIVALENT: dict[str, str] = {
     **{_V + f"x__norm_quantile__mutmut_{i}": _BISECT for i in (3, 4, 6, 18)},
     **{_V + f"x_repeats_to_decide__mutmut_{i}": _DEN_POSITIVE for i in (43, 48)},
@@ -109,6 +110,14 @@ EQUIVALENT: dict[str, str] = {
     **{_V + f"x__decide__mutmut_{i}": _FLOAT_TIE + " (an interval end exactly on ±floor)" for i in (1, 8, 18, 19)},
     **{_V + f"x_compare__mutmut_{i}": "with one sample the sd is 0, so its CV is 0 on either branch"
        for i in (90, 93, 102)},
+    # break-even, no_net_win, config hash, web auth
+    "dynocell.runbooks.run.x__breakeven__mutmut_111": _FLOAT_TIE + " (a speculative step exactly equal to the budget)",
+    "dynocell.engine.config.xǁEngineConfigǁcanonical_json__mutmut_4": "ensure_ascii=None is falsy like False",
+    _A + "xǁSessionsǁ__init____mutmut_3": "secrets.token_bytes(None) draws the default 32 bytes, the same as 32",
+    **{_A + f"xǁSessionsǁissue__mutmut_{i}": "token_urlsafe() never contains '.', so the replace() never acts"
+       for i in (15, 16)},
+    _A + "xǁSessionsǁverify__mutmut_18": _FLOAT_TIE + " (time.time() exactly on the expiry second)",
+    _A + "xǁLoginLimiterǁ_prune__mutmut_4": _FLOAT_TIE + " (a failure exactly window_s old)",
     # engine/rules
     _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
     _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",

@@ -81,6 +81,17 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
     run_mod._breakeven(job, None, d)
     assert d == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 8.5118, "budget_ms": 14.9782,
                  "margin": -0.1931, "pays": False, "speedup_estimate": 0.807}
+    # bench rows without a verify-step time: nothing to compare the budget with
+    import sqlite3
+
+    con = sqlite3.connect(job.cell.settings.db_url.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE bench_runs SET extra = json_remove(extra, '$.verify_step_ms_p50') WHERE run_id = ?",
+                    (RUN_ID,))
+    con.close()
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, 5.0, {})
+    assert str(skip.value) == "needs τ, the speculative step time and the plain step time"
     with pytest.raises(run_mod._Skip) as skip:  # a run without acceptance curves
         run_mod._breakeven(run_mod._Job(job.cell, "no-such-run", lambda *a: None), 5.0, {})
     assert str(skip.value) == "no acceptance curve"
@@ -133,13 +144,13 @@ def test_doctor_no_net_win_full_message_and_evidence_from_measured_throughput():
 
 def test_doctor_no_net_win_accounting_suspect_and_boundaries():
     """τ at exactly 90 % of D + 1 with no win names the accounting; τ = tau_min and speedup = 1.0 still fire."""
-    # D = 1, histogram 2/18 → τ = 1.9 = 0.9 × (D + 1): the accounting branch (≥, not >)
-    near_max = {"text_class": "code", "histogram": [2, 18], "prompt_tokens": 128}
-    f = _no_net_win(curves=[near_max], spec_decode_tok_s=500.0, plain_decode_tok_s=1000.0)
+    # D = 1, histogram 2/8 → τ = 1.8 = 0.9 × (D + 1): the accounting branch (≥, not >)
+    near_max = {"text_class": "code", "histogram": [2, 8], "prompt_tokens": 128}
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=250.0, plain_decode_tok_s=1000.0)
     assert f.evidence["accounting_suspect"] is True and f.evidence["num_drafts"] == 1
     assert f.message == (
-        "τ 1.90 but speculative decode is 0.50× plain (margin -50 %): a verify step costs 3.80 plain steps, so τ "
-        "must exceed 3.80 to pay. τ is near its maximum D + 1 = 2 and throughput still does not rise: suspect the "
+        "τ 1.80 but speculative decode is 0.25× plain (margin -75 %): a verify step costs 7.20 plain steps, so τ "
+        "must exceed 7.20 to pay. τ is near its maximum D + 1 = 2 and throughput still does not rise: suspect the "
         "acceptance accounting (drafts counted before verification) before the kernels.")
     # τ exactly tau_min (1.5: histogram 1/1) at exactly speedup 1.0 (no gain at all) is still no net win
     at_min = {"text_class": "code", "histogram": [1, 1, 0, 0], "prompt_tokens": 128}
