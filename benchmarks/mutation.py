@@ -64,7 +64,7 @@ TARGETS: tuple[Target, ...] = (
            ("dynocell.runbooks.run.x__breakeven__mutmut_*",)),
     Target("no_net_win", "dynocell/runbooks/doctor.py", ("tests/test_breakeven.py", "tests/test_doctor.py"),
            ("dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_*",)),
-    Target("health", "dynocell/engine/health.py", ("tests/test_health.py",)),
+    Target("health", "dynocell/engine/health.py", ("tests/test_health_oracle.py",)),
     Target("trace", "dynocell/engine/trace.py", ("tests/test_trace.py",)),
     Target("rules", "dynocell/engine/rules/__init__.py", ("tests/test_rules.py",)),
     Target("config_hash", "dynocell/engine/config.py", ("tests/test_config.py", "tests/test_config_hash.py"),
