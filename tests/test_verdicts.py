@@ -421,3 +421,20 @@ def test_compare_edges_pinned():
     # the confidence level reaches the advice and the wording: 99.5 % needs 16 more runs (95 %: 7)
     c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0], conf=0.995)
     assert c.more_repeats == 16 and c.reason.startswith("the 99% interval [-111.9%, +145.8%]")
+
+
+def test_t_cdf_and_quantile_against_closed_forms():
+    """df = 1 (Cauchy): F(t) = 1/2 + atan(t)/π; df = 2: F(t) = 1/2 + t / (2 √(t² + 2)); both tails, both branches."""
+    import math
+
+    for t in (-3.0, -1.0, -0.2, 0.0, 0.3, 1.0, 4.0):
+        assert V.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-9), t
+        assert V.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(t * t + 2)), abs=1e-9), t
+    assert V.t_cdf(0.5, 5) == pytest.approx(0.68085, abs=1e-5) and V.t_cdf(-1.0, 10) == pytest.approx(0.17045, abs=1e-5)
+    # df = 2 inverted: t = (2p − 1) √(2 / (1 − (2p − 1)²)); p = 0.6 → 0.288675
+    for p in (0.6, 0.75, 0.9):
+        q = 2 * p - 1
+        assert V.t_quantile(p, 2) == pytest.approx(q * math.sqrt(2 / (1 - q * q)), abs=1e-6), p
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match=rf"^p must be in \(0, 1\), got {bad}$"):
+            V.t_quantile(bad, 5)
