@@ -102,6 +102,16 @@ EQUIVALENT: dict[str, str] = {
        for i in (28, 98, 99, 100)},
     **{_V + f"x__betai__mutmut_{i}": "x = df / (df + t²) lies in (0, 1] for df > 0: x ≤ 0 never happens, and "
                                      "x = 1 (t = 0) gives 1 on both paths" for i in (1, 3, 4)},
+    **{_V + f"x__betai__mutmut_{i}": ("both branches evaluate I_x(a, b) (Numerical Recipes picks the one whose "
+                                       "continued fraction converges faster); moving the switch point changes "
+                                       "the value below 1e-9") for i in (21, 22, 23, 24, 25, 26, 27)},
+    _V + "x_t_cdf__mutmut_21": "at t = 0 the tail is exactly 0.5, so 1 − tail and tail agree",
+    **{_V + f"x_t_quantile__mutmut_{i}": "_t_quantile() refuses p outside (0, 1) with the same message"
+       for i in (3, 4, 5)},
+    _V + "x_t_quantile__mutmut_15": "p is rounded to 9 or 10 places: the same for every confidence written with "
+                                    "fewer than 9 decimals",
+    _V + "x_t_quantile__mutmut_16": "round(inf, 3) is inf, so the isinf() guard is a no-op either way",
+    _V + "x_repeats_to_decide__mutmut_17": _FLOAT_TIE + " (a per-run variance of exactly 1.0)",
     _V + "x__mean_sd__mutmut_18": "the sd of one sample is never used: CVs and the Welch interval need n ≥ 2",
     _V + "x__ratio_ci__mutmut_26": _FLOAT_TIE + " (a relative se of exactly 1.0)",
     _V + "x__ratio_ci__mutmut_28": "the se returned for a zero spread is discarded by compare()",
@@ -133,6 +143,8 @@ EQUIVALENT: dict[str, str] = {
     **{_H + f"x_check_health__mutmut_{i}": "prometheus_client's parse errors are printable (values in repr) and "
                                            "never empty, so the '?' replacement and the 'parse error' fallback "
                                            "never act" for i in (265, 266, 267, 270, 271)},
+    _H + "x_check_health__mutmut_274": "an empty /metrics body parses (no families), so the head of an "
+                                       "unparsable body is never taken from an empty text",
     _H + "x_check_health__mutmut_277": "an empty /metrics body parses (no families), so the empty-head branch is "
                                        "unreachable",
     # engine/rules

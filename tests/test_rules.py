@@ -302,3 +302,16 @@ def test_bounded_repeats_and_lookarounds_in_the_nesting_check():
     for bad in ["(?:a{1,101})+", "(?:(?=a+)x)+", "(?:(?!b*)x)*"]:
         with pytest.raises(ConfigError, match="catastrophic"):
             compile_safe(bad, "f.toml", "regex")
+
+
+def test_signature_match_as_dict():
+    m = classify(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+                 last_phase="ready", was_ready=True)
+    d = m.as_dict()
+    assert d == {"id": "cuda_oom_serving", "title": "CUDA out of memory while serving", "hint": m.hint,
+                 "groups": {"tried_to_allocate": "2.00 GiB"},
+                 "line": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                 "source": m.source}
+    assert m.hint.startswith("activation memory outgrew") and m.source.endswith("signatures.toml")
+    d["groups"]["x"] = "y"
+    assert "x" not in m.groups  # a copy
