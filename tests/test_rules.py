@@ -234,6 +234,12 @@ def test_bad_signature_file_names_the_file_field_and_fix(case, tmp_path):
         assert err.value.field == tail.split(":")[0]
 
 
+def test_signature_file_without_signatures_adds_none(tmp_path):
+    f = tmp_path / "empty.toml"
+    f.write_text("# nothing yet\n", encoding="utf-8")
+    assert load_signatures([f]) == load_signatures()
+
+
 def test_missing_signature_file_is_not_found(tmp_path):
     from dynocell.errors import NotFound
 
@@ -264,6 +270,7 @@ def test_what_rules_see_of_a_line():
     assert strip_prefix("2026-11-30T03:25:27.123Z | Load weight begin.\r\n") == "Load weight begin."
     assert strip_prefix("\n  indented text  \n") == "\n  indented text  "  # only the line end goes
     assert strip_prefix("2026-11-30 03:25:27 | not our prefix") == "2026-11-30 03:25:27 | not our prefix"
+    assert strip_prefix("ends in XX\n") == "ends in XX"
     assert match_text("2026-11-30T03:25:27Z | \x1b[31mCUDA out of memory\x1b[0m") == "CUDA out of memory"
     assert match_text("x" * 5000) == "x" * 4096
 
@@ -295,3 +302,16 @@ def test_bounded_repeats_and_lookarounds_in_the_nesting_check():
     for bad in ["(?:a{1,101})+", "(?:(?=a+)x)+", "(?:(?!b*)x)*"]:
         with pytest.raises(ConfigError, match="catastrophic"):
             compile_safe(bad, "f.toml", "regex")
+
+
+def test_signature_match_as_dict():
+    m = classify(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+                 last_phase="ready", was_ready=True)
+    d = m.as_dict()
+    assert d == {"id": "cuda_oom_serving", "title": "CUDA out of memory while serving", "hint": m.hint,
+                 "groups": {"tried_to_allocate": "2.00 GiB"},
+                 "line": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                 "source": m.source}
+    assert m.hint.startswith("activation memory outgrew") and m.source.endswith("signatures.toml")
+    d["groups"]["x"] = "y"
+    assert "x" not in m.groups  # a copy

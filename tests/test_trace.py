@@ -196,3 +196,38 @@ def test_real_torch_cpu_trace(cpu_profile_trace):
     _read_fast(cpu_profile_trace)
     assert analyze_trace(cpu_profile_trace, top=10**6).as_dict() == \
         analyze_trace(cpu_profile_trace, top=10**6, fast=False).as_dict()
+
+
+def test_two_ranks_combined(tmp_path):
+    """Rank 0 = array-form.json, rank 1 = nested.json (see traces/README.md), given out of order.
+
+    Combined: device 30 + 85 = 115 µs; window and span the longest rank's (80 µs); busy the mean of
+    50 % and 87.5 %; launches, events and per-category time summed; the top list merged by kernel
+    name (the RMSNorm kernel: 1 + 2 launches); warnings tagged with their rank; skew 85 / 30.
+    """
+    shutil.copy(TRACES / "nested.json", tmp_path / "n-TP-1.json")
+    shutil.copy(TRACES / "array-form.json", tmp_path / "a-TP-0.json")
+    r = analyze_ranks([tmp_path / "n-TP-1.json", tmp_path / "a-TP-0.json"], top=3)
+    assert [s.rank for s in r.ranks] == [0, 1] and r.rank_skew == pytest.approx(85 / 30)
+    c = r.combined.as_dict()
+    assert c["path"] == f"{tmp_path / 'a-TP-0.json'}, {tmp_path / 'n-TP-1.json'}"
+    assert (c["source"], c["rank"], c["launches"], c["graph_launches"], c["events"]) == ("kernel", None, 8, 1, 10)
+    assert (c["device_ms"], c["window_ms"], c["trace_span_ms"], c["busy_pct"]) == pytest.approx(
+        (0.115, 0.080, 0.080, 68.75))
+    cats = {x["category"]: (x["ms"], x["pct"], x["launches"]) for x in c["categories"]}
+    assert [x["category"] for x in c["categories"]] == list(CATEGORIES)
+    assert cats["gemm"] == pytest.approx((0.070, 7000 / 115, 2))
+    assert cats["attention"] == pytest.approx((0.020, 2000 / 115, 2))
+    assert cats["norm"] == pytest.approx((0.020, 2000 / 115, 3))
+    assert cats["memcpy_gather"] == pytest.approx((0.005, 500 / 115, 1))
+    assert all(cats[k] == (0.0, 0.0, 0) for k in ("moe", "router_topk", "elementwise", "communication",
+                                                   "sampling", "other"))
+    assert [(k["name"], k["category"], k["launches"], k["source"]) for k in c["top"]] == [
+        ("nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN", "gemm", 2, "kernel"),
+        ("_fwd_grouped_kernel_stage1", "attention", 2, "kernel"),
+        ("void flashinfer::norm::FusedAddRMSNormKernel<8u>", "norm", 3, "kernel")]
+    assert [x for k in c["top"] for x in (k["ms"], k["pct"])] == pytest.approx(
+        [0.070, 7000 / 115, 0.020, 2000 / 115, 0.020, 2000 / 115])
+    assert c["warnings"] == ["rank 0: 1 event(s) with negative duration skipped"]
+    one = analyze_ranks([tmp_path / "n-TP-1.json"])
+    assert one.rank_skew == 1.0 and one.combined.busy_pct == pytest.approx(87.5)

@@ -346,3 +346,95 @@ def test_rejected_and_empty_arm_summaries():
                          "+0.0%, TTFT p50 @c=1 +0.0%; about 6 more run(s) per side would decide")
     v = V.judge_arm("none", {}, {})
     assert (v.verdict, v.summary, v.comparisons) == ("neutral", "neutral: nothing to compare", [])
+
+
+def test_repeats_to_decide_pinned():
+    """Runs per side for a decision at the observed spreads (ratio 2: CVs 40 % / 5 %, floor 2 %)."""
+    assert [V.repeats_to_decide(d, 0.02, 0.4, 0.05, 2.0) for d in (0.2, 0.25, 0.3, 0.31, 0.32)] == [None, 50, 35, 33, 31]
+    assert V.repeats_to_decide(0.3, 0.02, 0.05, 0.4, 2.0) == 35
+    # equal CVs: both Welch terms weigh in the df (2 (n − 1) when equal), which moves n across the threshold
+    assert V.repeats_to_decide(0.3, 0.02, 0.2, 0.2, 2.0) == 17 and V.repeats_to_decide(0.8, 0.02, 0.3, 0.3, 2.0) == 6
+    assert V.repeats_to_decide(0.5, 0.02, 0.01, 0.01, 1.5) == 2  # decided at the smallest n
+    assert V.repeats_to_decide(0.1, 0.02, 0.0, 0.0, 1.0) == 2  # no spread at all
+    assert V.repeats_to_decide(0.02, 0.02, 0.1, 0.1, 1.0) is None  # the point sits on the floor
+
+
+def test_judge_arm_passes_floor_and_confidence_and_compares_one_sided_keys():
+    inc = {("decode_tok_s", "c=1"): [100.0, 101.0, 99.0]}
+    arm3 = {("decode_tok_s", "c=1"): [103.0, 104.0, 102.0]}
+    assert V.judge_arm("a", inc, arm3).summary == ("inconclusive: decode tok/s @c=1 +3.0%; "
+                                                   "about 7 more run(s) per side would decide")
+    assert V.judge_arm("a", inc, arm3, min_floor=0.05).summary == (
+        "inconclusive: decode tok/s @c=1 +3.0%; about 1 more run(s) per side would decide")
+    wide_inc = {("decode_tok_s", "c=1"): [100.0, 104.0, 96.0]}
+    wide_arm = {("decode_tok_s", "c=1"): [110.0, 114.0, 106.0]}
+    assert V.judge_arm("a", wide_inc, wide_arm).verdict == "inconclusive"
+    assert V.judge_arm("a", wide_inc, wide_arm, conf=0.5).summary == "better: decode tok/s @c=1 +10.0%"
+    # a key only the arm has is still compared (inconclusive: no incumbent samples)
+    v = V.judge_arm("a", inc, {("decode_tok_s", "c=1"): [110.0, 111.0, 109.0], ("tau", "acceptance"): [2.0, 2.0]})
+    assert [(c.metric, c.reason) for c in v.comparisons] == [("decode_tok_s", None),
+                                                            ("tau", "no samples from the incumbent")]
+    assert (v.verdict, v.summary, v.tradeoffs) == ("better", "better: decode tok/s @c=1 +10.0%; "
+                                                             "1 comparison(s) inconclusive", [])
+    v = V.judge_arm("a", {}, {("tau", "acceptance"): [2.0, 2.0]})
+    assert (v.verdict, v.summary, v.more_repeats) == ("inconclusive", "inconclusive: τ @acceptance", None)
+    v = V.judge_arm("a", inc, {("decode_tok_s", "c=1"): [80.0, 81.0, 79.0]})
+    assert (v.verdict, v.summary, v.tradeoffs) == ("worse", "worse: decode tok/s @c=1 -20.0%", [])
+
+
+def test_judge_arm_neutral_with_enough_runs():
+    inc = [100.0 + (1 if i % 2 else -1) for i in range(30)]
+    v = V.judge_arm("same", {("decode_tok_s", "c=1"): inc}, {("decode_tok_s", "c=1"): list(inc)})
+    assert (v.verdict, v.verdict_label, v.summary, v.drivers, v.tradeoffs, v.more_repeats) == (
+        "neutral", "neutral", "neutral: every metric within the incumbent's noise", [], [], None)
+
+
+def test_levels_order_numbers_then_names():
+    inc = {("decode_tok_s", lv): [1.0, 1.0] for lv in ("acceptance", "c=x", "c=16", "c=4")}
+    assert [c.level for c in V.judge_arm("a", inc, inc).comparisons] == ["c=4", "c=16", "c=x", "acceptance"]
+    inc = {("decode_tok_s", lv): [1.0, 1.0] for lv in ("c=b", "b", "c=a", "a")}
+    assert [c.level for c in V.judge_arm("a", inc, inc).comparisons] == ["c=a", "c=b", "a", "b"]
+
+
+def test_schedule_single_repeat_and_errors():
+    assert V.interleaved_schedule("I", ["A"], 1) == [("I", 0), ("A", 0)]
+    with pytest.raises(ValueError, match="^repeats must be at least 1$"):
+        V.interleaved_schedule("I", ["A"], 0)
+    with pytest.raises(ValueError, match="^an experiment needs at least one arm$"):
+        V.interleaved_schedule("I", [], 1)
+
+
+def test_compare_edges_pinned():
+    # a Metric object works as well as its key
+    assert V.compare(V.METRICS[0], "c=1", [100.0, 101.0, 99.0], [110.0, 111.0, 109.0]).verdict == "better"
+    # one incumbent run: no CV to take, the floor stays at the minimum
+    c = V.compare("decode_tok_s", "c=1", [10.0], [5.0, 6.0])
+    assert (c.noise_floor, c.more_repeats, c.verdict) == (0.02, 1, "inconclusive")
+    # the point on the floor (d = +2 %, floor = CV 2 %): no number of runs decides
+    c = V.compare("decode_tok_s", "c=1", [100.0, 102.0, 98.0], [102.0, 104.0, 100.0])
+    assert c.more_repeats is None and c.reason == (
+        "the 95% interval [-2.6%, +6.6%] straddles the noise floor ±2.0%; "
+        "more than 50 runs per side would be needed at this spread")
+    # the interval starts inside the floor but ends above it: not neutral, inconclusive
+    c = V.compare("decode_tok_s", "c=1", [99.3, 100.7, 100.5], [100.0, 101.5, 101.2])
+    assert -c.noise_floor <= c.ci_low <= c.noise_floor < c.ci_high and c.verdict == "inconclusive"
+    # the confidence level reaches the advice and the wording: 99.5 % needs 16 more runs (95 %: 7)
+    c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0], conf=0.995)
+    assert c.more_repeats == 16 and c.reason.startswith("the 99% interval [-111.9%, +145.8%]")
+
+
+def test_t_cdf_and_quantile_against_closed_forms():
+    """df = 1 (Cauchy): F(t) = 1/2 + atan(t)/π; df = 2: F(t) = 1/2 + t / (2 √(t² + 2)); both tails, both branches."""
+    import math
+
+    for t in (-3.0, -1.0, -0.2, 0.0, 0.3, 1.0, 4.0):
+        assert V.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-9), t
+        assert V.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(t * t + 2)), abs=1e-9), t
+    assert V.t_cdf(0.5, 5) == pytest.approx(0.68085, abs=1e-5) and V.t_cdf(-1.0, 10) == pytest.approx(0.17045, abs=1e-5)
+    # df = 2 inverted: t = (2p − 1) √(2 / (1 − (2p − 1)²)); p = 0.6 → 0.288675
+    for p in (0.6, 0.75, 0.9):
+        q = 2 * p - 1
+        assert V.t_quantile(p, 2) == pytest.approx(q * math.sqrt(2 / (1 - q * q)), abs=1e-6), p
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match=rf"^p must be in \(0, 1\), got {bad}$"):
+            V.t_quantile(bad, 5)

@@ -17,7 +17,7 @@ SECRET = b"s" * 32
 
 @pytest.mark.parametrize("host, loop", [("localhost", True), (" localhost ", True), ("127.0.0.1", True),
                                         ("127.8.9.10", True), ("::1", True), ("[::1]", True), ("0.0.0.0", False),
-                                        ("10.0.0.1", False), ("example.com", False), ("localhost.evil", False),
+                                        ("10.0.0.1", False), ("example.com", False), ("localhost.evil", False), ("Xlocalhost", False),
                                         ("", False)])
 def test_is_loopback(host, loop):
     assert is_loopback(host) is loop
@@ -53,6 +53,27 @@ def test_forged_expired_and_malformed_cookies_are_refused():
     assert s.verify(bad_exp) is None  # signed but not a number
 
 
+def test_cookie_length_limit_is_300_characters():
+    s = Sessions(SECRET)
+    exp = int(time.time()) + 60
+
+    def cookie(sid_len: int) -> str:
+        sid = "a" * sid_len
+        return f"{sid}.{exp}.{s._sig(f'{sid}.{exp}')}"
+
+    fixed = len(cookie(0))
+    assert len(cookie(300 - fixed)) == 300 and s.verify(cookie(300 - fixed)) is not None
+    assert s.verify(cookie(301 - fixed)) is None
+
+
+def test_csrf_token_is_the_hmac_of_its_session():
+    import hashlib
+    import hmac
+
+    s = Sessions(SECRET)
+    assert s.csrf_for("abc") == hmac.new(SECRET, b"csrf|abc", hashlib.sha256).hexdigest()[:40]
+
+
 def test_revoked_session_stops_verifying_only_itself():
     s = Sessions(SECRET)
     v1, a = s.issue(True)
@@ -80,11 +101,27 @@ def test_login_limiter_blocks_after_max_failures_and_forgets_on_success():
     assert lim.blocked("1.2.3.4") == 0.0
     lim.failed("1.2.3.4")
     wait = lim.blocked("1.2.3.4")
-    assert 1.0 <= wait <= 60.0 and wait > 50.0  # the window since the first failure, not a fixed second
+    assert 30.0 < wait <= 60.0  # the rest of the window since the first failure, not a fixed second
     assert lim.blocked("5.6.7.8") == 0.0  # per client
     lim.succeeded("1.2.3.4")
     assert lim.blocked("1.2.3.4") == 0.0
     lim.succeeded("never-seen")  # no error
+
+
+def test_login_limiter_defaults_and_wait():
+    lim = LoginLimiter()
+    for _ in range(4):
+        lim.failed("c")
+    assert lim.blocked("c") == 0.0
+    lim.failed("c")
+    assert 30.0 < lim.blocked("c") <= 60.0  # 5 failures in 60 s: about the whole window to wait
+    # the wait counts from the oldest failure in the window, and is at least 1 s
+    now = time.monotonic()
+    lim = LoginLimiter(max_failures=2, window_s=60.0)
+    lim._fails["c"] = type(lim._fails["c"])([now - 50.0, now - 10.0])
+    assert 0.0 < lim.blocked("c") <= 10.0  # from the newest it would be about 50
+    lim._fails["d"] = type(lim._fails["d"])([now - 59.9, now - 59.9])
+    assert lim.blocked("d") == 1.0
 
 
 def test_login_limiter_window_slides():
