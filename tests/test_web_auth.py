@@ -1,4 +1,4 @@
-"""The web panel's access-control primitives (dynocell.web.auth) on their own: cookies, CSRF, login limiter.
+"""The web panel's access-control primitives (dynocell.web.auth) on their own: cookies, CSRF, login back-off.
 
 The HTTP behaviour (redirects, 401/403/429, cookie flags) is in test_web_security.py; these are the
 fast unit checks the mutation run (benchmarks/mutation.py) maps ``web/auth.py`` to.
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dynocell.web.auth import LoginLimiter, Sessions, is_loopback
+from dynocell.web.auth import LoginBackoff, Sessions, is_loopback
 
 SECRET = b"s" * 32
 
@@ -25,31 +25,30 @@ def test_is_loopback(host, loop):
 
 def test_issue_and_verify_round_trip():
     s = Sessions(SECRET, ttl_s=60)
-    value, sess = s.issue(authenticated=True)
-    sid, exp, sig = value.split(".")
-    assert sid == sess.sid and sid.startswith("a") and len(sid) == 25
+    value, sess = s.issue("tok1")
+    sid, tid, exp, sig = value.split(".")
+    assert sid == sess.sid and sid.startswith("a") and len(sid) == 25 and tid == "tok1" == sess.token_id
     assert int(time.time()) + 55 <= int(exp) <= int(time.time()) + 60
     assert len(sig) == 64 and sess.authenticated and sess.csrf == s.csrf_for(sid) and len(sess.csrf) == 40
     assert s.verify(value) == sess
-    value_n, anon = s.issue(authenticated=False)
-    assert anon.sid.startswith("n") and not anon.authenticated and s.verify(value_n) == anon
-    assert s.issue(True)[1].sid != sess.sid  # random per issue
+    assert s.issue("tok1")[1].sid != sess.sid  # random per issue
+    assert s.issue("a.b")[1].token_id == "a_b"  # a dot in a token id cannot add a cookie field
 
 
 def test_forged_expired_and_malformed_cookies_are_refused():
     s = Sessions(SECRET, ttl_s=60)
-    value, sess = s.issue(authenticated=False)
-    sid, exp, sig = value.split(".")
+    value, sess = s.issue("tok1")
+    sid, tid, exp, sig = value.split(".")
     assert s.verify(None) is None and s.verify("") is None
     assert s.verify(value + "x" * 300) is None  # over 300 characters
-    assert s.verify(f"{sid}.{exp}") is None and s.verify(f"{sid}.{exp}.{sig}.x") is None
-    assert s.verify(f"a{sid[1:]}.{exp}.{sig}") is None  # anonymous promoted to authenticated: signature breaks
-    assert s.verify(f"{sid}.{int(exp) + 1}.{sig}") is None  # extended expiry: signature breaks
+    assert s.verify(f"{sid}.{tid}.{exp}") is None and s.verify(f"{value}.x") is None
+    assert s.verify(f"{sid}.tok2.{exp}.{sig}") is None  # another token's id: signature breaks
+    assert s.verify(f"{sid}.{tid}.{int(exp) + 1}.{sig}") is None  # extended expiry: signature breaks
     assert Sessions(b"t" * 32).verify(value) is None  # another panel's secret (a restart logs everyone out)
     past = int(time.time()) - 1
-    expired = f"{sid}.{past}.{s._sig(f'{sid}.{past}')}"
+    expired = f"{sid}.{tid}.{past}.{s._sig(f'{sid}.{tid}.{past}')}"
     assert s.verify(expired) is None
-    bad_exp = f"{sid}.soon.{s._sig(f'{sid}.soon')}"
+    bad_exp = f"{sid}.{tid}.soon.{s._sig(f'{sid}.{tid}.soon')}"
     assert s.verify(bad_exp) is None  # signed but not a number
 
 
@@ -59,7 +58,7 @@ def test_cookie_length_limit_is_300_characters():
 
     def cookie(sid_len: int) -> str:
         sid = "a" * sid_len
-        return f"{sid}.{exp}.{s._sig(f'{sid}.{exp}')}"
+        return f"{sid}.t.{exp}.{s._sig(f'{sid}.t.{exp}')}"
 
     fixed = len(cookie(0))
     assert len(cookie(300 - fixed)) == 300 and s.verify(cookie(300 - fixed)) is not None
@@ -76,16 +75,16 @@ def test_csrf_token_is_the_hmac_of_its_session():
 
 def test_revoked_session_stops_verifying_only_itself():
     s = Sessions(SECRET)
-    v1, a = s.issue(True)
-    v2, b = s.issue(True)
+    v1, a = s.issue("t")
+    v2, b = s.issue("t")
     s.revoke(a.sid)
     assert s.verify(v1) is None and s.verify(v2) == b
 
 
 def test_csrf_is_bound_to_the_session_and_the_secret():
     s = Sessions(SECRET)
-    _, a = s.issue(True)
-    _, b = s.issue(True)
+    _, a = s.issue("t")
+    _, b = s.issue("t")
     assert s.check_csrf(a, a.csrf) is True
     assert s.check_csrf(a, b.csrf) is False and s.check_csrf(b, a.csrf) is False
     assert s.check_csrf(a, None) is False and s.check_csrf(a, "") is False and s.check_csrf(None, a.csrf) is False
@@ -94,45 +93,35 @@ def test_csrf_is_bound_to_the_session_and_the_secret():
     assert Sessions().secret != Sessions().secret and len(Sessions().secret) == 32  # random per app
 
 
-def test_login_limiter_blocks_after_max_failures_and_forgets_on_success():
-    lim = LoginLimiter(max_failures=3, window_s=60.0)
-    for _ in range(2):
-        lim.failed("1.2.3.4")
-    assert lim.blocked("1.2.3.4") == 0.0
-    lim.failed("1.2.3.4")
-    wait = lim.blocked("1.2.3.4")
-    assert 30.0 < wait <= 60.0  # the rest of the window since the first failure, not a fixed second
-    assert lim.blocked("5.6.7.8") == 0.0  # per client
-    lim.succeeded("1.2.3.4")
-    assert lim.blocked("1.2.3.4") == 0.0
-    lim.succeeded("never-seen")  # no error
+def _expire_wait(b: LoginBackoff, client: str) -> None:
+    """Move the client's back-off into the past (the back-off keeps monotonic stamps)."""
+    b._tries[client].not_before = time.monotonic() - 0.001
 
 
-def test_login_limiter_defaults_and_wait():
-    lim = LoginLimiter()
+def test_backoff_free_failures_then_waits_that_double_up_to_the_cap():
+    b = LoginBackoff(free_failures=3, base_s=1.0, max_s=5.0)
+    assert [b.reserve("c") for _ in range(3)] == [0.0, 0.0, 0.0]  # the 3rd still reaches the check
+    wait = b.reserve("c")  # then 1 s = base · 2^0, nothing reserved meanwhile
+    assert 0.9 < wait <= 1.0 and b._tries["c"].failures == 3
+    assert 0.0 < b.waiting("c") <= 1.0 and b.waiting("other") == 0.0  # per client; waiting reserves nothing
+    assert b.reserve("other") == 0.0
+    waits = []
     for _ in range(4):
-        lim.failed("c")
-    assert lim.blocked("c") == 0.0
-    lim.failed("c")
-    assert 30.0 < lim.blocked("c") <= 60.0  # 5 failures in 60 s: about the whole window to wait
-    # the wait counts from the oldest failure in the window, and is at least 1 s
-    now = time.monotonic()
-    lim = LoginLimiter(max_failures=2, window_s=60.0)
-    lim._fails["c"] = type(lim._fails["c"])([now - 50.0, now - 10.0])
-    assert 0.0 < lim.blocked("c") <= 10.0  # from the newest it would be about 50
-    lim._fails["d"] = type(lim._fails["d"])([now - 59.9, now - 59.9])
-    assert lim.blocked("d") == 1.0
+        _expire_wait(b, "c")
+        assert b.reserve("c") == 0.0  # one more attempt after each wait …
+        waits.append(b.waiting("c"))  # … and the next wait doubles: 2, 4, then the 5 s cap
+    assert [round(w) for w in waits] == [2, 4, 5, 5]
+    b.succeeded("c")  # a right token clears it all
+    assert b.waiting("c") == 0.0 and "c" not in b._tries
+    b.succeeded("never-seen")  # no error
 
 
-def test_login_limiter_window_slides():
-    lim = LoginLimiter(max_failures=2, window_s=60.0)
-    lim.failed("c")
-    lim.failed("c")
-    assert lim.blocked("c") > 0
-    # age the recorded failures past the window (the limiter keeps monotonic stamps)
-    lim._fails["c"] = type(lim._fails["c"])(t - 61.0 for t in lim._fails["c"])
-    assert lim.blocked("c") == 0.0 and len(lim._fails["c"]) == 0
-    # failures inside the window still count
-    now = time.monotonic()
-    lim._fails["d"] = type(lim._fails["d"])([now - 59.0, now - 59.0])
-    assert lim.blocked("d") >= 1.0
+def test_backoff_defaults_and_forgetting_a_quiet_client():
+    b = LoginBackoff()
+    assert (b.free_failures, b.base_s, b.max_s, b.forget_s) == (5, 1.0, 300.0, 3600.0)
+    assert [b.reserve("c") for _ in range(5)] == [0.0] * 5 and 0.9 < b.waiting("c") <= 1.0
+    assert LoginBackoff(free_failures=0).free_failures == 1  # at least one attempt is free
+    # a client quiet for longer than forget_s starts afresh (its old failures are not held against it)
+    b._tries["c"].last -= 3601.0
+    b._tries["c"].not_before = time.monotonic() + 100.0
+    assert b.reserve("c") == 0.0 and b._tries["c"].failures == 1
