@@ -502,9 +502,12 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
 
 
 def rank_status_of(cfg: EngineConfig, pid: int | None, pgid: int | None) -> engine_ranks.RankStatus | None:
-    """The rank processes of a boot (issue 11) when ``cfg`` runs more than one rank, else None (not checked)."""
+    """The rank processes of a boot (issue 11) when ``cfg`` runs more than one rank, else None (not checked).
+
+    vLLM is checked with one rank too: its engine is a child (EngineCore) of the API server.
+    """
     expected = engine_ranks.expected_ranks(cfg)
-    if expected <= 1 or not pid:
+    if not pid or expected == 0 or (expected == 1 and cfg.engine != "vllm"):
         return None
     return engine_ranks.rank_status(pid, pgid, expected)
 

@@ -1,0 +1,84 @@
+"""vLLM supervision and health (issue 21 items 2-3): phases from the real vLLM 0.26.0 logs, the
+EngineCore child as a rank (dead EngineCore behind a live API server → ``down``), stop discipline
+over the process group. The engine process is tests/engines/ranked_engine.py --vllm: a real
+subprocess on 127.0.0.1 whose child is titled like vLLM's ``VLLM::EngineCore``."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.client import EngineClient
+from dynocell.engine.config import parse_config
+from dynocell.engine.health import check_health
+from dynocell.engine.ranks import expected_ranks, rank_status
+from dynocell.engine.rules import PhaseMatcher
+from dynocell.engine.supervisor import Supervisor, process_alive
+from dynocell.runbooks.boots import rank_status_of
+from tests.test_multinode import ranked_spec, read_pids, wait_for
+
+DATA = Path(__file__).parent / "data" / "vllm-0.26.0"
+
+
+def phases_of(log: Path) -> list[str]:
+    m = PhaseMatcher("vllm")
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        hit = m.match(line)
+        if hit is not None and (not out or out[-1] != hit.name):
+            out.append(hit.name)
+    return out
+
+
+def test_phases_of_the_real_draft_graph_boot_in_order():
+    """Target and draft are compiled one after the other (two torch.compile spans)."""
+    assert phases_of(DATA / "C_draft_graph.server.log") == [
+        "config", "engine_init", "weights_begin", "weights_end", "compile_begin", "compile_end",
+        "compile_begin", "compile_end", "kv_cache_allocated", "cuda_graph_begin", "cuda_graph_end", "engine_ready", "http_listening", "ready"]
+
+
+def test_failed_boot_stops_before_ready():
+    got = phases_of(DATA / "fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log")
+    assert got[:2] == ["config", "engine_init"] and "ready" not in got
+
+
+def test_expected_engine_cores():
+    def cfg(dp: int):
+        return parse_config(f'engine = "vllm"\nmodel_path = "Qwen/Qwen3-8B"\n[parallel]\ndp_size = {dp}\n', "t")
+    assert expected_ranks(cfg(1)) == 1 and expected_ranks(cfg(4)) == 4
+
+
+def test_dead_engine_core_behind_live_api_server_is_down_and_stop_leaves_nothing(tmp_path):
+    pid_file = tmp_path / "ranks.txt"
+    cfg = parse_config('engine = "vllm"\nmodel_path = "Qwen/Qwen3-8B"\n', "t")
+    sup = Supervisor("sglang")  # the stand-in prints SGLang's ready line; the process tree is vLLM's
+    sup.start(ranked_spec(pid_file, "--ranks", "1", "--vllm"), tmp_path / "boot.log")
+    try:
+        assert sup.wait_ready(timeout_s=20).ok
+        pids = read_pids(pid_file, 1)
+        client = EngineClient(f"http://127.0.0.1:{sup.spec.port}", 5.0)
+        wait_for(lambda: rank_status(sup.pid, sup.pgid, 1).alive == 1)
+        st = rank_status_of(cfg, sup.pid, sup.pgid)
+        assert st is not None and st.ok and [r.name for r in st.found] == ["EngineCore"]
+        assert check_health(client, process_alive=True, ranks=st).verdict == "healthy"
+
+        os.kill(pids["VLLM::EngineCore"], signal.SIGKILL)
+        wait_for(lambda: not process_alive(pids["VLLM::EngineCore"]))
+        st = rank_status_of(cfg, sup.pid, sup.pgid)
+        v = check_health(client, process_alive=sup.poll().value == "ready", ranks=st)
+        assert v.verdict == "down", v.reason
+        assert "0/1 ranks alive" in v.reason and "EngineCore" in v.reason
+        assert any(c.name == "process" and c.ok for c in v.checks)  # the API server itself lives
+    finally:
+        res = sup.stop(grace_s=5)
+        sup.close()
+    assert not res.survivors and not any(process_alive(p) for p in pids.values())
+
+
+@pytest.mark.parametrize("engine,want", [("sglang", None), ("reference", None)])
+def test_one_rank_engines_other_than_vllm_are_not_rank_checked(engine, want):
+    cfg = parse_config(f'engine = "{engine}"\nmodel_path = "dynocell:tiny"\n', "t")
+    assert rank_status_of(cfg, os.getpid(), os.getpgid(0)) is want
