@@ -82,3 +82,26 @@ def test_dead_engine_core_behind_live_api_server_is_down_and_stop_leaves_nothing
 def test_one_rank_engines_other_than_vllm_are_not_rank_checked(engine, want):
     cfg = parse_config(f'engine = "{engine}"\nmodel_path = "dynocell:tiny"\n', "t")
     assert rank_status_of(cfg, os.getpid(), os.getpgid(0)) is want
+
+
+@pytest.mark.parametrize("log,want", [
+    ("fail1-no-flash-attn-binaries.A_graph.server.log", "vllm_flash_attn_missing"),
+    ("fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log", "vllm_flash_attn_missing"),
+])
+def test_real_failed_vllm_boots_name_the_missing_flash_attention(log, want):
+    """fail1/fail2 copied unchanged from shared/gpu/artifacts/vllm-0.26.0-h200/ (the recipe's failures)."""
+    from dynocell.engine.rules import classify_log
+
+    lines = (DATA / log).read_text(errors="replace").splitlines()
+    match, _, ready = classify_log(lines, "vllm", exit_code=1)
+    assert match.id == want and not ready
+    assert "TRITON_ATTN" in match.hint
+
+
+def test_the_patched_import_warning_is_not_that_failure():
+    """fail2 died of flashinfer; its log carries the patched vllm_flash_attn *warning*, not the error."""
+    from dynocell.engine.rules import classify_log
+
+    lines = (DATA / "fail2-flashinfer-sampler.A_graph.server.log").read_text(errors="replace").splitlines()
+    assert any("vllm_flash_attn requires" in ln for ln in lines)
+    assert classify_log(lines, "vllm", exit_code=1)[0].id != "vllm_flash_attn_missing"
