@@ -105,3 +105,52 @@ def test_the_patched_import_warning_is_not_that_failure():
     lines = (DATA / "fail2-flashinfer-sampler.A_graph.server.log").read_text(errors="replace").splitlines()
     assert any("vllm_flash_attn requires" in ln for ln in lines)
     assert classify_log(lines, "vllm", exit_code=1)[0].id != "vllm_flash_attn_missing"
+
+
+# ---------------------------------------------------------------- health oracle, vLLM surface (item 3)
+
+@pytest.fixture(scope="module")
+def openai_engine(model_pair, tmp_path_factory):
+    """The real reference engine: it serves vLLM's OpenAI routes (/v1/models, /v1/completions)."""
+    from dynocell.engine.reference.launch import start_engine
+
+    eng = start_engine(model_pair.target, ["--served-model-name", "m"], tmp_path_factory.mktemp("e") / "s.log")
+    yield eng
+    eng.stop()
+
+
+def test_vllm_checks_models_completion_and_canary(openai_engine):
+    from dynocell.engine.health import Canary, ExpectedServer
+
+    client = EngineClient(openai_engine.url, 10.0)
+    good = ExpectedServer(model_path="/models/target", served_model_name="m")
+    v = check_health(client, process_alive=True, expected=good, api="vllm")
+    assert v.verdict == "healthy", v.reason
+    assert [c.name for c in v.checks] == ["process", "health", "models", "completion", "progress"]
+    assert all(c.latency_ms is not None for c in v.checks[1:])
+
+    body = client.completions({"model": "m", "prompt": "def ", "max_tokens": 6, "temperature": 0.0}).body
+    golden = body["choices"][0]["text"]
+    v = check_health(client, process_alive=True, expected=good, canary=Canary("def ", golden, 6), api="vllm")
+    assert v.verdict == "healthy" and any(c.name == "canary" and c.ok for c in v.checks), v.reason
+    v = check_health(client, process_alive=True, expected=good, canary=Canary("def ", golden + "x", 6), api="vllm")
+    assert v.verdict == "degraded" and v.failed == ["canary"]
+
+    wrong = ExpectedServer(model_path="/models/target", served_model_name="other")
+    v = check_health(client, process_alive=True, expected=wrong, api="vllm")
+    assert v.verdict == "degraded" and v.failed == ["models"] and "'other' not in ['m']" in v.reason
+
+
+def test_vllm_progress_from_real_scrape_and_stall_under_load():
+    """Counters of the real C_draft_graph scrape; the same counters twice with requests waiting
+    (a live API server whose engine makes no progress) → the progress check fails (degraded)."""
+    from dynocell.engine.health import judge_progress, progress_from_metrics
+
+    text = (DATA / "C_draft_graph.metrics.txt").read_text()
+    s = progress_from_metrics(text, 0.0)
+    assert (s.generated, s.prompt, s.running, s.queued) == (6032.0, 402.0, 0.0, 0.0)
+    waiting = text.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+                           'vllm:num_requests_waiting{engine="0",model_name="m"} 5.0')
+    a, b = progress_from_metrics(waiting, 0.0), progress_from_metrics(waiting, 45.0)
+    cur, ok, why = judge_progress(judge_progress(None, a, 30.0)[0], b, 30.0)
+    assert not ok and "5 queued" in why

@@ -497,6 +497,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
         previous_progress=prev_sample,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=rank_status_of(cfg, boot["pid"], boot["pgid"] or boot["pid"]),
+        api=engine_health.api_of(cfg.engine),
     )
     return record_verdict(cell, boot["id"], verdict)
 
