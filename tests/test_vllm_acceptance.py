@@ -1,0 +1,74 @@
+"""Acceptance from vLLM counter deltas (issue 21 item 4) on the real vLLM 0.26.0 H200 artifacts:
+the C_draft_graph scrape's label sets and the greedy class's recorded deltas, cross-checked against
+the same run's SpecDecoding log lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.acceptance import parse_vllm_spec_lines
+from dynocell.engine.metrics import MetricsError, parse_metrics
+from dynocell.engine.vllm_acceptance import UNCONDITIONAL_NOTE, class_curve, cross_check, log_tau
+
+DATA = Path(__file__).parent / "data" / "vllm-0.26.0"
+SCRAPE = (DATA / "C_draft_graph.metrics.txt").read_text()
+RESULT = json.loads((DATA / "C_draft_graph.result.json").read_text())
+LOG = (DATA / "C_draft_graph.server.log").read_text().splitlines()
+
+
+def advanced(text: str, spec: dict) -> str:
+    """The real scrape with one class's recorded counter deltas added (what the scrape after it shows)."""
+    adds = {"vllm:spec_decode_num_drafts_total": spec["num_drafts"],
+            "vllm:spec_decode_num_draft_tokens_total": spec["num_draft_tokens"],
+            "vllm:spec_decode_num_accepted_tokens_total": spec["num_accepted_tokens"]}
+    for i, v in enumerate(spec["accepted_per_pos"]):
+        adds[f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{i}"}}'] = v
+    out = []
+    for line in text.splitlines():
+        for key, add in adds.items():
+            name = key.split("{")[0]
+            if line.startswith(key if "{" in key else name + "{") and ("position" in line) == ("{" in key):
+                head, value = line.rsplit(" ", 1)
+                line = f"{head} {float(value) + add}"
+                break
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_counter_deltas_give_the_recorded_curve(i):
+    spec = RESULT["acceptance"][i]["spec"]
+    cc = class_curve(parse_metrics(SCRAPE), parse_metrics(advanced(SCRAPE, spec)))
+    assert cc is not None and cc.k == 3 and cc.curve.steps == spec["num_drafts"]
+    assert cc.curve.tau == pytest.approx(spec["tau_mean_acceptance_length"], abs=1e-9)
+    assert list(cc.curve.p) == pytest.approx(spec["per_pos_rate"], abs=1e-9)
+    assert cc.figures["engine_tau"] == pytest.approx(cc.curve.tau)
+    assert list(cc.curve.p) == sorted(cc.curve.p, reverse=True)  # unconditional: non-increasing
+
+
+def test_cross_check_against_the_engines_own_log_lines():
+    samples = parse_vllm_spec_lines(LOG)
+    assert len(samples) == 4
+    greedy = RESULT["acceptance"][0]["spec"]
+    lt, dis, warn = cross_check(greedy["tau_mean_acceptance_length"], samples[:1], k=3)
+    assert lt == pytest.approx(1 + 391 / 189) and dis < 0.02 and warn is None
+    # The greedy class against the sampled class's log line: the disagreement is named.
+    lt, dis, warn = cross_check(greedy["tau_mean_acceptance_length"], samples[1:2], k=3)
+    assert dis > 0.02 and "SpecDecoding τ" in warn
+    assert log_tau([], 3) is None
+
+
+def test_no_drafts_and_a_restart():
+    snap = parse_metrics(SCRAPE)
+    assert class_curve(snap, snap) is None
+    restarted = re.sub(r"(vllm:spec_decode_num_drafts_created\{[^}]*\}) \S+", r"\1 1.9e+09", SCRAPE)
+    with pytest.raises(MetricsError, match="reset"):
+        class_curve(snap, parse_metrics(restarted))
+
+
+def test_report_states_the_rate_is_unconditional():
+    assert "unconditional" in UNCONDITIONAL_NOTE
