@@ -109,6 +109,21 @@ class LiveBoot:
         return EngineClient(self.base_url, timeout_s)
 
 
+def engine_profile_dir(cfg: Any, boot_dir: Path | str) -> Path | None:
+    """Where an engine that fixes its trace directory at boot writes torch traces, else None.
+
+    vLLM 0.26: ``--profiler-config {"torch_profiler_dir": …}`` is given at launch and
+    ``/start_profile`` takes no directory, so every window of one boot writes into
+    ``<boot_dir>/profiles/vllm`` (files ``rank<N>.<id>.pt.trace.json.gz``). SGLang and the
+    reference engine take ``output_dir`` per ``/start_profile``: None.
+    """
+    return Path(boot_dir) / "profiles" / "vllm" if getattr(cfg, "engine", None) == "vllm" else None
+
+
+def _str_or_none(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
     """The supervisor's event callback: every phase and transition becomes a row and a notification."""
 
@@ -159,6 +174,7 @@ def start_boot(
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
         build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+        profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
     )
     supervisor_ctime = process_create_time(os.getpid())
     db_boots.create_boot(
@@ -210,6 +226,7 @@ def start_boot(
             spec = render(
                 cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
                 build_pythonpath=(build or {}).get("pythonpath"), base_env=child_base_env(),
+                profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
             )
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
                                {"port": taken, "new_port": spec.port,

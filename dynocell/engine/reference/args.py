@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto", help="Accepted for compatibility.")
     p.add_argument("--num-threads", type=int, default=1,
                    help="(reference only) torch CPU threads; 1 is fastest for the tiny model on a shared CPU.")
+    p.add_argument("--profiler-config", default=None,
+                   help="vLLM's flag: JSON {\"profiler\": \"torch\", \"torch_profiler_dir\": DIR, …}; /start_profile "
+                        "then ignores output_dir and writes DIR/rank0.<id>.pt.trace.json.gz as vLLM 0.26 does.")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
     return p

@@ -386,9 +386,25 @@ class Engine:
                 self._log_decode()
 
     # -- profiler --------------------------------------------------------------------------------
+    def _vllm_profiler_dir(self) -> Path | None:
+        """``torch_profiler_dir`` of ``--profiler-config`` (vLLM's flag), else None. BadRequest for a bad one."""
+        raw = getattr(self.args, "profiler_config", None)
+        if not raw:
+            return None
+        try:
+            cfg = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"--profiler-config is not JSON: {exc}") from None
+        if not isinstance(cfg, dict) or cfg.get("profiler") != "torch" or not cfg.get("torch_profiler_dir"):
+            raise BadRequest('--profiler-config needs {"profiler": "torch", "torch_profiler_dir": DIR}')
+        return Path(str(cfg["torch_profiler_dir"]))
+
     def start_profile(self, body: dict) -> str:
         """Start torch.profiler on the worker thread (SGLang ``ProfileReq`` fields). Returns a message."""
+        req = body
+
         def start():
+            body = req
             if self.profile is not None:
                 raise BadRequest("Profiling is already in progress. Call /stop_profile first.")
             acts = [str(a).upper() for a in (body.get("activities") or ["CPU", "GPU"])]
@@ -396,13 +412,17 @@ class Engine:
             if self.device.startswith("cuda") and ("GPU" in acts or "CUDA" in acts):
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             out = Path(body.get("output_dir") or tempfile.gettempdir())
+            vllm_dir = self._vllm_profiler_dir()
+            if vllm_dir is not None:  # vLLM: the directory is fixed at launch, the request names none
+                out, body = vllm_dir, {**body, "profile_id": str(time.time_ns()), "profile_prefix": ""}
             out.mkdir(parents=True, exist_ok=True)
             prof = torch.profiler.profile(activities=activities, record_shapes=bool(body.get("record_shapes")),
                                           with_stack=bool(body.get("with_stack")))
             prof.__enter__()
             pid = body.get("profile_id") or str(time.time())
             self.profile = {"prof": prof, "dir": out, "id": str(pid), "prefix": body.get("profile_prefix") or "",
-                            "num_steps": body.get("num_steps"), "steps": 0, "file": None}
+                            "num_steps": body.get("num_steps"), "steps": 0, "file": None,
+                            "vllm": vllm_dir is not None}
             log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {pid})")
         self.run_command(start)
         return "Start profiling.\n"
@@ -425,7 +445,8 @@ class Engine:
         self.profile = None
         prof = p["prof"]
         prof.__exit__(None, None, None)
-        name = f"{p['prefix']}{p['id']}-TP-0.trace.json.gz"
+        name = (f"rank0.{p['id']}.pt.trace.json.gz" if p.get("vllm")  # vLLM 0.26's torch profiler layout
+                else f"{p['prefix']}{p['id']}-TP-0.trace.json.gz")
         final = p["dir"] / name
         try:
             with tempfile.TemporaryDirectory() as td:
