@@ -72,3 +72,54 @@ def test_no_drafts_and_a_restart():
 
 def test_report_states_the_rate_is_unconditional():
     assert "unconditional" in UNCONDITIONAL_NOTE
+
+
+# ---------------------------------------------------------------- the reference engine's vLLM surface (CPU)
+
+def _wait_for(pred, timeout_s: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_counter_delta_acceptance_equals_the_engines_own_log_lines(model_pair, tmp_path):
+    """Real reference engine, --surface vllm, draft k = 3: one class at a time, the /metrics deltas
+    around it give the curve; the engine's SpecDecoding lines of the same window give the same τ."""
+    import httpx
+
+    from dynocell.engine.reference.launch import start_engine
+
+    eng = start_engine(model_pair.target, ["--served-model-name", "m", "--surface", "vllm",
+                                           "--speculative-algorithm", "STANDALONE",
+                                           "--speculative-draft-model-path", str(model_pair.draft),
+                                           "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                                           "--speculative-num-draft-tokens", "4", "--decode-log-interval", "7"],
+                       tmp_path / "s.log")
+    try:
+        scrape = lambda: parse_metrics(httpx.get(eng.url + "/metrics", timeout=30).text)  # noqa: E731
+        text = scrape()
+        assert text.sum("vllm:spec_decode_num_drafts_total") is not None  # (the warm-up already drafted)
+        assert not [n for n in text.names() if n.startswith("sglang:")]
+        curves = []
+        for prompts in (["def fib(n):", "import os\n"], ["The cat sat on the", "Once upon a time"]):
+            before, offset = scrape(), eng.log_path.stat().st_size
+            for p in prompts:
+                r = httpx.post(eng.url + "/v1/completions", json={"model": "m", "prompt": p, "max_tokens": 24,
+                                                                   "temperature": 0}, timeout=120)
+                assert r.status_code == 200
+            after = scrape()
+            cc = class_curve(before, after)
+            assert cc is not None and cc.k == 3 and cc.curve.steps > 0
+            window = lambda: parse_vllm_spec_lines(  # noqa: E731
+                eng.log_path.read_bytes()[offset:].decode(errors="replace").splitlines())
+            _wait_for(lambda: sum(s.drafted or 0 for s in window()) == cc.figures["draft_tokens"])
+            lt, dis, warn = cross_check(cc.curve.tau, window(), cc.k)
+            assert lt == pytest.approx(cc.curve.tau, abs=1e-9) and warn is None
+            assert sum(s.accepted for s in window()) == cc.figures["accepted_tokens"]
+            curves.append(cc.curve)
+        assert all(list(c.p) == sorted(c.p, reverse=True) for c in curves)  # unconditional
+    finally:
+        eng.stop()

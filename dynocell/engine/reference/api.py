@@ -164,7 +164,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        if not engine.args.enable_metrics:
+        if not (engine.args.enable_metrics or engine.vllm_surface):  # vLLM serves /metrics always
             return _err("metrics are disabled: start the engine with --enable-metrics", 404)
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto", help="Accepted for compatibility.")
     p.add_argument("--num-threads", type=int, default=1,
                    help="(reference only) torch CPU threads; 1 is fastest for the tiny model on a shared CPU.")
+    p.add_argument("--surface", choices=["sglang", "vllm"], default="sglang",
+                   help="(reference only) vllm: /metrics with vLLM 0.26's names (vllm:num_requests_*, "
+                        "vllm:spec_decode_*) and vLLM's 'SpecDecoding metrics' / 'Engine 000' log lines, "
+                        "flushed when the engine goes idle.")
     p.add_argument("--profiler-config", default=None,
                    help="vLLM's flag: JSON {\"profiler\": \"torch\", \"torch_profiler_dir\": DIR, …}; /start_profile "
                         "then ignores output_dir and writes DIR/rank0.<id>.pt.trace.json.gz as vLLM 0.26 does.")

@@ -200,7 +200,12 @@ class Engine:
     @staticmethod
     def _new_interval() -> dict:
         return {"t": time.time(), "steps": 0, "tokens": 0, "verify": 0, "spec_tokens": 0, "correct": 0,
-                "proposed": 0}
+                "proposed": 0, "prompt": 0, "at_position": {}}
+
+    @property
+    def vllm_surface(self) -> bool:
+        """True with ``--surface vllm`` (vLLM 0.26's metric names and log lines)."""
+        return getattr(self.args, "surface", "sglang") == "vllm"
 
     def _push(self, req: Req, kind: str, payload: Any = None) -> None:
         try:
@@ -281,6 +286,7 @@ class Engine:
                 f"input throughput (token/s): {len(req.prompt_ids) / dt:.2f}")
             self.requests_total += 1
             self.prompt_tokens_total += len(req.prompt_ids)
+            self._interval["prompt"] += len(req.prompt_ids)
             req.first_token_t = time.time()
             self.ttft.append(req.first_token_t - req.received)
             self._account(req, kept, verify=False)
@@ -324,6 +330,7 @@ class Engine:
                 self.spec_tokens_total += k + 1
                 for i in range(k + 1):
                     self.at_position[i] += 1
+                    iv["at_position"][i] = iv["at_position"].get(i, 0) + 1
                 iv["verify"] += 1
                 iv["spec_tokens"] += k + 1
                 iv["correct"] += g.num_correct - cc
@@ -346,6 +353,10 @@ class Engine:
         thr = iv["tokens"] / dt
         self.last_gen_throughput = thr
         ntok = sum(len(r.gen.tokens) for r in self.running if r.gen)
+        if self.vllm_surface:
+            self._log_vllm_interval(iv, dt, thr, ntok)
+            self._interval = self._new_interval()
+            return
         spec = ""
         if self.spec.algorithm:
             al = iv["spec_tokens"] / iv["verify"] if iv["verify"] else 1.0
@@ -356,9 +367,27 @@ class Engine:
             f"gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}")
         self._interval = self._new_interval()
 
+    def _log_vllm_interval(self, iv: dict, dt: float, thr: float, ntok: int) -> None:
+        """vLLM 0.26's interval lines (``vllm/v1/metrics/loggers.py``, ``vllm/v1/spec_decode/metrics.py``;
+        real ones in tests/data/vllm-0.26.0/C_draft_graph.server.log). Per-position rates are
+        unconditional: drafts whose first i tokens were all accepted / drafts."""
+        log(f"Engine 000: Avg prompt throughput: {iv['prompt'] / dt:.1f} tokens/s, Avg generation throughput: "
+            f"{thr:.1f} tokens/s, Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs, "
+            f"GPU KV cache usage: {100.0 * ntok / max(self.max_total_tokens, 1):.1f}%, Prefix cache hit rate: 0.0%")
+        n, d = iv["verify"], self.spec.num_drafts if self.spec.algorithm else 0
+        if not (n and d):
+            return
+        rates = ", ".join(f"{iv['at_position'].get(i, 0) / n:.3f}" for i in range(1, d + 1))
+        log(f"SpecDecoding metrics: Mean acceptance length: {1 + iv['correct'] / n:.2f}, Accepted throughput: "
+            f"{iv['correct'] / dt:.2f} tokens/s, Drafted throughput: {iv['proposed'] / dt:.2f} tokens/s, "
+            f"Accepted: {iv['correct']} tokens, Drafted: {iv['proposed']} tokens, Per-position acceptance rate: "
+            f"{rates}, Avg Draft acceptance rate: {100.0 * iv['correct'] / max(iv['proposed'], 1):.1f}%")
+
     def _worker(self) -> None:
         torch.set_grad_enabled(False)
         while True:
+            if self.vllm_surface and self._interval["steps"] and not (self.waiting or self.running):
+                self._log_decode()  # vLLM logs the last busy interval too
             with self.lock:
                 while not (self.waiting or self.running or self.commands or self.stopping):
                     self.lock.wait(0.5)
@@ -517,7 +546,8 @@ class Engine:
                 "internal_states": [internal], "version": VERSION, "engine": "dynocell-reference"}
 
     def metrics_text(self) -> bytes:
-        """Prometheus exposition text with SGLang's metric names (gauges are cumulative since start)."""
+        """Prometheus exposition text with SGLang's metric names (gauges are cumulative since start);
+        vLLM's with ``--surface vllm``."""
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -535,6 +565,38 @@ class Engine:
             cum = [(str(b), float(sum(1 for v in vals if v <= b))) for b in buckets] + [("+Inf", float(len(vals)))]
             h.add_metric(["unified", eng.served_model_name], cum, float(sum(vals)))
             return h
+
+        class V:
+            """vLLM 0.26's names (``vllm/v1/metrics/loggers.py``; real scrape:
+            tests/data/vllm-0.26.0/C_draft_graph.metrics.txt), labels engine="0", model_name."""
+
+            def collect(self):
+                vk, vv = ["engine", "model_name"], ["0", eng.served_model_name]
+                for name, doc, v in (("vllm:num_requests_running", "Number of requests in model execution batches.",
+                                      running),
+                                     ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                                      queued),
+                                     ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                                      ntok / max(eng.max_total_tokens, 1))):
+                    m = GaugeMetricFamily(name, doc, labels=vk)
+                    m.add_metric(vv, float(v))
+                    yield m
+                for name, doc, v in (
+                    ("vllm:prompt_tokens", "Number of prefill tokens processed.", eng.prompt_tokens_total),
+                    ("vllm:generation_tokens", "Number of generation tokens processed.", eng.gen_tokens_total),
+                    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", eng.verify_steps_total),
+                    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", eng.proposed_total),
+                    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", eng.correct_total),
+                ):
+                    m = CounterMetricFamily(name, doc, labels=vk)
+                    m.add_metric(vv, float(v))
+                    yield m
+                if eng.spec.algorithm:
+                    m = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                            "Accepted tokens per draft position.", labels=vk + ["position"])
+                    for i in range(1, eng.spec.num_drafts + 1):
+                        m.add_metric(vv + [str(i - 1)], float(eng.at_position[i] if i < len(eng.at_position) else 0))
+                    yield m
 
         class C:
             def collect(self):
@@ -581,5 +643,5 @@ class Engine:
                            [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
 
         reg = CollectorRegistry()
-        reg.register(C())
+        reg.register(V() if self.vllm_surface else C())
         return generate_latest(reg)
