@@ -97,6 +97,8 @@ def test_graphs_eager_dtype_kv_and_profiler():
     ('engine = "vllm"\n[memory]\nchunked_prefill_size = 512', "memory.chunked_prefill_size"),
     ('engine = "vllm"\n[serving]\nspec_v2 = true', "serving.spec_v2"),
     ('engine = "vllm"\n[parallel]\nep_size = 2', "parallel.ep_size"),
+    ('engine = "sglang"\n[serving]\nsurface = "vllm"', "serving.surface"),
+    ('engine = "vllm"\n[serving]\nsurface = "sglang"', "serving.surface"),
     ('engine = "sglang"\n[memory]\ngpu_memory_utilization = 0.5', "memory.gpu_memory_utilization"),
     ('engine = "sglang"\n[cuda_graph]\ncapture_sizes = [1, 2]', "cuda_graph.capture_sizes"),
     ('engine = "sglang"\n[speculative]\nalgorithm = "NGRAM"\nprompt_lookup_max = 4', "speculative.prompt_lookup_max"),

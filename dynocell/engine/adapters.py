@@ -194,6 +194,10 @@ class ReferenceAdapter:
         out.append("--enable-metrics")
         if cfg.cuda_graph.disable:
             out.append("--disable-cuda-graph")
+        if cfg.serving.surface == "vllm":  # vLLM's metric names, log lines and profiler layout
+            out += ["--surface", "vllm"]
+            if profile_dir is not None:
+                out += ["--profiler-config", _json(vllm_profiler_config(profile_dir))]
         out += list(cfg.extra_args)
         return out
 

@@ -188,6 +188,10 @@ class Serving(_Section):
     fields are left out of the canonical JSON (an unchanged config keeps its hash)."""
 
     topology: Literal["colocated", "prefill", "decode"] | None = None
+    #: The HTTP surface the engine speaks (issue 21): "sglang" (native /generate …) or "vllm"
+    #: (OpenAI routes, vllm: metrics, profiler dir fixed at launch). Only the reference engine can
+    #: choose (``--surface``); SGLang speaks sglang, vLLM vllm. None = the engine's own.
+    surface: Literal["sglang", "vllm"] | None = None
     disable_overlap_schedule: bool | None = None
     spec_v2: bool | None = None
     engine_version: str | None = None
@@ -245,6 +249,12 @@ class EngineConfig(_Section):
     def speculative_enabled(self) -> bool:
         """True when a speculative algorithm is set."""
         return self.speculative.algorithm is not None
+
+    @property
+    def api(self) -> str:
+        """The HTTP surface dynocell talks to: ``"vllm"`` for vLLM or a reference engine with
+        ``serving.surface = "vllm"``, else ``"sglang"``."""
+        return "vllm" if self.engine == "vllm" or self.serving.surface == "vllm" else "sglang"
 
     def canonical(self) -> dict[str, Any]:
         """Engine-relevant content as plain JSON values: defaults explicit, ``meta`` excluded.
@@ -560,6 +570,10 @@ def check_engine_fields(cfg: EngineConfig, source: str = "<config>") -> None:
         hint = (f"use {other} (it holds {cfg.engine}'s meaning, a different fraction)" if other
                 else f"remove it, or set engine = \"{owner}\"")
         raise ConfigError(source, dotted, f"{owner}-only field; engine {cfg.engine!r} has no such setting", hint)
+    surface = cfg.serving.surface
+    if surface is not None and cfg.engine != "reference" and surface != ("vllm" if cfg.engine == "vllm" else "sglang"):
+        raise ConfigError(source, "serving.surface", f"engine {cfg.engine!r} speaks its own HTTP surface",
+                          "remove serving.surface (only the reference engine can speak either)")
     if cfg.engine == "vllm":
         _check_vllm(cfg, source)
 

@@ -252,10 +252,12 @@ def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     return bad
 
 
-def api_of(engine: str) -> str:
-    """The HTTP surface an engine kind speaks: ``"vllm"`` for vLLM, else ``"sglang"``
-    (the reference engine speaks SGLang's)."""
-    return "vllm" if engine == "vllm" else "sglang"
+def api_of(cfg: Any) -> str:
+    """The HTTP surface of an EngineConfig (``cfg.api``: ``"vllm"`` for vLLM or a reference engine
+    with ``serving.surface = "vllm"``, else ``"sglang"``); a bare engine name works too."""
+    if isinstance(cfg, str):
+        return "vllm" if cfg == "vllm" else "sglang"
+    return getattr(cfg, "api", "sglang")
 
 
 def _vllm_checks(client: EngineClient, expected: ExpectedServer | None, canary: Canary | None,

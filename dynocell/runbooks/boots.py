@@ -112,12 +112,13 @@ class LiveBoot:
 def engine_profile_dir(cfg: Any, boot_dir: Path | str) -> Path | None:
     """Where an engine that fixes its trace directory at boot writes torch traces, else None.
 
-    vLLM 0.26: ``--profiler-config {"torch_profiler_dir": …}`` is given at launch and
+    vLLM 0.26 (and the reference engine's vLLM surface): ``--profiler-config {"torch_profiler_dir": …}``
+    is given at launch and
     ``/start_profile`` takes no directory, so every window of one boot writes into
     ``<boot_dir>/profiles/vllm`` (files ``rank<N>.<id>.pt.trace.json.gz``). SGLang and the
     reference engine take ``output_dir`` per ``/start_profile``: None.
     """
-    return Path(boot_dir) / "profiles" / "vllm" if getattr(cfg, "engine", None) == "vllm" else None
+    return Path(boot_dir) / "profiles" / "vllm" if getattr(cfg, "api", None) == "vllm" else None
 
 
 def _str_or_none(path: Path | None) -> str | None:
@@ -514,7 +515,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
         previous_progress=prev_sample,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=rank_status_of(cfg, boot["pid"], boot["pgid"] or boot["pid"]),
-        api=engine_health.api_of(cfg.engine),
+        api=engine_health.api_of(cfg),
     )
     return record_verdict(cell, boot["id"], verdict)
 

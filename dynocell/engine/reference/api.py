@@ -50,6 +50,12 @@ def _num(d: dict, key: str, typ, default, lo=None, hi=None, lo_open=False):
     return v
 
 
+#: SGLang's native routes, absent from vLLM's API server (the route list of a real vLLM 0.26 boot:
+#: tests/data/vllm-0.26.0/C_draft_graph.server.log "Route: …" lines).
+SGLANG_ONLY_ROUTES = frozenset({"/generate", "/health_generate", "/get_server_info", "/server_info",
+                                "/get_model_info", "/model_info", "/flush_cache"})
+
+
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving SGLang's endpoints over ``engine``."""
     app = FastAPI(title="dynocell reference engine")
@@ -57,6 +63,13 @@ def create_app(engine: Engine) -> FastAPI:
     @app.exception_handler(BadRequest)
     async def _bad(_request, exc: BadRequest):
         return _err(exc.message, exc.status)
+
+    @app.middleware("http")
+    async def _vllm_routes(request: Request, call_next):
+        # vLLM 0.26 has none of SGLang's native routes: with --surface vllm they answer 404 as vLLM does.
+        if engine.vllm_surface and request.url.path in SGLANG_ONLY_ROUTES:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return await call_next(request)
 
     def sampling(d: dict | None) -> SamplingParams:
         d = d or {}
