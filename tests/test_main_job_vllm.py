@@ -50,6 +50,12 @@ def test_acceptance_from_counter_deltas_equals_the_log_lines(vllm_run):
         assert c["engine_tau"] == pytest.approx(c["tau"], abs=1e-9) and not c["warning"]
 
 
+
+def test_report_says_the_vllm_rate_is_unconditional(vllm_run):
+    _, proc = vllm_run
+    assert "vLLM's per-position acceptance rate is unconditional" in proc.stdout
+
+
 def test_profile_uses_vllms_trace_layout(vllm_run):
     shown, _ = vllm_run
     prof = shown["profile"]
