@@ -154,3 +154,36 @@ def test_vllm_progress_from_real_scrape_and_stall_under_load():
     a, b = progress_from_metrics(waiting, 0.0), progress_from_metrics(waiting, 45.0)
     cur, ok, why = judge_progress(judge_progress(None, a, 30.0)[0], b, 30.0)
     assert not ok and "5 queued" in why
+
+
+def test_reference_vllm_surface_dead_engine_core_is_down(settings, model_pair):
+    """The real reference engine booted from examples/tiny-vllm.toml by the boot runbook: its
+    VLLM::EngineCore child is found as a rank; killed (API server still answering) → ``down``;
+    stopping the boot's process group leaves nothing."""
+    import signal as sig
+
+    import psutil
+
+    from dynocell.engine.config import load_config
+    from dynocell.runbooks import boots
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.configs import store_config
+
+    cell = open_cell(settings)
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny-vllm.toml")
+    live = boots.start_boot(cell, cfg, store_config(cell, cfg), timeout_s=180)
+    try:
+        wait_for(lambda: rank_status(live.supervisor.pid, live.supervisor.pgid, 1).alive == 1)
+        assert boots.health(cell, live.boot_id)["verdict"] == "healthy"
+        core = next(r for r in rank_status(live.supervisor.pid, live.supervisor.pgid, 1).found)
+        assert core.name == "EngineCore"
+        os.kill(core.pid, sig.SIGKILL)
+        wait_for(lambda: not process_alive(core.pid))
+        v = boots.health(cell, live.boot_id)
+        ranks = next(c for c in v["checks"] if c["name"] == "ranks")
+        assert v["verdict"] == "down" and not ranks["ok"] and "0/1 ranks alive" in ranks["reason"], v
+        assert EngineClient(live.base_url, 5.0).health().status == 200  # the API server still answers
+    finally:
+        boots.stop_live(cell, live, 5.0)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if "VLLM::EngineCore" in " ".join(p.info["cmdline"] or [])
+                and p.ppid() == live.supervisor.pid]

@@ -120,9 +120,10 @@ def expected_ranks(cfg: Any, node_rank: int | None = None) -> int:
     ``extra_args`` (dp lives inside tp then). With ``[[nodes]]`` the count is
     the share of ``node_rank``'s GPUs (``gpus × dp``; dp-attention: ``gpus``);
     ``node_rank`` None with several nodes means node 0. vLLM: one EngineCore per
-    data-parallel rank (dp). The reference engine (one process, no ranks) → 0.
+    data-parallel rank (dp), also for the reference engine's vLLM surface (its stand-in
+    EngineCore child). The reference engine otherwise (one process, no ranks) → 0.
     """
-    if getattr(cfg, "engine", None) == "vllm":
+    if getattr(cfg, "api", None) == "vllm":  # vLLM, or the reference engine's vLLM surface (one EngineCore)
         return max(1, cfg.parallel.dp_size)
     if getattr(cfg, "engine", None) != "sglang":
         return 0

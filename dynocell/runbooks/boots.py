@@ -526,7 +526,7 @@ def rank_status_of(cfg: EngineConfig, pid: int | None, pgid: int | None) -> engi
     vLLM is checked with one rank too: its engine is a child (EngineCore) of the API server.
     """
     expected = engine_ranks.expected_ranks(cfg)
-    if not pid or expected == 0 or (expected == 1 and cfg.engine != "vllm"):
+    if not pid or expected == 0 or (expected == 1 and cfg.api != "vllm"):
         return None
     return engine_ranks.rank_status(pid, pgid, expected)
 

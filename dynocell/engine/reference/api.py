@@ -56,6 +56,16 @@ SGLANG_ONLY_ROUTES = frozenset({"/generate", "/health_generate", "/get_server_in
                                 "/get_model_info", "/model_info", "/flush_cache"})
 
 
+def _spawn_engine_core():
+    """Start the ``VLLM::EngineCore`` child of the vLLM surface (:mod:`.engine_core`)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "dynocell.engine.reference.engine_core", "VLLM::EngineCore"],
+                            stdin=subprocess.DEVNULL)
+    log(f"(EngineCore pid={proc.pid}) started")
+    return proc
+
+
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving SGLang's endpoints over ``engine``."""
     app = FastAPI(title="dynocell reference engine")
@@ -455,8 +465,11 @@ def main(argv: list[str] | None = None) -> int:
             log("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, name="warmup", daemon=True).start()
+    core = _spawn_engine_core() if engine.vllm_surface else None
     server.run()
     engine.begin_shutdown()
+    if core is not None and core.poll() is None:
+        core.terminate()
     engine.worker.join(timeout=2)
     log("Shutdown complete.")
     # Leave now: interpreter finalisation of torch's modules takes 3-4 s of CPU on an idle
