@@ -34,6 +34,10 @@ def test_every_step_completes_on_the_vllm_surface(vllm_run):
     assert shown["run"]["state"] == "completed", (states, shown["run"].get("error"), proc.stdout[-2000:])
     for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
         assert states.get(step) == "completed", (step, states)
+    phases = [e["name"] for e in shown["boot"]["events"] if e["kind"] == "phase"]
+    assert phases[:3] == ["config", "engine_init", "weights_begin"] and phases[-3:] == [
+        "engine_ready", "http_listening", "ready"], phases  # vLLM's shapes, rules/vllm.toml
+    assert "kv_cache_allocated" in phases and "weights_end" in phases
     checks = [c["name"] for c in shown["boot"]["health"][0]["checks"]]
     assert "models" in checks and "completion" in checks and "health_generate" not in checks
 

@@ -190,7 +190,9 @@ def start_boot(
     progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
     retries_left = PORT_RETRIES if picked_port else 0
     while True:
-        sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
+        # Phase rules follow the log's shapes: the reference engine's vLLM surface prints vLLM's lines.
+        rules = "vllm" if cfg_run.api == "vllm" else cfg_run.engine
+        sup = Supervisor(rules, on_event=_record_event(cell, boot_id))
         try:
             sup.start(spec, log_path)
         except (OSError, EngineError) as exc:  # Supervisor.start reports a spawn failure as EngineError

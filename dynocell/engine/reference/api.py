@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     from .args import parse
 
     args, spec = parse(argv)
+    if args.surface == "vllm":  # vLLM 0.26's first line after its imports
+        log(f"non-default args: {{'model_tag': {str(args.model_path)!r}, 'host': {args.host!r}, 'port': {args.port}, "
+            f"'served_model_name': {[args.served_model_name] if args.served_model_name else None!r}}}")
     log(f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
         f"speculative_algorithm={spec.algorithm!r}, speculative_draft_model_path="
         f"{args.speculative_draft_model_path!r}, speculative_num_steps={spec.num_steps}, "
@@ -462,7 +465,12 @@ def main(argv: list[str] | None = None) -> int:
                 loop.close()
         if not engine.stopping:
             engine.ready = True
-            log("The server is fired up and ready to roll!")
+            if engine.vllm_surface:  # vLLM: engine init, then the API server's lines
+                log(f"init engine (profile, create kv cache, warmup model) took {time.time() - engine.t0:.2f} s")
+                log(f"Starting vLLM API server on http://{args.host}:{args.port}")
+                log("Application startup complete.")
+            else:
+                log("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, name="warmup", daemon=True).start()
     core = _spawn_engine_core() if engine.vllm_surface else None

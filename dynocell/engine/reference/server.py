@@ -115,13 +115,19 @@ class Engine:
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         before = self._avail_gb()
-        log(f"Load weight begin. avail mem={before:.2f} GB")
+        if self.vllm_surface:  # vLLM 0.26's wording (gpu_model_runner / model_runner)
+            log(f"Starting to load model {path}...")
+        else:
+            log(f"Load weight begin. avail mem={before:.2f} GB")
         t = time.time()
         m = LoadedModel(path, self.device)
         after = self._avail_gb()
         usage = m.num_params * 4 / 2**30
-        log(f"Load weight end. elapsed={time.time() - t:.2f} s, type={m.architecture}, "
-            f"avail mem={after:.2f} GB, mem usage={usage:.2f} GB.")
+        if self.vllm_surface:
+            log(f"Model loading took {usage:.4f} GiB memory and {time.time() - t:.6f} seconds")
+        else:
+            log(f"Load weight end. elapsed={time.time() - t:.2f} s, type={m.architecture}, "
+                f"avail mem={after:.2f} GB, mem usage={usage:.2f} GB.")
         return m
 
     def load(self) -> None:
@@ -132,8 +138,12 @@ class Engine:
         self.model_path = str(a.model_path)
         self.served_model_name = a.served_model_name or self.model_path
         self.tokenizer = load_tokenizer(Path(a.tokenizer_path or a.model_path))
-        log(f"Init torch distributed begin.")
-        log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+        if self.vllm_surface:
+            log(f"Initializing a V1 LLM engine (v0.26.0+dynocell.reference) with config: model={self.model_path!r}, "
+                f"speculative_config={self.spec.algorithm!r}, max_seq_len={a.context_length}")
+        else:
+            log(f"Init torch distributed begin.")
+            log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
         self.target = self._load(Path(a.model_path))
         self.draft = None
         if self.spec.algorithm == "STANDALONE":
@@ -152,6 +162,9 @@ class Engine:
             c = m.config
             head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
             size = self.max_total_tokens * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4 / 2**30
+            if self.vllm_surface:
+                log(f"GPU KV cache size: {self.max_total_tokens:,} tokens")
+                continue
             log(f"KV Cache is allocated. dtype: torch.float32, #tokens: {self.max_total_tokens}, "
                 f"K size: {size:.2f} GB, V size: {size:.2f} GB")
             log(f"Memory pool end. avail mem={self._avail_gb():.2f} GB")
