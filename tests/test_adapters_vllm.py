@@ -169,3 +169,7 @@ def test_config_show_prints_the_argv_of_its_engine(cli_env, tmp_path: Path):
     assert "-m vllm.entrypoints.cli.main serve" in shown["command"]
     assert "--gpu-memory-utilization 0.15" in shown["command"]
     assert "  command  " in run(cli_env, "config", "show", "vllm-h200-draft").stdout
+
+
+def test_vllm_boots_get_the_gpu_engines_time_limit(settings):
+    assert settings.boot_timeout_s("vllm") == settings.boot_timeout_s("sglang") > settings.boot_timeout_s("reference")
