@@ -487,7 +487,7 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
         for r in workload.requests(level.name, context_length):
             by_class.setdefault(r.text_class, []).append(r)
         for text_class, creqs in by_class.items():
-            offset = live.log_path.stat().st_size if live.log_path.exists() else 0
+            offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
             before = engine_metrics.parse_metrics(client.metrics_text().text)
             result = _run_level(job, live, level, creqs, warmup=0)
             after = engine_metrics.parse_metrics(client.metrics_text().text)
@@ -513,6 +513,31 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
                                "source": "vllm /metrics counter deltas"})
     d["curves"] = curves_out
     d["note"] = va.UNCONDITIONAL_NOTE
+
+
+def _log_interval_s(cfg: Any) -> float:
+    """Seconds between vLLM's stats lines (``VLLM_LOG_STATS_INTERVAL``, vLLM's default 10 s); the
+    reference engine's vLLM surface logs the last interval as soon as it is idle."""
+    if cfg.engine != "vllm":
+        return 0.2
+    try:
+        return max(0.1, float(cfg.env.get("VLLM_LOG_STATS_INTERVAL", "10")))
+    except ValueError:
+        return 10.0
+
+
+def _quiet_log(log_path: Path, interval_s: float, rounds: int = 3) -> int:
+    """The log's size once one stats interval passed without a new line (at most ``rounds``
+    intervals): a class window then starts on an interval boundary, so the ``SpecDecoding`` lines
+    after it cover this class only (the last interval of earlier traffic is already printed)."""
+    size = log_path.stat().st_size if log_path.exists() else 0
+    for _ in range(rounds):
+        time.sleep(interval_s + 0.1)
+        now = log_path.stat().st_size if log_path.exists() else 0
+        if now == size:
+            break
+        size = now
+    return size
 
 
 def _log_window(log_path: Path, offset: int, draft_tokens: float, wait_s: float = 10.0) -> list[Any]:
