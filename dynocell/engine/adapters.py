@@ -52,7 +52,13 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from dynocell.engine.config import REDACTED, EngineConfig, check_engine_fields, redact_env  # noqa: F401 - re-exported
+from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exported
+    REDACTED,
+    EngineConfig,
+    check_engine_fields,
+    fields_not_of,
+    redact_env,
+)
 from dynocell.errors import ConfigError, UserError
 
 
@@ -330,6 +336,19 @@ SGLANG_ALIASES = {
     "--ep-size": ("--expert-parallel-size", "--ep"),
     "--dcp-size": ("--decode-context-parallel-size", "--dcp"),
 }
+#: vLLM 0.26's short spellings of flags the vLLM adapter renders (``vllm/engine/arg_utils.py``:
+#: ``add_argument("--tensor-parallel-size", "-tp", …)``; ``-O`` is its compilation-config shorthand).
+VLLM_ALIASES = {
+    "--tensor-parallel-size": ("-tp",),
+    "--pipeline-parallel-size": ("-pp",),
+    "--data-parallel-size": ("-dp",),
+    "--decode-context-parallel-size": ("-dcp",),
+    "--compilation-config": ("-O",),
+}
+#: Flags dynocell renders itself, not from a config field: vLLM's trace directory is fixed at boot
+#: (``--profiler-config``, :func:`vllm_profiler_config`), so an ``extra_args`` one would send the
+#: profile window's traces elsewhere.
+DYNOCELL_FLAGS = {"--profiler-config": "profile"}
 #: Flags implied by a config field although no adapter renders them: the tokenizer is the model's.
 IMPLIED_FLAGS = {"--tokenizer-path": "model_path"}
 #: The multi-node flags :func:`render_nodes` adds, and the config field each comes from.
@@ -412,6 +431,10 @@ def _owned_flags() -> dict[str, str]:
             for flag, value in zip(argv, argv[1:] + [""]):
                 if flag.startswith("--") and value in values:
                     owned.setdefault(flag, values[value])
+                elif flag.startswith("--") and value.startswith("{"):  # vLLM's JSON flags: a section's
+                    section = _json_section(value, values)
+                    if section is not None:
+                        owned.setdefault(flag, section)
         bools = {f for f, v in _field_values(on).items() if isinstance(v, bool)}
         only_on = set(adapter.args(on, port=port)) - set(adapter.args(off, port=port))
         for flag in only_on:
@@ -421,8 +444,9 @@ def _owned_flags() -> dict[str, str]:
                 owned.setdefault(flag, _bool_field_of(adapter, flag, bools))
     owned.update({k: v for k, v in IMPLIED_FLAGS.items()})
     owned.update(NODE_FLAGS)
+    owned.update(DYNOCELL_FLAGS)
     aliases = dict(_reference_aliases())
-    for flag, more in SGLANG_ALIASES.items():
+    for flag, more in (*SGLANG_ALIASES.items(), *VLLM_ALIASES.items()):
         aliases[flag] = tuple(set(aliases.get(flag, ())) | set(more))
     for flag, field in list(owned.items()):
         for alias in aliases.get(flag, ()):
@@ -430,13 +454,45 @@ def _owned_flags() -> dict[str, str]:
     return owned
 
 
+def _json_section(value: str, values: dict[str, str]) -> str | None:
+    """The config section a JSON flag value (``--speculative-config {…}``) renders: that of the
+    first probe value found in it; None when it holds none."""
+    try:
+        obj = json.loads(value)
+    except ValueError:
+        return None
+    for v in obj.values() if isinstance(obj, dict) else ():
+        field = values.get(str(v))
+        if field is not None and "." in field:
+            return field.split(".", 1)[0]
+    return None
+
+
+def _set_field(cfg: EngineConfig, dotted: str, value: object) -> EngineConfig:
+    section, _, leaf = dotted.rpartition(".")
+    if not section:
+        return cfg.model_copy(update={leaf: value})
+    sub = getattr(cfg, section)
+    return cfg.model_copy(update={section: sub.model_copy(update={leaf: value})})
+
+
 def _probe_for(adapter: EngineAdapter, flag_bools: bool) -> EngineConfig:
-    """:func:`_probe_sections` as ``adapter`` can render it: the reference engine runs one device
-    only, so its parallel sizes stay 1 (they are not its flags)."""
-    cfg = _probe_sections(flag_bools)
+    """:func:`_probe_sections` as ``adapter`` can render it: its engine, without the fields that
+    engine does not have (:func:`~dynocell.engine.config.fields_not_of`). The reference engine
+    runs one device only, so its parallel sizes stay 1 (they are not its flags), computes in its
+    own dtype and speaks vLLM's surface here (so ``--surface`` shows up); vLLM has no EP size,
+    drafts a chain and takes a known method (its ``[speculative]`` becomes one JSON flag)."""
+    cfg = _probe_sections(flag_bools).model_copy(update={"engine": adapter.engine})
+    for dotted in fields_not_of(adapter.engine):
+        cfg = _set_field(cfg, dotted, None)
     if adapter.engine == "reference":
         p = cfg.parallel.model_construct(**{k: 1 for k in type(cfg.parallel).model_fields})
-        cfg = cfg.model_copy(update={"parallel": p})
+        cfg = cfg.model_copy(update={"parallel": p, "dtype": None})
+        cfg = _set_field(cfg, "serving.surface", "vllm")
+    elif adapter.engine == "vllm":
+        cfg = _set_field(cfg, "parallel.ep_size", 1)
+        cfg = _set_field(cfg, "speculative.eagle_topk", None)
+        cfg = _set_field(cfg, "speculative.algorithm", "EAGLE")
     return cfg
 
 
@@ -464,11 +520,15 @@ def check_extra_args(cfg: EngineConfig, source: str = "<config>") -> None:
     """
     owned = _owned_flags()
     for i, arg in enumerate(cfg.extra_args):
-        if not arg.startswith("--") or arg == "--":
+        if not arg.startswith("-") or arg == "--":
             continue
         flag = arg.split("=", 1)[0]
-        field = owned.get(flag)
-        if field is None and len(flag) >= 4:
+        if not arg.startswith("--"):  # vLLM's short spellings (-tp 2, -O3, -O.cudagraph_mode=…)
+            flag = "-O" if flag.startswith("-O") else flag
+            field = owned.get(flag) if flag in {a for more in VLLM_ALIASES.values() for a in more} else None
+        else:
+            field = owned.get(flag)
+        if field is None and flag.startswith("--") and len(flag) >= 4:
             field = next((f for o, f in sorted(owned.items()) if o.startswith(flag)), None)
         if field is not None:
             raise ConfigError(
@@ -482,6 +542,10 @@ def _field_hint(field: str) -> str:
     section, _, leaf = field.rpartition(".")
     if field == "nodes":
         return "the [[nodes]] tables"
+    if field == "profile":
+        return "nothing: dynocell gives it at boot so `dynocell profile` finds the traces"
+    if not section and isinstance(getattr(EngineConfig.model_fields.get(field), "default", None), BaseModel):
+        return f"the [{field}] table"
     return f"{leaf} under [{section}]" if section else f"{field} (top level)"
 
 

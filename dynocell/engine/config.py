@@ -619,6 +619,13 @@ _ONE_ENGINE_FIELDS = (
 )
 
 
+def fields_not_of(engine: str) -> tuple[str, ...]:
+    """The dotted fields ``engine`` does not have (:func:`check_engine_fields` refuses them when set)."""
+    if engine == "vllm":
+        return tuple(d for d, owner, _ in _ONE_ENGINE_FIELDS if owner != "vllm")
+    return tuple(d for d, owner, _ in _ONE_ENGINE_FIELDS if owner == "vllm")
+
+
 def _field_value(cfg: EngineConfig, dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
