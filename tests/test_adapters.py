@@ -153,4 +153,4 @@ def test_render_nodes_one_spec_per_node():
 
 def test_unknown_engine():
     with pytest.raises(UserError, match="unknown engine"):
-        adapter_for("vllm")
+        adapter_for("tgi")

@@ -78,8 +78,9 @@ def test_examples_parse():
     assert sp.num_drafts == 3
     assert not load_config(EXAMPLES / "tiny-plain.toml").speculative_enabled
     assert load_config(EXAMPLES / "tiny-ngram.toml").speculative.algorithm == "NGRAM"
+    assert load_config(EXAMPLES / "tiny-vllm.toml").api == "vllm"
     hashes = {load_config(p).config_hash for p in EXAMPLES.glob("tiny*.toml")}
-    assert len(hashes) == 3
+    assert len(hashes) == 4
 
 
 def test_sglang_example_parses_with_its_model_dirs(tmp_path: Path):

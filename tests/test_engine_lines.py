@@ -67,9 +67,9 @@ def test_benign_port_lines_do_not_outrank_oom_or_nccl():
 
 
 @pytest.mark.parametrize("name,expect", [
-    ("fail1-no-flash-attn-binaries.A_graph.server.log", "python_import_error"),
+    ("fail1-no-flash-attn-binaries.A_graph.server.log", "vllm_flash_attn_missing"),  # issue 21's rule
     ("fail2-flashinfer-sampler.A_graph.server.log", "python_import_error"),
-    ("fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log", "unknown"),  # an assertion no rule names
+    ("fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log", "vllm_flash_attn_missing"),
     ("A_graph.server.log", "unknown"),
     ("C_draft_graph.server.log", "unknown"),
 ])

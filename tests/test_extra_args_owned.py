@@ -39,6 +39,7 @@ BASE = 'engine = "{engine}"\nmodel_path = "dynocell:tiny"\n'
     (["--disable-cuda-graph"], "cuda_graph.disable"),
     (["--hos", "0.0.0.0"], "host"),  # SGLang's argparse takes unique prefixes
     (["--dist-init-addr", "10.0.0.1:5000"], "dist_init_addr"),
+    (["--dtype", "bfloat16"], "dtype"),  # a config field since issue 21 (SGLang and vLLM --dtype)
 ])
 def test_owned_flag_in_extra_args_is_refused_naming_the_field(engine: str, args: list[str], field: str):
     text = BASE.format(engine=engine) + f"extra_args = {json.dumps(['--log-level', 'info', *args])}\n"
@@ -51,9 +52,36 @@ def test_owned_flag_in_extra_args_is_refused_naming_the_field(engine: str, args:
 
 def test_flags_no_field_owns_stay_allowed():
     cfg = parse_config(BASE.format(engine="sglang") + 'extra_args = ["--enable-metrics", "--sampling-backend", '
-                       '"pytorch", "--load-format=auto", "--enable-dp-attention", "--dtype", "bfloat16", '
+                       '"pytorch", "--load-format=auto", "--enable-dp-attention", "--random-seed", "0", '
                        '"--tp-size-is-not-a-flag"]\n')
     assert "--enable-dp-attention" in cfg.extra_args
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--tensor-parallel-size", "2"], "parallel.tp_size"),
+    (["-tp", "2"], "parallel.tp_size"),  # vLLM's short spellings
+    (["-dp", "2"], "parallel.dp_size"),
+    (["--max-model-len=4096"], "memory.context_length"),
+    (["--max-num-seqs", "8"], "memory.max_running_requests"),
+    (["--gpu-memory-utilization", "0.5"], "memory.gpu_memory_utilization"),
+    (["--enforce-eager"], "cuda_graph.disable"),
+    (["--compilation-config", "{}"], "[cuda_graph]"),
+    (["-O3"], "[cuda_graph]"),
+    (["--speculative-config", "{}"], "[speculative]"),
+    (["--profiler-config", "{}"], "dynocell gives it at boot"),
+])
+def test_vllm_owned_flag_in_extra_args_is_refused(args: list[str], field: str):
+    text = BASE.format(engine="vllm") + f"extra_args = {json.dumps(['--seed', '0', *args])}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, source="x.toml")
+    assert err.value.field == "extra_args[2]"
+    assert field.rpartition(".")[2] in str(err.value)
+
+
+def test_vllm_flags_no_field_owns_stay_allowed():
+    cfg = parse_config(BASE.format(engine="vllm") + 'extra_args = ["--seed", "0", "--enable-expert-parallel", '
+                       '"--kv-transfer-config", "{}", "-q", "fp8"]\n')
+    assert "--enable-expert-parallel" in cfg.extra_args
 
 
 def test_owned_flags_follow_the_adapter_argv():

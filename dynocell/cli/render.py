@@ -114,6 +114,10 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     if not curves:
         return None
     parts: list[Any] = [Text("acceptance per text class (p_i unconditional, a_i conditional)", style="bold")]
+    if any(str(c.get("engine_source") or "").startswith("vLLM") for c in curves):
+        parts.append(Text("  vLLM: from /metrics counter deltas per class; vLLM's per-position acceptance rate is "
+                          "unconditional (p_i = drafts with positions 1..i all accepted / drafts), engine τ from "
+                          "its SpecDecoding log lines"))
     for c in curves:
         head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
                     f"steps {c['steps']}  D {c['num_drafts']}  histogram [{','.join(map(str, c['histogram']))}]")

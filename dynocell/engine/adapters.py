@@ -10,6 +10,9 @@ host is in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``):
   [--chunked-prefill-size] [--context-length] [--max-running-requests]
   [--kv-cache-dtype] [--disable-cuda-graph | --cuda-graph-max-bs]
   [--attention-backend] --enable-metrics EXTRA_ARGS…``
+- :class:`VLLMAdapter` → ``PYTHON -m vllm.entrypoints.cli.main serve MODEL`` with vLLM
+  0.26.0's names (``vllm/engine/arg_utils.py``; the argv that booted on the H200 is in
+  ``shared/gpu/VLLM.md`` and ``artifacts/vllm-0.26.0-h200/*.result.json``).
 - :class:`ReferenceAdapter` → ``PYTHON -m dynocell.engine.reference`` with the
   subset the reference engine understands (``--model-path --host --port
   --served-model-name --context-length --speculative-algorithm
@@ -40,6 +43,7 @@ node); :func:`adapter_for` ``(engine)``; :func:`pick_free_port` ``(host)``;
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import socket
 import typing
@@ -48,7 +52,13 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from dynocell.engine.config import REDACTED, EngineConfig, redact_env  # noqa: F401 - re-exported
+from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exported
+    REDACTED,
+    EngineConfig,
+    check_engine_fields,
+    fields_not_of,
+    redact_env,
+)
 from dynocell.errors import ConfigError, UserError
 
 
@@ -93,8 +103,12 @@ class EngineAdapter(Protocol):
     engine: str
     module: str
 
-    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
-        """Engine arguments (without interpreter and ``-m module``) for ``cfg`` on ``port``."""
+    def args(self, cfg: EngineConfig, *, port: int, profile_dir: str | None = None) -> list[str]:
+        """Engine arguments (without interpreter and ``-m module``) for ``cfg`` on ``port``.
+
+        ``profile_dir``: where the engine writes torch traces, for engines that fix it at boot
+        (vLLM's ``--profiler-config``); SGLang and the reference engine take it per request.
+        """
         ...
 
 
@@ -109,9 +123,11 @@ class SGLangAdapter:
     engine = "sglang"
     module = "sglang.launch_server"
 
-    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
+    def args(self, cfg: EngineConfig, *, port: int, profile_dir: str | None = None) -> list[str]:
+        check_engine_fields(cfg)
         out = ["--model-path", cfg.model_path]
         _opt(out, "--served-model-name", cfg.served_model_name)
+        _opt(out, "--dtype", cfg.dtype)
         out += ["--host", cfg.host, "--port", str(port)]
         p = cfg.parallel
         for flag, value in (("--tp-size", p.tp_size), ("--pp-size", p.pp_size),
@@ -160,7 +176,11 @@ class ReferenceAdapter:
     engine = "reference"
     module = "dynocell.engine.reference"
 
-    def args(self, cfg: EngineConfig, *, port: int) -> list[str]:
+    def args(self, cfg: EngineConfig, *, port: int, profile_dir: str | None = None) -> list[str]:
+        check_engine_fields(cfg)
+        if cfg.dtype is not None:
+            raise ConfigError("<config>", "dtype", "the reference engine computes in float32 on CPU",
+                              "remove dtype with engine = \"reference\"")
         p = cfg.parallel
         if max(p.tp_size, p.pp_size, p.dp_size, p.ep_size, p.dcp_size) > 1:
             raise ConfigError("<config>", "parallel", "the reference engine runs on one device",
@@ -181,15 +201,122 @@ class ReferenceAdapter:
         out.append("--enable-metrics")
         if cfg.cuda_graph.disable:
             out.append("--disable-cuda-graph")
+        if cfg.serving.surface == "vllm":  # vLLM's metric names, log lines and profiler layout
+            out += ["--surface", "vllm"]
+            if profile_dir is not None:
+                out += ["--profiler-config", _json(vllm_profiler_config(profile_dir))]
         out += list(cfg.extra_args)
         return out
 
 
-_ADAPTERS: dict[str, EngineAdapter] = {"sglang": SGLangAdapter(), "reference": ReferenceAdapter()}
+#: ``[cuda_graph] mode`` → vLLM ``compilation_config.cudagraph_mode`` (``CUDAGraphMode`` names).
+_VLLM_GRAPH_MODES = {"off": "NONE", "piecewise": "PIECEWISE", "full": "FULL",
+                     "full_and_piecewise": "FULL_AND_PIECEWISE"}
+#: ``[speculative] algorithm`` (SGLang's names, how the config stores them) → vLLM ``method``.
+_VLLM_METHOD = {"STANDALONE": "draft_model", "NGRAM": "ngram", "EAGLE": "eagle", "EAGLE3": "eagle3",
+                "NEXTN": "mtp"}
+
+
+def _json(value: dict[str, object]) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=False)
+
+
+def vllm_speculative_config(cfg: EngineConfig) -> dict[str, object] | None:
+    """The ``--speculative-config`` object of ``cfg`` (None when speculation is off).
+
+    Keys are vLLM 0.26's ``SpeculativeConfig`` fields: ``method``, ``model`` (the draft),
+    ``num_speculative_tokens`` (k), ``attention_backend`` (the draft's own: it does not inherit
+    ``--attention-backend``), ``draft_tensor_parallel_size``, ``prompt_lookup_min``/``_max``,
+    ``draft_sample_method``.
+    """
+    s = cfg.speculative
+    if s.algorithm is None:
+        return None
+    spec: dict[str, object] = {"method": _VLLM_METHOD[s.algorithm]}
+    if s.draft_model_path:
+        spec["model"] = s.draft_model_path
+    if s.num_speculative_tokens is not None:
+        spec["num_speculative_tokens"] = s.num_speculative_tokens
+    for key, value in (("attention_backend", s.draft_attention_backend),
+                       ("draft_tensor_parallel_size", s.draft_tp_size),
+                       ("prompt_lookup_min", s.prompt_lookup_min), ("prompt_lookup_max", s.prompt_lookup_max),
+                       ("draft_sample_method", s.draft_sample_method)):
+        if value is not None:
+            spec[key] = value
+    return spec
+
+
+def vllm_profiler_config(profile_dir: str) -> dict[str, object]:
+    """``--profiler-config`` for torch traces under ``profile_dir`` (VLLM.md: the recipe's keys).
+
+    With it vLLM serves ``POST /start_profile`` / ``/stop_profile`` and writes
+    ``profile_dir/rank<N>.<id>.pt.trace.json.gz``; without it those routes do not exist.
+    """
+    return {"profiler": "torch", "torch_profiler_dir": profile_dir, "torch_profiler_with_stack": False,
+            "ignore_frontend": True}
+
+
+class VLLMAdapter:
+    """``python -m vllm.entrypoints.cli.main serve MODEL`` with vLLM 0.26.0 argument names.
+
+    Field → flag: parallel sizes → ``--tensor-/--pipeline-/--data-/--decode-context-parallel-size``
+    (when > 1); ``memory.gpu_memory_utilization`` → ``--gpu-memory-utilization``;
+    ``memory.context_length`` → ``--max-model-len``; ``memory.max_running_requests`` →
+    ``--max-num-seqs``; ``kv_cache_dtype``, ``attention_backend``, ``dtype`` as named;
+    ``cuda_graph.disable`` → ``--enforce-eager``, else ``mode``/``capture_sizes``/``max_bs`` →
+    ``--compilation-config {"cudagraph_mode", "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size"}``; ``[speculative]`` → ``--speculative-config`` JSON
+    (:func:`vllm_speculative_config`); ``profile_dir`` → ``--profiler-config``
+    (:func:`vllm_profiler_config`). SGLang-only fields are refused (ConfigError naming the field,
+    :func:`~dynocell.engine.config.check_engine_fields`). vLLM serves ``/metrics`` always.
+    """
+
+    engine = "vllm"
+    module = "vllm.entrypoints.cli.main"
+
+    def args(self, cfg: EngineConfig, *, port: int, profile_dir: str | None = None) -> list[str]:
+        check_engine_fields(cfg)
+        out = ["serve", cfg.model_path, "--host", cfg.host, "--port", str(port)]
+        _opt(out, "--served-model-name", cfg.served_model_name)
+        p = cfg.parallel
+        for flag, value in (("--tensor-parallel-size", p.tp_size), ("--pipeline-parallel-size", p.pp_size),
+                            ("--data-parallel-size", p.dp_size), ("--decode-context-parallel-size", p.dcp_size)):
+            if value > 1:
+                out += [flag, str(value)]
+        m = cfg.memory
+        for name, value in (("--dtype", cfg.dtype), ("--gpu-memory-utilization", m.gpu_memory_utilization),
+                            ("--max-model-len", m.context_length), ("--max-num-seqs", m.max_running_requests),
+                            ("--kv-cache-dtype", m.kv_cache_dtype)):
+            _opt(out, name, value)
+        cg = cfg.cuda_graph
+        if cg.disable:
+            out.append("--enforce-eager")
+        else:
+            comp: dict[str, object] = {}
+            if cg.mode is not None:
+                comp["cudagraph_mode"] = _VLLM_GRAPH_MODES[cg.mode]
+            if cg.capture_sizes is not None:
+                comp["cudagraph_capture_sizes"] = sorted(set(cg.capture_sizes))
+            if cg.max_bs is not None:
+                comp["max_cudagraph_capture_size"] = cg.max_bs
+            if comp:
+                out += ["--compilation-config", _json(comp)]
+        _opt(out, "--attention-backend", cfg.attention_backend)
+        spec = vllm_speculative_config(cfg)
+        if spec is not None:
+            out += ["--speculative-config", _json(spec)]
+        if profile_dir is not None:
+            out += ["--profiler-config", _json(vllm_profiler_config(profile_dir))]
+        out += list(cfg.extra_args)
+        return out
+
+
+_ADAPTERS: dict[str, EngineAdapter] = {"sglang": SGLangAdapter(), "reference": ReferenceAdapter(),
+                                       "vllm": VLLMAdapter()}
 
 
 def adapter_for(engine: str) -> EngineAdapter:
-    """The adapter of ``engine`` ("sglang" | "reference"); UserError for anything else."""
+    """The adapter of ``engine`` ("sglang" | "reference" | "vllm"); UserError for anything else."""
     try:
         return _ADAPTERS[engine]
     except KeyError:
@@ -209,6 +336,19 @@ SGLANG_ALIASES = {
     "--ep-size": ("--expert-parallel-size", "--ep"),
     "--dcp-size": ("--decode-context-parallel-size", "--dcp"),
 }
+#: vLLM 0.26's short spellings of flags the vLLM adapter renders (``vllm/engine/arg_utils.py``:
+#: ``add_argument("--tensor-parallel-size", "-tp", …)``; ``-O`` is its compilation-config shorthand).
+VLLM_ALIASES = {
+    "--tensor-parallel-size": ("-tp",),
+    "--pipeline-parallel-size": ("-pp",),
+    "--data-parallel-size": ("-dp",),
+    "--decode-context-parallel-size": ("-dcp",),
+    "--compilation-config": ("-O",),
+}
+#: Flags dynocell renders itself, not from a config field: vLLM's trace directory is fixed at boot
+#: (``--profiler-config``, :func:`vllm_profiler_config`), so an ``extra_args`` one would send the
+#: profile window's traces elsewhere.
+DYNOCELL_FLAGS = {"--profiler-config": "profile"}
 #: Flags implied by a config field although no adapter renders them: the tokenizer is the model's.
 IMPLIED_FLAGS = {"--tokenizer-path": "model_path"}
 #: The multi-node flags :func:`render_nodes` adds, and the config field each comes from.
@@ -291,6 +431,10 @@ def _owned_flags() -> dict[str, str]:
             for flag, value in zip(argv, argv[1:] + [""]):
                 if flag.startswith("--") and value in values:
                     owned.setdefault(flag, values[value])
+                elif flag.startswith("--") and value.startswith("{"):  # vLLM's JSON flags: a section's
+                    section = _json_section(value, values)
+                    if section is not None:
+                        owned.setdefault(flag, section)
         bools = {f for f, v in _field_values(on).items() if isinstance(v, bool)}
         only_on = set(adapter.args(on, port=port)) - set(adapter.args(off, port=port))
         for flag in only_on:
@@ -300,8 +444,9 @@ def _owned_flags() -> dict[str, str]:
                 owned.setdefault(flag, _bool_field_of(adapter, flag, bools))
     owned.update({k: v for k, v in IMPLIED_FLAGS.items()})
     owned.update(NODE_FLAGS)
+    owned.update(DYNOCELL_FLAGS)
     aliases = dict(_reference_aliases())
-    for flag, more in SGLANG_ALIASES.items():
+    for flag, more in (*SGLANG_ALIASES.items(), *VLLM_ALIASES.items()):
         aliases[flag] = tuple(set(aliases.get(flag, ())) | set(more))
     for flag, field in list(owned.items()):
         for alias in aliases.get(flag, ()):
@@ -309,13 +454,45 @@ def _owned_flags() -> dict[str, str]:
     return owned
 
 
+def _json_section(value: str, values: dict[str, str]) -> str | None:
+    """The config section a JSON flag value (``--speculative-config {…}``) renders: that of the
+    first probe value found in it; None when it holds none."""
+    try:
+        obj = json.loads(value)
+    except ValueError:
+        return None
+    for v in obj.values() if isinstance(obj, dict) else ():
+        field = values.get(str(v))
+        if field is not None and "." in field:
+            return field.split(".", 1)[0]
+    return None
+
+
+def _set_field(cfg: EngineConfig, dotted: str, value: object) -> EngineConfig:
+    section, _, leaf = dotted.rpartition(".")
+    if not section:
+        return cfg.model_copy(update={leaf: value})
+    sub = getattr(cfg, section)
+    return cfg.model_copy(update={section: sub.model_copy(update={leaf: value})})
+
+
 def _probe_for(adapter: EngineAdapter, flag_bools: bool) -> EngineConfig:
-    """:func:`_probe_sections` as ``adapter`` can render it: the reference engine runs one device
-    only, so its parallel sizes stay 1 (they are not its flags)."""
-    cfg = _probe_sections(flag_bools)
+    """:func:`_probe_sections` as ``adapter`` can render it: its engine, without the fields that
+    engine does not have (:func:`~dynocell.engine.config.fields_not_of`). The reference engine
+    runs one device only, so its parallel sizes stay 1 (they are not its flags), computes in its
+    own dtype and speaks vLLM's surface here (so ``--surface`` shows up); vLLM has no EP size,
+    drafts a chain and takes a known method (its ``[speculative]`` becomes one JSON flag)."""
+    cfg = _probe_sections(flag_bools).model_copy(update={"engine": adapter.engine})
+    for dotted in fields_not_of(adapter.engine):
+        cfg = _set_field(cfg, dotted, None)
     if adapter.engine == "reference":
         p = cfg.parallel.model_construct(**{k: 1 for k in type(cfg.parallel).model_fields})
-        cfg = cfg.model_copy(update={"parallel": p})
+        cfg = cfg.model_copy(update={"parallel": p, "dtype": None})
+        cfg = _set_field(cfg, "serving.surface", "vllm")
+    elif adapter.engine == "vllm":
+        cfg = _set_field(cfg, "parallel.ep_size", 1)
+        cfg = _set_field(cfg, "speculative.eagle_topk", None)
+        cfg = _set_field(cfg, "speculative.algorithm", "EAGLE")
     return cfg
 
 
@@ -343,11 +520,15 @@ def check_extra_args(cfg: EngineConfig, source: str = "<config>") -> None:
     """
     owned = _owned_flags()
     for i, arg in enumerate(cfg.extra_args):
-        if not arg.startswith("--") or arg == "--":
+        if not arg.startswith("-") or arg == "--":
             continue
         flag = arg.split("=", 1)[0]
-        field = owned.get(flag)
-        if field is None and len(flag) >= 4:
+        if not arg.startswith("--"):  # vLLM's short spellings (-tp 2, -O3, -O.cudagraph_mode=…)
+            flag = "-O" if flag.startswith("-O") else flag
+            field = owned.get(flag) if flag in {a for more in VLLM_ALIASES.values() for a in more} else None
+        else:
+            field = owned.get(flag)
+        if field is None and flag.startswith("--") and len(flag) >= 4:
             field = next((f for o, f in sorted(owned.items()) if o.startswith(flag)), None)
         if field is not None:
             raise ConfigError(
@@ -361,6 +542,10 @@ def _field_hint(field: str) -> str:
     section, _, leaf = field.rpartition(".")
     if field == "nodes":
         return "the [[nodes]] tables"
+    if field == "profile":
+        return "nothing: dynocell gives it at boot so `dynocell profile` finds the traces"
+    if not section and isinstance(getattr(EngineConfig.model_fields.get(field), "default", None), BaseModel):
+        return f"the [{field}] table"
     return f"{leaf} under [{section}]" if section else f"{field} (top level)"
 
 
@@ -404,9 +589,12 @@ def render(
     port: int | None = None,
     base_env: dict[str, str],
     build_pythonpath: str | None = None,
+    profile_dir: str | None = None,
 ) -> LaunchSpec:
     """Render the single-node launch of ``cfg``.
 
+    ``profile_dir``: the trace directory for an engine that fixes it at boot (vLLM
+    ``--profiler-config``; ignored by the others, which take it per ``/start_profile``).
     ``python``: interpreter path (``settings.engine_python``). ``port``: the
     port to use; None or 0 means ``cfg.port``, and if that is 0 a free port is
     picked on ``cfg.host``. Raises UserError for an unknown engine,
@@ -418,7 +606,7 @@ def render(
     adapter = adapter_for(cfg.engine)
     check_extra_args(cfg)
     port = port or cfg.port or pick_free_port(cfg.host)
-    argv = [python, "-m", adapter.module, *adapter.args(cfg, port=port)]
+    argv = [python, "-m", adapter.module, *adapter.args(cfg, port=port, profile_dir=profile_dir)]
     return LaunchSpec(argv=argv, env=build_env(cfg, base_env, build_pythonpath), port=port,
                       host=cfg.host, engine=cfg.engine)
 
@@ -442,7 +630,8 @@ def render_nodes(
     if not cfg.nodes:
         return [render(cfg, python=python, port=port, base_env=base_env, build_pythonpath=build_pythonpath)]
     if cfg.engine != "sglang":
-        raise UserError("multi-node plans need engine = \"sglang\"", "remove [[nodes]] for the reference engine")
+        raise UserError("multi-node plans need engine = \"sglang\"",
+                        f"remove [[nodes]] for engine {cfg.engine!r} (vLLM multi-node: use extra_args)")
     if len(cfg.nodes) > 1 and not cfg.dist_init_addr:
         raise ConfigError("<config>", "dist_init_addr", "required when more than one node is named",
                           "add dist_init_addr = \"HOST:PORT\" of node 0")

@@ -131,6 +131,14 @@ class EngineClient:
         """``GET /metrics`` (Prometheus text in ``.text``)."""
         return self.request("GET", "/metrics", timeout_s=timeout_s)
 
+    def models(self, timeout_s: float | None = None) -> HttpResult:
+        """``GET /v1/models`` (OpenAI list: ``{"data": [{"id": served name, …}]}``)."""
+        return self.request("GET", "/v1/models", timeout_s=timeout_s)
+
+    def completions(self, payload: dict[str, Any], timeout_s: float | None = None) -> HttpResult:
+        """``POST /v1/completions`` (OpenAI; non-streaming unless the payload asks)."""
+        return self.request("POST", "/v1/completions", json=payload, timeout_s=timeout_s)
+
     def generate(self, payload: dict[str, Any], timeout_s: float | None = None) -> HttpResult:
         """``POST /generate`` with ``{"text"|"input_ids", "sampling_params", ...}`` (non-streaming)."""
         return self.request("POST", "/generate", json=payload, timeout_s=timeout_s)

@@ -29,7 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dynocell.errors import ConfigError
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-ENGINES = ("sglang", "reference")
+ENGINES = ("sglang", "reference", "vllm")
+#: vLLM ``--speculative-config`` ``method`` names (vLLM 0.26 ``SpeculativeConfig.method``) accepted in
+#: ``[speculative] algorithm`` and the SGLang algorithm each one is the same idea as.
+VLLM_METHODS = {"draft_model": "STANDALONE", "ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3",
+                "mtp": "NEXTN"}
 BUILTIN_MODEL_PREFIX = "dynocell:"
 #: The made-locally reference models a config may name (resolved at boot).
 BUILTIN_MODELS = ("dynocell:tiny", "dynocell:tiny-draft")
@@ -99,6 +103,15 @@ class Speculative(_Section):
 
     With ``eagle_topk`` 1 the drafts form a chain: D = ``num_draft_tokens`` − 1
     drafts per verify step, so ``num_draft_tokens`` ≥ ``num_steps`` + 1.
+
+    ``algorithm`` also takes vLLM's method names (:data:`VLLM_METHODS`: ``draft_model`` is
+    STANDALONE, ``mtp`` is NEXTN …); for vLLM, k = ``num_speculative_tokens`` is ``num_steps``
+    (or ``num_draft_tokens`` − 1). vLLM-only knobs of the drafter (``--speculative-config`` keys;
+    None = not stated, left out of the canonical JSON so older configs keep their hash):
+    ``draft_attention_backend`` (``attention_backend``: the draft does NOT inherit
+    ``--attention-backend``), ``draft_tp_size`` (``draft_tensor_parallel_size``),
+    ``prompt_lookup_min``/``prompt_lookup_max`` (ngram window), ``draft_sample_method``
+    (``greedy`` | ``probabilistic``).
     """
 
     algorithm: str | None = None
@@ -106,6 +119,11 @@ class Speculative(_Section):
     eagle_topk: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
     num_draft_tokens: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
     draft_model_path: str | None = None
+    draft_attention_backend: str | None = None
+    draft_tp_size: int | None = Field(None, ge=1, le=MAX_PARALLEL)
+    prompt_lookup_min: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
+    prompt_lookup_max: int | None = Field(None, ge=1, le=MAX_SPEC_WIDTH)
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -114,8 +132,11 @@ class Speculative(_Section):
             return None
         if isinstance(v, str) and v.strip().upper() in SPEC_ALGORITHMS:
             return v.strip().upper()
+        if isinstance(v, str) and v.strip().lower() in VLLM_METHODS:
+            return VLLM_METHODS[v.strip().lower()]
         raise ValueError(
-            f"must be one of {', '.join(SPEC_ALGORITHMS)} (case-insensitive) or none, got {v!r}"
+            f"must be one of {', '.join(SPEC_ALGORITHMS)} (case-insensitive) or none, got {v!r} "
+            f"(vLLM's {', '.join(VLLM_METHODS)} are accepted too)"
         )
 
     @model_validator(mode="after")
@@ -144,11 +165,25 @@ class Speculative(_Section):
             return None
         return self.num_draft_tokens - 1
 
+    @property
+    def num_speculative_tokens(self) -> int | None:
+        """vLLM's k (``num_speculative_tokens``): ``num_steps``, else ``num_draft_tokens`` − 1, else None."""
+        if self.algorithm is None:
+            return None
+        return self.num_steps if self.num_steps is not None else self.num_drafts
+
 
 class Memory(_Section):
-    """Memory knobs (SGLang ``--mem-fraction-static`` …). None = the engine's default."""
+    """Memory knobs (SGLang ``--mem-fraction-static`` …). None = the engine's default.
+
+    The two memory fractions are different ideas and each is one engine's field:
+    ``mem_fraction_static`` (SGLang: fraction of GPU memory for weights + KV pool) and
+    ``gpu_memory_utilization`` (vLLM: fraction of GPU memory the whole vLLM instance may use,
+    activations and CUDA graphs included). A config for the other engine is refused.
+    """
 
     mem_fraction_static: float | None = Field(None, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     chunked_prefill_size: int | None = Field(None, ge=1, le=MAX_TOKENS)
     context_length: int | None = Field(None, ge=1, le=MAX_TOKENS)
     max_running_requests: int | None = Field(None, ge=1, le=MAX_TOKENS)
@@ -164,6 +199,15 @@ class CudaGraph(_Section):
     disable: bool = False
     max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)
     mode: Literal["off", "piecewise", "full", "full_and_piecewise"] | None = None
+    #: vLLM ``compilation_config.cudagraph_capture_sizes`` (None = not stated, left out of the hash).
+    capture_sizes: tuple[int, ...] | None = None
+
+    @field_validator("capture_sizes")
+    @classmethod
+    def _sizes(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and (not v or any(not 1 <= s <= MAX_BATCH for s in v)):
+            raise ValueError(f"must be a non-empty list of batch sizes 1..{MAX_BATCH}, got {list(v)}")
+        return v
 
     @model_validator(mode="after")
     def _mode(self) -> "CudaGraph":
@@ -181,6 +225,10 @@ class Serving(_Section):
     fields are left out of the canonical JSON (an unchanged config keeps its hash)."""
 
     topology: Literal["colocated", "prefill", "decode"] | None = None
+    #: The HTTP surface the engine speaks (issue 21): "sglang" (native /generate …) or "vllm"
+    #: (OpenAI routes, vllm: metrics, profiler dir fixed at launch). Only the reference engine can
+    #: choose (``--surface``); SGLang speaks sglang, vLLM vllm. None = the engine's own.
+    surface: Literal["sglang", "vllm"] | None = None
     disable_overlap_schedule: bool | None = None
     spec_v2: bool | None = None
     engine_version: str | None = None
@@ -204,8 +252,10 @@ class Meta(_Section):
 class EngineConfig(_Section):
     """One engine configuration (frozen). See the module docstring for hashing."""
 
-    engine: Literal["sglang", "reference"] = "sglang"
+    engine: Literal["sglang", "reference", "vllm"] = "sglang"
     model_path: str
+    #: ``--dtype`` (SGLang and vLLM: auto | half | float16 | bfloat16 | float32); None = not stated.
+    dtype: str | None = None
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)
@@ -237,6 +287,12 @@ class EngineConfig(_Section):
         """True when a speculative algorithm is set."""
         return self.speculative.algorithm is not None
 
+    @property
+    def api(self) -> str:
+        """The HTTP surface dynocell talks to: ``"vllm"`` for vLLM or a reference engine with
+        ``serving.surface = "vllm"``, else ``"sglang"``."""
+        return "vllm" if self.engine == "vllm" or self.serving.surface == "vllm" else "sglang"
+
     def canonical(self) -> dict[str, Any]:
         """Engine-relevant content as plain JSON values: defaults explicit, ``meta`` excluded.
 
@@ -247,8 +303,10 @@ class EngineConfig(_Section):
         serving = {k: v for k, v in data.pop("serving").items() if v is not None}
         if serving:
             data["serving"] = serving
-        if data["cuda_graph"].get("mode") is None:
-            data["cuda_graph"].pop("mode", None)
+        for section, key in _UNSTATED_LEFT_OUT:
+            table = data if section is None else data[section]
+            if table.get(key) is None:
+                table.pop(key, None)
         return data
 
     @model_validator(mode="after")
@@ -277,6 +335,17 @@ class EngineConfig(_Section):
                 node = node.setdefault(p, {})
             node[leaf] = value
         return EngineConfig.model_validate(data)
+
+
+#: Fields added after configs were hashed: left out of the canonical JSON while None (not stated),
+#: so every config written before them keeps its hash.
+_UNSTATED_LEFT_OUT = (
+    ("cuda_graph", "mode"), ("cuda_graph", "capture_sizes"), (None, "dtype"),
+    ("memory", "gpu_memory_utilization"),
+    ("speculative", "draft_attention_backend"), ("speculative", "draft_tp_size"),
+    ("speculative", "prompt_lookup_min"), ("speculative", "prompt_lookup_max"),
+    ("speculative", "draft_sample_method"),
+)
 
 
 # ---------------------------------------------------------------- environment the engine inherits
@@ -381,7 +450,7 @@ def _hint_for(loc: str, msg: str, kind: str = "") -> str:
     if "draft_model_path" in msg:
         return "add draft_model_path under [speculative]"
     if "engine" in loc:
-        return "engine = \"sglang\" or \"reference\""
+        return "engine = \"sglang\", \"vllm\" or \"reference\""
     return "see examples/tiny.toml for a valid config"
 
 
@@ -505,6 +574,9 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
     # value to coerce. Lists become tuples first (strict mode accepts only tuples for tuple fields).
     data = {k: tuple(v) if isinstance(v, list) and k in ("extra_args", "patches", "nodes") else v
             for k, v in data.items()}
+    cg = data.get("cuda_graph")
+    if isinstance(cg, dict) and isinstance(cg.get("capture_sizes"), list):
+        data["cuda_graph"] = {**cg, "capture_sizes": tuple(cg["capture_sizes"])}
     try:
         cfg = EngineConfig.model_validate(data, strict=True)
     except ValidationError as err:
@@ -523,11 +595,102 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
             "use STANDALONE or NGRAM with engine = \"reference\"",
         )
     _check_nodes(cfg, source)
+    check_engine_fields(cfg, source)
     if cfg.extra_args:
         from dynocell.engine.adapters import check_extra_args  # the adapters know which flags they render
 
         check_extra_args(cfg, source)
     return cfg.with_changes(**updates) if updates else cfg
+
+
+#: Fields only one engine has: (dotted field, the engine that has it, the other engine's field if any).
+_ONE_ENGINE_FIELDS = (
+    ("memory.mem_fraction_static", "sglang", "memory.gpu_memory_utilization"),
+    ("memory.chunked_prefill_size", "sglang", None),
+    ("serving.disable_overlap_schedule", "sglang", None),
+    ("serving.spec_v2", "sglang", None),
+    ("memory.gpu_memory_utilization", "vllm", "memory.mem_fraction_static"),
+    ("cuda_graph.capture_sizes", "vllm", None),
+    ("speculative.draft_attention_backend", "vllm", None),
+    ("speculative.draft_tp_size", "vllm", None),
+    ("speculative.prompt_lookup_min", "vllm", None),
+    ("speculative.prompt_lookup_max", "vllm", None),
+    ("speculative.draft_sample_method", "vllm", None),
+)
+
+
+def fields_not_of(engine: str) -> tuple[str, ...]:
+    """The dotted fields ``engine`` does not have (:func:`check_engine_fields` refuses them when set)."""
+    if engine == "vllm":
+        return tuple(d for d, owner, _ in _ONE_ENGINE_FIELDS if owner != "vllm")
+    return tuple(d for d, owner, _ in _ONE_ENGINE_FIELDS if owner == "vllm")
+
+
+def _field_value(cfg: EngineConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def check_engine_fields(cfg: EngineConfig, source: str = "<config>") -> None:
+    """Refuse a field the config's engine does not have (ConfigError naming the field and the fix).
+
+    ``mem_fraction_static`` (SGLang) and ``gpu_memory_utilization`` (vLLM) are not the same fraction,
+    so one is never translated into the other. The reference engine speaks SGLang's names and ignores
+    the memory knobs (it runs on CPU), so only vLLM-only fields are refused for it. For vLLM also:
+    ``parallel.ep_size`` (vLLM has no EP size: ``--enable-expert-parallel`` uses TP × DP), a
+    disaggregated ``serving.topology`` (needs a ``kv_transfer_config`` connector: use ``extra_args``),
+    ``eagle_topk`` > 1 (vLLM drafts a chain), and CUDA-graph capture sizes that vLLM rejects at boot.
+    """
+    for dotted, owner, other in _ONE_ENGINE_FIELDS:
+        if owner == "sglang" and cfg.engine != "vllm":
+            continue
+        if owner == "vllm" and cfg.engine == "vllm":
+            continue
+        value = _field_value(cfg, dotted)
+        if value is None or value is False:
+            continue
+        hint = (f"use {other} (it holds {cfg.engine}'s meaning, a different fraction)" if other
+                else f"remove it, or set engine = \"{owner}\"")
+        raise ConfigError(source, dotted, f"{owner}-only field; engine {cfg.engine!r} has no such setting", hint)
+    surface = cfg.serving.surface
+    if surface is not None and cfg.engine != "reference" and surface != ("vllm" if cfg.engine == "vllm" else "sglang"):
+        raise ConfigError(source, "serving.surface", f"engine {cfg.engine!r} speaks its own HTTP surface",
+                          "remove serving.surface (only the reference engine can speak either)")
+    if cfg.engine == "vllm":
+        _check_vllm(cfg, source)
+
+
+def _check_vllm(cfg: EngineConfig, source: str) -> None:
+    if cfg.parallel.ep_size > 1:
+        raise ConfigError(source, "parallel.ep_size", "vLLM has no expert-parallel size (EP = TP × DP)",
+                          "set ep_size = 1 and add \"--enable-expert-parallel\" to extra_args")
+    if cfg.serving.topology in ("prefill", "decode"):
+        raise ConfigError(source, "serving.topology", "a disaggregated vLLM role needs a kv_transfer_config",
+                          "leave serving.topology unset and pass --kv-transfer-config in extra_args")
+    s = cfg.speculative
+    if s.algorithm is None:
+        return
+    if s.eagle_topk is not None and s.eagle_topk > 1:
+        raise ConfigError(source, "speculative.eagle_topk", "vLLM drafts a chain (top-k 1)",
+                          "remove eagle_topk or set it to 1 with engine = \"vllm\"")
+    k = s.num_speculative_tokens
+    if k is None and s.algorithm != "NGRAM":
+        raise ConfigError(source, "speculative.num_steps", "vLLM needs num_speculative_tokens",
+                          "set num_steps = k (vLLM's num_speculative_tokens)")
+    cg = cfg.cuda_graph
+    if k is not None and not cg.disable and cg.mode != "off":
+        # vLLM CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: sizes are rounded up to a
+        # multiple of k + 1 and kept if ≤ the largest capture size; none left →
+        # "No valid cudagraph sizes after rounding to multiple of k+1" at boot.
+        largest = max(cg.capture_sizes) if cg.capture_sizes else cg.max_bs
+        if largest is not None and largest < k + 1:
+            field = "cuda_graph.capture_sizes" if cg.capture_sizes else "cuda_graph.max_bs"
+            raise ConfigError(source, field,
+                              f"largest CUDA-graph capture size {largest} is below num_speculative_tokens + 1 "
+                              f"= {k + 1}: vLLM refuses the boot (\"No valid cudagraph sizes\")",
+                              f"capture at least one size ≥ {k + 1} (e.g. max_num_seqs × {k + 1})")
 
 
 def _check_nodes(cfg: EngineConfig, source: str) -> None:
@@ -601,7 +764,8 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
 
 def _observed_runtime(data: dict[str, Any]) -> dict[str, Any]:
     engine = data.get("engine")
-    out: dict[str, Any] = {"engine": engine if engine in ENGINES else "sglang", "model_path": "unknown"}
+    out: dict[str, Any] = {"engine": engine if engine in ("sglang", "reference") else "sglang",
+                           "model_path": "unknown"}
     sections = _sections()
     for dotted, value in (data.get("fields") or {}).items():
         *parents, leaf = dotted.split(".")

@@ -34,6 +34,20 @@ after ``process``) — every expected rank process (SGLang's
 ``sglang::scheduler_TP<n>``…) is found and alive; zombies are dead. No rank
 alive → ``down``; one dead or missing → ``degraded`` even when HTTP answers.
 
+vLLM's HTTP surface (``api="vllm"``, vLLM 0.26 ``vllm serve``) has no ``/health_generate``,
+``/get_server_info`` nor ``/generate``, so checks 3-5 become:
+
+3'. ``models`` — ``GET /v1/models`` lists the served name (``served_model_name``, else
+   the model path as given: vLLM's default).
+4'. ``completion`` — ``POST /v1/completions`` of one token (greedy) answers 200 with a
+   choice within ``generate_timeout_s``.
+5'. ``canary`` — the same prompt through ``/v1/completions`` (``temperature`` 0,
+   ``max_tokens``) must reproduce the golden ``choices[0].text``.
+
+The EngineCore child is the ``ranks`` check (:mod:`dynocell.engine.ranks`): a dead EngineCore
+behind a live API server is ``down``. Progress reads ``vllm:`` counters (see
+:func:`progress_from_metrics`); vLLM serves ``/metrics`` always.
+
 Verdict: ``down`` when the process check fails (dead or stopping) or /health
 is unreachable / not 200; ``degraded`` when any other check fails (the
 reason names them); ``healthy`` otherwise. The oracle persists nothing: the
@@ -68,6 +82,7 @@ class ExpectedServer:
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     check_speculative: bool = True
+    served_model_name: str | None = None
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str | None = None) -> "ExpectedServer":
@@ -80,7 +95,13 @@ class ExpectedServer:
             speculative_num_steps=s.num_steps,
             speculative_eagle_topk=s.eagle_topk,
             speculative_num_draft_tokens=s.num_draft_tokens,
+            served_model_name=getattr(cfg, "served_model_name", None),
         )
+
+    @property
+    def served_name(self) -> str | None:
+        """The name an OpenAI-style server lists in ``/v1/models`` (served name, else the model path)."""
+        return self.served_model_name or self.model_path
 
 
 @dataclass(frozen=True)
@@ -232,6 +253,54 @@ def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     return bad
 
 
+def api_of(cfg: Any) -> str:
+    """The HTTP surface of an EngineConfig (``cfg.api``: ``"vllm"`` for vLLM or a reference engine
+    with ``serving.surface = "vllm"``, else ``"sglang"``); a bare engine name works too."""
+    if isinstance(cfg, str):
+        return "vllm" if cfg == "vllm" else "sglang"
+    return getattr(cfg, "api", "sglang")
+
+
+def _vllm_checks(client: EngineClient, expected: ExpectedServer | None, canary: Canary | None,
+                 timeout_s: float) -> list[Check]:
+    """Checks 3'-5' of the module docstring (vLLM's OpenAI surface)."""
+    checks: list[Check] = []
+    want = expected.served_name if expected is not None else None
+    r, ms, err = _timed(client.models)
+    names = [m.get("id") for m in r.body.get("data", []) if isinstance(m, dict)] \
+        if r is not None and r.status == 200 and isinstance(r.body, dict) else None
+    if names is None:
+        checks.append(Check("models", False, ms, err or f"/v1/models answered {r.status}"))
+    else:
+        ok = want is None or want in names
+        checks.append(Check("models", ok, ms, f"serves {names}" if ok else f"{want!r} not in {names}"))
+    model = want or (names[0] if names else None)
+
+    def complete(max_tokens: int) -> tuple[HttpResult | None, float, str | None]:
+        payload = {"prompt": canary.prompt if canary and max_tokens > 1 else "Hello", "max_tokens": max_tokens,
+                   "temperature": 0.0}
+        if model:
+            payload["model"] = model
+        return _timed(client.completions, payload, timeout_s=timeout_s)
+
+    r, ms, err = complete(1)
+    choices = r.body.get("choices") if r is not None and isinstance(r.body, dict) else None
+    if r is None:
+        checks.append(Check("completion", False, ms, f"no answer within {timeout_s:g} s: {err}"))
+    else:
+        ok = r.status == 200 and bool(choices)
+        checks.append(Check("completion", ok, ms, "1 token" if ok else f"/v1/completions answered {r.status}"))
+    if canary is not None:
+        r, ms, err = complete(canary.max_new_tokens)
+        text = None
+        if r is not None and r.status == 200 and isinstance(r.body, dict) and r.body.get("choices"):
+            text = r.body["choices"][0].get("text")
+        ok = text == canary.golden
+        checks.append(Check("canary", ok, ms, "golden continuation reproduced" if ok
+                            else err or f"expected {canary.golden!r}, got {text!r}"))
+    return checks
+
+
 def check_health(
     client: EngineClient,
     *,
@@ -244,6 +313,7 @@ def check_health(
     stall_after_s: float = 30.0,
     now: float | None = None,
     ranks: RankStatus | None = None,
+    api: str = "sglang",
 ) -> Verdict:
     """Run the oracle once against ``client``'s engine (see the module docstring).
 
@@ -251,8 +321,9 @@ def check_health(
     :func:`dynocell.engine.supervisor.process_alive` for a boot this process
     did not start). ``now`` (monotonic s) is for the progress sample; default
     ``time.monotonic()``. ``ranks``: the engine's rank processes
-    (:func:`dynocell.engine.ranks.rank_status`); None = not checked. Never raises for engine failures: they become
-    failed checks.
+    (:func:`dynocell.engine.ranks.rank_status`); None = not checked. ``api``: the HTTP
+    surface (:func:`api_of`; ``"vllm"`` swaps checks 3-5 for vLLM's, see the module docstring).
+    Never raises for engine failures: they become failed checks.
     """
     checks: list[Check] = []
     if not process_alive or stop_requested:
@@ -272,6 +343,22 @@ def check_health(
         return Verdict(DOWN, checks, why)
     checks.append(Check("health", True, ms, "200"))
 
+    if api == "vllm":
+        checks += _vllm_checks(client, expected, canary, generate_timeout_s)
+    else:
+        checks += _sglang_checks(client, expected, canary, generate_timeout_s)
+    progress, check = _progress_check(client, previous_progress, stall_after_s, now)
+    checks.append(check)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        return Verdict(DEGRADED, checks, "degraded: " + "; ".join(f"{c.name} ({c.reason})" for c in failed), progress)
+    return Verdict(HEALTHY, checks, "all checks passed", progress)
+
+
+def _sglang_checks(client: EngineClient, expected: ExpectedServer | None, canary: Canary | None,
+                   generate_timeout_s: float) -> list[Check]:
+    """Checks 3-5 of the module docstring (SGLang's native surface)."""
+    checks: list[Check] = []
     r, ms, err = _timed(client.health_generate, timeout_s=generate_timeout_s)
     if r is None:
         checks.append(Check("health_generate", False, ms, f"no answer within {generate_timeout_s:g} s: {err}"))
@@ -297,25 +384,22 @@ def check_health(
             ok = text == canary.golden
             checks.append(Check("canary", ok, ms, "golden continuation reproduced" if ok
                                 else f"expected {canary.golden!r}, got {text!r}"))
+    return checks
 
-    progress: ProgressSample | None = previous_progress
+
+def _progress_check(client: EngineClient, previous: ProgressSample | None, stall_after_s: float,
+                    now: float | None) -> tuple[ProgressSample | None, Check]:
+    """Check 6 (``progress``) and the sample to pass to the next call."""
     r, ms, err = _timed(client.metrics_text)
     if r is None or r.status != 200:
-        checks.append(Check("progress", True, ms,
-                            f"skipped: /metrics unavailable ({err or r.status}); start the engine with --enable-metrics"))
-    else:
-        try:
-            cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
-        except ValueError as exc:
-            why = printable(str(exc).strip(), limit=120) or "parse error"
-            head = r.text.strip().splitlines()[0][:60] if r.text.strip() else ""
-            checks.append(Check("progress", False, ms,
-                                f"/metrics unparsable: not Prometheus text ({why}); it starts with {head!r}"))
-        else:
-            progress, ok, why = judge_progress(previous_progress, cur, stall_after_s)
-            checks.append(Check("progress", ok, ms, why))
-
-    failed = [c for c in checks if not c.ok]
-    if failed:
-        return Verdict(DEGRADED, checks, "degraded: " + "; ".join(f"{c.name} ({c.reason})" for c in failed), progress)
-    return Verdict(HEALTHY, checks, "all checks passed", progress)
+        return previous, Check("progress", True, ms,
+                               f"skipped: /metrics unavailable ({err or r.status}); start the engine with --enable-metrics")
+    try:
+        cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
+    except ValueError as exc:
+        why = printable(str(exc).strip(), limit=120) or "parse error"
+        head = r.text.strip().splitlines()[0][:60] if r.text.strip() else ""
+        return previous, Check("progress", False, ms,
+                               f"/metrics unparsable: not Prometheus text ({why}); it starts with {head!r}")
+    progress, ok, why = judge_progress(previous, cur, stall_after_s)
+    return progress, Check("progress", ok, ms, why)

@@ -18,6 +18,12 @@ only as ``[sglang::detoken] <defunct>`` (shared/gpu/README.md): a truncated
 scheduler name is reported as ``scheduler?`` (rank unknown). Zombies count
 as dead.
 
+vLLM (V1 engine, 0.26) runs the API server in the launched process and its engine
+in a child titled ``VLLM::EngineCore`` (``VLLM::EngineCore_DP{d}`` per data-parallel
+rank; ``vllm/utils/system_utils.py`` ``set_process_title``, prefix
+``VLLM_PROCESS_NAME_PREFIX``), comm ``VLLM::EngineCor``. Each EngineCore is a rank here:
+a dead EngineCore behind a live API server is ``none_alive`` → the oracle says ``down``.
+
 Processes are matched on the cmdline OR the name, so test engines can mark
 children through their argv.
 
@@ -36,8 +42,11 @@ import psutil
 
 from dynocell.engine.supervisor import group_members
 
-_TITLE = re.compile(r"sglang::(scheduler(?:_[A-Z]+\d+)*|detokenizer)")
-_COMM = {"sglang::schedul": "scheduler?", "sglang::detoken": "detokenizer"}  # 15-char comm
+_TITLE = re.compile(r"sglang::(scheduler(?:_[A-Z]+\d+)*|detokenizer)|VLLM::(EngineCore(?:_DP\d+)?)")
+_COMM = {"sglang::schedul": "scheduler?", "sglang::detoken": "detokenizer",  # 15-char comm
+         "VLLM::EngineCor": "EngineCore?"}
+#: Names of the processes that are ranks (the rest, e.g. SGLang's detokenizer, only count when dead).
+_RANK_PREFIXES = ("scheduler", "EngineCore")
 
 
 class RankProc(NamedTuple):
@@ -68,7 +77,7 @@ class RankStatus:
     @property
     def schedulers(self) -> list[RankProc]:
         """The scheduler (rank) processes among ``found``."""
-        return [r for r in self.found if r.name.startswith("scheduler")]
+        return [r for r in self.found if r.name.startswith(_RANK_PREFIXES)]
 
     @property
     def alive(self) -> int:
@@ -110,9 +119,12 @@ def expected_ranks(cfg: Any, node_rank: int | None = None) -> int:
     of tp × pp schedulers), or tp × pp with ``--enable-dp-attention`` in
     ``extra_args`` (dp lives inside tp then). With ``[[nodes]]`` the count is
     the share of ``node_rank``'s GPUs (``gpus × dp``; dp-attention: ``gpus``);
-    ``node_rank`` None with several nodes means node 0. The reference engine
-    (one process, no ranks) → 0.
+    ``node_rank`` None with several nodes means node 0. vLLM: one EngineCore per
+    data-parallel rank (dp), also for the reference engine's vLLM surface (its stand-in
+    EngineCore child). The reference engine otherwise (one process, no ranks) → 0.
     """
+    if getattr(cfg, "api", None) == "vllm":  # vLLM, or the reference engine's vLLM surface (one EngineCore)
+        return max(1, cfg.parallel.dp_size)
     if getattr(cfg, "engine", None) != "sglang":
         return 0
     p = cfg.parallel
@@ -140,7 +152,7 @@ def _label(p: psutil.Process) -> tuple[str, bool] | None:
         cmd = ""
     m = _TITLE.search(cmd) or _TITLE.search(name)
     if m:
-        return m.group(1), alive
+        return m.group(1) or m.group(2), alive
     for prefix, label in _COMM.items():
         if name.startswith(prefix):
             return label, alive
@@ -178,6 +190,6 @@ def rank_status(pid: int | None, pgid: int | None, expected: int) -> RankStatus:
     detokenizer that is a zombie. See the module docstring for the names.
     """
     found = find_ranks(pid, pgid)
-    sched = [r for r in found if r.name.startswith("scheduler")]
+    sched = [r for r in found if r.name.startswith(_RANK_PREFIXES)]
     dead = [f"{r.name} (pid {r.pid})" for r in found if not r.alive]
     return RankStatus(found=found, expected=expected, missing=max(0, expected - len(sched)), dead=dead)

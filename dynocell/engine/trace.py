@@ -361,8 +361,11 @@ def _iter_events(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def rank_of(path: str | Path) -> int | None:
-    """Tensor-parallel rank from a trace file name (SGLang writes ``…-TP-<n>…``), else ``None``."""
-    m = re.search(r"(?:^|[-._])TP-(\d+)", Path(path).name)
+    """Rank from a trace file name, else ``None``: SGLang writes ``…-TP-<n>…``, vLLM 0.26's
+    ``--profiler-config`` torch profiler ``rank<n>.<id>.pt.trace.json.gz`` (real files:
+    shared/gpu/artifacts/vllm-0.26.0-h200/*.rank0.*.pt.trace.json.gz)."""
+    name = Path(path).name
+    m = re.search(r"(?:^|[-._])TP-(\d+)", name) or re.search(r"(?:^|[-._])rank(\d+)\.\d+\.pt\.trace\.json", name)
     return int(m.group(1)) if m else None
 
 

@@ -133,6 +133,22 @@ class LiveBoot:
         return EngineClient(self.base_url, timeout_s)
 
 
+def engine_profile_dir(cfg: Any, boot_dir: Path | str) -> Path | None:
+    """Where an engine that fixes its trace directory at boot writes torch traces, else None.
+
+    vLLM 0.26 (and the reference engine's vLLM surface): ``--profiler-config {"torch_profiler_dir": …}``
+    is given at launch and
+    ``/start_profile`` takes no directory, so every window of one boot writes into
+    ``<boot_dir>/profiles/vllm`` (files ``rank<N>.<id>.pt.trace.json.gz``). SGLang and the
+    reference engine take ``output_dir`` per ``/start_profile``: None.
+    """
+    return Path(boot_dir) / "profiles" / "vllm" if getattr(cfg, "api", None) == "vllm" else None
+
+
+def _str_or_none(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
 def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
     """The supervisor's event callback: every phase and transition becomes a row and a notification."""
 
@@ -197,6 +213,7 @@ def start_boot(
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
         build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
+        profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
     )
     spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
     supervisor_ctime = process_create_time(os.getpid())
@@ -213,7 +230,9 @@ def start_boot(
     progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
     retries_left = PORT_RETRIES if picked_port else 0
     while True:
-        sup = Supervisor(cfg_run.engine, on_event=_record_event(cell, boot_id))
+        # Phase rules follow the log's shapes: the reference engine's vLLM surface prints vLLM's lines.
+        rules = "vllm" if cfg_run.api == "vllm" else cfg_run.engine
+        sup = Supervisor(rules, on_event=_record_event(cell, boot_id))
         try:
             sup.start(spec, log_path)
         except (OSError, EngineError) as exc:  # Supervisor.start reports a spawn failure as EngineError
@@ -250,6 +269,7 @@ def start_boot(
             spec = render(
                 cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
                 build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
+                profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
             )
             spec.env[BOOT_MARKER] = boot_id
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
@@ -630,14 +650,18 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
         previous_progress=prev_sample,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=rank_status_of(cfg, boot["pid"], boot["pgid"] or boot["pid"]),
+        api=engine_health.api_of(cfg),
     )
     return record_verdict(cell, boot["id"], verdict)
 
 
 def rank_status_of(cfg: EngineConfig, pid: int | None, pgid: int | None) -> engine_ranks.RankStatus | None:
-    """The rank processes of a boot (issue 11) when ``cfg`` runs more than one rank, else None (not checked)."""
+    """The rank processes of a boot (issue 11) when ``cfg`` runs more than one rank, else None (not checked).
+
+    vLLM is checked with one rank too: its engine is a child (EngineCore) of the API server.
+    """
     expected = engine_ranks.expected_ranks(cfg)
-    if expected <= 1 or not pid:
+    if not pid or expected == 0 or (expected == 1 and cfg.api != "vllm"):
         return None
     return engine_ranks.rank_status(pid, pgid, expected)
 

@@ -86,7 +86,7 @@ def build(cell: Cell, base: str = "sglang", patches: Iterable[str] = (), python:
 
 
 def ensure_build(cell: Cell, cfg: Any) -> dict[str, Any]:
-    """The build for a config's ``patches`` on the SGLang of the engine's Python, made if needed.
+    """The build for a config's ``patches`` on the engine's package (sglang or vllm) of its Python, made if needed.
 
     ``cfg``: an :class:`~dynocell.engine.config.EngineConfig` with non-empty
     ``patches`` (its ``env`` is used when locating the package). An existing
@@ -96,10 +96,11 @@ def ensure_build(cell: Cell, cfg: Any) -> dict[str, Any]:
     """
     if not cfg.patches:
         raise UserError("the config has no patches", "an engine build is only needed for patches = [...]")
-    if cfg.engine != "sglang":
-        raise UserError(f"patches = {list(cfg.patches)} on a {cfg.engine!r} engine: engine builds patch SGLang",
-                        "remove `patches` from the config, or use engine = \"sglang\"")
-    result = build(cell, base="sglang", patches=cfg.patches, env=dict(cfg.env))
+    if cfg.engine not in ("sglang", "vllm"):
+        raise UserError(f"patches = {list(cfg.patches)} on a {cfg.engine!r} engine: engine builds patch SGLang "
+                        "or vLLM", "remove `patches` from the config, or use engine = \"sglang\" or \"vllm\"")
+    # The overlay's base distribution is the engine's own package (sglang / vllm).
+    result = build(cell, base=cfg.engine, patches=cfg.patches, env=dict(cfg.env))
     if not result["created"]:
         report = verify_build(cell, result["build_hash"])
         if not report["ok"]:

@@ -211,6 +211,9 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     meta, toml (canonical rendering), source_toml (as given), labels, observed}``.
 
     For an ``observed`` config ``canonical`` holds only the fields the engine revealed.
+    ``command``: the launch argv for the config's engine (SGLang's, vLLM's or the reference
+    engine's names; :func:`dynocell.runbooks.plan.plan_config`, node 0), None for an observed
+    config or one its engine's adapter refuses (``command_error`` then says why).
 
     ``labels``: one entry per name that ever pointed here, ``{name, current
     (bool: points here now), history: [{config_hash, at}]}``, history oldest first.
@@ -231,6 +234,14 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     trusted = db.get_trust(store, h)
     # An observed config (attach / import) is shown as seen: only the revealed fields, no defaults.
     observed = json.loads(row.canonical_json).get("observed") is True
+    command, command_error = None, None
+    if not observed:
+        from dynocell.runbooks.plan import plan_config
+
+        try:
+            command = plan_config(cfg, python=cell.settings.engine_python)[0]["argv_string"]
+        except UserError as exc:  # ConfigError is a UserError: stored before the rule existed
+            command_error = str(exc)
     return {
         "hash": h,
         "names": [lab["name"] for lab in labels if lab["current"]],
@@ -246,6 +257,8 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         "injection_env": injection_env_keys(cfg.env),
         "warning": injection_warning(cfg.env),
         "trusted": {"by": trusted[0], "at": _iso(trusted[1])} if trusted else None,
+        "command": command,
+        "command_error": command_error,
     }
 
 

@@ -2,8 +2,10 @@
 
 The window is opened and closed explicitly around the workload (no
 ``num_steps``), so the output tokens in the window are exactly the workload's
-completion tokens. Traces (one per rank, ``…-TP-<rank>…trace.json.gz``) are
-written by the engine into the boot's artifact directory and parsed
+completion tokens. Traces (one per rank, ``…-TP-<rank>…trace.json.gz``; vLLM:
+``rank<N>.<id>.pt.trace.json.gz`` into the directory fixed at boot by ``--profiler-config``,
+:func:`dynocell.runbooks.boots.engine_profile_dir`, only the files new in this window counting)
+are written by the engine into the boot's artifact directory and parsed
 streaming (:func:`dynocell.engine.trace.analyze_ranks`). The profile row is
 written before the window opens and completed (or marked failed with the
 reason) after — a bad trace loses nothing else.
@@ -27,18 +29,23 @@ TRACE_WAIT_S = 60.0
 TRACE_GLOB = "*.trace.json*"
 
 
-def _wait_for_traces(trace_dir: Path, timeout_s: float) -> list[Path]:
-    """Trace files in ``trace_dir`` once their sizes stop changing (or [] after ``timeout_s``)."""
+def _traces(trace_dir: Path, exclude: frozenset[Path]) -> list[Path]:
+    return sorted(p for p in trace_dir.glob(TRACE_GLOB) if p.is_file() and p not in exclude)
+
+
+def _wait_for_traces(trace_dir: Path, timeout_s: float, exclude: frozenset[Path] = frozenset()) -> list[Path]:
+    """Trace files in ``trace_dir`` (not in ``exclude``: earlier windows) once their sizes stop
+    changing (or [] after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     last: dict[Path, int] = {}
     while time.monotonic() < deadline:
-        files = sorted(p for p in trace_dir.glob(TRACE_GLOB) if p.is_file())
+        files = _traces(trace_dir, exclude)
         sizes = {p: p.stat().st_size for p in files}
         if files and sizes == last and all(sizes.values()):
             return files
         last = sizes
         time.sleep(0.5)
-    return sorted(p for p in trace_dir.glob(TRACE_GLOB) if p.is_file())
+    return _traces(trace_dir, exclude)
 
 
 def profile_window(
@@ -59,10 +66,17 @@ def profile_window(
     from dynocell.engine.bench import run_level_sync
     from dynocell.engine.trace import analyze_ranks, per_token
 
+    from dynocell.runbooks.boots import engine_profile_dir
+
     progress = progress or (lambda _m, _d: None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    trace_dir = Path(live.boot_dir) / "profiles" / (run_id or stamp)
+    cfg = getattr(live, "cfg", None)
+    fixed = engine_profile_dir(cfg, live.boot_dir)  # vLLM: the directory given at boot
+    trace_dir = fixed or Path(live.boot_dir) / "profiles" / (run_id or stamp)
     trace_dir.mkdir(parents=True, exist_ok=True)
+    earlier = frozenset(_traces(trace_dir, frozenset())) if fixed else frozenset()
+    # vLLM serves OpenAI routes only; the model is its served name (vLLM's default: the path given).
+    api_kw = {"api": "openai", "model": cfg.served_model_name or cfg.model_path} if fixed else {}
     row = db_runs.create_profile(cell.store, run_id=run_id, boot_id=live.boot_id, state="running",
                                  trace_dir=str(trace_dir), host_id=hosts.this_host_id(cell))
     client = live.client(cell.settings.http_timeout_s)
@@ -75,17 +89,19 @@ def profile_window(
                                      "profile_id": run_id or stamp})
         if not resp.ok:
             raise EngineError(f"/start_profile answered {resp.status}: {_answer(resp)}",
+                              "vLLM serves it only when started with --profiler-config (dynocell boots add it)"
+                              if fixed else
                               f"start the engine with profiling allowed and its profile directory covering "
                               f"{trace_dir} (SGLANG_TORCH_PROFILER_DIR), or leave the profile out (dynocell run --no-profile)")
         progress("profiling a fixed decode workload", {"step": "profile"})
-        result = run_level_sync(live.base_url, reqs, 1, warmup=0)
+        result = run_level_sync(live.base_url, reqs, 1, warmup=0, **api_kw)
         stop = client.stop_profile()
         if not stop.ok:
             raise EngineError(f"/stop_profile answered {stop.status}: {_answer(stop)}",
                               f"the engine could not write its trace: free space on the disk holding {trace_dir} "
                               "(df -h) or lift the engine's file-size limit (ulimit -f)"
                               if stop.status == 507 else "see the engine log (dynocell logs BOOT)")
-        files = _wait_for_traces(trace_dir, TRACE_WAIT_S)
+        files = _wait_for_traces(trace_dir, TRACE_WAIT_S, earlier)
         if not files:
             raise EngineError(f"no trace file appeared in {trace_dir} within {TRACE_WAIT_S:.0f} s",
                               "SGLang with speculative decoding and CUDA graphs may not write a trace; "
@@ -96,8 +112,7 @@ def profile_window(
         costs = per_token(combined, tokens)
         ms_tok, launches_tok = costs["ms_per_token"], costs["launches_per_token"]
         warnings = list(combined.warnings)
-        cfg = getattr(live, "cfg", None)
-        if cfg is not None and cfg.engine == "sglang" and not cfg.cuda_graph.disable and combined.graph_launches == 0:
+        if cfg is not None and cfg.engine in ("sglang", "vllm") and not cfg.cuda_graph.disable and combined.graph_launches == 0:
             warnings.append("CUDA graphs are on in the config but the trace holds no cudaGraphLaunch: "
                             "the window ran eager (or graphs were not captured for this batch size)")
         traces = []

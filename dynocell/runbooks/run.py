@@ -278,6 +278,10 @@ def _load_workload(path: str | None):  # noqa: ANN202 - engine type
 
 def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
     try:
+        if cfg.api == "vllm":  # vLLM: /v1/models carries max_model_len
+            models = (client.models().body or {}).get("data") or [{}]
+            if models[0].get("max_model_len"):
+                return int(models[0]["max_model_len"])
         info = client.server_info().body or {}
         value = info.get("context_length") or info.get("max_total_num_tokens")
         if value:
@@ -301,12 +305,13 @@ def _health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
         expected=boots.expected_server(live.cfg), canary=canary, previous_progress=None,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=boots.rank_status_of(live.cfg, live.supervisor.pid, live.supervisor.pgid),
+        api=engine_health.api_of(live.cfg),
     )
     boots.record_verdict(cell, live.boot_id, verdict)
     d.update(verdict=verdict.verdict, failed=list(verdict.failed), canary="checked" if canary else "none yet")
     if verdict.verdict == "healthy" and golden is None:
         # First qualification of this config: record the canary's greedy continuation.
-        body = _greedy(client, CANARY_PROMPT, CANARY_TOKENS, cell.settings.request_timeout_s)
+        body = _greedy(client, CANARY_PROMPT, CANARY_TOKENS, cell.settings.request_timeout_s, live.cfg)
         db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="canary",
                            prompt_sha256=_sha(CANARY_PROMPT), prompt=CANARY_PROMPT,
                            max_new_tokens=CANARY_TOKENS, output_text=body.get("text", ""),
@@ -351,7 +356,7 @@ def _calibrate(job: _Job, live: Any, workload: Any, context_length: int | None =
     from dynocell.engine.bench import measure_tokens_per_byte
 
     tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(context_length),
-                                              timeout_s=job.cell.settings.request_timeout_s))
+                                              timeout_s=job.cell.settings.request_timeout_s, **_api_kw(live.cfg)))
     job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
                  {"step": "bench", "tokens_per_byte": tpb})
     return _Calibrated(workload, tpb)
@@ -366,7 +371,7 @@ def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: in
 
     return run_level_sync(live.base_url, requests, level.concurrency,
                           warmup=level.warmup if warmup is None else warmup, progress=tick,
-                          timeout_s=job.cell.settings.request_timeout_s)
+                          timeout_s=job.cell.settings.request_timeout_s, **_api_kw(live.cfg))
 
 
 def _pct(p: Any) -> dict[str, Any]:
@@ -434,6 +439,9 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
     levels = [lv for lv in workload.levels() if lv.purpose == "acceptance"]
     if not levels:
         raise _Skip("the workload has no acceptance section")
+    if live.cfg.api == "vllm":
+        _acceptance_vllm(job, live, workload, context_length, levels, d)
+        return
     per_class: dict[str, list[Any]] = {}
     curves_out = []
     for level in levels:
@@ -484,6 +492,87 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
     d["curves"] = curves_out
 
 
+def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],
+                     d: dict[str, Any]) -> None:
+    """vLLM puts no speculative counts in a response: each class (one at a time) is measured by
+    differencing ``/metrics`` counters around it (:mod:`dynocell.engine.vllm_acceptance`), and
+    cross-checked with the engine's ``SpecDecoding metrics`` log lines of the same window."""
+    from dynocell.engine import metrics as engine_metrics
+    from dynocell.engine import vllm_acceptance as va
+
+    client = live.client(job.cell.settings.http_timeout_s)
+    curves_out = []
+    for level in levels:
+        by_class: dict[str, list[Any]] = {}
+        for r in workload.requests(level.name, context_length):
+            by_class.setdefault(r.text_class, []).append(r)
+        for text_class, creqs in by_class.items():
+            offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
+            before = engine_metrics.parse_metrics(client.metrics_text().text)
+            result = _run_level(job, live, level, creqs, warmup=0)
+            after = engine_metrics.parse_metrics(client.metrics_text().text)
+            _bench_row(job, live, result, text_class)
+            cc = va.class_curve(before, after)
+            if cc is None:
+                raise EngineError(f"class {text_class}: the vLLM spec-decode counters did not move",
+                                  "is speculative decoding on (vllm:spec_decode_num_drafts_total)?")
+            samples = _log_window(live.log_path, offset, cc.figures["draft_tokens"])
+            log_tau, dis, warning = va.cross_check(cc.curve.tau, samples, cc.k)
+            if warning:
+                job.warnings.append(f"{text_class}: {warning}")
+            curve = cc.curve
+            db_runs.add_curve(
+                job.cell.store, [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
+                run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
+                tau=curve.tau, accept_rate=curve.accept_rate, histogram=[],
+                completion_tokens=int(result.output_tokens), engine_tau=log_tau,
+                engine_source="vLLM log SpecDecoding lines" if log_tau is not None else None,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning,
+            )
+            curves_out.append({"class": text_class, "tau": round(curve.tau, 4), "p": [round(x, 4) for x in curve.p],
+                               "source": "vllm /metrics counter deltas"})
+    d["curves"] = curves_out
+    d["note"] = va.UNCONDITIONAL_NOTE
+
+
+def _log_interval_s(cfg: Any) -> float:
+    """Seconds between vLLM's stats lines (``VLLM_LOG_STATS_INTERVAL``, vLLM's default 10 s); the
+    reference engine's vLLM surface logs the last interval as soon as it is idle."""
+    if cfg.engine != "vllm":
+        return 0.2
+    try:
+        return max(0.1, float(cfg.env.get("VLLM_LOG_STATS_INTERVAL", "10")))
+    except ValueError:
+        return 10.0
+
+
+def _quiet_log(log_path: Path, interval_s: float, rounds: int = 3) -> int:
+    """The log's size once one stats interval passed without a new line (at most ``rounds``
+    intervals): a class window then starts on an interval boundary, so the ``SpecDecoding`` lines
+    after it cover this class only (the last interval of earlier traffic is already printed)."""
+    size = log_path.stat().st_size if log_path.exists() else 0
+    for _ in range(rounds):
+        time.sleep(interval_s + 0.1)
+        now = log_path.stat().st_size if log_path.exists() else 0
+        if now == size:
+            break
+        size = now
+    return size
+
+
+def _log_window(log_path: Path, offset: int, draft_tokens: float, wait_s: float = 10.0) -> list[Any]:
+    """The ``SpecDecoding metrics`` lines written after byte ``offset``, waiting up to ``wait_s`` for
+    their drafted tokens to reach the counters' (vLLM logs every ``VLLM_LOG_STATS_INTERVAL``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            samples = acc.parse_vllm_spec_lines(f.read().decode(errors="replace").splitlines())
+        if sum(s.drafted or 0 for s in samples) >= draft_tokens or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)
+
+
 def _get(m: Any, key: str) -> Any:
     return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
 
@@ -519,8 +608,27 @@ def _engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) 
 
 # ---------------------------------------------------------------- lossless
 
-def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0) -> dict[str, Any]:
-    """One greedy, non-streaming /generate of ``n`` tokens; returns the response body."""
+def _api_kw(cfg: Any) -> dict[str, Any]:
+    """``run_level`` keywords for the engine's HTTP surface: vLLM's is OpenAI ``/v1/completions``
+    with the served name (vLLM's default name: the model path given)."""
+    if getattr(cfg, "api", "sglang") != "vllm":
+        return {}
+    return {"api": "openai", "model": cfg.served_model_name or cfg.model_path}
+
+
+def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0, cfg: Any = None) -> dict[str, Any]:
+    """One greedy, non-streaming generation of ``n`` tokens; returns SGLang's body shape
+    (``text``, ``meta_info.completion_tokens``; ``output_ids`` when the engine gives them).
+    vLLM's surface (``cfg.api == "vllm"``): ``/v1/completions`` with ``ignore_eos``, normalised."""
+    kw = _api_kw(cfg)
+    if kw:
+        resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": n, "temperature": 0,
+                                   "ignore_eos": True}, timeout_s=timeout_s)
+        if not resp.ok or not isinstance(resp.body, dict) or not resp.body.get("choices"):
+            raise EngineError(f"/v1/completions answered {resp.status}: {resp.text[:200]}", None)
+        usage = resp.body.get("usage") or {}
+        return {"text": resp.body["choices"][0].get("text", ""),
+                "meta_info": {"completion_tokens": usage.get("completion_tokens")}}
     resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
                                                                  "ignore_eos": True}}, timeout_s=timeout_s)
     if not resp.ok:
@@ -542,7 +650,7 @@ def _record_goldens(job: _Job, live: boots.LiveBoot, workload: Any) -> int:
     n = 0
     for p in _lossless_prompts(workload):
         if db_runs.get_golden(cell.store, live.config_hash, "lossless", _sha(p), LOSSLESS_TOKENS) is None:
-            body = _greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
+            body = _greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg)
             db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="lossless", prompt_sha256=_sha(p),
                                prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
                                output_ids=body.get("output_ids"))
@@ -575,7 +683,7 @@ def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: lis
         step_ms = []
         for p in prompts:
             t0 = time.perf_counter()
-            body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s)
+            body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, twin.cfg)
             elapsed = (time.perf_counter() - t0) * 1000
             n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
             step_ms.append(elapsed / max(n, 1))
@@ -600,7 +708,7 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
     cell = job.cell
     client = live.client(cell.settings.http_timeout_s)
     prompts = _lossless_prompts(workload)
-    spec_out = [_greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s) for p in prompts]
+    spec_out = [_greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg) for p in prompts]
     plain_cfg, plain_hash = _plain_twin(cell, cfg)
     goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
     plain = None

@@ -1,6 +1,6 @@
 """A stdlib-only test engine with rank children, like a ``--tp-size N`` SGLang (no dynocell import).
 
-Usage: python ranked_engine.py --port P --pid-file FILE [--ranks N] [--detokenizer] [--reap]
+Usage: python ranked_engine.py --port P --pid-file FILE [--ranks N] [--detokenizer] [--reap] [--vllm]
 
 Serves the engine HTTP surface of fake_engine.py (/health, /health_generate,
 /get_server_info, /metrics, /generate …) on 127.0.0.1:P and spawns N "rank"
@@ -11,6 +11,8 @@ children whose argv carries SGLang 0.5.17's process titles
 --pid-file, one ``NAME PID`` per line. By default the engine never reaps its
 children, so a killed rank stays a zombie (as SGLang's
 ``[sglang::detoken] <defunct>``); with --reap it reaps them (the rank vanishes).
+With --vllm the children are vLLM 0.26's engine processes instead: ``VLLM::EngineCore``
+(``VLLM::EngineCore_DP{d}`` when --ranks > 1), comm ``VLLM::EngineCor``.
 On SIGTERM it exits, and the children exit when they see their parent gone.
 """
 
@@ -46,6 +48,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--detokenizer", action="store_true")
     ap.add_argument("--reap", action="store_true")
+    ap.add_argument("--vllm", action="store_true")
     ap.add_argument("--model-path", default="/models/fake")
     args = ap.parse_args()
     # what fake_engine's handler reads
@@ -60,6 +63,8 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
     titles = [f"sglang::scheduler_TP{i}" for i in range(args.ranks)]
+    if args.vllm:
+        titles = ["VLLM::EngineCore"] if args.ranks == 1 else [f"VLLM::EngineCore_DP{i}" for i in range(args.ranks)]
     if args.detokenizer:
         titles.append("sglang::detokenizer")
     children = []

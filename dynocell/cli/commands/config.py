@@ -112,6 +112,8 @@ def show(
         out(f"  trusted  by {data['trusted']['by']}, {human_time(data['trusted']['at'])}")
     if data["meta"].get("notes"):
         out(f"  notes    {data['meta']['notes']}")
+    if data.get("command") or data.get("command_error"):
+        out(f"  command  {data['command'] or data['command_error']}")
     for lab in data["labels"]:
         if len(lab["history"]) > 1 or not lab["current"]:
             moves = " → ".join(h["config_hash"].removeprefix("sha256:")[:12] for h in lab["history"])

@@ -50,6 +50,22 @@ def _num(d: dict, key: str, typ, default, lo=None, hi=None, lo_open=False):
     return v
 
 
+#: SGLang's native routes, absent from vLLM's API server (the route list of a real vLLM 0.26 boot:
+#: tests/data/vllm-0.26.0/C_draft_graph.server.log "Route: …" lines).
+SGLANG_ONLY_ROUTES = frozenset({"/generate", "/health_generate", "/get_server_info", "/server_info",
+                                "/get_model_info", "/model_info", "/flush_cache"})
+
+
+def _spawn_engine_core():
+    """Start the ``VLLM::EngineCore`` child of the vLLM surface (:mod:`.engine_core`)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "dynocell.engine.reference.engine_core", "VLLM::EngineCore"],
+                            stdin=subprocess.DEVNULL)
+    log(f"(EngineCore pid={proc.pid}) started")
+    return proc
+
+
 def create_app(engine: Engine) -> FastAPI:
     """The FastAPI app serving SGLang's endpoints over ``engine``."""
     app = FastAPI(title="dynocell reference engine")
@@ -57,6 +73,13 @@ def create_app(engine: Engine) -> FastAPI:
     @app.exception_handler(BadRequest)
     async def _bad(_request, exc: BadRequest):
         return _err(exc.message, exc.status)
+
+    @app.middleware("http")
+    async def _vllm_routes(request: Request, call_next):
+        # vLLM 0.26 has none of SGLang's native routes: with --surface vllm they answer 404 as vLLM does.
+        if engine.vllm_surface and request.url.path in SGLANG_ONLY_ROUTES:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return await call_next(request)
 
     def sampling(d: dict | None) -> SamplingParams:
         d = d or {}
@@ -164,7 +187,7 @@ def create_app(engine: Engine) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        if not engine.args.enable_metrics:
+        if not (engine.args.enable_metrics or engine.vllm_surface):  # vLLM serves /metrics always
             return _err("metrics are disabled: start the engine with --enable-metrics", 404)
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -374,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     from .args import parse
 
     args, spec = parse(argv)
+    if args.surface == "vllm":  # vLLM 0.26's first line after its imports
+        log(f"non-default args: {{'model_tag': {str(args.model_path)!r}, 'host': {args.host!r}, 'port': {args.port}, "
+            f"'served_model_name': {[args.served_model_name] if args.served_model_name else None!r}}}")
     log(f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
         f"speculative_algorithm={spec.algorithm!r}, speculative_draft_model_path="
         f"{args.speculative_draft_model_path!r}, speculative_num_steps={spec.num_steps}, "
@@ -439,11 +465,19 @@ def main(argv: list[str] | None = None) -> int:
                 loop.close()
         if not engine.stopping:
             engine.ready = True
-            log("The server is fired up and ready to roll!")
+            if engine.vllm_surface:  # vLLM: engine init, then the API server's lines
+                log(f"init engine (profile, create kv cache, warmup model) took {time.time() - engine.t0:.2f} s")
+                log(f"Starting vLLM API server on http://{args.host}:{args.port}")
+                log("Application startup complete.")
+            else:
+                log("The server is fired up and ready to roll!")
 
     threading.Thread(target=warmup, name="warmup", daemon=True).start()
+    core = _spawn_engine_core() if engine.vllm_surface else None
     server.run()
     engine.begin_shutdown()
+    if core is not None and core.poll() is None:
+        core.terminate()
     engine.worker.join(timeout=2)
     log("Shutdown complete.")
     # Leave now: interpreter finalisation of torch's modules takes 3-4 s of CPU on an idle

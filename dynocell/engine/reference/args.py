@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="(reference only) /start_profile writes only inside this directory (default: "
                         "$SGLANG_TORCH_PROFILER_DIR as SGLang, else <tmp>/dynocell-reference-profiles); an "
                         "output_dir outside it, or a profile_id with '/' or '..', is refused with 400.")
+    p.add_argument("--surface", choices=["sglang", "vllm"], default="sglang",
+                   help="(reference only) vllm: /metrics with vLLM 0.26's names (vllm:num_requests_*, "
+                        "vllm:spec_decode_*) and vLLM's 'SpecDecoding metrics' / 'Engine 000' log lines, "
+                        "flushed when the engine goes idle.")
+    p.add_argument("--profiler-config", default=None,
+                   help="vLLM's flag: JSON {\"profiler\": \"torch\", \"torch_profiler_dir\": DIR, …}; /start_profile "
+                        "then ignores output_dir and writes DIR/rank0.<id>.pt.trace.json.gz as vLLM 0.26 does.")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
     return p

@@ -116,13 +116,19 @@ class Engine:
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         before = self._avail_gb()
-        log(f"Load weight begin. avail mem={before:.2f} GB")
+        if self.vllm_surface:  # vLLM 0.26's wording (gpu_model_runner / model_runner)
+            log(f"Starting to load model {path}...")
+        else:
+            log(f"Load weight begin. avail mem={before:.2f} GB")
         t = time.time()
         m = LoadedModel(path, self.device)
         after = self._avail_gb()
         usage = m.num_params * 4 / 2**30
-        log(f"Load weight end. elapsed={time.time() - t:.2f} s, type={m.architecture}, "
-            f"avail mem={after:.2f} GB, mem usage={usage:.2f} GB.")
+        if self.vllm_surface:
+            log(f"Model loading took {usage:.4f} GiB memory and {time.time() - t:.6f} seconds")
+        else:
+            log(f"Load weight end. elapsed={time.time() - t:.2f} s, type={m.architecture}, "
+                f"avail mem={after:.2f} GB, mem usage={usage:.2f} GB.")
         return m
 
     def load(self) -> None:
@@ -133,8 +139,12 @@ class Engine:
         self.model_path = str(a.model_path)
         self.served_model_name = a.served_model_name or self.model_path
         self.tokenizer = load_tokenizer(Path(a.tokenizer_path or a.model_path))
-        log(f"Init torch distributed begin.")
-        log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+        if self.vllm_surface:
+            log(f"Initializing a V1 LLM engine (v0.26.0+dynocell.reference) with config: model={self.model_path!r}, "
+                f"speculative_config={self.spec.algorithm!r}, max_seq_len={a.context_length}")
+        else:
+            log(f"Init torch distributed begin.")
+            log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
         self.target = self._load(Path(a.model_path))
         self.draft = None
         if self.spec.algorithm == "STANDALONE":
@@ -153,6 +163,9 @@ class Engine:
             c = m.config
             head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
             size = self.max_total_tokens * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4 / 2**30
+            if self.vllm_surface:
+                log(f"GPU KV cache size: {self.max_total_tokens:,} tokens")
+                continue
             log(f"KV Cache is allocated. dtype: torch.float32, #tokens: {self.max_total_tokens}, "
                 f"K size: {size:.2f} GB, V size: {size:.2f} GB")
             log(f"Memory pool end. avail mem={self._avail_gb():.2f} GB")
@@ -201,7 +214,12 @@ class Engine:
     @staticmethod
     def _new_interval() -> dict:
         return {"t": time.time(), "steps": 0, "tokens": 0, "verify": 0, "spec_tokens": 0, "correct": 0,
-                "proposed": 0}
+                "proposed": 0, "prompt": 0, "at_position": {}}
+
+    @property
+    def vllm_surface(self) -> bool:
+        """True with ``--surface vllm`` (vLLM 0.26's metric names and log lines)."""
+        return getattr(self.args, "surface", "sglang") == "vllm"
 
     def _push(self, req: Req, kind: str, payload: Any = None) -> None:
         try:
@@ -282,6 +300,7 @@ class Engine:
                 f"input throughput (token/s): {len(req.prompt_ids) / dt:.2f}")
             self.requests_total += 1
             self.prompt_tokens_total += len(req.prompt_ids)
+            self._interval["prompt"] += len(req.prompt_ids)
             req.first_token_t = time.time()
             self.ttft.append(req.first_token_t - req.received)
             self._account(req, kept, verify=False)
@@ -325,6 +344,7 @@ class Engine:
                 self.spec_tokens_total += k + 1
                 for i in range(k + 1):
                     self.at_position[i] += 1
+                    iv["at_position"][i] = iv["at_position"].get(i, 0) + 1
                 iv["verify"] += 1
                 iv["spec_tokens"] += k + 1
                 iv["correct"] += g.num_correct - cc
@@ -347,6 +367,10 @@ class Engine:
         thr = iv["tokens"] / dt
         self.last_gen_throughput = thr
         ntok = sum(len(r.gen.tokens) for r in self.running if r.gen)
+        if self.vllm_surface:
+            self._log_vllm_interval(iv, dt, thr, ntok)
+            self._interval = self._new_interval()
+            return
         spec = ""
         if self.spec.algorithm:
             al = iv["spec_tokens"] / iv["verify"] if iv["verify"] else 1.0
@@ -357,9 +381,27 @@ class Engine:
             f"gen throughput (token/s): {thr:.2f}, #queue-req: {len(self.waiting)}")
         self._interval = self._new_interval()
 
+    def _log_vllm_interval(self, iv: dict, dt: float, thr: float, ntok: int) -> None:
+        """vLLM 0.26's interval lines (``vllm/v1/metrics/loggers.py``, ``vllm/v1/spec_decode/metrics.py``;
+        real ones in tests/data/vllm-0.26.0/C_draft_graph.server.log). Per-position rates are
+        unconditional: drafts whose first i tokens were all accepted / drafts."""
+        log(f"Engine 000: Avg prompt throughput: {iv['prompt'] / dt:.1f} tokens/s, Avg generation throughput: "
+            f"{thr:.1f} tokens/s, Running: {len(self.running)} reqs, Waiting: {len(self.waiting)} reqs, "
+            f"GPU KV cache usage: {100.0 * ntok / max(self.max_total_tokens, 1):.1f}%, Prefix cache hit rate: 0.0%")
+        n, d = iv["verify"], self.spec.num_drafts if self.spec.algorithm else 0
+        if not (n and d):
+            return
+        rates = ", ".join(f"{iv['at_position'].get(i, 0) / n:.3f}" for i in range(1, d + 1))
+        log(f"SpecDecoding metrics: Mean acceptance length: {1 + iv['correct'] / n:.2f}, Accepted throughput: "
+            f"{iv['correct'] / dt:.2f} tokens/s, Drafted throughput: {iv['proposed'] / dt:.2f} tokens/s, "
+            f"Accepted: {iv['correct']} tokens, Drafted: {iv['proposed']} tokens, Per-position acceptance rate: "
+            f"{rates}, Avg Draft acceptance rate: {100.0 * iv['correct'] / max(iv['proposed'], 1):.1f}%")
+
     def _worker(self) -> None:
         torch.set_grad_enabled(False)
         while True:
+            if self.vllm_surface and self._interval["steps"] and not (self.waiting or self.running):
+                self._log_decode()  # vLLM logs the last busy interval too
             with self.lock:
                 while not (self.waiting or self.running or self.commands or self.stopping):
                     self.lock.wait(0.5)
@@ -387,6 +429,19 @@ class Engine:
                 self._log_decode()
 
     # -- profiler --------------------------------------------------------------------------------
+    def _vllm_profiler_dir(self) -> Path | None:
+        """``torch_profiler_dir`` of ``--profiler-config`` (vLLM's flag), else None. BadRequest for a bad one."""
+        raw = getattr(self.args, "profiler_config", None)
+        if not raw:
+            return None
+        try:
+            cfg = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"--profiler-config is not JSON: {exc}") from None
+        if not isinstance(cfg, dict) or cfg.get("profiler") != "torch" or not cfg.get("torch_profiler_dir"):
+            raise BadRequest('--profiler-config needs {"profiler": "torch", "torch_profiler_dir": DIR}')
+        return Path(str(cfg["torch_profiler_dir"]))
+
     def profile_target(self, body: dict) -> tuple[Path, str, str]:
         """``(output directory, profile_id, profile_prefix)`` of a ``/start_profile`` body, confined to
         the directory given at launch (``--profile-dir``).
@@ -420,10 +475,17 @@ class Engine:
     def start_profile(self, body: dict) -> str:
         """Start torch.profiler on the worker thread (SGLang ``ProfileReq`` fields). Returns a message.
 
-        Output is confined by :meth:`profile_target` (BadRequest 400 before anything is created)."""
-        out, pid, prefix = self.profile_target(body)
+        Output is confined by :meth:`profile_target` (BadRequest 400 before anything is created); with
+        vLLM's ``--profiler-config`` the directory fixed at launch is used and the body names none."""
+        vllm_dir = self._vllm_profiler_dir()
+        if vllm_dir is not None:  # vLLM: the directory is fixed at launch, the request names none
+            out, pid, prefix = vllm_dir, str(time.time_ns()), ""
+        else:
+            out, pid, prefix = self.profile_target(body)
+        req = body
 
         def start():
+            body = req
             if self.profile is not None:
                 raise BadRequest("Profiling is already in progress. Call /stop_profile first.")
             acts = [str(a).upper() for a in (body.get("activities") or ["CPU", "GPU"])]
@@ -435,7 +497,8 @@ class Engine:
                                           with_stack=bool(body.get("with_stack")))
             prof.__enter__()
             self.profile = {"prof": prof, "dir": out, "id": pid, "prefix": prefix,
-                            "num_steps": body.get("num_steps"), "steps": 0, "file": None}
+                            "num_steps": body.get("num_steps"), "steps": 0, "file": None,
+                            "vllm": vllm_dir is not None}
             log(f"Profiling starts. Traces will be saved to: {out} (with profile id: {pid})")
         self.run_command(start)
         return "Start profiling.\n"
@@ -458,7 +521,8 @@ class Engine:
         self.profile = None
         prof = p["prof"]
         prof.__exit__(None, None, None)
-        name = f"{p['prefix']}{p['id']}-TP-0.trace.json.gz"
+        name = (f"rank0.{p['id']}.pt.trace.json.gz" if p.get("vllm")  # vLLM 0.26's torch profiler layout
+                else f"{p['prefix']}{p['id']}-TP-0.trace.json.gz")
         final = p["dir"] / name
         try:
             with tempfile.TemporaryDirectory() as td:
@@ -529,7 +593,8 @@ class Engine:
                 "internal_states": [internal], "version": VERSION, "engine": "dynocell-reference"}
 
     def metrics_text(self) -> bytes:
-        """Prometheus exposition text with SGLang's metric names (gauges are cumulative since start)."""
+        """Prometheus exposition text with SGLang's metric names (gauges are cumulative since start);
+        vLLM's with ``--surface vllm``."""
         from prometheus_client import CollectorRegistry, generate_latest
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -547,6 +612,38 @@ class Engine:
             cum = [(str(b), float(sum(1 for v in vals if v <= b))) for b in buckets] + [("+Inf", float(len(vals)))]
             h.add_metric(["unified", eng.served_model_name], cum, float(sum(vals)))
             return h
+
+        class V:
+            """vLLM 0.26's names (``vllm/v1/metrics/loggers.py``; real scrape:
+            tests/data/vllm-0.26.0/C_draft_graph.metrics.txt), labels engine="0", model_name."""
+
+            def collect(self):
+                vk, vv = ["engine", "model_name"], ["0", eng.served_model_name]
+                for name, doc, v in (("vllm:num_requests_running", "Number of requests in model execution batches.",
+                                      running),
+                                     ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                                      queued),
+                                     ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                                      ntok / max(eng.max_total_tokens, 1))):
+                    m = GaugeMetricFamily(name, doc, labels=vk)
+                    m.add_metric(vv, float(v))
+                    yield m
+                for name, doc, v in (
+                    ("vllm:prompt_tokens", "Number of prefill tokens processed.", eng.prompt_tokens_total),
+                    ("vllm:generation_tokens", "Number of generation tokens processed.", eng.gen_tokens_total),
+                    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", eng.verify_steps_total),
+                    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", eng.proposed_total),
+                    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", eng.correct_total),
+                ):
+                    m = CounterMetricFamily(name, doc, labels=vk)
+                    m.add_metric(vv, float(v))
+                    yield m
+                if eng.spec.algorithm:
+                    m = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                            "Accepted tokens per draft position.", labels=vk + ["position"])
+                    for i in range(1, eng.spec.num_drafts + 1):
+                        m.add_metric(vv + [str(i - 1)], float(eng.at_position[i] if i < len(eng.at_position) else 0))
+                    yield m
 
         class C:
             def collect(self):
@@ -593,5 +690,5 @@ class Engine:
                            [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
 
         reg = CollectorRegistry()
-        reg.register(C())
+        reg.register(V() if self.vllm_surface else C())
         return generate_latest(reg)
