@@ -80,6 +80,13 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     make_quiet(a, "host-b", hours=2)
     row = {r["id"]: r for r in boots.ps(a)}["bootB"]
     assert row["state"] == "ready" and row["state_note"].startswith("unknown (host ")
+    # the terminal dashboard's poll carries the same note, and its state cell prints it
+    from dynocell.cli.tui import format as tui_fmt
+    from dynocell.cli.tui.app import poll_snapshot
+
+    polled = {r["id"]: r for r in poll_snapshot(a)["boots"]}["bootB"]
+    assert polled["state_note"] == row["state_note"]
+    assert str(tui_fmt.state_text(polled["state"], polled["state_note"])) == f"● ready {row['state_note']}"
     assert "last seen 2.0 h ago" in row["state_note"]
     assert db_boots.get_boot(a.store, "bootB")["state"] == "ready"
     # Another host cannot stop or probe it.

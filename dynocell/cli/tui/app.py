@@ -60,18 +60,22 @@ class JobChanged(Message):
 
 def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
     """One poll: reconcile live boots (``boots.ps``), then boots (live first, then newest) and
-    runs by id. Returns ``{boots: [...], runs: {id: run}, error: str | None}``."""
+    runs by id. Returns ``{boots: [...], runs: {id: run}, error: str | None}``; each boot carries
+    ``state_note`` (``unknown (host B last seen …)`` for a quiet host's live boot, else None)."""
     from dynocell.runbooks import boots as rb_boots
 
     error = None
+    notes: dict[str, str] = {}
     try:
-        rb_boots.ps(cell, all=False)
+        notes = {r["id"]: r["state_note"] for r in rb_boots.ps(cell, all=False) if r.get("state_note")}
     except DynocellError as exc:
         error = f"reconcile: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - show it, keep the table alive
         error = f"reconcile: {type(exc).__name__}: {exc}"
     rows = views.list_boots(cell, all=True, limit=limit)
     rows.sort(key=lambda b: (b["state"] not in LIVE,))  # stable: newest first within each group
+    for r in rows:  # another host's quiet boot: "unknown (host B last seen … ago)", as `ps` says
+        r["state_note"] = notes.get(r["id"])
     runs = {r["id"]: r for r in views.list_runs(cell, limit=200)}
     return printable_tree({"boots": rows, "runs": runs, "error": error})
 

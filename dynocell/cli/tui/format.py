@@ -99,10 +99,13 @@ def port_or_kind(boot: dict[str, Any]) -> str:
     return str(boot.get("port") or "-")
 
 
-def state_text(state: str | None) -> Text:
-    """``● ready`` / ``◐ starting`` / ``✖ crashed`` … glyph + word, styled (style is decoration only)."""
+def state_text(state: str | None, note: str | None = None) -> Text:
+    """``● ready``-style glyph and word; ``note`` (e.g. ``unknown (host b last seen 2 h ago)``) follows, dimmed."""
     glyph, style = STATE_GLYPHS.get(state or "", ("·", ""))
-    return Text(f"{glyph} {state or '-'}", style=style)
+    out = Text(f"{glyph} {state or '-'}", style=style)
+    if note:
+        out.append(f" {note}", style="dim")
+    return out
 
 
 def health_text(verdict: str | None) -> Text:

@@ -124,7 +124,7 @@ class MainScreen(DashScreen):
             if run:
                 toks = (run.get("summary") or {}).get("decode_tok_s") or run.get("best_output_tok_s")
             sig = b.get("failure_signature") or ""
-            t.add_row(Text(self.dash.alias(b["id"])), fmt.state_text(b["state"]),
+            t.add_row(Text(self.dash.alias(b["id"])), fmt.state_text(b["state"], b.get("state_note")),
                       fmt.health_text((b.get("health") or {}).get("verdict")),
                       Text(fmt.config_name(b)), Text(fmt.port_or_kind(b)),
                       Text(fmt.duration(fmt.uptime_s(b, now)) if b["state"] in LIVE or b.get("ready_at") else "-"),
