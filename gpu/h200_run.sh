@@ -1,45 +1,79 @@
 #!/bin/bash
-# Run dynocell's main job on SGLang 0.5.17 on an offline GPU host (see gpu/README.md).
-#   usage: gpu/h200_run.sh [--install WHEEL_DIR ...] [--] [RUN_SPEC ...]
+# Run dynocell's main job on SGLang 0.5.17 or vLLM 0.26.0 on an offline GPU host (gpu/README.md).
+#   usage: gpu/h200_run.sh [--site DIR] [--stubs DIR] [--install WHEEL_DIR ...] [--] [RUN_SPEC ...]
 # RUN_SPEC is CONFIG.toml or CONFIG.toml:flag,flag (flags passed to `dynocell run`, e.g.
-# gpu/configs/h200-ngram.toml:--no-profile). Installs the given wheel folders into $SITE
-# (once), exports SGLang's offline environment, runs each config, then writes the store,
-# each run's report/JSON and the engine logs into $OUT (or ./gpu-out) as one tarball.
+# gpu/configs/h200-ngram.toml:--no-profile or CONFIG.toml:-w,gpu/workloads/h200-greedy.toml).
+#   --site DIR     where the wheels go and are read from (default $HOME/.sglang-site; use a
+#                  separate one per engine, e.g. $HOME/.vllm-site: the two wheelhouses pin
+#                  different fastapi/pydantic versions). Kept between calls on a warm machine.
+#   --stubs DIR    import stand-ins put on PYTHONPATH (default .gpu/stubs: SGLang's flashinfer,
+#                  deep_gemm, IPython; for vLLM the xgrammar one, .gpu/vllm-stubs).
+#   --install DIR  install every wheel of DIR into the site (skipped when already installed).
+#   --workload W   the workload of every RUN_SPEC that names none (`dynocell run -w W`).
+# Before the runs it puts the model pair where the configs look (.gpu/models/pair/{target,draft}):
+# the pair that ships with dynocell (`dynocell model make-tiny --json` names it), copied. After
+# each config it packs the store, reports, engine logs, kept /metrics scrapes and traces so far
+# into $OUT/gpu-artifacts.tgz (or ./gpu-out; one tarball, replaced after each config, holding
+# everything so far: a run cut short still brings back what it finished).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-SITE=${SITE:-$HOME/.sglang-site}
+SITE=$HOME/.sglang-site
+STUBS=$HERE/.gpu/stubs
+WHEELS=()
+WL=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --site) SITE=$2; shift 2 ;;
+    --stubs) STUBS=$2; shift 2 ;;
+    --install) WHEELS+=("$2"); shift 2 ;;
+    --workload) WL=$2; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
 DEST=${OUT:-$HERE/gpu-out}
 OUTDIR=$(mktemp -d)
 mkdir -p "$SITE" "$DEST"
-while [ "${1:-}" = "--install" ]; do
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$2"/*.whl 2>&1 | grep -v "already exists" || true
-  shift 2
+for w in "${WHEELS[@]}"; do
+  stamp="$SITE/.installed-$(basename "$w")"
+  [ -f "$stamp" ] && continue
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$w"/*.whl 2>&1 \
+    | grep -v "already exists" ; touch "$stamp"
 done
-[ "${1:-}" = "--" ] && shift
-export PYTHONPATH=$HERE:$SITE:$HERE/.gpu/stubs${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$HERE:$SITE:$STUBS${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export SGLANG_IS_FLASHINFER_AVAILABLE=false SGLANG_ENABLE_JIT_DEEPGEMM=false
+export SGLANG_IS_FLASHINFER_AVAILABLE=false SGLANG_ENABLE_JIT_DEEPGEMM=false VLLM_USE_FLASHINFER_SAMPLER=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export DYNOCELL_HOME=${DYNOCELL_HOME:-$HOME/dynocell-home} DYNOCELL_BOOT_TIMEOUT_SGLANG_S=${DYNOCELL_BOOT_TIMEOUT_SGLANG_S:-400}
 dc() { python3 -m dynocell "$@"; }
-pack() {  # the store, reports, engine logs and traces so far, as one tarball in $DEST
+PAIR=$HERE/.gpu/models/pair
+if [ ! -f "$PAIR/target/config.json" ] || [ ! -f "$PAIR/draft/config.json" ]; then
+  shipped=$(dc model make-tiny --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["target"])') || exit 1
+  mkdir -p "$PAIR" && cp -r "$shipped" "$PAIR/target" && cp -r "$(dirname "$shipped")/draft" "$PAIR/draft" || exit 1
+  echo "model pair: $(dirname "$shipped") -> $PAIR"
+fi
+pack() {  # the store, reports, engine logs, scrapes and traces so far, as one tarball in $DEST
   mkdir -p "$OUTDIR/boots"
   for b in "$DYNOCELL_HOME"/boots/*/; do
     id=$(basename "$b"); mkdir -p "$OUTDIR/boots/$id"
     cp "$b/engine.log" "$OUTDIR/boots/$id/" 2>/dev/null
+    [ -d "$b/scrapes" ] && cp -r "$b/scrapes" "$OUTDIR/boots/$id/"
     find "$b" -name '*.trace.json*' -size -16M -exec cp {} "$OUTDIR/boots/$id/" \; 2>/dev/null
   done
   cp "$DYNOCELL_HOME/dynocell.db" "$OUTDIR/dynocell.db" 2>/dev/null
-  tar -C "$OUTDIR" -czf "$DEST/gpu-artifacts-$1.tgz" .
+  tar -C "$OUTDIR" -czf "$DEST/.gpu-artifacts.tgz.tmp" . && mv "$DEST/.gpu-artifacts.tgz.tmp" "$DEST/gpu-artifacts.tgz"
+  echo "packed after $1: $(du -h "$DEST/gpu-artifacts.tgz" | cut -f1)"
 }
 dc init >/dev/null || exit 1
 for spec in "$@"; do
   cfg=${spec%%:*}; flags=""; [ "$spec" != "$cfg" ] && flags=${spec#*:}
+  case ",$flags," in *,-w,*|*,--workload,*) ;; *) [ -n "$WL" ] && flags="-w,$WL${flags:+,$flags}" ;; esac
   name=$(basename "$cfg" .toml)
+  case "$flags" in *h200-greedy*|*workloads/greedy*) name="$name-greedy" ;; esac
   echo "==== $name ($(date -u +%H:%M:%S)) ===="
   # shellcheck disable=SC2086
   dc run "$cfg" ${flags//,/ } > "$OUTDIR/$name.report.txt" 2> "$OUTDIR/$name.progress.txt"
-  echo "exit $?"; tail -n 60 "$OUTDIR/$name.report.txt"
+  echo "exit $? ($(date -u +%H:%M:%S))"; tail -n 40 "$OUTDIR/$name.report.txt"
   run=$(dc runs --json -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   [ -n "$run" ] && dc show "$run" --json > "$OUTDIR/$name.run.json"
   pack "$name"

@@ -25,11 +25,11 @@ def vllm_run(model_pair, tmp_path_factory):
     proc = dynocell(env, "run", str(REPO / "examples" / "tiny-vllm.toml"), check=False)
     runs = json.loads(dynocell(env, "runs", "--json").stdout)
     main = next(r for r in runs if r["kind"] == "run")
-    return json.loads(dynocell(env, "show", main["id"], "--json").stdout), proc
+    return json.loads(dynocell(env, "show", main["id"], "--json").stdout), proc, env
 
 
 def test_every_step_completes_on_the_vllm_surface(vllm_run):
-    shown, proc = vllm_run
+    shown, proc, _ = vllm_run
     states = {s["name"]: s["state"] for s in shown["steps"]}
     assert shown["run"]["state"] == "completed", (states, shown["run"].get("error"), proc.stdout[-2000:])
     for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
@@ -43,7 +43,7 @@ def test_every_step_completes_on_the_vllm_surface(vllm_run):
 
 
 def test_acceptance_from_counter_deltas_equals_the_log_lines(vllm_run):
-    shown, _ = vllm_run
+    shown, _, _ = vllm_run
     curves = shown["curves"]
     assert {c["text_class"] for c in curves} == {"code", "prose", "repetition", "arithmetic", "chinese"}
     for c in curves:
@@ -54,14 +54,32 @@ def test_acceptance_from_counter_deltas_equals_the_log_lines(vllm_run):
         assert c["engine_tau"] == pytest.approx(c["tau"], abs=1e-9) and not c["warning"]
 
 
+def test_each_class_keeps_its_two_scrapes_and_import_metrics_gives_the_same_curve(vllm_run, tmp_path):
+    """The acceptance step keeps the /metrics scrapes each class was differenced from
+    (boots/<id>/scrapes/<class>.{before,after}.prom); `dynocell import metrics` of the pair, into
+    another store, gives the stored curve: two real scrapes of one engine → the per-position curve."""
+    shown, _, env = vllm_run
+    scrapes = Path(env["DYNOCELL_HOME"]) / "boots" / shown["run"]["boot_id"] / "scrapes"
+    curves = {c["text_class"]: c for c in shown["curves"]}
+    assert sorted(p.name for p in scrapes.iterdir()) == sorted(
+        f"{k}.{w}.prom" for k in curves for w in ("before", "after"))
+    other = dict(env, DYNOCELL_HOME=str(tmp_path))
+    for name in ("code", "repetition"):
+        out = json.loads(dynocell(other, "import", "metrics", str(scrapes / f"{name}.before.prom"),
+                                  str(scrapes / f"{name}.after.prom"), "--json").stdout)
+        want, got = curves[name], out["acceptance"]
+        assert out["scrapes"] == 2 and got["source"] == "vllm per-position counters"
+        assert got["tau"] == pytest.approx(want["tau"], abs=1e-4)
+        assert got["p"] == pytest.approx([pt["p"] for pt in want["points"]], abs=1e-4)
+
 
 def test_report_says_the_vllm_rate_is_unconditional(vllm_run):
-    _, proc = vllm_run
+    _, proc, _ = vllm_run
     assert "vLLM's per-position acceptance rate is unconditional" in proc.stdout
 
 
 def test_profile_uses_vllms_trace_layout(vllm_run):
-    shown, _ = vllm_run
+    shown, _, _ = vllm_run
     prof = shown["profile"]
     assert prof["state"] == "completed" and prof["output_tokens"] > 0 and prof["launches_per_token"] > 0
     assert all(Path(t["path"]).name.startswith("rank0.") and t["path"].endswith(".pt.trace.json.gz")

@@ -170,3 +170,43 @@ def test_calibration_texts_fit_the_model_context():
             assert 0 < n_bytes <= 1024, (cls, n_bytes)
             if ctx is not None:
                 assert len(byte_tok.encode(text).ids) + 1 < ctx, (cls, ctx)
+
+
+def test_extends_takes_the_base_and_overrides_what_differs(tmp_path):
+    """A workload that extends another keeps the base's classes and tables, key by key."""
+    base = load_workload()
+    (tmp_path / "mid.toml").write_text('extends = "default"\nname = "mid"\n[throughput]\nconcurrency = [1, 8]\n')
+    (tmp_path / "top.toml").write_text(
+        'extends = "mid.toml"\nname = "top"\ntemperature = 0.0\n'
+        '[acceptance]\noutput_tokens = 96\n[classes.extra]\nmaterial = "more text"\nprompts = ["one more class"]\n')
+    w = load_workload(tmp_path / "top.toml")
+    assert (w.name, w.temperature) == ("top", 0.0)
+    assert w.throughput.concurrency == [1, 8]  # from the middle file
+    assert w.throughput.output_tokens == base.throughput.output_tokens  # from the bundled default
+    assert w.acceptance.output_tokens == 96 and w.acceptance.requests_per_class == base.acceptance.requests_per_class
+    assert set(w.classes) == set(base.classes) | {"extra"}
+    assert w.classes["code"] == base.classes["code"]
+
+
+def test_gpu_greedy_workload_is_the_default_at_temperature_zero():
+    """gpu/workloads/greedy.toml was a full copy of the default; now it extends it, same content."""
+    from pathlib import Path
+
+    greedy = load_workload(Path(__file__).parents[1] / "gpu" / "workloads" / "greedy.toml")
+    base = load_workload()
+    assert greedy.temperature == 0.0
+    assert greedy.model_dump(exclude={"name", "description", "temperature"}) == base.model_dump(
+        exclude={"name", "description", "temperature"})
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('extends = 3\nname = "x"\n', "extends must be a workload name or a path"),
+    ('extends = "self.toml"\nname = "x"\n', "loops back"),
+    ('extends = "missing.toml"\nname = "x"\n', "cannot read workload file"),
+])
+def test_bad_extends_names_the_file(tmp_path, text, needle):
+    p = tmp_path / "self.toml"
+    p.write_text(text)
+    with pytest.raises(UserError) as ei:
+        load_workload(p)
+    assert needle in str(ei.value) and "self.toml" in str(ei.value)

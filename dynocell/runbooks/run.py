@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -508,9 +509,11 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
             by_class.setdefault(r.text_class, []).append(r)
         for text_class, creqs in by_class.items():
             offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
-            before = engine_metrics.parse_metrics(client.metrics_text().text)
+            before_text = client.metrics_text().text
             result = _run_level(job, live, level, creqs, warmup=0)
-            after = engine_metrics.parse_metrics(client.metrics_text().text)
+            after_text = client.metrics_text().text
+            _keep_scrapes(live.log_path.parent, text_class, before_text, after_text)
+            before, after = engine_metrics.parse_metrics(before_text), engine_metrics.parse_metrics(after_text)
             _bench_row(job, live, result, text_class)
             cc = va.class_curve(before, after)
             if cc is None:
@@ -533,6 +536,21 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
                                "source": "vllm /metrics counter deltas"})
     d["curves"] = curves_out
     d["note"] = va.UNCONDITIONAL_NOTE
+
+
+def _keep_scrapes(boot_dir: Path, text_class: str, before: str, after: str) -> None:
+    """Keep the two ``/metrics`` scrapes a vLLM class curve was differenced from, as the evidence
+    (``<boot dir>/scrapes/<class>.before.prom`` / ``.after.prom``; ``dynocell import metrics`` reads
+    them back). The class name comes from a workload file: only ``[A-Za-z0-9_-]`` reach the path.
+    Best effort: a full disk loses the copies, never the curve."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text_class)[:64] or "class"
+    try:
+        out = boot_dir / "scrapes"
+        out.mkdir(exist_ok=True)
+        (out / f"{name}.before.prom").write_text(before)
+        (out / f"{name}.after.prom").write_text(after)
+    except OSError:
+        pass
 
 
 def _log_interval_s(cfg: Any) -> float:

@@ -392,29 +392,91 @@ def bundled_path(name: str = "default") -> Path:
     return HERE / f"{name}.toml"
 
 
-def load_workload(path: str | Path | None = None) -> Workload:
-    """Load and validate a workload file; ``None`` = bundled ``default``, a bare bundled name (``long``) works too.
+#: How many ``extends`` links one workload may follow (a chain, not a tree).
+MAX_EXTENDS = 4
 
-    Raises UserError naming the file (and the dotted field path for schema
-    errors) with a hint, for a missing file, bad TOML, or invalid fields.
-    """
+
+def _resolve(path: str | Path | None, relative_to: Path | None = None) -> Path:
+    """The file a workload reference names: ``None`` = bundled ``default``; a bundled name
+    (``long``) unless a file of that name exists; else a path (relative to ``relative_to``)."""
     if path is None:
-        p = bundled_path("default")
-    elif isinstance(path, str) and path in BUNDLED and not Path(path).exists():
-        p = bundled_path(path)
-    else:
-        p = Path(path)
+        return bundled_path("default")
+    if isinstance(path, str) and path in BUNDLED:
+        local = (relative_to / path) if relative_to else Path(path)
+        if not local.exists():
+            return bundled_path(path)
+    p = Path(path)
+    return p if p.is_absolute() or relative_to is None else relative_to / p
+
+
+def _read_toml(p: Path) -> dict[str, Any]:
+    """Parse one workload file; UserError naming the file for unreadable or invalid TOML."""
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise UserError(f"cannot read workload file {p}: {e.strerror or e}", "check the path") from e
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{p}: not valid TOML: {e}", "fix the syntax (see the bundled default.toml)") from None
     except RecursionError:
         raise UserError(f"{p}: not valid TOML: nested too deeply to read",
                         "a workload has a few flat tables (see the bundled default.toml)") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: tables merge key by key (recursively), any other value replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _with_bases(p: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """Follow ``extends = "NAME or PATH"``: the base's tables with this file's keys on top.
+
+    A path is relative to the extending file; a bundled name (``default``, ``long``) works too.
+    Raises UserError naming the file for a non-string ``extends``, a loop, or a chain longer
+    than :data:`MAX_EXTENDS`.
+    """
+    chain, seen, cur_path, cur = [data], [p.resolve()], p, data
+    while "extends" in cur:
+        ref = cur.pop("extends")
+        if not isinstance(ref, str) or not ref:
+            raise UserError(f"{cur_path}: extends must be a workload name or a path, got {ref!r}",
+                            'e.g. extends = "default" (bundled) or extends = "base.toml" (beside this file)')
+        base_path = _resolve(ref, relative_to=cur_path.parent)
+        if base_path.resolve() in seen:
+            raise UserError(f"{cur_path}: extends {ref!r} loops back to a file already in the chain",
+                            "make one workload the base of the others, not each other's")
+        if len(chain) > MAX_EXTENDS:
+            raise UserError(f"{p}: more than {MAX_EXTENDS} workloads chained by extends",
+                            "extend the bundled default directly")
+        seen.append(base_path.resolve())
+        try:
+            base = _read_toml(base_path)
+        except UserError as e:
+            raise UserError(f"{cur_path}: extends {ref!r}: {e.message}", e.hint) from None
+        cur_path, cur = base_path, base
+        chain.append(cur)
+    merged: dict[str, Any] = {}
+    for d in reversed(chain):
+        merged = _merge(merged, d)
+    return merged
+
+
+def load_workload(path: str | Path | None = None) -> Workload:
+    """Load and validate a workload file; ``None`` = bundled ``default``, a bare bundled name (``long``) works too.
+
+    A file may start from another with ``extends = "default"`` (a bundled name) or
+    ``extends = "base.toml"`` (relative to the file) and set only what differs: its tables
+    merge key by key over the base's (``[classes.x]`` adds or replaces one class).
+
+    Raises UserError naming the file (and the dotted field path for schema
+    errors) with a hint, for a missing file, bad TOML, a bad ``extends``, or invalid fields.
+    """
+    p = _resolve(path)
+    data = _with_bases(p, _read_toml(p))
     try:
         # Strict: TOML has real types, so "4" for a concurrency is a mistake, not a value to coerce.
         return Workload.model_validate(data, strict=True)
