@@ -77,5 +77,10 @@ for spec in "$@"; do
   run=$(dc runs --json -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   [ -n "$run" ] && dc show "$run" --json > "$OUTDIR/$name.run.json"
   pack "$name"
+  if grep -q "^ *boot failed" "$OUTDIR/$name.progress.txt"; then  # the next configs would fail alike
+    echo "boot failed: stopping here (engine log in the tarball)"; sed -n '1,400p' "$OUTDIR/$name.progress.txt" | tail -n 30
+    ls "$DYNOCELL_HOME"/boots/*/engine.log >/dev/null 2>&1 && tail -n 40 "$(ls -t "$DYNOCELL_HOME"/boots/*/engine.log | head -1)"
+    break
+  fi
 done
 ls -la "$DEST"
