@@ -32,7 +32,8 @@ def test_every_step_completes_on_the_vllm_surface(vllm_run):
     shown, proc, _ = vllm_run
     states = {s["name"]: s["state"] for s in shown["steps"]}
     assert shown["run"]["state"] == "completed", (states, shown["run"].get("error"), proc.stdout[-2000:])
-    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "stop", "diagnose"):
+    for step in ("config", "boot", "health", "bench", "acceptance", "lossless", "profile", "breakeven", "stop",
+                 "diagnose"):
         assert states.get(step) == "completed", (step, states)
     phases = [e["name"] for e in shown["boot"]["events"] if e["kind"] == "phase"]
     assert phases[:3] == ["config", "engine_init", "weights_begin"] and phases[-3:] == [

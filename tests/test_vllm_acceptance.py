@@ -12,7 +12,8 @@ import pytest
 
 from dynocell.engine.acceptance import parse_vllm_spec_lines
 from dynocell.engine.metrics import MetricsError, parse_metrics
-from dynocell.engine.vllm_acceptance import UNCONDITIONAL_NOTE, class_curve, cross_check, log_tau
+from dynocell.engine.bench import RequestResult
+from dynocell.engine.vllm_acceptance import UNCONDITIONAL_NOTE, class_curve, cross_check, log_tau, verify_step_ms
 
 DATA = Path(__file__).parent / "data" / "vllm-0.26.0"
 SCRAPE = (DATA / "C_draft_graph.metrics.txt").read_text()
@@ -123,3 +124,18 @@ def test_counter_delta_acceptance_equals_the_engines_own_log_lines(model_pair, t
         assert all(list(c.p) == sorted(c.p, reverse=True) for c in curves)  # unconditional
     finally:
         eng.stop()
+
+
+def _req(i: int, ttft_s: float, e2e_s: float, ok: bool = True) -> RequestResult:
+    return RequestResult(index=i, text_class="code", level="acc-code", max_new_tokens=96, ignore_eos=True,
+                         ok=ok, ttft_s=ttft_s, e2e_s=e2e_s)
+
+
+def test_verify_step_time_from_the_window_counters():
+    """Worked example: 3 requests at c=1 decode for 0.30 + 0.25 + 0.35 s after their first token;
+    the window made 93 drafts, 3 of them inside the TTFTs → 90 steps → 10 ms per verify step."""
+    reqs = [_req(0, 0.05, 0.35), _req(1, 0.04, 0.29), _req(2, 0.06, 0.41), _req(3, 0.05, 9.0, ok=False)]
+    assert verify_step_ms(reqs, drafts=93, concurrency=1) == pytest.approx(10.0)
+    assert verify_step_ms(reqs, drafts=93, concurrency=4) is None  # steps shared by requests
+    assert verify_step_ms(reqs, drafts=3, concurrency=1) is None  # no step after the first tokens
+    assert verify_step_ms([], drafts=93, concurrency=1) is None

@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.tui",
     "dynocell.cli.commands.imports",
     "dynocell.cli.commands.attach",
+    "dynocell.cli.commands.compare",
 )
 
 app = typer.Typer(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from dynocell.engine.acceptance import Curve, VllmSpecSample, relative_diff
 from dynocell.engine.metrics import MetricsError, MetricsSnapshot, counter_decreases, delta, restarted_between, \
@@ -90,3 +91,26 @@ def cross_check(counter_tau: float, samples: Iterable[VllmSpecSample], k: int,
         warn = (f"/metrics counter τ {counter_tau:.3f} and the log's SpecDecoding τ {lt:.3f} differ by "
                 f"{dis * 100:.1f} % (> {tolerance * 100:g} %)")
     return lt, dis, warn
+
+
+def verify_step_ms(results: Iterable[Any], drafts: float, concurrency: int) -> float | None:
+    """Mean wall time of one verify step in a class window of vLLM, in ms; None when not defined.
+
+    vLLM returns no per-request step count (SGLang's ``meta_info.spec_verify_ct``), but its
+    ``vllm:spec_decode_num_drafts_total`` counts one draft per running request per engine step.
+    At concurrency 1 the window's steps are therefore the drafts, one request at a time, and the
+    first step of each request falls inside its TTFT (prefill + first token), as in
+    ``runbooks.run._verify_step_ms``: step = Σ(e2e − TTFT) / (drafts − requests). A mean over
+    the window, where the SGLang figure is a per-request median. ``results`` are
+    ``engine.bench.RequestResult`` (seconds); only successful requests count. None at
+    concurrency > 1 (steps shared by requests), or without requests or enough drafts.
+    """
+    if concurrency != 1:
+        return None
+    decode_s, n = 0.0, 0
+    for r in results:
+        if getattr(r, "ok", False) and r.ttft_s is not None and r.e2e_s is not None:
+            decode_s += r.e2e_s - r.ttft_s
+            n += 1
+    steps = drafts - n
+    return decode_s / steps * 1000 if n and steps > 0 else None

@@ -395,15 +395,17 @@ def _verify_step_ms(results: list[Any]) -> float | None:
 SAMPLES_PER_LEVEL = 3
 
 
-def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None) -> dict[str, Any]:
+def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None,
+               verify_step_ms: float | None = None) -> dict[str, Any]:
     """Store one level (``engine.bench.LevelResult``) as a bench_runs row.
 
     ``extra.samples`` keeps a few generated texts (at the workload's sampling
     settings) so the doctor can judge the output itself, not only the numbers.
+    ``verify_step_ms`` overrides the per-request figure (vLLM: from the counters of the window).
     """
     extra = {"failures": result.failures, "warmup_requests": result.warmup_requests,
              "warmup_failed": result.warmup_failed, "level": result.name,
-             "verify_step_ms_p50": _verify_step_ms(result.results),
+             "verify_step_ms_p50": verify_step_ms if verify_step_ms is not None else _verify_step_ms(result.results),
              "samples": [r.text for r in result.results if r.ok][:SAMPLES_PER_LEVEL]}
     return db_runs.add_bench(
         job.cell.store, run_id=job.run_id, boot_id=live.boot_id, text_class=text_class,
@@ -429,8 +431,25 @@ def _bench(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, 
         out.append({"level": level.name, "concurrency": level.concurrency, "output_tok_s": row["output_tok_s"],
                     "failed": row["num_failed"]})
         if row["num_failed"] == row["num_requests"]:
-            raise EngineError(f"every request of level {level.name} failed", "see the engine log")
+            said, hint = _engine_log_says(live)
+            raise EngineError(f"every request of level {level.name} failed{said}", hint)
     d["levels"] = out
+
+
+def _engine_log_says(live: Any, tail: int = 400) -> tuple[str, str]:
+    """When every request failed, what the engine's own log names (a failure signature of
+    ``engine/rules/signatures.toml``, e.g. a scheduler that died while serving): ``(": the
+    engine log shows ID (title)", hint)``, or ``("", "see the engine log")`` when nothing matches."""
+    from dynocell.engine.rules import classify_log
+
+    try:
+        lines = live.log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "", "see the engine log"
+    match, _, _ = classify_log(lines[-5000:], engine=live.cfg.engine, tail=tail)
+    if match.id == "unknown":
+        return "", "see the engine log"
+    return f": the engine log shows {match.id} ({match.title})", match.hint
 
 
 def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
@@ -514,8 +533,9 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
             after_text = client.metrics_text().text
             _keep_scrapes(live.log_path.parent, text_class, before_text, after_text)
             before, after = engine_metrics.parse_metrics(before_text), engine_metrics.parse_metrics(after_text)
-            _bench_row(job, live, result, text_class)
             cc = va.class_curve(before, after)
+            _bench_row(job, live, result, text_class, verify_step_ms=None if cc is None else va.verify_step_ms(
+                result.results, cc.figures["drafts"], level.concurrency))
             if cc is None:
                 raise EngineError(f"class {text_class}: the vLLM spec-decode counters did not move",
                                   "is speculative decoding on (vllm:spec_decode_num_drafts_total)?")
