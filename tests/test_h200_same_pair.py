@@ -128,3 +128,10 @@ def test_sglang_ngram_crash_is_named_from_its_log():
         assert said == (": the engine log shows scheduler_invariant_leak (SGLang's scheduler invariant check "
                         "found a KV pool leak and the scheduler exited)")
         assert "invariant_checker.py" in hint
+
+
+def test_compare_needs_two_runs_and_names_an_unknown_one(home):
+    one = CliRunner().invoke(app, ["compare", _run_id("h200-plain-graph", "gpu/workloads/h200.toml")])
+    assert one.exit_code == 2 and "at least two runs" in one.output
+    bad = CliRunner().invoke(app, ["compare", _run_id("h200-plain-graph", "gpu/workloads/h200.toml"), "ffffffffff"])
+    assert bad.exit_code != 0 and "ffffffffff" in bad.output
