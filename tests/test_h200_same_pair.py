@@ -131,7 +131,10 @@ def test_sglang_ngram_crash_is_named_from_its_log():
 
 
 def test_compare_needs_two_runs_and_names_an_unknown_one(home):
-    one = CliRunner().invoke(app, ["compare", _run_id("h200-plain-graph", "gpu/workloads/h200.toml")])
-    assert one.exit_code == 2 and "at least two runs" in one.output
-    bad = CliRunner().invoke(app, ["compare", _run_id("h200-plain-graph", "gpu/workloads/h200.toml"), "ffffffffff"])
-    assert bad.exit_code != 0 and "ffffffffff" in bad.output
+    from dynocell.errors import NotFound, UserError
+
+    plain = _run_id("h200-plain-graph", "gpu/workloads/h200.toml")
+    with pytest.raises(UserError, match="at least two runs"):
+        CliRunner().invoke(app, ["compare", plain], catch_exceptions=False)
+    with pytest.raises(NotFound, match="ffffffffff"):
+        CliRunner().invoke(app, ["compare", plain, "ffffffffff"], catch_exceptions=False)
