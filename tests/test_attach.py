@@ -123,6 +123,40 @@ def test_cli_attach_and_stop_refused(cli_env, engine):
     assert engine.proc.poll() is None
 
 
+def test_attached_boot_says_attached_not_ready_0_0_s(cli_env, cell, engine):
+    """The ready time of an engine dynocell did not start is unknown: `ps` and the run header of
+    `show` say "attached" (they said "ready 0.0 s"), and the store holds no made-up 0.0."""
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+
+    def cli(*args: str) -> str:
+        p = subprocess.run([exe, *args], env=cli_env, capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    boot_id = json.loads(cli("attach", engine.url, "--json"))["boot_id"]
+    ps = cli("ps")
+    row = next(ln for ln in ps.splitlines() if boot_id in ln)
+    assert "attached" in row and "0.0 s" not in row, ps
+    wl = str(Path(__file__).parent / "data" / "experiments" / "tiny-workload.toml")
+    run_id = json.loads(cli("bench", boot_id, "--workload", wl, "--json"))["run"]["id"]
+    show = cli("show", run_id)
+    head = next((ln for ln in show.splitlines() if f"boot   {boot_id}" in ln), "")  # the run header's boot line
+    assert "attached (ready time unknown)" in head and "ready 0.0 s" not in head, show
+    shown = json.loads(cli("show", run_id, "--json"))
+    assert shown["boot"]["boot"]["ready_s"] is None and shown["boot"]["boot"]["kind"] == "attached"
+    # the TUI's boot panel reads the same
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from dynocell.cli.tui.screens import boot_summary_lines
+    from dynocell.runbooks import views
+
+    dash = SimpleNamespace(alias=lambda i: i, now=lambda: datetime.now(timezone.utc))
+    panel = str(boot_summary_lines(dash, views.boot_detail(cell, boot_id), None, 120)[0])
+    assert "attached" in panel and "ready" not in panel.split("attached", 1)[1], panel
+    assert engine.proc.poll() is None
+
+
 def test_stop_with_the_listening_pid_stops_only_that_engine(cell, model_pair, tmp_path):
     from dynocell.db import boots as db_boots
     from dynocell.runbooks import boots

@@ -113,7 +113,8 @@ def ps_cmd(
 
         add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),
-                f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-", r.get("failure_signature") or "")
+                "attached" if r.get("kind") == "attached" else f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-",
+                r.get("failure_signature") or "")
     out(t)
 
 
