@@ -96,7 +96,7 @@ def ps_cmd(
     """
     from dynocell.runbooks import boots
 
-    rows = boots.ps(get_cell(), all=all_, host=host)
+    rows = boots.ps(get_cell(read_only=True), all=all_, host=host)
     if json_out:
         print_json(rows)
         return
@@ -134,7 +134,7 @@ def logs_cmd(
     """
     from dynocell.runbooks import boots
 
-    cell = get_cell()
+    cell = get_cell(read_only=True)
     lines = boots.follow(cell, boot, tail) if follow else boots.logs(cell, boot, tail)
     try:
         for line in lines:
