@@ -282,7 +282,10 @@ def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell
         gone = ex.run_experiment(cell, "gone")
         states = {s["role"]: s["state"] for s in gone["slots"]}
         assert states == {"incumbent": "failed", "arm": "completed"}, gone
-        assert any("not ready" in g for g in ex.judge(cell, "gone", store=False)["incumbent"]["gates"])
+        gates = ex.judge(cell, "gone", store=False)["incumbent"]["gates"]
+        assert any(f"boot {inc} (attached) does not answer /health" in g for g in gates), gates
+        row = next(r for r in boots.ps(cell) if r["id"] == inc)  # ps does not show it as if it answered
+        assert row["state_note"].startswith("not answering /health") and row["engine_alive"] is False
         with pytest.raises(UserError, match=f"boot:{inc}: boot {inc} is .*not ready"):
             ex.create_experiment(cell, "late", f"boot:{inc}", [f"boot:{arm}"], workload=workload)
         assert engine.proc.poll() is None
