@@ -235,6 +235,9 @@ def test_cli_node_rank_once_per_file_names_each_node(cli_env, tmp_path):
     twice = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "0",
                  str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", ok=False)
     assert "rank 0 given twice" in twice.stderr
+    swapped = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "0",
+                   str(SGL_TP2 / "T0.server.log"), "--node-rank", "1", ok=False)  # not silently the old ranks
+    assert swapped.returncode != 0 and "already imported" in swapped.stderr and "[1, 0], not [0, 1]" in swapped.stderr
 
 
 FOREIGN_LOGS = {

@@ -197,6 +197,12 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
+        stored = [f.get("node_rank") for f in found["summary"].get("files") or []]
+        if ranks_given and stored and stored != ranks_given:
+            raise UserError(f"these logs are already imported (import #{found['id']}) with node ranks "
+                            f"{stored}, not {ranks_given}",
+                            f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
+                            "one record")
         return {**found["summary"], "import_id": found["id"], "created": False}
     reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None)
                for i, p in enumerate(paths)]
