@@ -123,6 +123,40 @@ def test_cli_attach_and_stop_refused(cli_env, engine):
     assert engine.proc.poll() is None
 
 
+def test_attached_boot_says_attached_not_ready_0_0_s(cli_env, cell, engine):
+    """The ready time of an engine dynocell did not start is unknown: `ps` and the run header of
+    `show` say "attached" (they said "ready 0.0 s"), and the store holds no made-up 0.0."""
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+
+    def cli(*args: str) -> str:
+        p = subprocess.run([exe, *args], env=cli_env, capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    boot_id = json.loads(cli("attach", engine.url, "--json"))["boot_id"]
+    ps = cli("ps")
+    row = next(ln for ln in ps.splitlines() if boot_id in ln)
+    assert "attached" in row and "0.0 s" not in row, ps
+    wl = str(Path(__file__).parent / "data" / "experiments" / "tiny-workload.toml")
+    run_id = json.loads(cli("bench", boot_id, "--workload", wl, "--json"))["run"]["id"]
+    show = cli("show", run_id)
+    head = next((ln for ln in show.splitlines() if f"boot   {boot_id}" in ln), "")  # the run header's boot line
+    assert "attached (ready time unknown)" in head and "ready 0.0 s" not in head, show
+    shown = json.loads(cli("show", run_id, "--json"))
+    assert shown["boot"]["boot"]["ready_s"] is None and shown["boot"]["boot"]["kind"] == "attached"
+    # the TUI's boot panel reads the same
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from dynocell.cli.tui.screens import boot_summary_lines
+    from dynocell.runbooks import views
+
+    dash = SimpleNamespace(alias=lambda i: i, now=lambda: datetime.now(timezone.utc))
+    panel = str(boot_summary_lines(dash, views.boot_detail(cell, boot_id), None, 120)[0])
+    assert "attached" in panel and "ready" not in panel.split("attached", 1)[1], panel
+    assert engine.proc.poll() is None
+
+
 def test_stop_with_the_listening_pid_stops_only_that_engine(cell, model_pair, tmp_path):
     from dynocell.db import boots as db_boots
     from dynocell.runbooks import boots
@@ -197,3 +231,63 @@ def test_profile_refused_by_the_engine_says_why_in_full(cli_env, model_pair, tmp
         assert "SGLANG_TORCH_PROFILER_DIR" in prof.stderr and "run --no-profile" in prof.stderr
     finally:
         eng.stop()
+
+
+def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell, engine, model_pair, tmp_path):
+    """Issue 17: arms given as ``boot:ID`` (engines started by hand, attached) are run on, never booted or
+    stopped; the verdicts come as for any arm (τ from the speculative engine's own acceptance step)."""
+    from dynocell.db import boots as db_boots, runs as db_runs
+    from dynocell.errors import UserError
+    from dynocell.runbooks import boots, experiments as ex
+    from dynocell.runbooks.attach import attach
+
+    workload = str(Path(__file__).parent / "data" / "experiments" / "tiny-workload.toml")
+    plain = start_engine(model_pair.target, ["--enable-metrics"], tmp_path / "plain.log")
+    try:
+        inc = attach(cell, plain.url)["boot_id"]
+        arm = attach(cell, engine.url)["boot_id"]
+        res = ex.create_experiment(cell, "hand", f"boot:{inc}", [f"boot:{arm}"], workload=workload, repeats=2,
+                                   lossless=False)
+        assert [a.get("boot_id") for a in res["arms"]] == [inc, arm]
+        assert [s["label"] for s in res["slots"]] == [f"attached {inc}", f"attached {arm}",
+                                                      f"attached {arm}", f"attached {inc}"]
+        done = ex.run_experiment(cell, "hand")
+        slots = done["slots"]
+        assert [s["state"] for s in slots] == ["completed"] * 4, done
+        for s in slots:
+            run = db_runs.get_run(cell.store, s["run_id"])
+            assert run["boot_id"] == (inc if s["role"] == "incumbent" else arm) and run["kind"] == "run"
+            names = {st["name"] for st in db_runs.steps(cell.store, s["run_id"])}
+            assert "boot" not in names and {"health", "bench"} <= names
+        v = ex.judge(cell, "hand", store=False)
+        assert v["complete"] and v["incumbent"]["gates"] == [] and v["arms"][0]["rejections"] == []
+        comps = {(c["metric"], c["level"]): c for c in v["arms"][0]["comparisons"]}
+        assert ("decode_tok_s", "c=1") in comps and comps[("decode_tok_s", "c=1")]["verdict"]
+        assert v["incumbent"]["samples"]["tau@acceptance"] == [1.0, 1.0]  # plain: one token per step
+        assert all(t > 1.0 for t in v["arms"][0]["samples"]["tau@acceptance"])  # STANDALONE k=3
+        # dynocell booted nothing and stopped nothing
+        assert sorted(b["id"] for b in db_boots.list_boots(cell.store)) == sorted([inc, arm])
+        assert plain.proc.poll() is None and engine.proc.poll() is None
+        for b in (inc, arm):
+            assert db_boots.get_boot(cell.store, b)["state"] == "ready"
+            with pytest.raises(UserError, match="attached: dynocell did not start it"):
+                boots.stop(cell, b)
+        assert plain.proc.poll() is None and engine.proc.poll() is None
+
+        # The incumbent's engine goes away (stopped by its operator): its slots fail, the arm is judged
+        # against nothing; creating one on that boot now is refused.
+        ex.create_experiment(cell, "gone", f"boot:{inc}", [f"boot:{arm}"], workload=workload, repeats=1,
+                             lossless=False)
+        plain.stop()
+        gone = ex.run_experiment(cell, "gone")
+        states = {s["role"]: s["state"] for s in gone["slots"]}
+        assert states == {"incumbent": "failed", "arm": "completed"}, gone
+        gates = ex.judge(cell, "gone", store=False)["incumbent"]["gates"]
+        assert any(f"boot {inc} (attached) does not answer /health" in g for g in gates), gates
+        row = next(r for r in boots.ps(cell) if r["id"] == inc)  # ps does not show it as if it answered
+        assert row["state_note"].startswith("not answering /health") and row["engine_alive"] is False
+        with pytest.raises(UserError, match=f"boot:{inc}: boot {inc} is .*not ready"):
+            ex.create_experiment(cell, "late", f"boot:{inc}", [f"boot:{arm}"], workload=workload)
+        assert engine.proc.poll() is None
+    finally:
+        plain.stop()

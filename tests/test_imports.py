@@ -210,6 +210,36 @@ def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_pat
 
 # ---------------------------------------------------------------- logs: public excerpts
 
+def test_cli_node_rank_once_per_file_names_each_node(cli_env, tmp_path):
+    """`import log a.log --node-rank 1 b.log --node-rank 0`: one boot, each file under the rank given
+    after it (here the reverse of file order), the phases side by side with the skew. No public thread
+    found holds phase-bearing logs of both nodes of one multi-node boot, so the two real SGLang 0.5.17
+    TP2 boots (T, T0; real H200 logs) stand in for the two nodes, as in the test above."""
+    import json
+
+    res = json.loads(_run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "1",
+                          str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", "--json").stdout)
+    assert [(Path(f["path"]).name, f["node_rank"]) for f in res["files"]] == [("T.server.log", 1),
+                                                                              ("T0.server.log", 0)]
+    t, t0 = read_log(SGL_TP2 / "T.server.log"), read_log(SGL_TP2 / "T0.server.log")
+    start = min(t.first_ts, t0.first_ts)
+    assert res["nodes"]["1"]["ready"] == t.ready_s + (t.first_ts - start).total_seconds()  # T is node 1
+    assert res["nodes"]["0"]["ready"] == t0.ready_s + (t0.first_ts - start).total_seconds()
+    assert res["phase_skew_s"]["ready"] == abs(res["nodes"]["0"]["ready"] - res["nodes"]["1"]["ready"]) > 0
+    table = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "1",
+                 str(SGL_TP2 / "T0.server.log"), "--node-rank", "0").stdout
+    assert "node 1 (s)" in table and "node 0 (s)" in table and "skew (s)" in table
+    bad = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), str(SGL_TP2 / "T0.server.log"),
+               "--node-rank", "0", ok=False)
+    assert bad.returncode != 0 and "Error: --node-rank: 1 rank(s) for 2 log file(s)" in bad.stderr
+    twice = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "0",
+                 str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", ok=False)
+    assert "rank 0 given twice" in twice.stderr
+    swapped = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "0",
+                   str(SGL_TP2 / "T0.server.log"), "--node-rank", "1", ok=False)  # not silently the old ranks
+    assert swapped.returncode != 0 and "already imported" in swapped.stderr and "[1, 0], not [0, 1]" in swapped.stderr
+
+
 FOREIGN_LOGS = {
     # file: (engine, acceptance format or None, tau or None, D or None, events, decode samples)
     "vllm-v1-spec-ngram.log": ("vllm", "vllm-v1", 5.44, 5, [], None),

@@ -321,3 +321,26 @@ def test_a_store_url_of_another_database_is_refused_with_the_shape_to_use(cli_en
     assert proc.returncode == 2 and proc.stderr.startswith("Error: database_url: ")
     assert "is not a store dynocell supports" in proc.stderr
     assert "hint: set DYNOCELL_DATABASE_URL=postgresql+psycopg://" in proc.stderr and "pip install" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "abc"], ["ps"], ["logs", "abc"]])
+def test_read_only_commands_do_not_create_a_mistyped_store_directory(cli_env, tmp_path, command):
+    """DYNOCELL_DATABASE_URL naming a SQLite file in a directory that does not exist: a command that
+    only reads says so (the field and the fix) and creates nothing; `init` still creates it."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    missing = tmp_path / "nonexistent" / "deeper"
+    env = {**cli_env, "DYNOCELL_DATABASE_URL": f"sqlite:///{missing / 'dynocell.db'}"}
+    proc = subprocess.run([exe, *command], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"Error: database_url: no store at {missing / 'dynocell.db'}"), proc.stderr
+    assert "DYNOCELL_DATABASE_URL" in proc.stderr
+    assert not (tmp_path / "nonexistent").exists()
+    init = subprocess.run([exe, "init"], env=env, capture_output=True, text=True, timeout=120)
+    assert init.returncode == 0, init.stderr
+    assert (missing / "dynocell.db").is_file()
+    again = subprocess.run([exe, *command], env=env, capture_output=True, text=True, timeout=120)
+    assert "no store at" not in again.stderr

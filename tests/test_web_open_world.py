@@ -78,3 +78,22 @@ def test_tui_shows_the_boot_kind():
     assert fmt.port_or_kind({"kind": "imported", "port": 8300}) == "imp"
     assert fmt.port_or_kind({"kind": "started", "port": 8300}) == "8300"
     assert fmt.kind_word({"kind": "imported"}) == " imported" and fmt.kind_word({}) == ""
+
+
+def test_attached_boot_pages_say_attached_not_a_ready_time(app_client, model_pair, tmp_path):
+    """The boots table and the boot page of an engine started by hand: 'attached', never '0.0 s'."""
+    from dynocell.engine.reference.launch import start_engine
+    from dynocell.runbooks.attach import attach
+
+    _app, c, cell = app_client
+    eng = start_engine(model_pair.target, [], tmp_path / "hand.log")
+    try:
+        boot_id = attach(cell, eng.url)["boot_id"]
+        row = re.search(rf'<tr data-boot="{boot_id}">.*?</tr>', c.get("/boots").text, re.S).group(0)
+        assert "<td>attached</td>" in row and "0.0 s" not in row
+        page = c.get(f"/boots/{boot_id}").text
+        ready = re.search(r'<span class="k">ready in</span>([^<]*)<', page).group(1)
+        assert "unknown (attached" in ready, ready
+        assert eng.proc.poll() is None
+    finally:
+        eng.stop()

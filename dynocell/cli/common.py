@@ -106,12 +106,15 @@ def get_settings() -> "Settings":
     return state.settings
 
 
-def get_cell() -> "Cell":
-    """The process's :class:`~dynocell.runbooks.cell.Cell` over :func:`get_settings`."""
+def get_cell(read_only: bool = False) -> "Cell":
+    """The process's :class:`~dynocell.runbooks.cell.Cell` over :func:`get_settings`; ``read_only`` for
+    commands that only read the store (a missing store directory is then an error, never created)."""
     if state.cell is None:
         from dynocell.runbooks.cell import open_cell
 
         state.cell = open_cell(get_settings())
+    if read_only and state.cell._store is None:
+        state.cell.read_only = True
     return state.cell
 
 

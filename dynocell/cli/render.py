@@ -57,7 +57,8 @@ def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
     if boot:
         b = boot.get("boot", boot)
         t.append(f"\nboot   {b.get('id')}  {b.get('engine')}  port {b.get('port')}  "
-                 + (f"ready {_ms(b['ready_s'])} s" if b.get("ready_s") is not None else "not ready")
+                 + ("attached (ready time unknown)" if b.get("kind") == "attached"
+                    else f"ready {_ms(b['ready_s'])} s" if b.get("ready_s") is not None else "not ready")
                  + f"  [{b.get('state')}]")
         if b.get("failure_signature"):
             t.append(f"\nfailure signature: {b['failure_signature']}", style="red")

@@ -206,6 +206,19 @@ def _timestamp(line: str, year: int) -> datetime | None:
     return None
 
 
+def _vllm_command(lines: list[str], i: int) -> tuple[int, dict[str, Any]] | None:
+    """``(line, args)`` of a vLLM launch command starting at line ``i`` (1-based; shell ``\\``
+    continuations joined, up to 64 lines), or None (:func:`dynocell.engine.vllm_argv.parse_vllm_command`)."""
+    from dynocell.engine.vllm_argv import parse_vllm_command
+
+    text, j = lines[i - 1], i
+    while text.rstrip().endswith("\\") and j < len(lines) and j - i < 64:
+        text = text.rstrip()[:-1] + " " + lines[j]
+        j += 1
+    args = parse_vllm_command(text)
+    return (i, args) if args else None
+
+
 def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
              node_rank: int | None = None) -> LogReport:
     """Read one engine log file into a :class:`LogReport`.
@@ -244,7 +257,10 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     last_ts: datetime | None = None
     ready_seen = False
     graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
+    command: tuple[int, dict[str, Any]] | None = None  # a vLLM launch command in the log (fallback config)
     for i, raw in enumerate(lines, start=1):
+        if eng == "vllm" and command is None and "vllm" in raw:
+            command = _vllm_command(lines, i)
         if graph_mode is None and "'cudagraph_mode'" in raw:
             graph_mode = cudagraph_mode(raw)
         line = match_text(raw)
@@ -321,6 +337,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                 rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
     rep.last_ts = last_ts
     rep.ready = ready_seen
+    if rep.config is None and command is not None:  # no non-default args line: the command line says
+        rep.config, rep.config_line = from_vllm_args(command[1], f"{p.name} line {command[0]} (command)"), command[0]
     if rep.config is not None and graph_mode and "cuda_graph.mode" not in rep.config.fields:
         rep.config = ObservedConfig(rep.config.engine, {**rep.config.fields, "cuda_graph.mode": graph_mode},
                                     rep.config.native, rep.config.source)

@@ -247,8 +247,13 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
 
     ``speculative_config`` {method, num_speculative_tokens k, model} becomes
     algorithm (``VLLM_METHODS``), num_steps = k, num_draft_tokens = k + 1,
-    eagle_topk = 1 (vLLM drafts a chain) and draft_model_path.
+    eagle_topk = 1 (vLLM drafts a chain) and draft_model_path. Keys may also be flag spellings
+    (``-tp``, ``--tensor-parallel-size``, from an observed command line): they map as vLLM's
+    argparse maps them (:func:`dynocell.engine.vllm_argv.dest_of`).
     """
+    from dynocell.engine.vllm_argv import dest_of
+
+    args = {dest_of(str(k)): v for k, v in args.items()}
     fields: dict[str, Any] = {}
     for name, dotted in VLLM_FIELDS.items():
         if name in args:

@@ -112,7 +112,8 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
 
 
 def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, Any]:
-    """Register the engine at ``url`` as a boot of kind ``attached`` (state ``ready``); returns
+    """Register the engine at ``url`` as a boot of kind ``attached`` (state ``ready``; ``ready_s`` unknown —
+    the engine was up before dynocell saw it, so the faces say ``attached``, never ``ready 0.0 s``); returns
     ``{boot_id, created, config_hash, observed, engine, config_fields}``.
 
     An engine already attached at the same host:port (boot still ready) gives that boot back
@@ -138,7 +139,7 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     now = _now()
     boot = {"id": boot_id, "config_hash": config_hash, "engine": found["engine"], "hostname": host, "host": host,
             "port": port, "argv": f"(attached: {base})", "env": {}, "state": "ready", "last_phase": "ready",
-            "log_path": str(answers_path), "started_at": now, "ready_at": now, "ready_s": 0.0,
+            "log_path": str(answers_path), "started_at": now, "ready_at": now, "ready_s": None,  # up before we saw it
             "kind": "attached"}
     event = {"boot_id": boot_id, "ts": now, "offset_s": 0.0, "kind": "state", "name": "attached",
              "detail": {"url": base, "engine": found["engine"], "families": found["answers"]["metrics_families"]}}

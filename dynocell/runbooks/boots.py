@@ -479,6 +479,8 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
         from dynocell.runbooks.attach import attached_alive
 
         row["supervised"], row["engine_alive"] = False, attached_alive(row)
+        if not row["engine_alive"]:  # kept ready (it may come back), but never shown as if it answered
+            row["state_note"] = "not answering /health (attached: stopped where it was started?)"
         return row
     supervised = supervisor_alive(row)
     ctime = (row.get("failure_detail") or {}).get("engine_create_time")

@@ -21,10 +21,14 @@ class Cell:
     """One dynocell data directory and its store.
 
     ``store`` is opened (and migrated to head) lazily on first access, so
-    commands that do not touch the database never create it.
+    commands that do not touch the database never create it. ``read_only``
+    (set by commands that only read: ``runs``, ``show``, ``ps``, ``logs``): a
+    store named by ``DYNOCELL_DATABASE_URL`` in a directory that does not exist
+    is an error, not a directory made on the spot.
     """
 
     settings: Settings
+    read_only: bool = False
     _store: Store | None = field(default=None, repr=False)
 
     @property
@@ -35,8 +39,23 @@ class Cell:
         database cannot be opened.
         """
         if self._store is None:
+            if self.read_only:
+                _refuse_missing_folder(self.settings)
             self._store = _open(self.settings)
         return self._store
+
+
+def _refuse_missing_folder(settings: Settings) -> None:
+    """UserError when ``database_url`` (set explicitly) is a SQLite file whose directory does not exist:
+    a read-only command must not create ``/nonexistent/...`` for a mistyped URL."""
+    url = settings.database_url or ""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:"):
+        return  # the default store in the data directory, another backend, or a SQLite URI
+    path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.parent.is_dir():
+        raise UserError(f"database_url: no store at {path}: its directory {path.parent} does not exist",
+                        "fix DYNOCELL_DATABASE_URL (or unset it to use the store in the data directory); "
+                        "`dynocell init` creates a new store at that URL")
 
 
 POSTGRES_URL_SHAPE = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"

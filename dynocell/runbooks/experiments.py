@@ -17,9 +17,16 @@ lossless mismatch, the doctor's ``garbage_output``), and hands them to
 from the incumbent's spread).
 
 The ``experiments.arms`` column holds the incumbent first, then the arms:
-``[{role: incumbent|arm, config_hash, label, options}]``; ``options`` are the
+``[{role: incumbent|arm, config_hash, label, options[, boot_id]}]``; ``options`` are the
 main-job options every run of the experiment uses (workload, lossless,
 profile, diagnose, boot_timeout_s).
+
+An arm (or the incumbent) given as ``boot:ID`` is a boot that is already up — typically
+one registered with ``dynocell attach`` (an engine dynocell did not start). Its slots run
+the main job on that boot (:func:`dynocell.runbooks.run.run_on_boot`: health → bench →
+acceptance → profile → diagnose; no boot, no stop, no lossless check), and its config is
+the boot's (the observed one for an attached boot). If the boot is gone when its slot
+comes, that slot fails (a gate, as a failed boot is for a booted arm).
 """
 
 from __future__ import annotations
@@ -70,6 +77,9 @@ def _label_of(cell: Cell, config_hash: str, ref: str) -> str:
     return short_hash(config_hash)
 
 
+BOOT_PREFIX = "boot:"
+
+
 def _resolve(cell: Cell, ref: str) -> tuple[str, str]:
     from dynocell.runbooks.configs import add_config, resolve_hash
 
@@ -79,6 +89,23 @@ def _resolve(cell: Cell, ref: str) -> tuple[str, str]:
         return rec.hash, rec.name
     h = resolve_hash(cell, ref)
     return h, _label_of(cell, h, ref)
+
+
+def _resolve_arm(cell: Cell, ref: str) -> tuple[str, str, str | None]:
+    """``(config_hash, label, boot_id)`` of an arm ref; ``boot_id`` for ``boot:ID`` (a live boot), else None.
+
+    Raises NotFound for an unknown boot, UserError for a boot that is not ready now.
+    """
+    if not ref.startswith(BOOT_PREFIX):
+        return (*_resolve(cell, ref), None)
+    from dynocell.runbooks import boots
+
+    boot = boots.reconcile(cell, boots.resolve_boot(cell, ref[len(BOOT_PREFIX):]))
+    if boot["state"] != "ready" or not boot.get("engine_alive"):
+        raise UserError(f"{ref}: boot {boot['id']} is {boot['state']}, not ready",
+                        "attach the running engine again (dynocell attach URL) or give a config")
+    kind = boot.get("kind") or "boot"
+    return boot["config_hash"], f"{kind} {boot['id']}", boot["id"]
 
 
 def create_experiment(
@@ -94,7 +121,8 @@ def create_experiment(
     diagnose: bool = True,
     boot_timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """Create experiment ``name``: the incumbent config, arms (config refs: name, hash, prefix or .toml path).
+    """Create experiment ``name``: the incumbent config, arms (config refs: name, hash, prefix or .toml path;
+    or ``boot:ID`` for a boot already up, e.g. an attached engine — see the module docstring).
 
     ``workload``: a workload TOML path or bundled name (None = bundled
     ``default``), validated now and stored as an absolute path. ``repeats``:
@@ -122,19 +150,21 @@ def create_experiment(
 
         load_workload(workload)  # validate now, not at the first run
         wl_path = str(Path(workload).resolve()) if Path(workload).exists() else workload
-    inc_hash, inc_label = _resolve(cell, incumbent)
-    resolved = [_resolve(cell, a) for a in arms]
+    inc_hash, inc_label, inc_boot = _resolve_arm(cell, incumbent)
+    resolved = [_resolve_arm(cell, a) for a in arms]
     seen = {inc_hash: "the incumbent"}
-    for (h, label), ref in zip(resolved, arms):
+    for (h, label, _b), ref in zip(resolved, arms):
         if h in seen:
             raise UserError(f"arm {ref!r} is the same config as {seen[h]} ({h[:19]})",
                             "each arm must be a different config from the incumbent and the other arms")
         seen[h] = f"arm {ref!r}"
     options = {"workload": wl_path, "lossless": lossless, "profile": profile, "diagnose": diagnose,
                "boot_timeout_s": boot_timeout_s}
-    arm_rows = [{"role": "incumbent", "config_hash": inc_hash, "label": inc_label, "options": options}]
-    arm_rows += [{"role": "arm", "config_hash": h, "label": label, "options": options} for h, label in resolved]
-    schedule = V.interleaved_schedule(inc_hash, [h for h, _ in resolved], repeats)
+    arm_rows = [{"role": "incumbent", "config_hash": inc_hash, "label": inc_label, "options": options,
+                 **({"boot_id": inc_boot} if inc_boot else {})}]
+    arm_rows += [{"role": "arm", "config_hash": h, "label": label, "options": options, **({"boot_id": b} if b else {})}
+                 for h, label, b in resolved]
+    schedule = V.interleaved_schedule(inc_hash, [h for h, _, _ in resolved], repeats)
     slots = [(h, "incumbent" if h == inc_hash else "arm", rep) for h, rep in schedule]
     row = db.create_experiment(cell.store, name=name, incumbent_hash=inc_hash, arms=arm_rows, workload=wl_path,
                                repeats=repeats, slots=slots)
@@ -161,6 +191,11 @@ def _options_of(exp: dict[str, Any]) -> dict[str, Any]:
 
 def _labels(exp: dict[str, Any]) -> dict[str, str]:
     return {a["config_hash"]: a.get("label") or a["config_hash"][:19] for a in exp["arms"] or []}
+
+
+def _boot_ids(exp: dict[str, Any]) -> dict[str, str]:
+    """``{config_hash: boot_id}`` of the arms given as ``boot:ID`` (run on that boot, not booted)."""
+    return {a["config_hash"]: a["boot_id"] for a in exp["arms"] or [] if isinstance(a, dict) and a.get("boot_id")}
 
 
 # ---------------------------------------------------------------- run (resumable)
@@ -196,13 +231,14 @@ def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -
     Returns :func:`show_experiment`'s dict. Raises NotFound for an unknown
     name, UserError when another process is running it.
     """
-    from dynocell.runbooks.run import RunOptions, run_job
+    from dynocell.runbooks.run import RunOptions, run_job, run_on_boot
 
     progress = progress or _noop
     exp = _get(cell, name)
     _reconcile(cell, name)
     opts = _options_of(exp)
     labels = _labels(exp)
+    on_boot = _boot_ids(exp)
     slots = db.slots(cell.store, name)
     todo = [s for s in slots if s["state"] not in DONE_SLOT_STATES]
     db.update_experiment(cell.store, name, state="running")
@@ -228,7 +264,11 @@ def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -
                               profile=bool(opts.get("profile", False)), diagnose=bool(opts.get("diagnose", True)),
                               boot_timeout_s=opts.get("boot_timeout_s"))
         try:
-            run_id = run_job(cell, slot["config_hash"], options=run_opts, progress=progress)
+            if slot["config_hash"] in on_boot:
+                run_id = run_on_boot(cell, on_boot[slot["config_hash"]], workload=run_opts.workload,
+                                     profile=run_opts.profile, progress=progress)
+            else:
+                run_id = run_job(cell, slot["config_hash"], options=run_opts, progress=progress)
         except (KeyboardInterrupt, Interrupted):
             db.update_slot(cell.store, slot["id"], state="interrupted", run_id=captured.get("run_id"))
             db.update_experiment(cell.store, name, state="interrupted")

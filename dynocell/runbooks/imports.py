@@ -172,11 +172,12 @@ def _aware(dt: Any) -> Any:
 # ---------------------------------------------------------------- logs
 
 def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | None = None,
-               node_rank: int | None = None, engine: str | None = None) -> dict[str, Any]:
+               node_rank: int | Sequence[int] | None = None, engine: str | None = None) -> dict[str, Any]:
     """Import one boot's server log(s) (one file per node); returns the import summary.
 
-    ``node_rank`` applies to a single file (several files take each log's own
-    rank, else their order). Returns ``{import_id, created, boot_id, run_id,
+    ``node_rank``: one rank for a single file, or one rank per file in file order
+    (``import log a.log --node-rank 0 b.log --node-rank 1``); left out, each log's
+    own rank (SGLang ``node_rank=``), else the files' order. Returns ``{import_id, created, boot_id, run_id,
     config_hash, observed, ...}``; a re-import returns the first record with
     ``created`` False. Raises LogReadError (file, line, reason) / UserError.
     """
@@ -185,14 +186,26 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
 
     if not paths:
         raise UserError("no log file given", "dynocell import log FILE [FILE…]")
-    if node_rank is not None and len(paths) > 1:
-        raise UserError("--node-rank applies to one file; several files take each log's own node rank",
-                        "import the files one at a time with --node-rank, or leave it out")
+    ranks_given = [] if node_rank is None else [node_rank] if isinstance(node_rank, int) else list(node_rank)
+    if ranks_given and len(ranks_given) != len(paths):
+        raise UserError(f"--node-rank: {len(ranks_given)} rank(s) for {len(paths)} log file(s)",
+                        "give one --node-rank per file, in file order (a.log --node-rank 0 b.log --node-rank 1), "
+                        "or none to take each log's own rank")
+    if len(set(ranks_given)) != len(ranks_given):
+        raise UserError(f"--node-rank: rank {next(r for r in ranks_given if ranks_given.count(r) > 1)} given twice",
+                        "each node of one boot has its own rank")
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
+        stored = [f.get("node_rank") for f in found["summary"].get("files") or []]
+        if ranks_given and stored and stored != ranks_given:
+            raise UserError(f"these logs are already imported (import #{found['id']}) with node ranks "
+                            f"{stored}, not {ranks_given}",
+                            f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
+                            "one record")
         return {**found["summary"], "import_id": found["id"], "created": False}
-    reports = [read_log(p, engine=engine, node_rank=node_rank) for p in paths]
+    reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None)
+               for i, p in enumerate(paths)]
     ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
     if len(set(ranks)) != len(ranks):
         ranks = list(range(len(reports)))

@@ -994,6 +994,9 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     progress = progress or _noop
     boot = boots.reconcile(cell, boots.resolve_boot(cell, boot_ref))
     if boot["state"] != "ready" or not boot["engine_alive"]:
+        if boot["state"] == "ready" and boot.get("kind") == "attached":
+            raise UserError(f"boot {boot['id']} (attached) does not answer /health at {boot['host']}:{boot['port']}",
+                            "start the engine again where it was started, then dynocell attach URL")
         raise UserError(f"boot {boot['id']} is {boot['state']}, not ready", "boot it first: dynocell boot CONFIG")
     cfg = boots.resolve_models(cell, boots.config_of_boot(cell, boot))
     live = boots.AttachedBoot.from_row(boot, cfg)

@@ -96,7 +96,7 @@ def ps_cmd(
     """
     from dynocell.runbooks import boots
 
-    rows = boots.ps(get_cell(), all=all_, host=host)
+    rows = boots.ps(get_cell(read_only=True), all=all_, host=host)
     if json_out:
         print_json(rows)
         return
@@ -113,7 +113,8 @@ def ps_cmd(
 
         add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),
-                f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-", r.get("failure_signature") or "")
+                "attached" if r.get("kind") == "attached" else f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-",
+                r.get("failure_signature") or "")
     out(t)
 
 
@@ -133,7 +134,7 @@ def logs_cmd(
     """
     from dynocell.runbooks import boots
 
-    cell = get_cell()
+    cell = get_cell(read_only=True)
     lines = boots.follow(cell, boot, tail) if follow else boots.logs(cell, boot, tail)
     try:
         for line in lines:

@@ -42,7 +42,7 @@ def _header(res: dict[str, Any], what: str) -> None:
 @import_app.command("log")
 def import_log_cmd(
     files: List[Path] = typer.Argument(..., help="Server log file(s); several files = the nodes of one multi-node boot."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", min=0, help="Node rank of a single log (default: what the log says, else 0)."),
+    node_rank: Optional[List[int]] = typer.Option(None, "--node-rank", min=0, help="Node rank of the log before it, once per file (a.log --node-rank 0 b.log --node-rank 1); default: what each log says, else file order."),
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     engine: Optional[str] = typer.Option(None, "--engine", help="sglang | vllm | llamacpp (default: detected from the log)."),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
@@ -50,11 +50,11 @@ def import_log_cmd(
     """Import an engine's server log(s) as a boot of kind `imported`: phases, failure signature,
     acceptance lines, runtime events, and the config from the log's own config line.
 
-    Example: dynocell import log node0.log node1.log
+    Example: dynocell import log node0.log --node-rank 0 node1.log --node-rank 1
     """
     from dynocell.runbooks.imports import import_log
 
-    res = import_log(get_cell(), files, config_ref=config, node_rank=node_rank, engine=engine)
+    res = import_log(get_cell(), files, config_ref=config, node_rank=node_rank or None, engine=engine)
     if json_out:
         print_json(res)
         return

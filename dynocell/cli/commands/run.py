@@ -118,7 +118,7 @@ def show_cmd(
     from dynocell.errors import NotFound
     from dynocell.runbooks.run import reconcile_runs, resolve_run
 
-    cell = get_cell()
+    cell = get_cell(read_only=True)
     reconcile_runs(cell)  # a run whose process died shows as interrupted, its engine stopped
     try:
         resolve_run(cell, ref)
@@ -161,7 +161,7 @@ def runs_cmd(
     from dynocell.runbooks import hosts, views
     from dynocell.runbooks.run import reconcile_runs
 
-    cell = get_cell()
+    cell = get_cell(read_only=True)
     reconcile_runs(cell)
     rows = views.list_runs(cell, limit=limit, host_ids=hosts.resolve(cell, host) if host else None)
     if json_out:

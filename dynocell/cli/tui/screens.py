@@ -227,7 +227,8 @@ def boot_summary_lines(dash: "DynocellApp", d: dict[str, Any], run: dict[str, An
     head.append_text(fmt.state_text(b["state"]))
     head.append(fmt.kind_word(b))
     head.append(f"  {b.get('engine')} :{b.get('port')}  pid {b.get('pid') or '-'}  "
-                f"ready {fmt.num(b.get('ready_s'), '.1f')} s  up {fmt.duration(fmt.uptime_s(b, now))}")
+                + ("attached" if b.get("kind") == "attached" else f"ready {fmt.num(b.get('ready_s'), '.1f')} s")
+                + f"  up {fmt.duration(fmt.uptime_s(b, now))}")
     lines: list[Any] = [head]
     if b.get("host_id"):  # rows from before host records carry none
         lines.append(Text(f"host {b.get('host_label')}"
