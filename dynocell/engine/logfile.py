@@ -331,14 +331,16 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                                     rep.config.native, rep.config.source)
     if node_rank is not None:
         rep.node_rank = node_rank
-    if rep.config is None and not rep.phases and not (v1 or v0 or summary or decode_tp or rounds or lcpp
-                                                      or rep.events):
-        raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line or decode line found in "
-                           f"{len(lines)} lines of a {eng} log", "is this the engine's server log (stdout/stderr)?")
     if rules_engine:
         match, _last, _ready = classify_log(lines, engine=rules_engine)
         if match.known:
             rep.signature = match.as_dict()
+    # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
+    if rep.config is None and not rep.phases and rep.signature is None and not (
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events):
+        raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
+                           f"found in {len(lines)} lines of a {eng} log",
+                           "is this the engine's server log (stdout/stderr)?")
     rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp)
     if decode_tp:
         rep.decode = {"samples": len(decode_tp), "gen_throughput_max": max(decode_tp),

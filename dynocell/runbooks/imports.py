@@ -210,7 +210,9 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     failed = [r for r in reports if r.phases and not r.ready]
     sig = next((r.signature for r in reports if r.signature), None)
     crashed = any(e.kind == "scheduler_exception" for r in reports for e in r.events)
-    state = "failed" if failed else ("crashed" if crashed else "stopped")
+    # a known failure in a log that never shows the boot's phases (an excerpt of the failing lines) ended it
+    state = "failed" if failed else ("crashed" if crashed or (sig and not any(r.phases for r in reports))
+                                     else "stopped")
     if state == "failed" and sig is None:
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
