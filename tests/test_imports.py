@@ -559,3 +559,21 @@ def test_cli_import_of_bad_json_is_an_error_with_a_hint(cli_env, tmp_path, kind,
     bad = _run(cli_env, "import", kind, str(f), ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and says in bad.stderr
     assert "\nhint: " in bad.stderr and "Traceback" not in bad.stderr
+
+
+
+def test_cut_config_line_with_a_given_config_imports_the_rest(cell, tmp_path):
+    """The refusal's hint says 'or pass --config': with a config named, a config line cut short (as
+    reports paste it) is not read and the rest of the real SGLang log still imports."""
+    from dynocell.runbooks.imports import import_log
+
+    lines = (SGL / "C.server.log").read_text().splitlines(keepends=True)
+    i = next(n for n, l in enumerate(lines) if "server_args=ServerArgs(" in l)
+    lines[i] = lines[i][: len(lines[i]) // 2] + "\n"
+    cut = tmp_path / "C.cut.server.log"
+    cut.write_text("".join(lines))
+    with pytest.raises(LogReadError, match="cut short"):
+        import_log(cell, [cut])
+    res = import_log(cell, [cut], config_ref=EXAMPLE)
+    assert res["created"] and res["state"] == "stopped" and res["ready_s"] > 0
+    assert res["acceptance"]["format"] == "sglang-decode" and not res["observed"]

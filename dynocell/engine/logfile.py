@@ -207,13 +207,15 @@ def _timestamp(line: str, year: int) -> datetime | None:
 
 
 def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
-             node_rank: int | None = None) -> LogReport:
+             node_rank: int | None = None, config_given: bool = False) -> LogReport:
     """Read one engine log file into a :class:`LogReport`.
 
     ``engine`` forces the engine (else detected); ``year`` places vLLM's
-    year-less stamps; ``node_rank`` overrides the rank the log states. Raises
-    :class:`LogReadError` (file, line, reason) for a missing, binary, empty or
-    foreign file and for a config line that is cut short.
+    year-less stamps; ``node_rank`` overrides the rank the log states;
+    ``config_given`` (the caller names the config) lets a config line that is cut
+    short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
+    missing, binary, empty or foreign file and, unless ``config_given``, for a
+    config line that is cut short.
     """
     p = Path(path)
     if engine is not None and engine not in ENGINES:
@@ -264,6 +266,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                     if vargs is not None:
                         rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
             except ObservedConfigError as exc:
+                if config_given:  # the config comes from --config; the rest of the log still counts
+                    continue
                 if i == len(lines) and truncated:
                     raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
                 raise LogReadError(exc.message, exc.hint) from None

@@ -192,7 +192,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     found = db_imports.find_import(cell.store, "log", key)
     if found:
         return {**found["summary"], "import_id": found["id"], "created": False}
-    reports = [read_log(p, engine=engine, node_rank=node_rank) for p in paths]
+    reports = [read_log(p, engine=engine, node_rank=node_rank, config_given=config_ref is not None) for p in paths]
     ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
     if len(set(ranks)) != len(ranks):
         ranks = list(range(len(reports)))
