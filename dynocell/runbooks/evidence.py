@@ -21,6 +21,8 @@ from dynocell.runbooks.imports import _new_id, _now, curve_row, digest_files, re
 __all__ = ["import_bench", "import_metrics", "import_requests"]
 
 MAX_SCRAPE_BYTES = 64 << 20
+#: Imported responses keep at most this many generated texts (each cut to MAX_SAMPLE_CHARS) for the doctor.
+MAX_SAMPLES, MAX_SAMPLE_CHARS = 32, 4000
 
 
 def _run_row(run_id: str, config_hash: str, source: str, files: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +204,8 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
               "total_tok_s": (rep.prompt_tokens + rep.completion_tokens) / dur if dur else 0.0,
               "ttft_ms": _pcts([]), "tpot_ms": _pcts([]), "itl_ms": _pcts([]), "e2e_ms": e2e,
               "extra": {"source": rep.format, "per_request_tau": rep.per_request_tau,
+                        # what the engine served, judged by the doctor like a bench level's samples
+                        "samples": [t[:MAX_SAMPLE_CHARS] for t in rep.texts[:MAX_SAMPLES]],
                         "note": "concurrency unknown (0); duration = sum of request "
                         "latencies; TTFT/TPOT/ITL not in the responses"}}]
     curves, acc = [], None
