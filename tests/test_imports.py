@@ -593,3 +593,20 @@ def test_imported_responses_keep_their_texts_for_the_doctor(cell):
     (bench,) = dbk.bench_of_run(cell.store, res["run_id"])
     assert bench["extra"]["samples"] == texts and len(texts) == 12
     assert inputs_for_run(cell, res["run_id"]).output_texts == texts
+
+
+def test_bench_accept_length_per_level_becomes_a_curve_at_its_prompt_length(cell):
+    """A bench level with the tool's accept length (no per-position rates) gets a τ-only curve with the
+    config's draft count, paired with its own bench row, so the doctor sees τ by prompt length (the
+    EAGLE3 context-length table of vllm-project/speculators PR 684, case 23 of the corpus)."""
+    from dynocell.runbooks.doctor import inputs_for_run
+    from dynocell.runbooks.evidence import import_bench
+
+    case = DATA / "cases" / "23-vllm-eagle3-acceptance-by-context-length"
+    res = import_bench(cell, case / "eagle3.bench.jsonl", config_ref=str(case / "config.toml"))
+    curves = inputs_for_run(cell, res["run_id"]).curves
+    assert [c.prompt_tokens for c in curves] == [2000.0 * k for k in range(1, 11)]
+    assert curves[0].curve.tau == 2.295 and curves[-1].curve.tau == 1.084
+    assert {c.curve.num_drafts for c in curves} == {3}
+    plain = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)  # no accept length
+    assert inputs_for_run(cell, plain["run_id"]).curves == []
