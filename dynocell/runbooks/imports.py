@@ -204,8 +204,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
                             f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
                             "one record")
         return {**found["summary"], "import_id": found["id"], "created": False}
-    reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None)
-               for i, p in enumerate(paths)]
+    reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None,
+                        config_given=config_ref is not None) for i, p in enumerate(paths)]
     ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
     if len(set(ranks)) != len(ranks):
         ranks = list(range(len(reports)))
@@ -223,7 +223,9 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     failed = [r for r in reports if r.phases and not r.ready]
     sig = next((r.signature for r in reports if r.signature), None)
     crashed = any(e.kind == "scheduler_exception" for r in reports for e in r.events)
-    state = "failed" if failed else ("crashed" if crashed else "stopped")
+    # a known failure in a log that never shows the boot's phases (an excerpt of the failing lines) ended it
+    state = "failed" if failed else ("crashed" if crashed or (sig and not any(r.phases for r in reports))
+                                     else "stopped")
     if state == "failed" and sig is None:
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
