@@ -675,7 +675,7 @@ def main() -> int:
             c.seconds = time.monotonic() - t0
             # Everything of the cycle must be gone now; a detached supervisor may take a moment to
             # exit after writing the end of its boot.
-            _wait(lambda: not tracker.live_now(c.pids), 5.0 if c.path == "detached" else 1.0)
+            _wait(lambda pids=c.pids: not tracker.live_now(pids), 5.0 if c.path == "detached" else 1.0)
             leaked = tracker.live_now(c.pids)
             if leaked:
                 c.problems.append(f"processes alive right after the cycle: {leaked}")

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 HERE = Path(__file__).parent

@@ -133,7 +133,6 @@ def test_engine_scoping_of_the_rewritten_entries(slug, engine):
 
 def test_faces_show_an_entrys_sources(tmp_path):
     """The web entry page and `dynocell runbook show` list the sources (plain text, escaped)."""
-    from fastapi.testclient import TestClient
 
     from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings

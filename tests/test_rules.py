@@ -80,7 +80,10 @@ def test_captured_groups():
 
 def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
     oom = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
-    at = lambda phase, ready=False: classify(oom, last_phase=phase, was_ready=ready).id
+
+    def at(phase, ready=False):
+        return classify(oom, last_phase=phase, was_ready=ready).id
+
     assert at(None) == "cuda_oom_weights"
     assert at("weights_begin") == "cuda_oom_weights"
     assert at("weights_end") == "cuda_oom_memory_pool"

@@ -154,10 +154,9 @@ def test_sqlite_pragmas(sqlite_store: Store):
 
 def test_foreign_keys_enforced_and_fts_searchable(sqlite_store: Store):
     store = sqlite_store
-    with pytest.raises(Exception, match="FOREIGN KEY"):
-        with store.engine.begin() as c:
-            c.execute(text("INSERT INTO config_labels (name, config_hash, created_at) "
-                           "VALUES ('x', 'sha256:none', '2026-01-01')"))
+    with pytest.raises(Exception, match="FOREIGN KEY"), store.engine.begin() as c:
+        c.execute(text("INSERT INTO config_labels (name, config_hash, created_at) "
+                       "VALUES ('x', 'sha256:none', '2026-01-01')"))
     with store.engine.begin() as c:
         c.execute(text("INSERT INTO runbook_fts (slug, title, tags, body) VALUES "
                        "('spec-collapse', 'Acceptance collapses', 'speculative', 'static buffers are never refreshed')"))

@@ -653,7 +653,7 @@ def materialize(plan: BuildPlan, builds_dir: Path) -> tuple[Path, dict[str, Any]
                 copies += 1
                 if sha256_file(dst) != digest:
                     raise UserError(f"{rel} changed in {plan.dist.site_dir} while the build was being made",
-                                    "run the build again")
+                                    "run the build again") from None
         manifest = _manifest(plan, final, links, copies)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
         try:

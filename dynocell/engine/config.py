@@ -61,12 +61,6 @@ _SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 REDACTED = "***"
 
 
-def injection_env_keys(env: dict[str, str]) -> list[str]:
-    """The names in ``env`` (a config's ``[env]``) that inject code into the engine process, in
-    :data:`INJECTION_ENV_KEYS` order (case-sensitive, as the loader and Python read them)."""
-    return [k for k in INJECTION_ENV_KEYS if k in env]
-
-
 def injection_warning(env: dict[str, str]) -> str | None:
     """``"⚠ env sets LD_PRELOAD, PYTHONPATH"`` when :func:`injection_env_keys` finds any, else None."""
     keys = injection_env_keys(env)

@@ -316,9 +316,9 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
             if serving and int(st.group(1)) == 0 and int(st.group(2)) > 0:
                 rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
             continue
-        if serving and _EXCEPTION.search(line):
-            if not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50:
-                rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
+        if serving and _EXCEPTION.search(line) and (
+                not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50):
+            rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
     rep.last_ts = last_ts
     rep.ready = ready_seen
     if rep.config is not None and graph_mode and "cuda_graph.mode" not in rep.config.fields:

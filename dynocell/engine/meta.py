@@ -208,12 +208,12 @@ class GenerationMeta:
                     f"spec_num_correct_drafts is {self.spec_num_correct_drafts} but the histogram gives Σk·h[k] = {acc}"
                 )
             d = len(h) - 1
-            if vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None:
-                if self.spec_num_proposed_drafts != vct * d:
-                    out.append(
-                        f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
-                        f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
-                    )
+            if (vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None
+                    and self.spec_num_proposed_drafts != vct * d):
+                out.append(
+                    f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
+                    f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
+                )
             # completion_tokens also counts the prefill's token, so the ratio may
             # exceed D + 1 by 1 / spec_verify_ct.
             top = d + 1 + (1.0 / vct if vct else 0.0) + _ROUND_TOL

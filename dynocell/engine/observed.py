@@ -206,9 +206,8 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
             v = str(v).upper()
         _put(fields, dotted, v)
     cg = args.get("cuda_graph_config")
-    if fields.get("cuda_graph.disable") is True:
-        fields["cuda_graph.mode"] = "off"
-    elif isinstance(cg, str) and "backend='disabled'" in cg and "decode=PhaseConfig(backend='disabled'" in cg:
+    graphs_off = isinstance(cg, str) and "backend='disabled'" in cg and "decode=PhaseConfig(backend='disabled'" in cg
+    if fields.get("cuda_graph.disable") is True or graphs_off:
         fields["cuda_graph.mode"] = "off"
     if "disaggregation_mode" in args:
         mode = args.get("disaggregation_mode")

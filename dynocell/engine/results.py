@@ -211,42 +211,44 @@ def _aiperf(obj: Mapping[str, Any]) -> BenchLevel:
 
 
 def _guidellm(obj: Mapping[str, Any], path: Path) -> list[BenchLevel]:
-    out = []
-    for n, b in enumerate(obj.get("benchmarks") or []):
-        if not isinstance(b, Mapping) or not isinstance(b.get("metrics"), Mapping):
-            raise ResultReadError(f"{path}: benchmarks[{n}] has no metrics object", "is this a GuideLLM export?")
-        met = b["metrics"]
+    return [_guidellm_level(b, n, path) for n, b in enumerate(obj.get("benchmarks") or [])]
 
-        def succ(name: str) -> Mapping[str, Any]:
-            v = met.get(name)
-            v = v.get("successful") if isinstance(v, Mapping) else None
-            return v if isinstance(v, Mapping) else {}
 
-        def dist(name: str, scale: float = 1.0) -> dict[str, Any]:
-            d = succ(name)
-            pc = d.get("percentiles") if isinstance(d.get("percentiles"), Mapping) else d
-            return _pct(pc.get("p50", d.get("median")), pc.get("p90"), pc.get("p99"), d.get("mean"), scale)
+def _guidellm_level(b: Any, n: int, path: Path) -> BenchLevel:
+    """One GuideLLM benchmark (``benchmarks[n]``) as a level; its ``metrics.*.successful`` stats."""
+    if not isinstance(b, Mapping) or not isinstance(b.get("metrics"), Mapping):
+        raise ResultReadError(f"{path}: benchmarks[{n}] has no metrics object", "is this a GuideLLM export?")
+    met = b["metrics"]
 
-        totals = met.get("request_totals") if isinstance(met.get("request_totals"), Mapping) else {}
-        ok = int(_num(totals.get("successful")) or 0)
-        bad = int(_num(totals.get("errored")) or 0) + int(_num(totals.get("incomplete")) or 0)
-        conc = succ("request_concurrency").get("mean")
-        dur = _num(b.get("duration"))
-        if dur is None and _num(b.get("end_time")) and _num(b.get("start_time")):
-            dur = float(b["end_time"]) - float(b["start_time"])
-        out.append(BenchLevel(
-            tool="guidellm", concurrency=int(round(_num(conc) or 0)), num_requests=ok + bad, num_failed=bad,
-            duration_s=dur or 0.0, prompt_tokens=int(_num(succ("prompt_token_count").get("total_sum")) or 0),
-            completion_tokens=int(_num(succ("output_token_count").get("total_sum")) or 0),
-            request_throughput=_num(succ("requests_per_second").get("mean")) or 0.0,
-            output_tok_s=_num(succ("output_tokens_per_second").get("mean")) or 0.0,
-            total_tok_s=_num(succ("tokens_per_second").get("mean")) or 0.0,
-            ttft_ms=dist("time_to_first_token_ms"), tpot_ms=dist("time_per_output_token_ms"),
-            itl_ms=dist("inter_token_latency_ms"), e2e_ms=dist("request_latency", 1000.0),
-            lost=["errored/incomplete distributions", "p001…p999 except p50/p90/p99", "std, variance, mode"],
-            label=str((b.get("config") or {}).get("strategy") or (b.get("config") or {}).get("rate") or n)
-            if isinstance(b.get("config"), Mapping) else str(n)))
-    return out
+    def succ(name: str) -> Mapping[str, Any]:
+        v = met.get(name)
+        v = v.get("successful") if isinstance(v, Mapping) else None
+        return v if isinstance(v, Mapping) else {}
+
+    def dist(name: str, scale: float = 1.0) -> dict[str, Any]:
+        d = succ(name)
+        pc = d.get("percentiles") if isinstance(d.get("percentiles"), Mapping) else d
+        return _pct(pc.get("p50", d.get("median")), pc.get("p90"), pc.get("p99"), d.get("mean"), scale)
+
+    totals = met.get("request_totals") if isinstance(met.get("request_totals"), Mapping) else {}
+    ok = int(_num(totals.get("successful")) or 0)
+    bad = int(_num(totals.get("errored")) or 0) + int(_num(totals.get("incomplete")) or 0)
+    conc = succ("request_concurrency").get("mean")
+    dur = _num(b.get("duration"))
+    if dur is None and _num(b.get("end_time")) and _num(b.get("start_time")):
+        dur = float(b["end_time"]) - float(b["start_time"])
+    return BenchLevel(
+        tool="guidellm", concurrency=int(round(_num(conc) or 0)), num_requests=ok + bad, num_failed=bad,
+        duration_s=dur or 0.0, prompt_tokens=int(_num(succ("prompt_token_count").get("total_sum")) or 0),
+        completion_tokens=int(_num(succ("output_token_count").get("total_sum")) or 0),
+        request_throughput=_num(succ("requests_per_second").get("mean")) or 0.0,
+        output_tok_s=_num(succ("output_tokens_per_second").get("mean")) or 0.0,
+        total_tok_s=_num(succ("tokens_per_second").get("mean")) or 0.0,
+        ttft_ms=dist("time_to_first_token_ms"), tpot_ms=dist("time_per_output_token_ms"),
+        itl_ms=dist("inter_token_latency_ms"), e2e_ms=dist("request_latency", 1000.0),
+        lost=["errored/incomplete distributions", "p001…p999 except p50/p90/p99", "std, variance, mode"],
+        label=str((b.get("config") or {}).get("strategy") or (b.get("config") or {}).get("rate") or n)
+        if isinstance(b.get("config"), Mapping) else str(n))
 
 
 def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -301,10 +302,8 @@ def main() -> None:
     ap.add_argument("--spec-steps", type=int, default=0, help="simulate speculative decoding with D drafts per step")
     a = ap.parse_args()
     opts = Options(a.ttft_ms, a.itl_ms, max(1, a.tokens_per_chunk), a.spec_steps)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(a.port, opts))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def show_cmd(
         if json_out:
             print_json(bd)
             return
-        from dynocell.cli.render import health_table, phases_table, run_header
+        from dynocell.cli.render import health_table, phases_table
 
         out(f"boot {boot['id']} [{boot['state']}] on {bd['boot'].get('host_label')} {boot['engine']} port {boot['port']} "
             f"argv: {boot['argv']}")
