@@ -109,7 +109,8 @@ def breakeven_sentence(be: dict | None) -> str:
                 f"{tau:.2f} × {plain:.2f} = {tau * plain:.2f} ms")
     if be.get("plain_source"):
         age = be.get("plain_age_s")
-        out += f"; plain step from {be['plain_source']}" + (f", measured {duration(age)} ago" if age and age >= 60 else "")
+        out += f"; plain step from {be['plain_source']}"
+        out += f", measured {duration(age)} ago" if age and age >= 60 else ""
     return out + "."
 
 
