@@ -186,9 +186,9 @@ class Memory(_Section):
 
 class CudaGraph(_Section):
     """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``),
-    ``mode`` (off | piecewise | full | full_and_piecewise; vLLM's ``compilation_config.cudagraph_mode``, SGLang's graphs are
-    ``full`` for decode, ``piecewise`` with its piecewise CUDA graph). ``mode`` None = not stated: left
-    out of the canonical JSON, so configs that do not state it keep their hash."""
+    ``mode`` (off | piecewise | full | full_and_piecewise; vLLM's ``compilation_config.cudagraph_mode``,
+    SGLang's graphs are ``full`` for decode, ``piecewise`` with its piecewise CUDA graph). ``mode`` None = not
+    stated: left out of the canonical JSON, so configs that do not state it keep their hash."""
 
     disable: bool = False
     max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)

@@ -199,7 +199,8 @@ def progress_from_metrics(text: str, t: float) -> ProgressSample:
     return ProgressSample(t, gen, prompt, running, queued)
 
 
-def judge_progress(prev: ProgressSample | None, cur: ProgressSample, stall_after_s: float) -> tuple[ProgressSample, bool, str]:
+def judge_progress(prev: ProgressSample | None, cur: ProgressSample,
+                   stall_after_s: float) -> tuple[ProgressSample, bool, str]:
     """Compare two samples: ``(cur with stalled_since set, ok, reason)``."""
     if prev is None:
         return cur, True, f"baseline: {cur.running:g} running, {cur.queued:g} queued"
@@ -207,7 +208,8 @@ def judge_progress(prev: ProgressSample | None, cur: ProgressSample, stall_after
     advanced_prompt = cur.prompt > prev.prompt
     if advanced_gen or advanced_prompt or not (cur.loaded and prev.loaded):
         what = "generated tokens" if advanced_gen else "prompt tokens" if advanced_prompt else "no load"
-        return cur, True, f"progress: {what} (+{cur.generated - prev.generated:g} gen, +{cur.prompt - prev.prompt:g} prompt)"
+        return cur, True, (f"progress: {what} (+{cur.generated - prev.generated:g} gen, "
+                           f"+{cur.prompt - prev.prompt:g} prompt)")
     since = prev.stalled_since if prev.stalled_since is not None else prev.t
     stalled = ProgressSample(cur.t, cur.generated, cur.prompt, cur.running, cur.queued, since)
     for_s = cur.t - since
@@ -395,7 +397,8 @@ def _progress_check(client: EngineClient, previous: ProgressSample | None, stall
     r, ms, err = _timed(client.metrics_text)
     if r is None or r.status != 200:
         return previous, Check("progress", True, ms,
-                               f"skipped: /metrics unavailable ({err or r.status}); start the engine with --enable-metrics")
+                               f"skipped: /metrics unavailable ({err or r.status}); "
+                               "start the engine with --enable-metrics")
     try:
         cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
     except ValueError as exc:

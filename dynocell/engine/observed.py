@@ -13,8 +13,8 @@ An :class:`ObservedConfig` keeps **only the fields the source revealed**, under
 dynocell's dotted config names (``parallel.tp_size``, ``speculative.algorithm`` …)
 plus the comparison fields engines reveal (``serving.engine_version``,
 ``cuda_graph.mode``, ``serving.disable_overlap_schedule``, ``serving.topology``)
-— the same names a written config uses (:class:`dynocell.engine.config.Serving`). A field the source did not reveal stays
-unknown: it is absent from the canonical JSON and is never filled with a default.
+— the same names a written config uses (:class:`dynocell.engine.config.Serving`). A field the source did
+not reveal stays unknown: it is absent from the canonical JSON and is never filled with a default.
 The hash is ``"sha256:" + hex(sha256(canonical JSON))`` of
 ``{"observed": true, "engine": …, "fields": {…}}`` — so an observed config never
 collides with a written one, and two sources revealing the same fields share a hash.
@@ -330,7 +330,8 @@ def _literal_kwargs(body: str, where: str) -> dict[str, Any]:
     try:
         call = ast.parse(f"f({body})", mode="eval").body
     except (SyntaxError, ValueError, RecursionError) as exc:
-        raise ObservedConfigError(f"{where}: the ServerArgs(...) line does not parse ({exc.msg if hasattr(exc, 'msg') else exc}); "
+        why = exc.msg if hasattr(exc, "msg") else exc
+        raise ObservedConfigError(f"{where}: the ServerArgs(...) line does not parse ({why}); "
                                   "is the line cut short?", "import the whole log, or pass --config") from None
     out: dict[str, Any] = {}
     assert isinstance(call, ast.Call)

@@ -192,7 +192,8 @@ def _aiperf(obj: Mapping[str, Any]) -> BenchLevel:
         scale = 1000.0 if str(v.get("unit", "ms")).lower() in ("s", "sec") else 1.0
         return _pct(v.get("p50"), v.get("p90"), v.get("p99"), v.get("avg"), scale)
 
-    loadgen = ((obj.get("input_config") or {}).get("loadgen") or {}) if isinstance(obj.get("input_config"), Mapping) else {}
+    ic = obj.get("input_config")
+    loadgen = ((ic or {}).get("loadgen") or {}) if isinstance(ic, Mapping) else {}
     count = int(stat("request_count") or 0)
     errors = int(_num(obj.get("error_request_count")) or 0)
     dur = stat("benchmark_duration") or 0.0
@@ -311,16 +312,9 @@ def _response(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else obj
 
 
-def read_requests(path: str | Path) -> RequestsReport:
-    """Read per-request responses (JSON lines, or one JSON list / probe file holding them).
-
-    SGLang ``meta_info`` histograms are summed (:func:`curve_from_meta_infos`);
-    vLLM's per-request ``metrics.speculative_decoding.acceptance_histogram`` is
-    summed the same way (index k = verify steps that accepted k drafts). Raises
-    :class:`ResultReadError` naming the line of a record that is neither.
-    """
-    p = Path(path)
-    docs = _load_json(p)
+def _request_records(docs: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """``(line, record)`` of every request in the parsed documents: a list's items, a probe
+    file's ``acceptance[*].requests``, else the document itself."""
     records: list[tuple[int, Any]] = []
     for line, obj in docs:
         if isinstance(obj, list):
@@ -330,6 +324,33 @@ def read_requests(path: str | Path) -> RequestsReport:
                 records.extend((line, r) for r in (run.get("requests") or []) if isinstance(run, Mapping))
         else:
             records.append((line, obj))
+    return records
+
+
+def _vllm_request_curve(p: Path, vhists: list[tuple[int, Mapping[str, Any]]]) -> tuple[Curve, float | None]:
+    """The curve of the summed vLLM per-request acceptance histograms, and the engine's τ
+    (``mean_acceptance_length`` weighted by ``num_spec_steps``; None without steps)."""
+    width = {len(s["acceptance_histogram"]) for _l, s in vhists}
+    if len(width) > 1:
+        raise ResultReadError(f"{p}: line {vhists[-1][0]}: acceptance histograms of different widths {sorted(width)}")
+    total = [sum(col) for col in zip(*(s["acceptance_histogram"] for _l, s in vhists))]
+    curve = Curve.from_histogram(total)
+    taus = [(s.get("mean_acceptance_length"), s.get("num_spec_steps")) for _l, s in vhists]
+    steps = sum(int(n or 0) for _t, n in taus)
+    engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
+    return curve, engine_tau
+
+
+def read_requests(path: str | Path) -> RequestsReport:
+    """Read per-request responses (JSON lines, or one JSON list / probe file holding them).
+
+    SGLang ``meta_info`` histograms are summed (:func:`curve_from_meta_infos`);
+    vLLM's per-request ``metrics.speculative_decoding.acceptance_histogram`` is
+    summed the same way (index k = verify steps that accepted k drafts). Raises
+    :class:`ResultReadError` naming the line of a record that is neither.
+    """
+    p = Path(path)
+    records = _request_records(_load_json(p))
     metas, vhists, e2e, per_tau = [], [], [], []
     fmt = None
     failed = prompt = completion = 0
@@ -359,7 +380,8 @@ def read_requests(path: str | Path) -> RequestsReport:
             model = model or r.get("model")
             prompt += int(_num(r["usage"].get("prompt_tokens")) or 0)
             completion += int(_num(r["usage"].get("completion_tokens")) or 0)
-            spec = (r.get("metrics") or {}).get("speculative_decoding") if isinstance(r.get("metrics"), Mapping) else None
+            metrics = r.get("metrics")
+            spec = (metrics or {}).get("speculative_decoding") if isinstance(metrics, Mapping) else None
             if isinstance(spec, Mapping) and isinstance(spec.get("acceptance_histogram"), list):
                 vhists.append((line, spec))
             per_tau.append(_num(spec.get("mean_acceptance_length")) if isinstance(spec, Mapping) else None)
@@ -372,13 +394,6 @@ def read_requests(path: str | Path) -> RequestsReport:
         raise ResultReadError(f"{p}: no request record in the file")
     curve, engine_tau = curve_from_meta_infos(metas), None
     if curve is None and vhists:
-        width = {len(s["acceptance_histogram"]) for _l, s in vhists}
-        if len(width) > 1:
-            raise ResultReadError(f"{p}: line {vhists[-1][0]}: acceptance histograms of different widths {sorted(width)}")
-        total = [sum(col) for col in zip(*(s["acceptance_histogram"] for _l, s in vhists))]
-        curve = Curve.from_histogram(total)
-        taus = [(s.get("mean_acceptance_length"), s.get("num_spec_steps")) for _l, s in vhists]
-        steps = sum(int(n or 0) for _t, n in taus)
-        engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
+        curve, engine_tau = _vllm_request_curve(p, vhists)
     return RequestsReport(fmt or "unknown", len(records), failed, prompt, completion, e2e, curve, engine_tau, model,
                           per_tau)

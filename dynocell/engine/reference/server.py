@@ -464,7 +464,7 @@ class Engine:
             value = str(value)
             if value and (any(c in value for c in "/\\\x00") or value.startswith(".") or ".." in value
                           or os.path.isabs(value)):
-                raise BadRequest(f"{field} {value!r} must be a plain file-name part: no '/', '\\', '..', "
+                raise BadRequest(f"{key} {value!r} must be a plain file-name part: no '/', '\\', '..', "
                                  "leading '.' or absolute path")
             names.append(value)
         return out, names[0], names[1]
