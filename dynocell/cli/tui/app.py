@@ -356,8 +356,8 @@ class DynocellApp(App[None]):
     def action_compare(self) -> None:
         """``c``: tick two runs, then compare them side by side."""
         self.fetch(lambda cell: views.list_runs(cell, limit=50),
-                   then=lambda runs: self.push_screen(RunsPicker(runs, self.alias),
-                                                      lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
+                   then=lambda runs: self.push_screen(
+                       RunsPicker(runs, self.alias), lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
                    group="runs")
 
     def action_quit_dash(self) -> None:
