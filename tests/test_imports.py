@@ -442,7 +442,8 @@ def test_import_real_sglang_meta_info_requests(cell):
     res = import_requests_and_check(cell, DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl", config_ref=EXAMPLE)
     assert res["format"] == "sglang-meta_info" and res["requests"] == 2
     (curve,) = db_runs.curves(cell.store, res["run_id"])
-    metas = [json.loads(ln)["meta_info"] for ln in (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()]
+    lines = (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()
+    metas = [json.loads(ln)["meta_info"] for ln in lines]
     hist = [sum(col) for col in zip(*(m["spec_correct_drafts_histogram"] for m in metas))]
     assert curve["histogram"] == hist
     (row,) = db_runs.bench_rows(cell.store, res["run_id"])

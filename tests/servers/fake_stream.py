@@ -297,7 +297,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first chunk")
-    ap.add_argument("--itl-ms", type=float, default=0.0, help="delay per token after each chunk (0 = as fast as it can)")
+    ap.add_argument("--itl-ms", type=float, default=0.0,
+                    help="delay per token after each chunk (0 = as fast as it can)")
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--spec-steps", type=int, default=0, help="simulate speculative decoding with D drafts per step")
     a = ap.parse_args()
