@@ -59,7 +59,8 @@ from dynocell.engine.workloads import BenchRequest  # noqa: E402
 
 def _requests(n: int, tokens: int) -> list[BenchRequest]:
     return [
-        BenchRequest(i, "bench", "prose", f"request {i}: " + "the quick brown fox " * 6, 128, 128, 128, tokens, 0.0, True)
+        BenchRequest(i, "bench", "prose", f"request {i}: " + "the quick brown fox " * 6, 128, 128, 128, tokens, 0.0,
+                     True)
         for i in range(n)
     ]
 
@@ -72,7 +73,8 @@ def _stats(url: str, reset: bool = False) -> dict:
         return c.get(url + "/stats").json()
 
 
-async def _raw_level(host: str, port: int, reqs: list[BenchRequest], concurrency: int) -> tuple[float, list[float], int]:
+async def _raw_level(host: str, port: int, reqs: list[BenchRequest],
+                     concurrency: int) -> tuple[float, list[float], int]:
     """Minimal reader: one keep-alive socket per worker, counts ``data:`` lines, parses only the final one."""
     it = iter(reqs)
     overheads: list[float] = []
@@ -84,7 +86,8 @@ async def _raw_level(host: str, port: int, reqs: list[BenchRequest], concurrency
         for req in it:
             body = json.dumps(req.payload()).encode()
             t0 = time.perf_counter()
-            w.write(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            w.write(b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body))
             ttft = None
             last = b""
             while True:

@@ -12,6 +12,7 @@ each step's seconds from the run record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -39,10 +40,8 @@ def main() -> int:
         proc = subprocess.run([*_dynocell(), "run", "--json"], env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         steps = []
-        try:
+        with contextlib.suppress(ValueError):
             steps = json.loads(proc.stdout).get("steps") or []
-        except ValueError:
-            pass
         for s in steps:
             secs = (s.get("detail") or {}).get("seconds")
             print(f"  {s.get('name', '?'):<11} {s.get('state', '?'):<10} "

@@ -150,7 +150,8 @@ EQUIVALENT: dict[str, str] = {
     # engine/rules
     _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
     _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",
-    _R + "x__read_toml__mutmut_2": "encoding=None is the locale's: UTF-8 on UTF-8 locales (and C/POSIX, which Python coerces to UTF-8)",
+    _R + "x__read_toml__mutmut_2": "encoding=None is the locale's: UTF-8 on UTF-8 locales (and C/POSIX, which "
+                                  "Python coerces to UTF-8)",
     _R + "x__read_toml__mutmut_4": "'UTF-8' and 'utf-8' name the same codec",
     **{_R + f"x_phase_timeline__mutmut_{i}": "'' and None are both falsy as 'no timestamp yet'" for i in (5, 6)},
     _R + "x_phase_timeline__mutmut_39": "first and last are set together at the first timestamp: and/or agree",

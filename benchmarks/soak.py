@@ -593,6 +593,63 @@ def _fmt_s(s: float) -> str:
     return f"{int(s // 60)}m{s % 60:04.1f}s"
 
 
+def one_cycle(cell: Any, n: int, detached_every: int, resolved: dict[str, Any], tracker: Tracker) -> Cycle:
+    """Cycle ``n``: its mode (round-robin over MODES), in-process or, every ``detached_every``-th
+    round, detached; afterwards nothing of it may be alive and its boot row must be whole."""
+    mode = MODES[n % len(MODES)]
+    rnd = n // len(MODES)  # rounds of the five modes; every N-th round goes detached
+    detached = detached_every > 0 and rnd % detached_every == detached_every - 1
+    c = Cycle(n, mode, "detached" if detached else "in-process")
+    t0 = time.monotonic()
+    try:
+        if detached:
+            cycle_detached(cell, c, f"soak-{mode.replace('_', '-')}", tracker)
+        else:
+            cycle_in_process(cell, c, *resolved[mode], tracker)
+    except Exception as exc:  # noqa: BLE001 - a procedure error is a finding, not the end of the soak
+        c.problems.append(f"{type(exc).__name__}: {exc}")
+    c.seconds = time.monotonic() - t0
+    # Everything of the cycle must be gone now; a detached supervisor may take a moment to
+    # exit after writing the end of its boot.
+    _wait(lambda pids=c.pids: not tracker.live_now(pids), 5.0 if c.path == "detached" else 1.0)
+    leaked = tracker.live_now(c.pids)
+    if leaked:
+        c.problems.append(f"processes alive right after the cycle: {leaked}")
+    check_boot_rows(cell, c)
+    issues = c.problems + c.state_issues + c.row_issues
+    if issues:
+        print(f"  cycle {n} {mode} {c.path} boot {c.boot_id}: " + "; ".join(issues), flush=True)
+    return c
+
+
+def do_runs(runs: list[dict[str, Any]], asked: int, run_env: dict[str, str], deadline: float, tracker: Tracker,
+            cell: Any) -> bool:
+    """Up to ``asked`` full runs appended to ``runs``; True when the time bound stopped them (no time
+    left for another run of the mean length, or a run was interrupted)."""
+    for i in range(asked):
+        left = deadline - time.monotonic()
+        mean = statistics.mean(r["seconds"] for r in runs) if runs else 0.0
+        if left <= 0 or (runs and left < 0.5 * mean):
+            return True
+        r = do_run(i, run_env, deadline, tracker, cell)
+        runs.append(r)
+        print(f"[runs {len(runs)}/{asked}] run {r.get('run_id')} {r.get('state')} in {r['seconds']} s"
+              + (f" — problems: {'; '.join(r['problems'])}" if r.get("problems") else ""), flush=True)
+        if r["interrupted"]:
+            return True
+    return False
+
+
+def _data_home(home: Path | None) -> tuple[Path, str | None]:
+    """``(data directory, the temporary directory made for it or None)``: ``home`` when given."""
+    if home is None:
+        tmp = tempfile.mkdtemp(prefix="dynocell-soak-")
+        return Path(tmp), tmp
+    home = home.expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home, None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -611,13 +668,7 @@ def main() -> int:
     t_start = time.monotonic()
     deadline = t_start + args.max_minutes * 60
     marker = uuid.uuid4().hex
-    tmp = None
-    if args.home is None:
-        tmp = tempfile.mkdtemp(prefix="dynocell-soak-")
-        home = Path(tmp)
-    else:
-        home = args.home.expanduser().resolve()
-        home.mkdir(parents=True, exist_ok=True)
+    home, tmp = _data_home(args.home)
     soak_dir = home / "soak"
     soak_dir.mkdir(exist_ok=True)
     cache = Path(os.environ.get("DYNOCELL_MODEL_CACHE") or REPO / ".cache" / "models").resolve()
@@ -660,30 +711,8 @@ def main() -> int:
             if time.monotonic() >= deadline:
                 stopped_by_time = True
                 break
-            mode = MODES[n % len(MODES)]
-            rnd = n // len(MODES)  # rounds of the five modes; every N-th round goes detached
-            detached = args.detached_every > 0 and rnd % args.detached_every == args.detached_every - 1
-            c = Cycle(n, mode, "detached" if detached else "in-process")
-            t0 = time.monotonic()
-            try:
-                if detached:
-                    cycle_detached(cell, c, f"soak-{mode.replace('_', '-')}", tracker)
-                else:
-                    cycle_in_process(cell, c, *resolved[mode], tracker)
-            except Exception as exc:  # noqa: BLE001 - a procedure error is a finding, not the end of the soak
-                c.problems.append(f"{type(exc).__name__}: {exc}")
-            c.seconds = time.monotonic() - t0
-            # Everything of the cycle must be gone now; a detached supervisor may take a moment to
-            # exit after writing the end of its boot.
-            _wait(lambda: not tracker.live_now(c.pids), 5.0 if c.path == "detached" else 1.0)
-            leaked = tracker.live_now(c.pids)
-            if leaked:
-                c.problems.append(f"processes alive right after the cycle: {leaked}")
-            check_boot_rows(cell, c)
+            c = one_cycle(cell, n, args.detached_every, resolved, tracker)
             cycles.append(c)
-            issues = c.problems + c.state_issues + c.row_issues
-            if issues:
-                print(f"  cycle {n} {mode} {c.path} boot {c.boot_id}: " + "; ".join(issues), flush=True)
             if time.monotonic() - last_print > 15 or n + 1 == args.cycles:
                 last_print = time.monotonic()
                 bad = sum(1 for x in cycles if x.problems or x.state_issues or x.row_issues)
@@ -694,28 +723,16 @@ def main() -> int:
         print("interrupted: stopping what is left", flush=True)
         print(f"  stopped {stop_leftovers(cell)} live boot(s)", flush=True)
     t_cycles = time.monotonic() - t_cycles
-    for pid_line in (soak_dir / "grandchildren.pids").read_text().split() if (soak_dir / "grandchildren.pids").exists() else []:
+    pid_file = soak_dir / "grandchildren.pids"
+    for pid_line in pid_file.read_text().split() if pid_file.exists() else []:
         tracker.add(int(pid_line), "grandchildren pid file")
 
     runs: list[dict[str, Any]] = []
     t_runs = time.monotonic()
     if args.runs and not interrupted:
         seed_model_cache(cache)
-        run_env = dict(base_env)
         try:
-            for i in range(args.runs):
-                left = deadline - time.monotonic()
-                mean = statistics.mean(r["seconds"] for r in runs) if runs else 0.0
-                if left <= 0 or (runs and left < 0.5 * mean):
-                    stopped_by_time = True
-                    break
-                r = do_run(i, run_env, deadline, tracker, cell)
-                runs.append(r)
-                print(f"[runs {len(runs)}/{args.runs}] run {r.get('run_id')} {r.get('state')} in {r['seconds']} s"
-                      + (f" — problems: {'; '.join(r['problems'])}" if r.get("problems") else ""), flush=True)
-                if r["interrupted"]:
-                    stopped_by_time = True
-                    break
+            stopped_by_time = do_runs(runs, args.runs, dict(base_env), deadline, tracker, cell) or stopped_by_time
         except KeyboardInterrupt:
             interrupted = True
     t_runs = time.monotonic() - t_runs
@@ -786,7 +803,8 @@ def main() -> int:
     print(f"  store rows missing/inconsistent {figures['store_rows_missing_or_inconsistent']}   (goal 0; "
           f"boot rows {boot_rows}, cycles {len(row_problems)}, runs {len(run_problems)})")
     print(f"  cycles with any problem      {figures['cycles_with_problems']}")
-    print(f"  stopped by the time bound    {stopped_by_time}" + ("  (interrupted by the operator)" if interrupted else ""))
+    print(f"  stopped by the time bound    {stopped_by_time}"
+          + ("  (interrupted by the operator)" if interrupted else ""))
     print(f"  wall time                    {_fmt_s(wall)}")
     for key in ("orphans", "zombies", "state_vs_reality", "state_vs_mode", "rows", "runs", "cycle_problems"):
         items = figures["details"][key]

@@ -213,6 +213,45 @@ def agreement(d: dict, h: dict, label: str) -> tuple[float, list[str]]:
     return (ht / dt if dt else math.nan), bad
 
 
+def run_hta(args: argparse.Namespace, hta_ok: bool, folder: Path, mib: float) -> dict[str, dict]:
+    """HTA's kernel breakdown of the copy in ``folder``, without and with its ns rounding (by label);
+    {} when HTA is not importable or the copy is larger than ``--hta-max-mib``."""
+    hta = {}
+    if not hta_ok:
+        print("  HTA: not importable by --hta-python (pip name HolisticTraceAnalysis, needs pandas<3)")
+    elif mib > args.hta_max_mib:
+        print(f"  HTA: skipped, {mib:,.0f} MiB > --hta-max-mib {args.hta_max_mib:,.0f} (memory)")
+    else:
+        for label, env in (("no rounding", {"HTA_DISABLE_NS_ROUNDING": "1"}), ("default", {})):
+            h = run_child(args.hta_python, "hta", str(folder), env=env)
+            if h:
+                hta[label] = h
+                line(f"HTA get_gpu_kernel_breakdown, {label}", h, mib)
+    return hta
+
+
+def report_hta_agreement(d: dict, hta: dict[str, dict], mib: float) -> list[str]:
+    """Print how dynocell's kernel times agree with each HTA run; the failures (any kernel that
+    differs from HTA without rounding)."""
+    failures = []
+    if "no rounding" in hta:
+        share, bad = agreement(d, hta["no rounding"], "no rounding")
+        print(f"  agreement with HTA (HTA_DISABLE_NS_ROUNDING=1): {len(d['kernels']) - len(bad)} of "
+              f"{len(set(d['kernels']) | set(hta['no rounding']['kernels']))} kernels equal (launches exact, "
+              f"time to 1e-9); total kernel time HTA/dynocell = {share:.12f}")
+        for b in bad[:10]:
+            print(f"    differs: {b}")
+        if bad or not math.isclose(share, 1.0, rel_tol=1e-9):
+            failures.append(f"{mib:.0f} MiB: {len(bad)} kernel(s) differ from HTA without rounding")
+        print(f"  HTA communication (nccl…Kernel only): {hta['no rounding']['types'].get('COMMUNICATION', 0):.0f}"
+              f" µs; by type: { {k: round(v) for k, v in hta['no rounding']['types'].items()} }")
+    if "default" in hta:
+        share, bad = agreement(d, hta["default"], "default")
+        print(f"  HTA default (sub-µs rounding inward): {100 * (1 - share):.1f} % less kernel time than the "
+              f"trace holds; {len(bad)} kernels differ")
+    return failures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="157,1029", help="MiB of JSON of each scaled copy (default 157,1029)")
@@ -258,17 +297,7 @@ def main() -> None:
                   f"{disk / old['cpu_s']:.1f} MiB/s: the issue's MiB are MiB of uncompressed JSON)")
             if old["kernels"] != d["kernels"] or old["device_us"] != d["device_us"] or old["events"] != d["events"]:
                 failures.append(f"{mib:.0f} MiB: fast and ijson readers differ")
-        hta = {}
-        if not hta_ok:
-            print("  HTA: not importable by --hta-python (pip name HolisticTraceAnalysis, needs pandas<3)")
-        elif mib > args.hta_max_mib:
-            print(f"  HTA: skipped, {mib:,.0f} MiB > --hta-max-mib {args.hta_max_mib:,.0f} (memory)")
-        else:
-            for label, env in (("no rounding", {"HTA_DISABLE_NS_ROUNDING": "1"}), ("default", {})):
-                h = run_child(args.hta_python, "hta", str(folder), env=env)
-                if h:
-                    hta[label] = h
-                    line(f"HTA get_gpu_kernel_breakdown, {label}", h, mib)
+        hta = run_hta(args, hta_ok, folder, mib)
         print(f"  goal on this copy: {mib / d['cpu_s']:.0f} MiB/s (≥ {GOAL_MIBS:.0f}: "
               f"{'met' if mib / d['cpu_s'] >= GOAL_MIBS else 'NOT met'}), peak RSS {d['rss_mb']:.0f} MB "
               f"(< {GOAL_RSS_MB:.0f}: {'met' if d['rss_mb'] < GOAL_RSS_MB else 'NOT met'})")
@@ -281,21 +310,7 @@ def main() -> None:
             ratios.append(f"{h['cpu_s'] / d['cpu_s']:.1f}× faster and {h['rss_mb'] / d['rss_mb']:.0f}× less RSS "
                           f"than HTA {label}")
         print("  dynocell CPU time = " + "; ".join(ratios))
-        if "no rounding" in hta:
-            share, bad = agreement(d, hta["no rounding"], "no rounding")
-            print(f"  agreement with HTA (HTA_DISABLE_NS_ROUNDING=1): {len(d['kernels']) - len(bad)} of "
-                  f"{len(set(d['kernels']) | set(hta['no rounding']['kernels']))} kernels equal (launches exact, "
-                  f"time to 1e-9); total kernel time HTA/dynocell = {share:.12f}")
-            for b in bad[:10]:
-                print(f"    differs: {b}")
-            if bad or not math.isclose(share, 1.0, rel_tol=1e-9):
-                failures.append(f"{mib:.0f} MiB: {len(bad)} kernel(s) differ from HTA without rounding")
-            print(f"  HTA communication (nccl…Kernel only): {hta['no rounding']['types'].get('COMMUNICATION', 0):.0f}"
-                  f" µs; by type: { {k: round(v) for k, v in hta['no rounding']['types'].items()} }")
-        if "default" in hta:
-            share, bad = agreement(d, hta["default"], "default")
-            print(f"  HTA default (sub-µs rounding inward): {100 * (1 - share):.1f} % less kernel time than the "
-                  f"trace holds; {len(bad)} kernels differ")
+        failures.extend(report_hta_agreement(d, hta, mib))
     tmp.cleanup()
     if failures:
         sys.exit("FAILED: " + "; ".join(failures))

@@ -3,9 +3,9 @@
 Same passes and judges as tests/test_web_fuzz.py — the real panel served by uvicorn on
 127.0.0.1 over a filled temporary store; its OpenAPI plus the hidden HTML pages and form
 actions; anonymous (login required), logged in without CSRF token, logged in with a token
-(session + CSRF header), Bearer token, /login with forged forwarding headers — with more cases per operation and a fresh random seed
-each run (CI's test is derandomised). Prints, measured in this one run: requests per pass,
-status classes, 5xx (goal 0), auth bypasses (goal 0), the first offending requests as curl
+(session + CSRF header), Bearer token, /login with forged forwarding headers — with more cases per
+operation and a fresh random seed each run (CI's test is derandomised). Prints, measured in this one
+run: requests per pass, status classes, 5xx (goal 0), auth bypasses (goal 0), the first offending requests as curl
 commands. Exit code 1 when any 5xx or bypass was seen.
 
     python benchmarks/web_fuzz.py [--examples 40] [--seed N]

@@ -58,7 +58,8 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="Timeout of one HTTP probe to an engine, seconds."
     )
     request_timeout_s: float = Field(
-        default=600.0, gt=0, description="Timeout of one generation request sent by dynocell (bench, lossless, canary), seconds."
+        default=600.0, gt=0,
+        description="Timeout of one generation request sent by dynocell (bench, lossless, canary), seconds."
     )
     health_generate_timeout_s: float = Field(
         default=30.0, gt=0, description="Time allowed for /health_generate (a real generation), seconds."

@@ -78,7 +78,8 @@ def test_percentiles_match_numpy_linear():
 
 
 def test_ignore_eos_mismatch_flagged(spec):
-    reqs = _reqs(3, 12) + [dataclasses.replace(r, index=3 + r.index, prompt="stop early #fake:eos_at=5") for r in _reqs(2, 12)]
+    reqs = _reqs(3, 12) + [dataclasses.replace(r, index=3 + r.index,
+                                               prompt="stop early #fake:eos_at=5") for r in _reqs(2, 12)]
     lr = run_level_sync(spec, reqs, 2)
     assert lr.completed == 5 and lr.length_mismatches == 2
     short = [r for r in lr.results if r.length_mismatch]

@@ -71,7 +71,8 @@ def test_cli_bisect_plan_json():
         pass
 
     register(app)
-    r = CliRunner().invoke(app, ["bisect", "plan", str(DATA / "bisect-good.toml"), str(DATA / "bisect-bad.toml"), "--json"])
+    r = CliRunner().invoke(app, ["bisect", "plan", str(DATA / "bisect-good.toml"), str(DATA / "bisect-bad.toml"),
+                                 "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["strategy"] == "halving" and len(d["steps"]) == 3 and len(d["diffs"]) == 4

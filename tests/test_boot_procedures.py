@@ -96,7 +96,8 @@ def test_detached_boot_health_stop(fake_env, tmp_path):
 def test_sigterm_ignoring_engine_is_killed_and_never_healthy_while_stopping(fake_env, tmp_path):
     cfg = write_config(tmp_path, "stubborn", "ignore_term")
     boot = json.loads(dynocell(fake_env, "boot", str(cfg), "--detach", "--json").stdout)
-    stopper = subprocess.Popen([sys.executable, "-m", "dynocell", "stop", boot["id"], "--json", "--grace", "15"], env=fake_env,
+    stopper = subprocess.Popen([sys.executable, "-m", "dynocell", "stop", boot["id"], "--json", "--grace", "15"],
+                               env=fake_env,
                                stdout=subprocess.PIPE, text=True)
     # While stopping (grace 2 s) the engine still answers /health 200: the oracle must not say healthy.
     wait_for(lambda: boot_row(fake_env, boot["id"])["state"] == "stopping", timeout=15)

@@ -312,7 +312,8 @@ def test_tampered_overlay_reports_drift(tmp_path, cell):
     # ensure_build refuses a drifted build
     from dynocell.engine.config import EngineConfig
 
-    cfg = EngineConfig.model_validate({"engine": "sglang", "model_path": "/m", "patches": [str(tmp_path / "patches" / "p1")],
+    cfg = EngineConfig.model_validate({"engine": "sglang", "model_path": "/m",
+                                       "patches": [str(tmp_path / "patches" / "p1")],
                                        "env": {"PYTHONPATH": str(site)}})
     with pytest.raises(UserError, match="has drifted"):
         builds.ensure_build(cell, cfg)

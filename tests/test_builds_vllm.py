@@ -77,7 +77,8 @@ def test_another_base_file_or_version_is_refused(tmp_path):
         eb.plan_build(dist, eb.resolve_patches([PATCH_ID]))
     assert "vllm/vllm_flash_attn/__init__.py has sha256" in exc.value.message
     assert eb.sha256_bytes(REAL_INIT.encode()) in exc.value.message  # both hashes named
-    dist = eb.locate_installed(sys.executable, "vllm", env={"PYTHONPATH": str(fake_vllm(tmp_path / "b", version="0.27.0"))})
+    dist = eb.locate_installed(sys.executable, "vllm", env={"PYTHONPATH": str(fake_vllm(tmp_path / "b",
+                                                                                        version="0.27.0"))})
     with pytest.raises(UserError, match="targets vllm 0.26.0"):
         eb.plan_build(dist, eb.resolve_patches([PATCH_ID]))
 

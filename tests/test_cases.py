@@ -93,7 +93,8 @@ def test_case_is_complete(case_dir: Path):
     (each present, logs with their source line) and what must and must not be found."""
     case = _load(case_dir)
     # a public thread, one of the project's own GPU artifacts, or the reference engine (the healthy runs)
-    assert case["sources"] and all(s.startswith(("https://", "artifacts/", "reference engine")) for s in case["sources"])
+    assert case["sources"] and all(s.startswith(("https://", "artifacts/", "reference engine"))
+                                   for s in case["sources"])
     assert case["engine"] in ("sglang", "vllm", "llamacpp", "trtllm", "specforge", "reference")
     assert case["engine_version"] and case["summary"] and case["evidence_note"]
     assert case["step"] and case["expect"]["diagnose"]
@@ -101,7 +102,8 @@ def test_case_is_complete(case_dir: Path):
         p = case_dir / name
         assert p.is_file(), f"{case_dir.name}: evidence {name} missing"
         if p.suffix in (".log", ".txt") and p.parent == case_dir:  # excerpts; artifacts keep their README
-            assert p.read_text().startswith("# source: https://"), f"{case_dir.name}/{name}: first line names its source"
+            assert p.read_text().startswith("# source: https://"), \
+                f"{case_dir.name}/{name}: first line names its source"
     exp = case["expect"]
     assert exp.get("findings") or exp.get("quiet"), "a case expects a finding, or silence"
     assert exp.get("unexpected"), "a case names what must not fire"
@@ -119,7 +121,8 @@ def test_case(case_dir: Path, monkeypatch: pytest.MonkeyPatch):
     missing = set(exp.get("findings", [])) - ids
     assert not missing, f"{case_dir.name}: expected {sorted(missing)} not found{wait}; findings:\n{shown or 'none'}"
     missing_entries = set(exp.get("entries", [])) - entries
-    assert not missing_entries, f"{case_dir.name}: entries {sorted(missing_entries)} not linked{wait}; findings:\n{shown}"
+    assert not missing_entries, \
+        f"{case_dir.name}: entries {sorted(missing_entries)} not linked{wait}; findings:\n{shown}"
     wrong = set(exp["unexpected"]) & ids
     assert not wrong, f"{case_dir.name}: {sorted(wrong)} fired and must not; findings:\n{shown}"
     if exp.get("quiet"):

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 HERE = Path(__file__).parent
@@ -66,7 +65,8 @@ def count(db: Path, sql: str, *params) -> int:
 def test_cli_web_tui_and_a_main_job_write_one_store_at_once(model_pair, cli_env, isolated_home, tmp_path):
     env = dict(cli_env, DYNOCELL_STOP_GRACE_S="10")
     db = isolated_home / "dynocell.db"
-    config_hash = json.loads(dynocell(env, "config", "add", str(REPO / "examples" / "tiny.toml"), "--json").stdout)["hash"]
+    config_hash = json.loads(dynocell(env, "config", "add", str(REPO / "examples" / "tiny.toml"),
+                                      "--json").stdout)["hash"]
     cfg_a, cfg_b = tmp_path / "moving-a.toml", tmp_path / "moving-b.toml"
     for path, ctx in ((cfg_a, 1024), (cfg_b, 2048)):
         path.write_text(f'engine = "reference"\nmodel_path = "dynocell:tiny"\n\n[memory]\ncontext_length = {ctx}\n')

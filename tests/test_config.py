@@ -87,7 +87,8 @@ def test_sglang_example_parses_with_its_model_dirs(tmp_path: Path):
     """The GPU example names host paths; with those directories present it is valid."""
     (tmp_path / "model-pair" / "target").mkdir(parents=True)
     (tmp_path / "model-pair" / "draft").mkdir()
-    text = (EXAMPLES / "sglang-h200-standalone.toml").read_text().replace("/models/model-pair", str(tmp_path / "model-pair"))
+    text = (EXAMPLES / "sglang-h200-standalone.toml").read_text().replace("/models/model-pair",
+                                                                          str(tmp_path / "model-pair"))
     cfg = parse_config(text, "sglang-h200-standalone.toml")
     assert cfg.engine == "sglang"
     assert cfg.attention_backend == "triton"

@@ -34,6 +34,35 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=8)
 
 
+def _speculative(draw, engine: str | None) -> dict[str, Any] | None:
+    """A ``[speculative]`` table for ``engine`` (EAGLE-family algorithms on SGLang only), or None."""
+    algos: list[str | None] = [None, "STANDALONE", "NGRAM"]
+    if engine in (None, "sglang"):
+        algos += ["EAGLE", "EAGLE3", "NEXTN"]
+    algo = draw(st.sampled_from(algos))
+    if not algo:
+        return None
+    steps = draw(st.integers(1, 5))
+    topk = draw(st.sampled_from([1, 1, 2, 4]))
+    spec: dict[str, Any] = {"algorithm": algo, "num_steps": steps, "eagle_topk": topk,
+                            "num_draft_tokens": steps + 1 + draw(st.integers(0, 4))}
+    if algo == "STANDALONE" or draw(st.booleans()):
+        spec["draft_model_path"] = draw(st.sampled_from(["dynocell:tiny-draft", "org/draft-b"]))
+    return spec
+
+
+def _memory(draw) -> dict[str, Any]:
+    """A ``[memory]`` table of the chosen keys (empty when none was chosen)."""
+    mem: dict[str, Any] = {}
+    if draw(st.booleans()):
+        mem["mem_fraction_static"] = draw(st.sampled_from([0.2, 0.5, 0.85, 1.0]))
+    if draw(st.booleans()):
+        mem["chunked_prefill_size"] = draw(st.integers(1, 16384))
+    if draw(st.booleans()):
+        mem["kv_cache_dtype"] = draw(st.sampled_from(["auto", "fp8_e5m2"]))
+    return mem
+
+
 @st.composite
 def configs(draw) -> dict[str, Any]:
     """A valid config as nested plain data (only keys that were chosen)."""
@@ -52,34 +81,21 @@ def configs(draw) -> dict[str, Any]:
     par = {k: draw(st.integers(1, 8)) for k in DEFAULTS["parallel"] if draw(st.booleans())}
     if par:
         d["parallel"] = par
-    algos: list[str | None] = [None, "STANDALONE", "NGRAM"]
-    if engine in (None, "sglang"):
-        algos += ["EAGLE", "EAGLE3", "NEXTN"]
-    algo = draw(st.sampled_from(algos))
-    if algo:
-        steps = draw(st.integers(1, 5))
-        topk = draw(st.sampled_from([1, 1, 2, 4]))
-        spec: dict[str, Any] = {"algorithm": algo, "num_steps": steps, "eagle_topk": topk,
-                                "num_draft_tokens": steps + 1 + draw(st.integers(0, 4))}
-        if algo == "STANDALONE" or draw(st.booleans()):
-            spec["draft_model_path"] = draw(st.sampled_from(["dynocell:tiny-draft", "org/draft-b"]))
+    spec = _speculative(draw, engine)
+    if spec:
         d["speculative"] = spec
-    mem: dict[str, Any] = {}
-    if draw(st.booleans()):
-        mem["mem_fraction_static"] = draw(st.sampled_from([0.2, 0.5, 0.85, 1.0]))
-    if draw(st.booleans()):
-        mem["chunked_prefill_size"] = draw(st.integers(1, 16384))
-    if draw(st.booleans()):
-        mem["kv_cache_dtype"] = draw(st.sampled_from(["auto", "fp8_e5m2"]))
+    mem = _memory(draw)
     if mem:
         d["memory"] = mem
     if draw(st.booleans()):
-        d["cuda_graph"] = {"disable": draw(st.booleans()), **({"max_bs": draw(st.integers(1, 64))} if draw(st.booleans()) else {})}
+        max_bs = {"max_bs": draw(st.integers(1, 64))} if draw(st.booleans()) else {}
+        d["cuda_graph"] = {"disable": draw(st.booleans()), **max_bs}
     env = draw(st.dictionaries(st.sampled_from(["NCCL_DEBUG", "FOO", "SGLANG_X"]), words, max_size=3))
     if env:
         d["env"] = env
     if draw(st.booleans()):
-        d["extra_args"] = draw(st.lists(st.sampled_from(["--enable-metrics", "--sampling-backend", "pytorch"]), max_size=3))
+        d["extra_args"] = draw(st.lists(st.sampled_from(["--enable-metrics", "--sampling-backend", "pytorch"]),
+                                        max_size=3))
     if draw(st.booleans()):
         d["patches"] = draw(st.lists(words, max_size=2))
     if draw(st.booleans()):
@@ -164,7 +180,8 @@ def test_spelling_never_changes_the_hash(data, cfg):
     base = parse_config(to_toml_plain(cfg)).config_hash
     text = data.draw(spellings(cfg))
     assert parse_config(text).config_hash == base, text
-    spelled = with_defaults_spelled_out(cfg, data.draw(st.lists(st.sampled_from([*DEFAULTS, "speculative"]), unique=True)))
+    spelled = with_defaults_spelled_out(cfg, data.draw(st.lists(st.sampled_from([*DEFAULTS, "speculative"]),
+                                                                unique=True)))
     text2 = data.draw(spellings(spelled))
     assert parse_config(text2).config_hash == base, text2
     if "speculative" in cfg:

@@ -109,7 +109,8 @@ def test_accounting_suspected_only_when_engine_and_histogram_disagree():
     assert f.evidence["accounting_suspect"] is True and f.evidence["engine_tau"] == 4.9
     assert "accounting" in f.message
     # Measured step times give the break-even directly.
-    d2 = {**_load(CURVES / "public/flat-098-throughput-falls.json")["inputs"], "spec_step_ms": 30.0, "plain_step_ms": 6.0}
+    d2 = {**_load(CURVES / "public/flat-098-throughput-falls.json")["inputs"], "spec_step_ms": 30.0,
+          "plain_step_ms": 6.0}
     f2 = next(f for f in diagnose_inputs(inputs_from_dict(d2)) if f.rule == "no_net_win")
     assert f2.evidence["step_cost_measured"] is True and f2.evidence["breakeven_tau"] == 5.0
 
@@ -272,13 +273,15 @@ def test_every_finding_ends_with_a_next_command():
     """Issue 20, item 9: `diagnose` says what to run next for each finding."""
     from dynocell.runbooks.doctor import Finding, next_command
 
-    with_entry = Finding("no_net_win", "warn", "τ 1.76 but …", {"tau": 1.76}, ["speculation-cannot-pay-pointwise-bound"])
+    with_entry = Finding("no_net_win", "warn", "τ 1.76 but …", {"tau": 1.76},
+                         ["speculation-cannot-pay-pointwise-bound"])
     bare = Finding("independence", "info", "τ vs …", {})
     text = render_findings([with_entry, bare], "0110d9b7f46b")
     blocks = text.split("\n[")
     assert len(blocks) == 2 and all(b.splitlines()[-1].startswith("    next: dynocell ") for b in blocks), text
     assert next_command(with_entry) == "dynocell runbook show speculation-cannot-pay-pointwise-bound"
-    assert next_command(Finding("garbage_output", "error", "m", {}), "0110d9b7f46b").startswith("dynocell show 0110d9b7f46b")
+    assert next_command(Finding("garbage_output", "error", "m", {}),
+                        "0110d9b7f46b").startswith("dynocell show 0110d9b7f46b")
     assert "{ref}" not in next_command(Finding("garbage_output", "error", "m", {}))
 
 

@@ -54,9 +54,11 @@ def test_real_phase_line(case):
 
 def test_benign_port_lines_do_not_outrank_oom_or_nccl():
     """vLLM's port retry and NCCL's bind warning are benign; a real port clash ranks below OOM and NCCL."""
-    retry = "(APIServer pid=2034) INFO 12-01 07:59:58 [network_utils.py:120] Port 26050 is already in use, trying port 26051"
+    retry = ("(APIServer pid=2034) INFO 12-01 07:59:58 [network_utils.py:120] Port 26050 is already in use, "
+             "trying port 26051")
     nccl_bind = "gpu-node-1:2270:2291 [0] misc/socket.cc:484 NCCL WARN Call to bind failed : Address already in use"
-    uvicorn = "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30003): address already in use"
+    uvicorn = ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30003): "
+               "address already in use")
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 662.00 MiB."
     nccl = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) "
             "ran for 600087 milliseconds before timing out.")

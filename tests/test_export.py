@@ -60,7 +60,8 @@ def test_parquet_and_csv_hold_both_hosts_rows_since(filled, tmp_path):
     assert {c["run_id"] for c in curves} == {"newA", "newB"} and json.loads(curves[0]["histogram"]) == [1, 1, 8]
     splits = pq.read_table(rep["files"]["splits"]).to_pylist()
     assert sorted({(s["host_id"], s["category"], s["pct"]) for s in splits}) == [
-        ("host-a", "gemm", 80.0), ("host-a", "pointwise", 20.0), ("host-b", "gemm", 80.0), ("host-b", "pointwise", 20.0)]
+        ("host-a", "gemm", 80.0), ("host-a", "pointwise", 20.0), ("host-b", "gemm", 80.0), ("host-b", "pointwise",
+                                                                                            20.0)]
 
     rep = export(cell, since, "csv", tmp_path / "csv", host="host-b")
     assert rep["rows"] == {"runs": 1, "curves": 1, "splits": 2}
@@ -88,7 +89,8 @@ def test_bad_export_input_is_a_clear_error(settings, tmp_path, cli_env):
     (tmp_path / "afile").write_text("")
     proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", "1d", "--format", "csv",
                            "--out", str(tmp_path / "afile")], env=cli_env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.startswith(f"Error: --out: {tmp_path / 'afile'} is a file, not a directory")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"Error: --out: {tmp_path / 'afile'} is a file, not a directory")
 
 
 def test_parquet_without_pyarrow_names_the_extra(settings, tmp_path, cli_env):

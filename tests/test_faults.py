@@ -19,6 +19,7 @@ Every test checks at its end that it left no process behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -45,7 +46,8 @@ def dynocell(env: dict[str, str], *args: str, timeout: float = 180, check: bool 
     proc = subprocess.run([sys.executable, "-m", "dynocell", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
-        raise AssertionError(f"dynocell {' '.join(args)} → {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"dynocell {' '.join(args)} → {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-3000:]}")
     return proc
 
 
@@ -92,10 +94,8 @@ def live_members(pid: int | None, pgid: int | None) -> list[psutil.Process]:
     """Live (non-zombie) processes of an engine: its main pid and every member of its process group."""
     procs: dict[int, psutil.Process] = {}
     if pid:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             procs[pid] = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            pass
     if pgid:
         for p in psutil.process_iter():
             try:
@@ -131,10 +131,8 @@ class Leftovers:
         for pgid in self.groups:
             for p in live_members(None, pgid):
                 found.append(f"pid {p.pid} of group {pgid}")
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         for proc in self.procs:
             if proc.poll() is None:
                 found.append(f"pid {proc.pid} {proc.args!r:.80}")

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import psutil
 from engines.shim import write_shim
@@ -58,7 +57,6 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
         human = dynocell(envs["host-b"], "ps").stdout
         assert "(host-a)" in human and "(host-b)" in human
 
-        from fastapi.testclient import TestClient
 
         from dynocell.runbooks.cell import open_cell
         from dynocell.settings import load_settings
@@ -105,7 +103,8 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
         assert row["state"] == "lost", row  # host-b's own ps does
     finally:
         stopped = json.loads(dynocell(envs["host-a"], "stop", boot_a["id"], "--json").stdout)
-        dynocell(envs["host-b"], "stop", boot_b["id"], "--json")  # a no-op once lost; a cleanup if the test failed early
+        dynocell(envs["host-b"], "stop", boot_b["id"],
+                 "--json")  # a no-op once lost; a cleanup if the test failed early
     assert stopped["state"] == "stopped"
     for pid in (boot_a["pid"], boot_b["pid"]):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -74,15 +74,14 @@ def test_postgresql_gone_mid_transaction_is_a_clear_error_and_nothing_is_written
     store = Store(pg_url)
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     try:
-        with pytest.raises(StoreUnavailable, match="unreachable or went away") as info:
-            with store.session() as s:
-                s.execute(text("INSERT INTO configs (config_hash, engine, model_path, canonical_json, source_toml, "
-                               "created_at) VALUES ('sha256:half', 'reference', 'm', '{}', '', now())"))
-                pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
-                with admin.connect() as c:  # the server ends this connection, as a restart or failover would
-                    c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-                s.execute(text("INSERT INTO configs (config_hash, engine, model_path, canonical_json, source_toml, "
-                               "created_at) VALUES ('sha256:second', 'reference', 'm', '{}', '', now())"))
+        with pytest.raises(StoreUnavailable, match="unreachable or went away") as info, store.session() as s:
+            s.execute(text("INSERT INTO configs (config_hash, engine, model_path, canonical_json, source_toml, "
+                           "created_at) VALUES ('sha256:half', 'reference', 'm', '{}', '', now())"))
+            pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with admin.connect() as c:  # the server ends this connection, as a restart or failover would
+                c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            s.execute(text("INSERT INTO configs (config_hash, engine, model_path, canonical_json, source_toml, "
+                           "created_at) VALUES ('sha256:second', 'reference', 'm', '{}', '', now())"))
         assert "nothing was written half" in str(info.value)
         # The store recovers (the pool drops the dead connection) and neither row was kept.
         assert dbc.get_config(store, "sha256:half") is None and dbc.get_config(store, "sha256:second") is None

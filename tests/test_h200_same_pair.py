@@ -123,7 +123,8 @@ def test_sglang_ngram_crash_is_named_from_its_log():
     failed = [b for b in BOOTS if b["config"] == "h200-ngram" and b["state"] == "failed"]
     assert len(failed) == 2  # with the h200 and the default workload
     for b in failed:
-        live = SimpleNamespace(log_path=DATA / "boots" / b["boot_id"] / "engine.log", cfg=SimpleNamespace(engine="sglang"))
+        live = SimpleNamespace(log_path=DATA / "boots" / b["boot_id"] / "engine.log",
+                               cfg=SimpleNamespace(engine="sglang"))
         said, hint = _engine_log_says(live)
         assert said == (": the engine log shows scheduler_invariant_leak (SGLang's scheduler invariant check "
                         "found a KV pool leak and the scheduler exited)")

@@ -129,8 +129,8 @@ def test_progress_from_real_sglang_metrics():
     text = metrics_file("C.metrics.txt").read_text()
     s = progress_from_metrics(text, 100.0)
     # generation_tokens_total 2632 + realtime_tokens_total{mode="decode"} of C's capture
-    decode_rt = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
-                    if l.startswith("sglang:realtime_tokens_total{") and 'mode="decode"' in l)
+    decode_rt = sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                    if ln.startswith("sglang:realtime_tokens_total{") and 'mode="decode"' in ln)
     assert s.generated == 2632.0 + decode_rt and s.prompt >= 329.0
     assert s.running == 0 and s.queued == 0 and s.t == 100.0
 

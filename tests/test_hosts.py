@@ -160,7 +160,6 @@ def test_dashboard_groups_live_boots_by_host_and_compare_warns_across_hardware(t
 
 
 def test_panel_serves_a_boot_file_only_on_its_own_host(two_hosts):
-    from fastapi.testclient import TestClient
 
     from dynocell.web.app import create_app
     from tests.weblogin import LAUNCH, logged_in
@@ -266,7 +265,6 @@ def test_cli_hosts_lists_both_machines(two_hosts, cli_env):
 
 
 def test_web_lists_show_both_hosts_and_filter_by_host(two_hosts):
-    from fastapi.testclient import TestClient
 
     from dynocell.runbooks import hosts
     from dynocell.web.app import create_app

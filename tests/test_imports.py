@@ -94,7 +94,7 @@ def test_trace_split_refuses_a_non_trace(tmp_path):
 def test_server_args_line_of_real_sglang_log_gives_observed_config():
     from dynocell.engine.observed import from_server_args
 
-    line = next(l for l in (SGL / "C.server.log").read_text().splitlines() if "server_args=ServerArgs(" in l)
+    line = next(ln for ln in (SGL / "C.server.log").read_text().splitlines() if "server_args=ServerArgs(" in ln)
     args = parse_server_args_line(line)
     cfg = from_server_args(args)
     assert cfg.fields["model_path"] == "/models/tiny-llama"
@@ -106,7 +106,7 @@ def test_server_args_line_of_real_sglang_log_gives_observed_config():
 
 
 def test_vllm_non_default_args_with_object_reprs():
-    line = next(l for l in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "non-default args" in l)
+    line = next(ln for ln in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "non-default args" in ln)
     args = parse_vllm_args_line(line)
     assert args["speculative_config"]["num_speculative_tokens"] == 3
     cut = line[: len(line) // 2]
@@ -137,7 +137,7 @@ def test_import_real_vllm_log_end_to_end(cell):
     assert runtime.speculative.num_draft_tokens == 4 and runtime.model_path.endswith("target")
     # acceptance from the 4 SpecDecoding lines, step-weighted by drafts (= drafted tokens / 3)
     (curve,) = db_runs.curves(cell.store, res["run_id"])
-    lines = [l for l in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "SpecDecoding metrics" in l]
+    lines = [ln for ln in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "SpecDecoding metrics" in ln]
     assert len(lines) == 4 and curve["num_drafts"] == 3
     drafts = [567 // 3, 939 // 3, 699 // 3, 2112 // 3]
     p1 = (0.825 * drafts[0] + 0.511 * drafts[1] + 0.901 * drafts[2] + 0.866 * drafts[3]) / sum(drafts)
@@ -428,7 +428,7 @@ def test_non_monotonic_counters_are_refused(cell, tmp_path):
     from dynocell.runbooks.evidence import import_metrics
 
     text = (VLLM / "C_draft_graph.metrics.txt").read_text()
-    line = next(l for l in text.splitlines() if l.startswith("vllm:spec_decode_num_drafts_total{"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("vllm:spec_decode_num_drafts_total{"))
     lowered = text.replace(line, line.rsplit(" ", 1)[0] + " 1000.0")
     later = tmp_path / "later.txt"
     later.write_text(lowered)
@@ -472,7 +472,8 @@ def test_import_real_sglang_meta_info_requests(cell):
     res = import_requests_and_check(cell, DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl", config_ref=EXAMPLE)
     assert res["format"] == "sglang-meta_info" and res["requests"] == 2
     (curve,) = db_runs.curves(cell.store, res["run_id"])
-    metas = [json.loads(l)["meta_info"] for l in (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()]
+    lines = (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()
+    metas = [json.loads(ln)["meta_info"] for ln in lines]
     hist = [sum(col) for col in zip(*(m["spec_correct_drafts_histogram"] for m in metas))]
     assert curve["histogram"] == hist
     (row,) = db_runs.bench_rows(cell.store, res["run_id"])
@@ -598,7 +599,7 @@ def test_cut_config_line_with_a_given_config_imports_the_rest(cell, tmp_path):
     from dynocell.runbooks.imports import import_log
 
     lines = (SGL / "C.server.log").read_text().splitlines(keepends=True)
-    i = next(n for n, l in enumerate(lines) if "server_args=ServerArgs(" in l)
+    i = next(n for n, line in enumerate(lines) if "server_args=ServerArgs(" in line)
     lines[i] = lines[i][: len(lines[i]) // 2] + "\n"
     cut = tmp_path / "C.cut.server.log"
     cut.write_text("".join(lines))

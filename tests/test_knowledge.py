@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from dynocell.engine.config import load_config, parse_config
+from dynocell.errors import UserError
 from dynocell.runbooks.knowledge import (
     BUNDLED_DIR, DOCTOR_RULES, bundled_knowledge, knowledge_for, lint_paths, load_knowledge, parse_entry,
     regex_problem, regex_timing_problems, search, selector_matches, version_in_range,
@@ -150,7 +151,7 @@ def test_search_ranks_the_obvious_entry_first(backend_settings):
         assert hits and hits[0]["slug"] == slug, (query, [h["slug"] for h in hits[:3]])
     # Words that never occur together still find something (OR fallback); FTS syntax is inert.
     assert search(cell.store, kn, 'watchdog AND "unbalanced NEAR(')
-    with pytest.raises(Exception):
+    with pytest.raises(UserError, match="empty search query"):
         search(cell.store, kn, "  ")
 
 

@@ -99,7 +99,8 @@ def test_lint_refuses_signatures_that_match_none_of_the_examples(tmp_path):
     p.write_text(ENTRY.format(signatures=sig, evidence='  - {fact: "x", source: 1}\n'))
     entries, errs = lint_paths([p])
     assert entries == [] and [e.field for e in errs] == ["signatures.log[0]"]
-    p.write_text(ENTRY.format(signatures=sig.replace("cuda graph", "cuda ?graph"), evidence='  - {fact: "x", source: 1}\n'))
+    p.write_text(ENTRY.format(signatures=sig.replace("cuda graph", "cuda ?graph"),
+                              evidence='  - {fact: "x", source: 1}\n'))
     assert lint_paths([p]) == ([lint_paths([p])[0][0]], [])
     # Failure-signature ids: some example must be matched by one of the named rules.
     ids = 'signatures:\n  ids: [port_in_use]\nexamples: ["Port 26050 is already in use, trying port 26051"]\n'
@@ -133,7 +134,6 @@ def test_engine_scoping_of_the_rewritten_entries(slug, engine):
 
 def test_faces_show_an_entrys_sources(tmp_path):
     """The web entry page and `dynocell runbook show` list the sources (plain text, escaped)."""
-    from fastapi.testclient import TestClient
 
     from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings

@@ -24,7 +24,8 @@ def dynocell(env, *args, timeout=900, check=True):
     proc = subprocess.run([sys.executable, "-m", "dynocell", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"dynocell {' '.join(args)} → {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"dynocell {' '.join(args)} → {proc.returncode}\n{proc.stdout[-3000:]}\n"
+                             f"{proc.stderr[-3000:]}")
     return proc
 
 

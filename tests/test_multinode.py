@@ -79,8 +79,8 @@ def test_plan_renders_every_node(n, tp, pp):
 
 
 def test_single_node_config_without_nodes_plans_one_local_command():
-    cfg = parse_config('engine = "sglang"\nmodel_path = "Qwen/Qwen3-8B"\n[parallel]\ntp_size = 2\n[env]\nNCCL_NVLS_ENABLE = "0"\n',
-                       source="t.toml")
+    cfg = parse_config('engine = "sglang"\nmodel_path = "Qwen/Qwen3-8B"\n[parallel]\ntp_size = 2\n'
+                       '[env]\nNCCL_NVLS_ENABLE = "0"\n', source="t.toml")
     (row,) = plan_config(cfg, python="py")
     assert row["node_rank"] == 0 and "--nnodes" not in row["argv"] and flag(row["argv"], "--tp-size") == "2"
     assert row["command"].startswith("NCCL_NVLS_ENABLE=0 ") and flag(row["argv"], "--port") == "30000"
@@ -128,7 +128,8 @@ def test_cli_plan_prints_each_node_and_refuses_bad_configs(tmp_path, cli_env):
 def test_expected_ranks():
     def cfg(extra="", **par):
         body = "\n".join(f"{k} = {v}" for k, v in par.items())
-        return parse_config(f'engine = "sglang"\nmodel_path = "Qwen/Qwen3-8B"\n{extra}\n[parallel]\n{body}\n', source="t")
+        return parse_config(f'engine = "sglang"\nmodel_path = "Qwen/Qwen3-8B"\n{extra}\n[parallel]\n{body}\n',
+                            source="t")
     assert expected_ranks(cfg(tp_size=2)) == 2
     assert expected_ranks(cfg(tp_size=4, pp_size=2)) == 8
     assert expected_ranks(cfg(tp_size=2, dp_size=2)) == 4

@@ -332,7 +332,8 @@ def test_log_lines_in_sglang_shapes(standalone):
         log = standalone.log_text()
     ts = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] "
     for pat in (r"Load weight begin\. avail mem=[\d.]+ GB$",
-                r"Load weight end\. elapsed=[\d.]+ s, type=LlamaForCausalLM, avail mem=[\d.]+ GB, mem usage=[\d.]+ GB\.$",
+                r"Load weight end\. elapsed=[\d.]+ s, type=LlamaForCausalLM, "
+                r"avail mem=[\d.]+ GB, mem usage=[\d.]+ GB\.$",
                 r"KV Cache is allocated\. dtype: torch\.float32, #tokens: \d+, K size: [\d.]+ GB, V size: [\d.]+ GB$",
                 r"Memory pool end\. avail mem=[\d.]+ GB$",
                 r"INFO:     Uvicorn running on http://127\.0\.0\.1:\d+ \(Press CTRL\+C to quit\)$",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -80,10 +81,8 @@ def test_health_503_while_starting(model_pair, tmp_path):
         seen = set()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(httpx.HTTPError):
                 seen.add(httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code)
-            except httpx.HTTPError:
-                pass
             if 200 in seen:
                 break
             time.sleep(0.1)

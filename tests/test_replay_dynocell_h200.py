@@ -21,7 +21,8 @@ BOOTS = json.loads((DATA / "boots.json").read_text())
 
 
 def boot(config: str, workload: str = "default") -> dict:
-    return [b for b in BOOTS if b["config"] == config and b["workload"] == workload and b["run_state"] == "completed"][-1]
+    return [b for b in BOOTS
+            if b["config"] == config and b["workload"] == workload and b["run_state"] == "completed"][-1]
 
 
 def run_json(name: str) -> dict:

@@ -80,7 +80,10 @@ def test_captured_groups():
 
 def test_oom_is_told_apart_by_last_phase_and_nccl_by_readiness():
     oom = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
-    at = lambda phase, ready=False: classify(oom, last_phase=phase, was_ready=ready).id
+
+    def at(phase, ready=False):
+        return classify(oom, last_phase=phase, was_ready=ready).id
+
     assert at(None) == "cuda_oom_weights"
     assert at("weights_begin") == "cuda_oom_weights"
     assert at("weights_end") == "cuda_oom_memory_pool"
@@ -181,7 +184,8 @@ def test_catastrophic_and_broken_patterns_refused(tmp_path):
 def test_extra_signatures_win_over_bundled(tmp_path):
     f = tmp_path / "ops.toml"
     f.write_text('[[signature]]\nid = "our_flashinfer_stub"\ntitle = "Stand-in flashinfer lacks norm"\n'
-                 'hint = "rebuild the stubs"\nregex = "^ModuleNotFoundError: No module named \'flashinfer\\\\.norm\'"\n')
+                 'hint = "rebuild the stubs"\n'
+                 'regex = "^ModuleNotFoundError: No module named \'flashinfer\\\\.norm\'"\n')
     sigs = load_signatures([f])
     lines = (DATA / "logs" / "python_import_error.log").read_text().splitlines()
     assert classify_log(lines, signatures=sigs)[0].id == "our_flashinfer_stub"
@@ -281,7 +285,8 @@ def test_progress_bar_segments_and_phase_offsets():
     assert hit.name == "weights_begin" and hit.line == "[2026-11-30 03:25:30] Load weight begin. avail mem=139.13 GB"
     # a phase line before any timestamp sits at offset 0; later ones count from the first stamp
     tl = phase_timeline(["Load weight begin. avail mem=1.00 GB",
-                         "[2026-11-30 03:25:30] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, mem usage=0.1 GB.",
+                         "[2026-11-30 03:25:30] Load weight end. elapsed=1.00 s, type=X, avail mem=1.00 GB, "
+                         "mem usage=0.1 GB.",
                          "[2026-11-30 03:25:42] The server is fired up and ready to roll!"])
     assert [(e.name, e.offset_s) for e in tl] == [("weights_begin", 0.0), ("weights_end", 0.0), ("ready", 12.0)]
     assert match_phase("The server is fired up and ready to roll!", "reference").name == "ready"

@@ -60,7 +60,8 @@ def test_injection_env_is_marked_by_add_show_plan(cli_env, tmp_path: Path, key: 
 
 
 def test_config_trust_records_who_and_when(cli_env, isolated_home: Path, tmp_path: Path):
-    import pwd, os
+    import pwd
+    import os
 
     cfg = _tiny(tmp_path, "patched", extra='[env]\nLD_PRELOAD = "/opt/patch/libfix.so"\n')
     h = json.loads(run(cli_env, "config", "add", str(cfg), "--json").stdout)["hash"]

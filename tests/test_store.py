@@ -32,7 +32,8 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                    "output_tok_s", "total_tok_s", "prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "itl_ms",
                    "e2e_ms", "extra", "created_at"},
     "boot_events": {"id", "boot_id", "ts", "offset_s", "kind", "name", "detail"},
-    "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "node_rank", "argv", "env",
+    "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "node_rank", "argv",
+              "env",
               "pid", "pgid", "supervisor_pid", "state", "last_phase", "log_path", "log_size", "log_sha256",
               "started_at", "ready_at", "ready_s", "ended_at", "exit_code", "stop_how", "stop_s", "zombies",
               "failure_signature", "failure_detail", "kind", "source_sha256"},
@@ -53,14 +54,16 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
     "notes": {"id", "target_kind", "target_id", "text", "created_at"},
     "pins": {"id", "config_hash", "build_hash", "note", "evidence", "created_at"},
     "profile_kernels": {"id", "profile_id", "rank", "name", "category", "ms", "launches"},
-    "profile_runs": {"id", "run_id", "boot_id", "host_id", "state", "error", "trace_dir", "traces", "source", "num_ranks",
+    "profile_runs": {"id", "run_id", "boot_id", "host_id", "state", "error", "trace_dir", "traces", "source",
+                     "num_ranks",
                      "device_ms", "window_ms", "busy_pct", "launches", "graph_launches", "output_tokens",
                      "ms_per_token", "launches_per_token", "rank_skew", "warnings", "created_at"},
     "profile_splits": {"id", "profile_id", "rank", "category", "ms", "pct", "launches"},
     "run_steps": {"id", "run_id", "name", "state", "started_at", "ended_at", "detail", "error"},
     "runbook_entries": {"slug", "title", "kind", "tags", "origin", "source_path", "sha256", "front_matter", "body",
                         "indexed_at"},
-    "runs": {"id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "pid", "workload",
+    "runs": {"id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "pid",
+             "workload",
              "workload_sha256", "options", "lossless", "lossless_detail", "breakeven", "summary", "started_at",
              "ended_at"},
     "web_tokens": {"id", "token_hash", "label", "created_at", "revoked_at"},
@@ -154,13 +157,13 @@ def test_sqlite_pragmas(sqlite_store: Store):
 
 def test_foreign_keys_enforced_and_fts_searchable(sqlite_store: Store):
     store = sqlite_store
-    with pytest.raises(Exception, match="FOREIGN KEY"):
-        with store.engine.begin() as c:
-            c.execute(text("INSERT INTO config_labels (name, config_hash, created_at) "
-                           "VALUES ('x', 'sha256:none', '2026-01-01')"))
+    with pytest.raises(Exception, match="FOREIGN KEY"), store.engine.begin() as c:
+        c.execute(text("INSERT INTO config_labels (name, config_hash, created_at) "
+                       "VALUES ('x', 'sha256:none', '2026-01-01')"))
     with store.engine.begin() as c:
         c.execute(text("INSERT INTO runbook_fts (slug, title, tags, body) VALUES "
-                       "('spec-collapse', 'Acceptance collapses', 'speculative', 'static buffers are never refreshed')"))
+                       "('spec-collapse', 'Acceptance collapses', 'speculative', "
+                       "'static buffers are never refreshed')"))
         hits = c.execute(text("SELECT slug FROM runbook_fts WHERE runbook_fts MATCH 'refresh'")).scalars().all()
     assert hits == ["spec-collapse"]  # porter stemming: refresh ~ refreshed
 

@@ -96,7 +96,7 @@ def test_graceful_boot_phases_log_and_stop(tmp_path):
     text = (tmp_path / "boot.log").read_text().splitlines()
     stamp, line = parse_log_line(text[0])
     assert stamp is not None and "Load weight begin." in line
-    assert any("ready to roll" in l for l in text)
+    assert any("ready to roll" in ln for ln in text)
     d = sup.log_digest()
     assert d == file_digest(tmp_path / "boot.log") and d.size_bytes == (tmp_path / "boot.log").stat().st_size
     assert len(d.sha256) == 64

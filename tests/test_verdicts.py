@@ -11,7 +11,8 @@ from dynocell.engine import verdicts as V
 
 @pytest.fixture(autouse=True)
 def _fresh_t_quantile_cache():
-    """Each test computes its t quantiles: a cache filled by an earlier test (or a forked parent) would hide the math."""
+    """Each test computes its t quantiles: a cache filled by an earlier test (or a forked parent) would hide the
+    math."""
     V._t_quantile.cache_clear()
     yield
 
@@ -46,7 +47,8 @@ def test_equal_distributions_are_neutral_with_many_runs():
 
 def test_equal_distributions_few_runs_rarely_call_a_difference():
     """Equal distributions, 3 runs a side: neutral/inconclusive, with false calls under the 5 % the CI allows."""
-    verdicts = [V.compare("decode_tok_s", "c=1", _normal(100.0, 0.05, 3, seed), _normal(100.0, 0.05, 3, 10_000 + seed)).verdict
+    verdicts = [V.compare("decode_tok_s", "c=1", _normal(100.0, 0.05, 3, seed), _normal(100.0, 0.05, 3,
+                                                                                        10_000 + seed)).verdict
                 for seed in range(200)]
     false_calls = sum(v in ("better", "worse") for v in verdicts)
     assert false_calls / len(verdicts) <= 0.05
@@ -208,7 +210,8 @@ def test_arm_inconclusive_carries_more_repeats():
 
 def test_correctness_failure_rejects_even_a_faster_arm():
     arm = _samples(decode_tok_s__c1=[300.0, 301.0, 299.0])
-    v = V.judge_arm("fast-but-wrong", INC, arm, rejections=["lossless check failed (2 mismatching prompt(s)) in run r1"])
+    v = V.judge_arm("fast-but-wrong", INC, arm,
+                    rejections=["lossless check failed (2 mismatching prompt(s)) in run r1"])
     assert v.verdict == "rejected"
     assert v.verdict_label.startswith("rejected: lossless check failed")
     assert v.drivers == []
@@ -350,7 +353,8 @@ def test_rejected_and_empty_arm_summaries():
 
 def test_repeats_to_decide_pinned():
     """Runs per side for a decision at the observed spreads (ratio 2: CVs 40 % / 5 %, floor 2 %)."""
-    assert [V.repeats_to_decide(d, 0.02, 0.4, 0.05, 2.0) for d in (0.2, 0.25, 0.3, 0.31, 0.32)] == [None, 50, 35, 33, 31]
+    assert [V.repeats_to_decide(d, 0.02, 0.4, 0.05, 2.0) for d in (0.2, 0.25, 0.3, 0.31, 0.32)] == [None, 50, 35, 33,
+                                                                                                    31]
     assert V.repeats_to_decide(0.3, 0.02, 0.05, 0.4, 2.0) == 35
     # equal CVs: both Welch terms weigh in the df (2 (n − 1) when equal), which moves n across the threshold
     assert V.repeats_to_decide(0.3, 0.02, 0.2, 0.2, 2.0) == 17 and V.repeats_to_decide(0.8, 0.02, 0.3, 0.3, 2.0) == 6

@@ -114,9 +114,11 @@ def test_counter_delta_acceptance_equals_the_engines_own_log_lines(model_pair, t
             after = scrape()
             cc = class_curve(before, after)
             assert cc is not None and cc.k == 3 and cc.curve.steps > 0
-            window = lambda: parse_vllm_spec_lines(  # noqa: E731
-                eng.log_path.read_bytes()[offset:].decode(errors="replace").splitlines())
-            _wait_for(lambda: sum(s.drafted or 0 for s in window()) == cc.figures["draft_tokens"])
+            def window(offset: int = offset) -> list:
+                return parse_vllm_spec_lines(eng.log_path.read_bytes()[offset:].decode(errors="replace").splitlines())
+
+            want = cc.figures["draft_tokens"]
+            _wait_for(lambda w=window, want=want: sum(s.drafted or 0 for s in w()) == want)
             lt, dis, warn = cross_check(cc.curve.tau, window(), cc.k)
             assert lt == pytest.approx(cc.curve.tau, abs=1e-9) and warn is None
             assert sum(s.accepted for s in window()) == cc.figures["accepted_tokens"]

@@ -37,7 +37,8 @@ def test_phases_of_the_real_draft_graph_boot_in_order():
     """Target and draft are compiled one after the other (two torch.compile spans)."""
     assert phases_of(DATA / "C_draft_graph.server.log") == [
         "config", "engine_init", "weights_begin", "weights_end", "compile_begin", "compile_end",
-        "compile_begin", "compile_end", "kv_cache_allocated", "cuda_graph_begin", "cuda_graph_end", "engine_ready", "http_listening", "ready"]
+        "compile_begin", "compile_end", "kv_cache_allocated", "cuda_graph_begin", "cuda_graph_end", "engine_ready",
+        "http_listening", "ready"]
 
 
 def test_failed_boot_stops_before_ready():

@@ -17,7 +17,8 @@ SECRET = b"s" * 32
 
 @pytest.mark.parametrize("host, loop", [("localhost", True), (" localhost ", True), ("127.0.0.1", True),
                                         ("127.8.9.10", True), ("::1", True), ("[::1]", True), ("0.0.0.0", False),
-                                        ("10.0.0.1", False), ("example.com", False), ("localhost.evil", False), ("Xlocalhost", False),
+                                        ("10.0.0.1", False), ("example.com", False), ("localhost.evil", False),
+                                        ("Xlocalhost", False),
                                         ("", False)])
 def test_is_loopback(host, loop):
     assert is_loopback(host) is loop

@@ -202,7 +202,8 @@ def fuzz(schema_dict: dict[str, Any], base_url: str, figures: Figures, judge: Ju
                 resp = case.call(base_url=base_url, session=http, headers=dict(headers or {}),
                                  cookies=dict(cookies or {}), timeout=30, allow_redirects=False)
             except Exception as exc:  # noqa: BLE001 - counted, never hides a status
-                figures.transport_errors.append(f"{case.method} {case.formatted_path}: {type(exc).__name__}: {exc}"[:300])
+                what = f"{case.method} {case.formatted_path}: {type(exc).__name__}: {exc}"
+                figures.transport_errors.append(what[:300])
                 return
             figures.requests += 1
             figures.statuses[resp.status_code] += 1
@@ -306,7 +307,8 @@ def run_passes(fuzz_store, examples: int = EXAMPLES, *, derandomize: bool = True
 
     settings, cell, ids, token = fuzz_store
     known = {"boot_id": [*ids["boots"], ids["failed_boot"], ids["live_boot"]], "run_id": list(ids["runs"]),
-             "ref": [*ids["configs"], "tiny", ids["configs"][0][:14]], "slug": ["test-xss-entry", "acceptance-definitions"],
+             "ref": [*ids["configs"], "tiny", ids["configs"][0][:14]], "slug": ["test-xss-entry",
+                                                                                "acceptance-definitions"],
              "name": ["log", "engine.log", "traces/rank0.trace.json.gz"]}
     kw = {"examples": examples, "derandomize": derandomize, "seed": seed, "known": known}
     passes: list[Figures] = []

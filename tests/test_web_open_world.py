@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 VLLM_LOG = Path(__file__).parent / "data" / "vllm-0.26.0" / "C_draft_graph.server.log"
 

@@ -114,7 +114,8 @@ def test_bad_files_name_file_and_field(tmp_path):
         load_workload(p)
     assert str(p) in e.value.message and "throughput.concurrency" in e.value.message and e.value.hint
 
-    p = _write(tmp_path, base.replace("output_tokens = 64\nrequests_per_class", "output_tokens = 'many'\nrequests_per_class"))
+    p = _write(tmp_path, base.replace("output_tokens = 64\nrequests_per_class",
+                                      "output_tokens = 'many'\nrequests_per_class"))
     with pytest.raises(UserError, match=r"acceptance\.output_tokens"):
         load_workload(p)
 

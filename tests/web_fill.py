@@ -89,7 +89,8 @@ def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | No
     log = d / "engine.log"
     lines = log_lines or [
         "[reference] loading target model", "[reference] loading draft model",
-        f"[reference] weird model output {XSS}", "[reference] capturing graphs", "[reference] server ready on port 41234",
+        f"[reference] weird model output {XSS}", "[reference] capturing graphs",
+        "[reference] server ready on port 41234",
     ]
     log.write_text("\n".join(lines) + "\n")
     (d / "traces").mkdir(exist_ok=True)
@@ -149,10 +150,12 @@ def add_run(cell, config_hash: str, boot_id: str, *, scale: float = 1.0,
         for conc in (1, 4, 16):
             out = 120.0 * conc ** 0.7 * scale
             s.add(m.BenchRun(run_id=rid, boot_id=boot_id, concurrency=conc, num_requests=8 * conc, duration_s=4.0,
-                             prompt_tokens=900 * conc, completion_tokens=512 * conc, request_throughput=2.0 * conc ** 0.7,
+                             prompt_tokens=900 * conc, completion_tokens=512 * conc,
+                             request_throughput=2.0 * conc ** 0.7,
                              output_tok_s=out, total_tok_s=out * 2.7, prefill_tok_s=3000.0, decode_tok_s=out * 1.1,
                              ttft_ms={"p50": 12.0 * conc, "p90": 15.0 * conc, "p99": 19.0 * conc},
-                             tpot_ms={"p50": 8.0, "p90": 9.5, "p99": 12.0}, itl_ms={"p50": 20.0, "p90": 25.0, "p99": 31.0},
+                             tpot_ms={"p50": 8.0, "p90": 9.5, "p99": 12.0}, itl_ms={"p50": 20.0, "p90": 25.0,
+                                                                                    "p99": 31.0},
                              e2e_ms={"p50": 410.0 * conc ** 0.3, "p90": 480.0, "p99": 560.0}))
         for tc, h in hists.items():
             n = sum(h)
@@ -174,11 +177,13 @@ def add_run(cell, config_hash: str, boot_id: str, *, scale: float = 1.0,
         s.flush()
         for i, (cat, pct) in enumerate(CATEGORIES):
             pct = pct * (1 + 0.1 * (scale - 1) * (1 if i % 2 else -1))
-            s.add(m.ProfileSplit(profile_id=pr.id, rank=-1, category=cat, ms=8.12 * pct, pct=pct, launches=300 + i * 50))
+            s.add(m.ProfileSplit(profile_id=pr.id, rank=-1, category=cat, ms=8.12 * pct, pct=pct,
+                                 launches=300 + i * 50))
         for i, (name, cat) in enumerate([("aten::addmm", "gemm"), ("aten::_scaled_dot_product_attention", "attention"),
                                          ("aten::mul", "elementwise"), (f"aten::rms_norm {XSS}", "norm"),
                                          ("aten::argmax", "sampling")]):
-            s.add(m.ProfileKernel(profile_id=pr.id, rank=-1, name=name, category=cat, ms=300.0 / (i + 1), launches=900 - i * 100))
+            s.add(m.ProfileKernel(profile_id=pr.id, rank=-1, name=name, category=cat, ms=300.0 / (i + 1),
+                                  launches=900 - i * 100))
         s.add(m.Finding(run_id=rid, rule="depth_decay", severity="warn",
                         message="acceptance decays with depth: a_3 is well below a_1", evidence={"a1": 0.9, "a3": 0.5},
                         entries=["acceptance-definitions"]))

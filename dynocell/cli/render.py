@@ -42,7 +42,8 @@ def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
     r = run
     t = Text()
     t.append(f"run {r['id']}", style="bold")
-    t.append(f"  [{r['state']}]", style={"completed": "green", "failed": "red", "interrupted": "yellow"}.get(r["state"], ""))
+    style = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(r["state"], "")
+    t.append(f"  [{r['state']}]", style=style)
     t.append(f"\nconfig {', '.join(r.get('labels') or []) or '-'}  {r.get('config_hash', '')}")
     if r.get("host_label"):
         t.append(f"\nhost   {r['host_label']}")
@@ -84,9 +85,11 @@ def health_table(boot_detail: dict[str, Any]) -> FitTable | None:
     if not hist:
         return None
     h = hist[-1]
-    t = _tbl(f"health: {h['verdict']}" + (f" ({h['failed']})" if h.get("failed") else ""), "check", "ok", "latency ms", "reason")
+    t = _tbl(f"health: {h['verdict']}" + (f" ({h['failed']})" if h.get("failed") else ""), "check", "ok", "latency ms",
+             "reason")
     for c in (c for c in h.get("checks", []) if not str(c.get("name", "")).startswith("_")):
-        t.add_row(str(c.get("name")), "yes" if c.get("ok") else "NO", _ms(c.get("latency_ms")), Text(str(c.get("reason") or "")))
+        t.add_row(str(c.get("name")), "yes" if c.get("ok") else "NO", _ms(c.get("latency_ms")),
+                  Text(str(c.get("reason") or "")))
     return t
 
 

@@ -68,7 +68,8 @@ ENDPOINTS: dict[str, str] = {"generate": "/generate", "openai": "/v1/completions
 
 @dataclass(frozen=True)
 class Percentiles:
-    """Summary of one latency in milliseconds: p50/p90/p99 (linear interpolation, as numpy's default), mean, min, max, n."""
+    """Summary of one latency in milliseconds: p50/p90/p99 (linear interpolation, as numpy's default), mean, min,
+    max, n."""
 
     p50: float | None
     p90: float | None
@@ -132,7 +133,8 @@ class RequestResult:
     @property
     def tpot_s(self) -> float | None:
         """(e2e − TTFT) / (completion_tokens − 1), seconds; None below two tokens or on failure."""
-        if not self.ok or self.ttft_s is None or self.e2e_s is None or not self.completion_tokens or self.completion_tokens < 2:
+        if (not self.ok or self.ttft_s is None or self.e2e_s is None or not self.completion_tokens
+                or self.completion_tokens < 2):
             return None
         return (self.e2e_s - self.ttft_s) / (self.completion_tokens - 1)
 
@@ -254,21 +256,111 @@ def _failure_kind(exc: BaseException) -> str:
     return "http_error"
 
 
-async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: Api, model: str, t_level: float) -> RequestResult:
+class _Stream:
+    """What one streaming response has said so far: content chunks ``(arrival, cumulative
+    completion tokens)``, the text pieces, SGLang's ``meta_info`` or OpenAI's ``usage`` and
+    ``finish_reason``, whether ``data: [DONE]`` came and when the last event arrived."""
+
+    __slots__ = ("openai", "chunks", "text_len", "cumulative", "pieces", "last_text", "meta", "usage", "finish",
+                 "done", "t_end")
+
+    def __init__(self, openai: bool) -> None:
+        self.openai = openai
+        self.chunks: list[tuple[float, int | None]] = []  # (arrival, cumulative completion tokens) of content
+        self.text_len = 0
+        self.cumulative = True
+        self.pieces: list[str] = []
+        self.last_text = ""
+        self.meta: dict[str, Any] = {}
+        self.usage: dict[str, Any] | None = None
+        self.finish: Any = None
+        self.done = False
+        self.t_end = 0.0
+
+    def event(self, data: bytes, now: float) -> tuple[str, str] | None:
+        """One SSE ``data:`` payload arrived at ``now``; ``(error, failure kind)`` when it ends the
+        request as failed (not JSON, malformed, a server error), else None."""
+        if data == b"[DONE]":
+            self.done, self.t_end = True, now
+            return None  # read on to the end of the body so the connection goes back to the pool
+        try:
+            obj = _loads(data)
+        except ValueError as e:  # orjson.JSONDecodeError is a ValueError
+            return f"malformed stream chunk: not JSON ({e})", "bad_response"
+        bad = _bad_chunk(obj, self.openai)
+        if bad:
+            return f"malformed stream chunk: {bad}", "bad_response"
+        if "error" in obj and obj["error"]:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            return f"server error: {msg}", "server_error"
+        self.t_end = now
+        if self.openai:
+            self._openai(obj, now)
+        else:
+            self._native(obj, now)
+        return None
+
+    def _openai(self, obj: dict[str, Any], now: float) -> None:
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        ch = obj.get("choices") or ()
+        if ch:
+            piece = ch[0].get("text") or ""
+            if ch[0].get("finish_reason"):
+                self.finish = ch[0]["finish_reason"]
+            if piece:
+                self.pieces.append(piece)
+                self.chunks.append((now, None))
+
+    def _native(self, obj: dict[str, Any], now: float) -> None:
+        t = obj.get("text") or ""
+        self.meta = meta = obj.get("meta_info") or self.meta
+        n = len(t)
+        if self.cumulative and n < self.text_len:  # server streams deltas (--incremental-streaming-output)
+            self.cumulative = False
+            self.pieces.append(self.last_text)
+        if self.cumulative:
+            if n > self.text_len:
+                self.chunks.append((now, meta.get("completion_tokens")))
+                self.text_len, self.last_text = n, t
+        elif t:
+            self.pieces.append(t)
+            self.chunks.append((now, meta.get("completion_tokens")))
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, st: _Stream) -> tuple[str, str] | None:
+    """Read the SSE body of ``resp`` into ``st``; ``(error, failure kind)`` of the first bad event."""
+    # Hot path (the client must not be the bottleneck): raw bytes split on the SSE event
+    # separator, no str decoding of the stream and no per-line async generator; events that
+    # arrive in one network read share its arrival stamp.
+    buf, crlf = b"", False
+    async for raw in resp.content.iter_any():
+        now = time.perf_counter()
+        buf = buf + raw if buf else raw
+        if crlf or b"\r" in raw:  # SSE allows CRLF line ends; SGLang and uvicorn write LF
+            crlf, buf = True, buf.replace(b"\r\n", b"\n")
+        start = 0
+        while True:
+            end = buf.find(b"\n\n", start)
+            if end < 0:
+                break
+            event, start = buf[start:end], end + 2
+            if not event.startswith(b"data:"):
+                continue
+            failure = st.event(event[5:].strip(), now)
+            if failure:
+                return failure
+        buf = buf[start:]
+    return None
+
+
+async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: Api, model: str,
+               t_level: float) -> RequestResult:
     """Send one streaming request and time it. Never raises for engine/network trouble."""
     res = RequestResult(req.index, req.text_class, req.level, req.max_new_tokens, req.ignore_eos)
     body = req.payload(api, model)
-    openai = api == "openai"
-    chunks: list[tuple[float, int | None]] = []  # (arrival, cumulative completion tokens) of content chunks
-    text_len = 0
-    cumulative = True
-    pieces: list[str] = []
-    last_text = ""
-    meta: dict[str, Any] = {}
-    usage: dict[str, Any] | None = None
-    finish: Any = None
-    done = False
-    t_end = 0.0
+    st = _Stream(api == "openai")
     t0 = time.perf_counter()
     res.start_s = t0 - t_level
     try:
@@ -277,84 +369,36 @@ async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: 
                 raw = await resp.read()
                 res.error, res.failure_kind = f"HTTP {resp.status}: {raw[:300].decode(errors='replace')}", "http_status"
                 return res
-            # Hot path (the client must not be the bottleneck): raw bytes split on the SSE event
-            # separator, no str decoding of the stream and no per-line async generator; events that
-            # arrive in one network read share its arrival stamp.
-            buf, crlf = b"", False
-            async for raw in resp.content.iter_any():
-                now = time.perf_counter()
-                buf = buf + raw if buf else raw
-                if crlf or b"\r" in raw:  # SSE allows CRLF line ends; SGLang and uvicorn write LF
-                    crlf, buf = True, buf.replace(b"\r\n", b"\n")
-                start = 0
-                while True:
-                    end = buf.find(b"\n\n", start)
-                    if end < 0:
-                        break
-                    event, start = buf[start:end], end + 2
-                    if not event.startswith(b"data:"):
-                        continue
-                    data = event[5:].strip()
-                    if data == b"[DONE]":
-                        done, t_end = True, now
-                        continue  # read on to the end of the body so the connection goes back to the pool
-                    try:
-                        obj = _loads(data)
-                    except ValueError as e:  # orjson.JSONDecodeError is a ValueError
-                        res.error, res.failure_kind = f"malformed stream chunk: not JSON ({e})", "bad_response"
-                        return res
-                    bad = _bad_chunk(obj, openai)
-                    if bad:
-                        res.error, res.failure_kind = f"malformed stream chunk: {bad}", "bad_response"
-                        return res
-                    if "error" in obj and obj["error"]:
-                        err = obj["error"]
-                        msg = err.get("message", err) if isinstance(err, dict) else err
-                        res.error, res.failure_kind = f"server error: {msg}", "server_error"
-                        return res
-                    t_end = now
-                    if openai:
-                        if obj.get("usage"):
-                            usage = obj["usage"]
-                        ch = obj.get("choices") or ()
-                        if ch:
-                            piece = ch[0].get("text") or ""
-                            if ch[0].get("finish_reason"):
-                                finish = ch[0]["finish_reason"]
-                            if piece:
-                                pieces.append(piece)
-                                chunks.append((now, None))
-                        continue
-                    t = obj.get("text") or ""
-                    meta = obj.get("meta_info") or meta
-                    n = len(t)
-                    if cumulative and n < text_len:  # server streams deltas (--incremental-streaming-output)
-                        cumulative = False
-                        pieces.append(last_text)
-                    if cumulative:
-                        if n > text_len:
-                            chunks.append((now, meta.get("completion_tokens")))
-                            text_len, last_text = n, t
-                    elif t:
-                        pieces.append(t)
-                        chunks.append((now, meta.get("completion_tokens")))
-                buf = buf[start:]
+            failure = await _read_stream(resp, st)
+            if failure:
+                res.error, res.failure_kind = failure
+                return res
     except _TRANSPORT_ERRORS as e:
         res.failure_kind = _failure_kind(e)
-        res.error = f"{type(e).__name__}: {e}" if res.failure_kind != "connection_closed" else f"connection closed mid-stream ({type(e).__name__}: {e})"
+        res.error = (f"{type(e).__name__}: {e}" if res.failure_kind != "connection_closed"
+                     else f"connection closed mid-stream ({type(e).__name__}: {e})")
         return res
-    if not done:
+    if not st.done:
         res.error, res.failure_kind = "stream ended without data: [DONE]", "no_done"
         return res
-    if not chunks:
+    if not st.chunks:
         res.error, res.failure_kind = "no generated content in the stream", "no_content"
         return res
+    _measure(res, req, st, t0)
+    return res
 
-    res.text = "".join(pieces) if (openai or not cumulative) else last_text
-    if openai:
-        meta = {"finish_reason": finish}
-        if usage:
-            meta.update(prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+
+def _measure(res: RequestResult, req: BenchRequest, st: _Stream, t0: float) -> None:
+    """Fill a successful ``res`` from its stream: text, meta_info, token counts (counted chunks when
+    the server gives none), TTFT, E2E and the ITL gaps (a gap spanning k tokens counts k times)."""
+    chunks = st.chunks
+    res.text = "".join(st.pieces) if (st.openai or not st.cumulative) else st.last_text
+    meta = st.meta
+    if st.openai:
+        meta = {"finish_reason": st.finish}
+        if st.usage:
+            meta.update(prompt_tokens=st.usage.get("prompt_tokens"),
+                        completion_tokens=st.usage.get("completion_tokens"))
     res.meta_info = meta
     res.finish_reason = meta.get("finish_reason")
     res.prompt_tokens = meta.get("prompt_tokens")
@@ -362,7 +406,7 @@ async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: 
     if res.completion_tokens is None:
         res.completion_tokens, res.counts_from_server = len(chunks), False
     res.ttft_s = chunks[0][0] - t0
-    res.e2e_s = t_end - t0
+    res.e2e_s = st.t_end - t0
     prev_t, prev_c = chunks[0]
     itl = res.itl_s
     for t, c in chunks[1:]:
@@ -374,7 +418,6 @@ async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: 
     res.ok = True
     if req.ignore_eos and res.completion_tokens != req.max_new_tokens:
         res.length_mismatch = True
-    return res
 
 
 def _warmup_copy(req: BenchRequest, i: int) -> BenchRequest:

@@ -407,6 +407,43 @@ def _strip_prefix(label: str) -> str:
     return label
 
 
+def _parse_hunk(lines: list[str], i: int, source: str) -> tuple[Hunk, int]:
+    """The hunk whose ``@@`` header is ``lines[i]``, and the index of the line after it."""
+    m = _HUNK.match(lines[i])
+    if not m:
+        raise UserError(f"{source}:{i + 1}: malformed hunk header {lines[i].rstrip()!r}")
+    os_, oc, ns, nc = (int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1),
+                       int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1))
+    header = i
+    i += 1
+    body: list[tuple[str, str]] = []
+    n_old = n_new = 0
+    while n_old < oc or n_new < nc or (i < len(lines) and lines[i].startswith("\\")):
+        if i >= len(lines):
+            raise UserError(f"{source}:{header + 1}: hunk ends early (expected -{oc} +{nc} lines)")
+        ln = lines[i]
+        tag = ln[:1]
+        if tag == "\\":  # "\ No newline at end of file": the previous line has no newline
+            if not body or not body[-1][1].endswith("\n"):
+                raise UserError(f"{source}:{i + 1}: misplaced '\\ No newline' marker")
+            t, s = body[-1]
+            body[-1] = (t, s[:-1])
+        elif tag in (" ", "-", "+"):
+            body.append((tag, ln[1:]))
+            n_old += tag in " -"
+            n_new += tag in " +"
+        else:
+            raise UserError(f"{source}:{i + 1}: line inside a hunk starts with {tag!r} "
+                            "(expected ' ', '-', '+' or '\\')")
+        if n_old > oc or n_new > nc:
+            raise UserError(f"{source}:{header + 1}: hunk has more lines than its header says")
+        i += 1
+    if i < len(lines) and (lines[i][:1] in (" ", "+") or
+                           (lines[i][:1] == "-" and not lines[i].startswith("--- "))):
+        raise UserError(f"{source}:{header + 1}: hunk has more lines than its header says")
+    return Hunk(os_, oc, ns, nc, tuple(body), header + 1), i
+
+
 def parse_unified_diff(text: str, *, source: str = "<diff>") -> list[FileDiff]:
     """Parse a unified diff (``diff -u`` / ``git diff`` output, paths ``a/…`` ``b/…``).
 
@@ -434,39 +471,8 @@ def parse_unified_diff(text: str, *, source: str = "<diff>") -> list[FileDiff]:
         i += 2
         hunks: list[Hunk] = []
         while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK.match(lines[i])
-            if not m:
-                raise UserError(f"{source}:{i + 1}: malformed hunk header {lines[i].rstrip()!r}")
-            os_, oc, ns, nc = (int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1),
-                               int(m.group(3)), int(m.group(4) if m.group(4) is not None else 1))
-            header = i
-            i += 1
-            body: list[tuple[str, str]] = []
-            n_old = n_new = 0
-            while n_old < oc or n_new < nc or (i < len(lines) and lines[i].startswith("\\")):
-                if i >= len(lines):
-                    raise UserError(f"{source}:{header + 1}: hunk ends early (expected -{oc} +{nc} lines)")
-                ln = lines[i]
-                tag = ln[:1]
-                if tag == "\\":  # "\ No newline at end of file": the previous line has no newline
-                    if not body or not body[-1][1].endswith("\n"):
-                        raise UserError(f"{source}:{i + 1}: misplaced '\\ No newline' marker")
-                    t, s = body[-1]
-                    body[-1] = (t, s[:-1])
-                elif tag in (" ", "-", "+"):
-                    body.append((tag, ln[1:]))
-                    n_old += tag in " -"
-                    n_new += tag in " +"
-                else:
-                    raise UserError(f"{source}:{i + 1}: line inside a hunk starts with {tag!r} "
-                                    "(expected ' ', '-', '+' or '\\')")
-                if n_old > oc or n_new > nc:
-                    raise UserError(f"{source}:{header + 1}: hunk has more lines than its header says")
-                i += 1
-            if i < len(lines) and (lines[i][:1] in (" ", "+") or
-                                   (lines[i][:1] == "-" and not lines[i].startswith("--- "))):
-                raise UserError(f"{source}:{header + 1}: hunk has more lines than its header says")
-            hunks.append(Hunk(os_, oc, ns, nc, tuple(body), header + 1))
+            hunk, i = _parse_hunk(lines, i, source)
+            hunks.append(hunk)
         if not hunks:
             raise UserError(f"{source}: file section for {old} has no hunks")
         if any(f.path == old for f in files):
@@ -653,7 +659,7 @@ def materialize(plan: BuildPlan, builds_dir: Path) -> tuple[Path, dict[str, Any]
                 copies += 1
                 if sha256_file(dst) != digest:
                     raise UserError(f"{rel} changed in {plan.dist.site_dir} while the build was being made",
-                                    "run the build again")
+                                    "run the build again") from None
         manifest = _manifest(plan, final, links, copies)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
         try:

@@ -61,12 +61,6 @@ _SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 REDACTED = "***"
 
 
-def injection_env_keys(env: dict[str, str]) -> list[str]:
-    """The names in ``env`` (a config's ``[env]``) that inject code into the engine process, in
-    :data:`INJECTION_ENV_KEYS` order (case-sensitive, as the loader and Python read them)."""
-    return [k for k in INJECTION_ENV_KEYS if k in env]
-
-
 def injection_warning(env: dict[str, str]) -> str | None:
     """``"⚠ env sets LD_PRELOAD, PYTHONPATH"`` when :func:`injection_env_keys` finds any, else None."""
     keys = injection_env_keys(env)
@@ -192,9 +186,9 @@ class Memory(_Section):
 
 class CudaGraph(_Section):
     """CUDA-graph knobs: ``disable`` (``--disable-cuda-graph``), ``max_bs`` (``--cuda-graph-max-bs``),
-    ``mode`` (off | piecewise | full | full_and_piecewise; vLLM's ``compilation_config.cudagraph_mode``, SGLang's graphs are
-    ``full`` for decode, ``piecewise`` with its piecewise CUDA graph). ``mode`` None = not stated: left
-    out of the canonical JSON, so configs that do not state it keep their hash."""
+    ``mode`` (off | piecewise | full | full_and_piecewise; vLLM's ``compilation_config.cudagraph_mode``,
+    SGLang's graphs are ``full`` for decode, ``piecewise`` with its piecewise CUDA graph). ``mode`` None = not
+    stated: left out of the canonical JSON, so configs that do not state it keep their hash."""
 
     disable: bool = False
     max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)

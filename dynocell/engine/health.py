@@ -199,7 +199,8 @@ def progress_from_metrics(text: str, t: float) -> ProgressSample:
     return ProgressSample(t, gen, prompt, running, queued)
 
 
-def judge_progress(prev: ProgressSample | None, cur: ProgressSample, stall_after_s: float) -> tuple[ProgressSample, bool, str]:
+def judge_progress(prev: ProgressSample | None, cur: ProgressSample,
+                   stall_after_s: float) -> tuple[ProgressSample, bool, str]:
     """Compare two samples: ``(cur with stalled_since set, ok, reason)``."""
     if prev is None:
         return cur, True, f"baseline: {cur.running:g} running, {cur.queued:g} queued"
@@ -207,7 +208,8 @@ def judge_progress(prev: ProgressSample | None, cur: ProgressSample, stall_after
     advanced_prompt = cur.prompt > prev.prompt
     if advanced_gen or advanced_prompt or not (cur.loaded and prev.loaded):
         what = "generated tokens" if advanced_gen else "prompt tokens" if advanced_prompt else "no load"
-        return cur, True, f"progress: {what} (+{cur.generated - prev.generated:g} gen, +{cur.prompt - prev.prompt:g} prompt)"
+        return cur, True, (f"progress: {what} (+{cur.generated - prev.generated:g} gen, "
+                           f"+{cur.prompt - prev.prompt:g} prompt)")
     since = prev.stalled_since if prev.stalled_since is not None else prev.t
     stalled = ProgressSample(cur.t, cur.generated, cur.prompt, cur.running, cur.queued, since)
     for_s = cur.t - since
@@ -242,7 +244,9 @@ def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     cmp("model_path", exp.model_path, lambda v: str(v).rstrip("/") if v is not None else None)
     cmp("tp_size", exp.tp_size, lambda v: int(v) if v is not None else None)
     if exp.check_speculative:
-        norm_alg = lambda v: (str(v).upper() if v not in (None, "", "NONE", "none") else None)
+        def norm_alg(v: Any) -> str | None:
+            return str(v).upper() if v not in (None, "", "NONE", "none") else None
+
         if norm_alg(info.get("speculative_algorithm")) != norm_alg(exp.speculative_algorithm):
             bad.append(f"speculative_algorithm: expected {exp.speculative_algorithm!r}, "
                        f"engine reports {info.get('speculative_algorithm')!r}")
@@ -393,7 +397,8 @@ def _progress_check(client: EngineClient, previous: ProgressSample | None, stall
     r, ms, err = _timed(client.metrics_text)
     if r is None or r.status != 200:
         return previous, Check("progress", True, ms,
-                               f"skipped: /metrics unavailable ({err or r.status}); start the engine with --enable-metrics")
+                               f"skipped: /metrics unavailable ({err or r.status}); "
+                               "start the engine with --enable-metrics")
     try:
         cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
     except ValueError as exc:

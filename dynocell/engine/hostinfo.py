@@ -18,6 +18,7 @@ nothing (the runbooks layer stores it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from importlib import metadata
@@ -114,10 +115,8 @@ def engine_versions(python: str | None = None) -> dict[str, str]:
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
         out = {}
         for name in ENGINE_PACKAGES:
-            try:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 out[name] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                pass
         return out
     try:
         proc = subprocess.run([python, "-c", _VERSIONS_SCRIPT % (ENGINE_PACKAGES,)], capture_output=True, text=True,

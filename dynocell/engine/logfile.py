@@ -65,7 +65,8 @@ _ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 _EXCEPTION = re.compile(r"Scheduler hit an exception|EngineCore encountered a fatal error|EngineDeadError|"
                         r"AsyncEngineDeadError|TP\d+ scheduler hit an exception|Traceback \(most recent call last\)")
-_VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?(?:Pending|Waiting):\s*(\d+)\s*reqs?")
+_VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?"
+                         r"(?:Pending|Waiting):\s*(\d+)\s*reqs?")
 _VLLM_GEN = re.compile(rf"Avg generation throughput:\s*({_NUM})\s*tokens/s")
 # llama.cpp: one verify round per line ("accepted 3/4 draft tokens"), and the aggregate statistics line
 _LCPP_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
@@ -219,18 +220,9 @@ def _vllm_command(lines: list[str], i: int) -> tuple[int, dict[str, Any]] | None
     return (i, args) if args else None
 
 
-def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
-             node_rank: int | None = None, config_given: bool = False) -> LogReport:
-    """Read one engine log file into a :class:`LogReport`.
-
-    ``engine`` forces the engine (else detected); ``year`` places vLLM's
-    year-less stamps; ``node_rank`` overrides the rank the log states;
-    ``config_given`` (the caller names the config) lets a config line that is cut
-    short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
-    missing, binary, empty or foreign file and, unless ``config_given``, for a
-    config line that is cut short.
-    """
-    p = Path(path)
+def _read_text(p: Path, engine: str | None) -> tuple[bytes, list[str]]:
+    """The bytes and lines of log ``p``; LogReadError for an unknown ``engine``, a missing or
+    too large (> MAX_LOG_BYTES) file, an empty, binary or non-UTF-8 one."""
     if engine is not None and engine not in ENGINES:
         raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
     if not p.is_file():
@@ -243,102 +235,158 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     data = p.read_bytes()
     if not data.strip():
         raise LogReadError(f"{p}: line 1: the file is empty", "give the engine's server log")
-    lines = _decode(p, data)
+    return data, _decode(p, data)
+
+
+class _Scan:
+    """One pass over a log's lines, filling ``rep`` (config, phases, node rank, runtime events)
+    and collecting the acceptance and decode lines :func:`read_log` turns into figures."""
+
+    def __init__(self, p: Path, rep: LogReport, rules_engine: str | None, year: int, lines: list[str],
+                 config_given: bool = False) -> None:
+        self.p, self.rep, self.rules_engine, self.year, self.lines = p, rep, rules_engine, year, lines
+        self.n_lines, self.config_given = len(lines), config_given
+        self.command: tuple[int, dict[str, Any]] | None = None  # a vLLM launch command (fallback config)
+        self.counts: dict[str, int] = {}
+        self.v1: list = []
+        self.v0: list = []
+        self.summary: list = []
+        self.rounds: list = []
+        self.lcpp: list = []
+        self.decode_tp: list[float] = []
+        self.last_ts: datetime | None = None
+        self.ready_seen = False
+        self.graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
+
+    def line(self, i: int, raw: str) -> None:
+        """Line ``i`` (1-based) of the log, as read."""
+        rep = self.rep
+        if rep.engine == "vllm" and self.command is None and "vllm" in raw:
+            self.command = _vllm_command(self.lines, i)
+        if self.graph_mode is None and "'cudagraph_mode'" in raw:
+            self.graph_mode = cudagraph_mode(raw)
+        line = match_text(raw)
+        ts = _timestamp(line, self.year)
+        if ts:
+            self.last_ts = ts
+            rep.first_ts = rep.first_ts or ts
+        off = (self.last_ts - rep.first_ts).total_seconds() if (self.last_ts and rep.first_ts) else None
+        if rep.config is None and ("server_args=ServerArgs(" in raw or "non-default args: {" in raw):
+            self._config(i, raw)
+        if self.rules_engine:
+            self._phase(i, line, off)
+        node = _NODE_RANK.search(line) if rep.node_rank is None else None
+        if node:
+            rep.node_rank = int(node.group(1) or node.group(2))
+        serving = self.ready_seen or not rep.phases  # a fragment cut after the boot is serving from its first line
+        if rep.engine == "llamacpp" and self._llamacpp(i, line):
+            return
+        if self._spec_or_decode(i, line, off, serving):
+            return
+        if serving and _EXCEPTION.search(line) and (
+                not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50):
+            rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
+
+    def _config(self, i: int, raw: str) -> None:
+        p, rep = self.p, self.rep
+        full = strip_prefix(raw)  # the whole line: match_text cuts long lines, a config line is long
+        try:
+            args = parse_server_args_line(full, f"{p}: line {i}")
+            if args is not None:
+                rep.config, rep.config_line = from_server_args(args, f"{p.name} line {i}"), i
+            else:
+                vargs = parse_vllm_args_line(full, f"{p}: line {i}")
+                if vargs is not None:
+                    rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
+        except ObservedConfigError as exc:
+            if self.config_given:  # the config comes from --config; the rest of the log still counts
+                return
+            if i == self.n_lines and rep.truncated:
+                raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
+            raise LogReadError(exc.message, exc.hint) from None
+
+    def _phase(self, i: int, line: str, off: float | None) -> None:
+        hit = match_phase(line, self.rules_engine)
+        if hit:
+            rep = self.rep
+            self.counts[hit.name] = self.counts.get(hit.name, 0) + 1
+            rep.phases.append({"name": hit.name, "offset_s": off, "line": i, "detail": dict(hit.detail),
+                               "occurrence": self.counts[hit.name]})
+            rep.last_phase = hit.name
+            if hit.name == "ready" and not self.ready_seen:
+                self.ready_seen, rep.ready_s = True, off
+
+    def _llamacpp(self, i: int, line: str) -> bool:
+        """A llama.cpp speculative line (a round's "accepted a/D", or the statistics line): kept, True."""
+        rd = _LCPP_ROUND.search(line)
+        if rd:
+            self.rounds.append((int(rd.group(1)), int(rd.group(2))))
+            return True
+        pos = _LCPP_POS.search(line)
+        if pos:
+            drafts, mean = _LCPP_DRAFTS.search(line), _LCPP_MEAN.search(line)
+            self.lcpp.append((i, [float(x) for x in re.findall(_NUM, pos.group(1))],
+                              int(drafts.group(1)) if drafts else None, float(mean.group(1)) if mean else None))
+            return True
+        return False
+
+    def _spec_or_decode(self, i: int, line: str, off: float | None, serving: bool) -> bool:
+        """A vLLM V1/V0 acceptance line, an SGLang decode line or a vLLM stats line: kept (a queue
+        stall while serving becomes a runtime event), True."""
+        s = parse_vllm_spec_line(line) if "Per-position acceptance rate" in line else None
+        if s is not None:
+            self.v1.append((i, s))
+            return True
+        s0 = parse_v0_spec_line(line)
+        if s0 is not None:
+            self.v0.append((i, s0))
+            return True
+        d = parse_decode_line(line)
+        if d is not None:
+            if d.gen_throughput is not None:
+                self.decode_tp.append(d.gen_throughput)
+            if d.accept_len is not None:
+                self.summary.append((i, d))
+            if serving and d.running_req == 0 and (d.queue_req or 0) > 0:
+                self.rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
+            return True
+        st = _VLLM_STATS.search(line)
+        if st:
+            gen = _VLLM_GEN.search(line)
+            if gen:
+                self.decode_tp.append(float(gen.group(1)))
+            if serving and int(st.group(1)) == 0 and int(st.group(2)) > 0:
+                self.rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
+            return True
+        return False
+
+
+def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
+             node_rank: int | None = None, config_given: bool = False) -> LogReport:
+    """Read one engine log file into a :class:`LogReport`.
+
+    ``engine`` forces the engine (else detected); ``year`` places vLLM's
+    year-less stamps; ``node_rank`` overrides the rank the log states;
+    ``config_given`` (the caller names the config) lets a config line that is cut
+    short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
+    missing, binary, empty or foreign file and, unless ``config_given``, for a
+    config line that is cut short.
+    """
+    p = Path(path)
+    data, lines = _read_text(p, engine)
     truncated = not data.endswith(b"\n")
     eng = engine or _detect(lines)
     if eng is None:
         raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
                            f"(it starts with {_printable(lines[0], 80)!r})",
                            "give the engine's server log, or name the engine with --engine")
-    year = year or datetime.now().year
     rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
     rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
-    counts: dict[str, int] = {}
-    v1, v0, summary, rounds, lcpp = [], [], [], [], []
-    decode_tp: list[float] = []
-    last_ts: datetime | None = None
-    ready_seen = False
-    graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
-    command: tuple[int, dict[str, Any]] | None = None  # a vLLM launch command in the log (fallback config)
+    scan = _Scan(p, rep, rules_engine, year or datetime.now().year, lines, config_given)
     for i, raw in enumerate(lines, start=1):
-        if eng == "vllm" and command is None and "vllm" in raw:
-            command = _vllm_command(lines, i)
-        if graph_mode is None and "'cudagraph_mode'" in raw:
-            graph_mode = cudagraph_mode(raw)
-        line = match_text(raw)
-        ts = _timestamp(line, year)
-        if ts:
-            last_ts = ts
-            rep.first_ts = rep.first_ts or ts
-        off = (last_ts - rep.first_ts).total_seconds() if (last_ts and rep.first_ts) else None
-        if rep.config is None and ("server_args=ServerArgs(" in raw or "non-default args: {" in raw):
-            full = strip_prefix(raw)  # the whole line: match_text cuts long lines, a config line is long
-            try:
-                args = parse_server_args_line(full, f"{p}: line {i}")
-                if args is not None:
-                    rep.config, rep.config_line = from_server_args(args, f"{p.name} line {i}"), i
-                else:
-                    vargs = parse_vllm_args_line(full, f"{p}: line {i}")
-                    if vargs is not None:
-                        rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
-            except ObservedConfigError as exc:
-                if config_given:  # the config comes from --config; the rest of the log still counts
-                    continue
-                if i == len(lines) and truncated:
-                    raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
-                raise LogReadError(exc.message, exc.hint) from None
-        if rules_engine:
-            hit = match_phase(line, rules_engine)
-            if hit:
-                counts[hit.name] = counts.get(hit.name, 0) + 1
-                rep.phases.append({"name": hit.name, "offset_s": off, "line": i, "detail": dict(hit.detail),
-                                   "occurrence": counts[hit.name]})
-                rep.last_phase = hit.name
-                if hit.name == "ready" and not ready_seen:
-                    ready_seen, rep.ready_s = True, off
-        node = _NODE_RANK.search(line) if rep.node_rank is None else None
-        if node:
-            rep.node_rank = int(node.group(1) or node.group(2))
-        serving = ready_seen or not rep.phases  # a fragment cut after the boot is serving from its first line
-        if eng == "llamacpp":
-            rd = _LCPP_ROUND.search(line)
-            if rd:
-                rounds.append((int(rd.group(1)), int(rd.group(2))))
-                continue
-            pos = _LCPP_POS.search(line)
-            if pos:
-                drafts, mean = _LCPP_DRAFTS.search(line), _LCPP_MEAN.search(line)
-                lcpp.append((i, [float(x) for x in re.findall(_NUM, pos.group(1))],
-                             int(drafts.group(1)) if drafts else None, float(mean.group(1)) if mean else None))
-                continue
-        s = parse_vllm_spec_line(line) if "Per-position acceptance rate" in line else None
-        if s is not None:
-            v1.append((i, s))
-            continue
-        s0 = parse_v0_spec_line(line)
-        if s0 is not None:
-            v0.append((i, s0))
-            continue
-        d = parse_decode_line(line)
-        if d is not None:
-            if d.gen_throughput is not None:
-                decode_tp.append(d.gen_throughput)
-            if d.accept_len is not None:
-                summary.append((i, d))
-            if serving and d.running_req == 0 and (d.queue_req or 0) > 0:
-                rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
-            continue
-        st = _VLLM_STATS.search(line)
-        if st:
-            gen = _VLLM_GEN.search(line)
-            if gen:
-                decode_tp.append(float(gen.group(1)))
-            if serving and int(st.group(1)) == 0 and int(st.group(2)) > 0:
-                rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
-            continue
-        if serving and _EXCEPTION.search(line):
-            if not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50:
-                rep.events.append(RuntimeEvent("scheduler_exception", i, off, _printable(line)))
+        scan.line(i, raw)
+    v1, v0, summary, rounds, lcpp, decode_tp = scan.v1, scan.v0, scan.summary, scan.rounds, scan.lcpp, scan.decode_tp
+    last_ts, ready_seen, graph_mode, command = scan.last_ts, scan.ready_seen, scan.graph_mode, scan.command
     rep.last_ts = last_ts
     rep.ready = ready_seen
     if rep.config is None and command is not None:  # no non-default args line: the command line says

@@ -38,7 +38,8 @@ def _as_int(d: Mapping[str, Any], key: str, problems: list[str]) -> int | None:
     v = d.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and (math.isnan(v) or v != int(v))):
+    fractional = isinstance(v, float) and (math.isnan(v) or v != int(v))
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or fractional:
         problems.append(f"{key} is not an integer: {v!r}")
         return None
     return int(v)
@@ -166,6 +167,42 @@ class GenerationMeta:
         h = self.spec_correct_drafts_histogram
         return len(h) - 1 if h else None
 
+    def _histogram_problems(self) -> list[str]:
+        """The checks of ``spec_correct_drafts_histogram`` (see :meth:`validate`); [] without one."""
+        h = self.spec_correct_drafts_histogram
+        vct = self.spec_verify_ct
+        if h is None:
+            return []
+        out: list[str] = []
+        if len(h) < 2:
+            out.append(f"spec_correct_drafts_histogram has {len(h)} bucket(s); a speculative step has D ≥ 1")
+        if any(x < 0 for x in h):
+            out.append(f"spec_correct_drafts_histogram has negative counts: {list(h)}")
+        if vct is None:
+            out.append("spec_correct_drafts_histogram present but spec_verify_ct missing")
+        elif sum(h) != vct:
+            out.append(f"histogram sums to {sum(h)} verify steps but spec_verify_ct is {vct}")
+        acc = sum(k * c for k, c in enumerate(h))
+        if self.spec_num_correct_drafts is not None and self.spec_num_correct_drafts != acc:
+            out.append(
+                f"spec_num_correct_drafts is {self.spec_num_correct_drafts} but the histogram gives Σk·h[k] = {acc}"
+            )
+        d = len(h) - 1
+        if (vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None
+                and self.spec_num_proposed_drafts != vct * d):
+            out.append(
+                f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
+                f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
+            )
+        # completion_tokens also counts the prefill's token, so the ratio may
+        # exceed D + 1 by 1 / spec_verify_ct.
+        top = d + 1 + (1.0 / vct if vct else 0.0) + _ROUND_TOL
+        if self.spec_accept_length is not None and d >= 1 and not (
+            1.0 - _ROUND_TOL <= self.spec_accept_length <= top
+        ):
+            out.append(f"spec_accept_length {self.spec_accept_length} is outside [1, D + 1 = {d + 1}]")
+        return out
+
     def validate(self) -> list[str]:
         """Every inconsistency found, as sentences (empty list: consistent).
 
@@ -191,36 +228,8 @@ class GenerationMeta:
             and self.cached_tokens > self.prompt_tokens
         ):
             out.append(f"cached_tokens {self.cached_tokens} exceeds prompt_tokens {self.prompt_tokens}")
-        h = self.spec_correct_drafts_histogram
+        out.extend(self._histogram_problems())
         vct = self.spec_verify_ct
-        if h is not None:
-            if len(h) < 2:
-                out.append(f"spec_correct_drafts_histogram has {len(h)} bucket(s); a speculative step has D ≥ 1")
-            if any(x < 0 for x in h):
-                out.append(f"spec_correct_drafts_histogram has negative counts: {list(h)}")
-            if vct is None:
-                out.append("spec_correct_drafts_histogram present but spec_verify_ct missing")
-            elif sum(h) != vct:
-                out.append(f"histogram sums to {sum(h)} verify steps but spec_verify_ct is {vct}")
-            acc = sum(k * c for k, c in enumerate(h))
-            if self.spec_num_correct_drafts is not None and self.spec_num_correct_drafts != acc:
-                out.append(
-                    f"spec_num_correct_drafts is {self.spec_num_correct_drafts} but the histogram gives Σk·h[k] = {acc}"
-                )
-            d = len(h) - 1
-            if vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None:
-                if self.spec_num_proposed_drafts != vct * d:
-                    out.append(
-                        f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
-                        f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
-                    )
-            # completion_tokens also counts the prefill's token, so the ratio may
-            # exceed D + 1 by 1 / spec_verify_ct.
-            top = d + 1 + (1.0 / vct if vct else 0.0) + _ROUND_TOL
-            if self.spec_accept_length is not None and d >= 1 and not (
-                1.0 - _ROUND_TOL <= self.spec_accept_length <= top
-            ):
-                out.append(f"spec_accept_length {self.spec_accept_length} is outside [1, D + 1 = {d + 1}]")
         if (
             self.spec_accept_length is not None and self.completion_tokens is not None
             and vct is not None and vct > 0

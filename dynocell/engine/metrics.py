@@ -334,7 +334,8 @@ def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]]
     return Curve.from_positions(p, steps=int(round(drafts))), figures
 
 
-def counter_decreases(before: MetricsSnapshot, after: MetricsSnapshot) -> list[tuple[str, dict[str, str], float, float]]:
+def counter_decreases(before: MetricsSnapshot,
+                      after: MetricsSnapshot) -> list[tuple[str, dict[str, str], float, float]]:
     """Cumulative series (counters, histogram parts) that went down from ``before`` to ``after``:
     ``[(name, labels, before_value, after_value)]`` — a restart, or scrapes out of order."""
     out = []

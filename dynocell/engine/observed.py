@@ -13,8 +13,8 @@ An :class:`ObservedConfig` keeps **only the fields the source revealed**, under
 dynocell's dotted config names (``parallel.tp_size``, ``speculative.algorithm`` …)
 plus the comparison fields engines reveal (``serving.engine_version``,
 ``cuda_graph.mode``, ``serving.disable_overlap_schedule``, ``serving.topology``)
-— the same names a written config uses (:class:`dynocell.engine.config.Serving`). A field the source did not reveal stays
-unknown: it is absent from the canonical JSON and is never filled with a default.
+— the same names a written config uses (:class:`dynocell.engine.config.Serving`). A field the source did
+not reveal stays unknown: it is absent from the canonical JSON and is never filled with a default.
 The hash is ``"sha256:" + hex(sha256(canonical JSON))`` of
 ``{"observed": true, "engine": …, "fields": {…}}`` — so an observed config never
 collides with a written one, and two sources revealing the same fields share a hash.
@@ -206,9 +206,8 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
             v = str(v).upper()
         _put(fields, dotted, v)
     cg = args.get("cuda_graph_config")
-    if fields.get("cuda_graph.disable") is True:
-        fields["cuda_graph.mode"] = "off"
-    elif isinstance(cg, str) and "backend='disabled'" in cg and "decode=PhaseConfig(backend='disabled'" in cg:
+    graphs_off = isinstance(cg, str) and "backend='disabled'" in cg and "decode=PhaseConfig(backend='disabled'" in cg
+    if fields.get("cuda_graph.disable") is True or graphs_off:
         fields["cuda_graph.mode"] = "off"
     if "disaggregation_mode" in args:
         mode = args.get("disaggregation_mode")
@@ -336,7 +335,8 @@ def _literal_kwargs(body: str, where: str) -> dict[str, Any]:
     try:
         call = ast.parse(f"f({body})", mode="eval").body
     except (SyntaxError, ValueError, RecursionError) as exc:
-        raise ObservedConfigError(f"{where}: the ServerArgs(...) line does not parse ({exc.msg if hasattr(exc, 'msg') else exc}); "
+        why = exc.msg if hasattr(exc, "msg") else exc
+        raise ObservedConfigError(f"{where}: the ServerArgs(...) line does not parse ({why}); "
                                   "is the line cut short?", "import the whole log, or pass --config") from None
     out: dict[str, Any] = {}
     assert isinstance(call, ast.Call)

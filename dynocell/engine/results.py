@@ -192,7 +192,8 @@ def _aiperf(obj: Mapping[str, Any]) -> BenchLevel:
         scale = 1000.0 if str(v.get("unit", "ms")).lower() in ("s", "sec") else 1.0
         return _pct(v.get("p50"), v.get("p90"), v.get("p99"), v.get("avg"), scale)
 
-    loadgen = ((obj.get("input_config") or {}).get("loadgen") or {}) if isinstance(obj.get("input_config"), Mapping) else {}
+    ic = obj.get("input_config")
+    loadgen = ((ic or {}).get("loadgen") or {}) if isinstance(ic, Mapping) else {}
     count = int(stat("request_count") or 0)
     errors = int(_num(obj.get("error_request_count")) or 0)
     dur = stat("benchmark_duration") or 0.0
@@ -211,42 +212,44 @@ def _aiperf(obj: Mapping[str, Any]) -> BenchLevel:
 
 
 def _guidellm(obj: Mapping[str, Any], path: Path) -> list[BenchLevel]:
-    out = []
-    for n, b in enumerate(obj.get("benchmarks") or []):
-        if not isinstance(b, Mapping) or not isinstance(b.get("metrics"), Mapping):
-            raise ResultReadError(f"{path}: benchmarks[{n}] has no metrics object", "is this a GuideLLM export?")
-        met = b["metrics"]
+    return [_guidellm_level(b, n, path) for n, b in enumerate(obj.get("benchmarks") or [])]
 
-        def succ(name: str) -> Mapping[str, Any]:
-            v = met.get(name)
-            v = v.get("successful") if isinstance(v, Mapping) else None
-            return v if isinstance(v, Mapping) else {}
 
-        def dist(name: str, scale: float = 1.0) -> dict[str, Any]:
-            d = succ(name)
-            pc = d.get("percentiles") if isinstance(d.get("percentiles"), Mapping) else d
-            return _pct(pc.get("p50", d.get("median")), pc.get("p90"), pc.get("p99"), d.get("mean"), scale)
+def _guidellm_level(b: Any, n: int, path: Path) -> BenchLevel:
+    """One GuideLLM benchmark (``benchmarks[n]``) as a level; its ``metrics.*.successful`` stats."""
+    if not isinstance(b, Mapping) or not isinstance(b.get("metrics"), Mapping):
+        raise ResultReadError(f"{path}: benchmarks[{n}] has no metrics object", "is this a GuideLLM export?")
+    met = b["metrics"]
 
-        totals = met.get("request_totals") if isinstance(met.get("request_totals"), Mapping) else {}
-        ok = int(_num(totals.get("successful")) or 0)
-        bad = int(_num(totals.get("errored")) or 0) + int(_num(totals.get("incomplete")) or 0)
-        conc = succ("request_concurrency").get("mean")
-        dur = _num(b.get("duration"))
-        if dur is None and _num(b.get("end_time")) and _num(b.get("start_time")):
-            dur = float(b["end_time"]) - float(b["start_time"])
-        out.append(BenchLevel(
-            tool="guidellm", concurrency=int(round(_num(conc) or 0)), num_requests=ok + bad, num_failed=bad,
-            duration_s=dur or 0.0, prompt_tokens=int(_num(succ("prompt_token_count").get("total_sum")) or 0),
-            completion_tokens=int(_num(succ("output_token_count").get("total_sum")) or 0),
-            request_throughput=_num(succ("requests_per_second").get("mean")) or 0.0,
-            output_tok_s=_num(succ("output_tokens_per_second").get("mean")) or 0.0,
-            total_tok_s=_num(succ("tokens_per_second").get("mean")) or 0.0,
-            ttft_ms=dist("time_to_first_token_ms"), tpot_ms=dist("time_per_output_token_ms"),
-            itl_ms=dist("inter_token_latency_ms"), e2e_ms=dist("request_latency", 1000.0),
-            lost=["errored/incomplete distributions", "p001…p999 except p50/p90/p99", "std, variance, mode"],
-            label=str((b.get("config") or {}).get("strategy") or (b.get("config") or {}).get("rate") or n)
-            if isinstance(b.get("config"), Mapping) else str(n)))
-    return out
+    def succ(name: str) -> Mapping[str, Any]:
+        v = met.get(name)
+        v = v.get("successful") if isinstance(v, Mapping) else None
+        return v if isinstance(v, Mapping) else {}
+
+    def dist(name: str, scale: float = 1.0) -> dict[str, Any]:
+        d = succ(name)
+        pc = d.get("percentiles") if isinstance(d.get("percentiles"), Mapping) else d
+        return _pct(pc.get("p50", d.get("median")), pc.get("p90"), pc.get("p99"), d.get("mean"), scale)
+
+    totals = met.get("request_totals") if isinstance(met.get("request_totals"), Mapping) else {}
+    ok = int(_num(totals.get("successful")) or 0)
+    bad = int(_num(totals.get("errored")) or 0) + int(_num(totals.get("incomplete")) or 0)
+    conc = succ("request_concurrency").get("mean")
+    dur = _num(b.get("duration"))
+    if dur is None and _num(b.get("end_time")) and _num(b.get("start_time")):
+        dur = float(b["end_time"]) - float(b["start_time"])
+    return BenchLevel(
+        tool="guidellm", concurrency=int(round(_num(conc) or 0)), num_requests=ok + bad, num_failed=bad,
+        duration_s=dur or 0.0, prompt_tokens=int(_num(succ("prompt_token_count").get("total_sum")) or 0),
+        completion_tokens=int(_num(succ("output_token_count").get("total_sum")) or 0),
+        request_throughput=_num(succ("requests_per_second").get("mean")) or 0.0,
+        output_tok_s=_num(succ("output_tokens_per_second").get("mean")) or 0.0,
+        total_tok_s=_num(succ("tokens_per_second").get("mean")) or 0.0,
+        ttft_ms=dist("time_to_first_token_ms"), tpot_ms=dist("time_per_output_token_ms"),
+        itl_ms=dist("inter_token_latency_ms"), e2e_ms=dist("request_latency", 1000.0),
+        lost=["errored/incomplete distributions", "p001…p999 except p50/p90/p99", "std, variance, mode"],
+        label=str((b.get("config") or {}).get("strategy") or (b.get("config") or {}).get("rate") or n)
+        if isinstance(b.get("config"), Mapping) else str(n))
 
 
 def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:
@@ -326,16 +329,9 @@ def _response(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else obj
 
 
-def read_requests(path: str | Path) -> RequestsReport:
-    """Read per-request responses (JSON lines, or one JSON list / probe file holding them).
-
-    SGLang ``meta_info`` histograms are summed (:func:`curve_from_meta_infos`);
-    vLLM's per-request ``metrics.speculative_decoding.acceptance_histogram`` is
-    summed the same way (index k = verify steps that accepted k drafts). Raises
-    :class:`ResultReadError` naming the line of a record that is neither.
-    """
-    p = Path(path)
-    docs = _load_json(p)
+def _request_records(docs: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """``(line, record)`` of every request in the parsed documents: a list's items, a probe
+    file's ``acceptance[*].requests``, else the document itself."""
     records: list[tuple[int, Any]] = []
     for line, obj in docs:
         if isinstance(obj, list):
@@ -345,6 +341,33 @@ def read_requests(path: str | Path) -> RequestsReport:
                 records.extend((line, r) for r in (run.get("requests") or []) if isinstance(run, Mapping))
         else:
             records.append((line, obj))
+    return records
+
+
+def _vllm_request_curve(p: Path, vhists: list[tuple[int, Mapping[str, Any]]]) -> tuple[Curve, float | None]:
+    """The curve of the summed vLLM per-request acceptance histograms, and the engine's τ
+    (``mean_acceptance_length`` weighted by ``num_spec_steps``; None without steps)."""
+    width = {len(s["acceptance_histogram"]) for _l, s in vhists}
+    if len(width) > 1:
+        raise ResultReadError(f"{p}: line {vhists[-1][0]}: acceptance histograms of different widths {sorted(width)}")
+    total = [sum(col) for col in zip(*(s["acceptance_histogram"] for _l, s in vhists))]
+    curve = Curve.from_histogram(total)
+    taus = [(s.get("mean_acceptance_length"), s.get("num_spec_steps")) for _l, s in vhists]
+    steps = sum(int(n or 0) for _t, n in taus)
+    engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
+    return curve, engine_tau
+
+
+def read_requests(path: str | Path) -> RequestsReport:
+    """Read per-request responses (JSON lines, or one JSON list / probe file holding them).
+
+    SGLang ``meta_info`` histograms are summed (:func:`curve_from_meta_infos`);
+    vLLM's per-request ``metrics.speculative_decoding.acceptance_histogram`` is
+    summed the same way (index k = verify steps that accepted k drafts). Raises
+    :class:`ResultReadError` naming the line of a record that is neither.
+    """
+    p = Path(path)
+    records = _request_records(_load_json(p))
     metas, vhists, e2e, per_tau, texts = [], [], [], [], []
     fmt = None
     failed = prompt = completion = 0
@@ -377,7 +400,8 @@ def read_requests(path: str | Path) -> RequestsReport:
             model = model or r.get("model")
             prompt += int(_num(r["usage"].get("prompt_tokens")) or 0)
             completion += int(_num(r["usage"].get("completion_tokens")) or 0)
-            spec = (r.get("metrics") or {}).get("speculative_decoding") if isinstance(r.get("metrics"), Mapping) else None
+            metrics = r.get("metrics")
+            spec = (metrics or {}).get("speculative_decoding") if isinstance(metrics, Mapping) else None
             if isinstance(spec, Mapping) and isinstance(spec.get("acceptance_histogram"), list):
                 vhists.append((line, spec))
             per_tau.append(_num(spec.get("mean_acceptance_length")) if isinstance(spec, Mapping) else None)
@@ -390,13 +414,6 @@ def read_requests(path: str | Path) -> RequestsReport:
         raise ResultReadError(f"{p}: no request record in the file")
     curve, engine_tau = curve_from_meta_infos(metas), None
     if curve is None and vhists:
-        width = {len(s["acceptance_histogram"]) for _l, s in vhists}
-        if len(width) > 1:
-            raise ResultReadError(f"{p}: line {vhists[-1][0]}: acceptance histograms of different widths {sorted(width)}")
-        total = [sum(col) for col in zip(*(s["acceptance_histogram"] for _l, s in vhists))]
-        curve = Curve.from_histogram(total)
-        taus = [(s.get("mean_acceptance_length"), s.get("num_spec_steps")) for _l, s in vhists]
-        steps = sum(int(n or 0) for _t, n in taus)
-        engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
+        curve, engine_tau = _vllm_request_curve(p, vhists)
     return RequestsReport(fmt or "unknown", len(records), failed, prompt, completion, e2e, curve, engine_tau, model,
                           per_tau, texts)

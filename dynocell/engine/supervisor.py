@@ -66,6 +66,7 @@ nothing survives. Zombies count as dead but are reported (a real SGLang leaves
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import hashlib
 import os
@@ -349,10 +350,8 @@ def _collect(pid: int | None, pgid: int, known: dict[int, psutil.Process]) -> di
     procs = dict(known)
     roots = group_members(pgid)
     if pid is not None:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             roots.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            pass
     for r in roots:
         procs.setdefault(r.pid, r)
         try:
@@ -364,16 +363,12 @@ def _collect(pid: int | None, pgid: int, known: dict[int, psutil.Process]) -> di
 
 
 def _signal_all(pgid: int, procs: dict[int, psutil.Process], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
     for p in procs.values():  # descendants that left the group (setsid) and members
         if _alive(p):
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 p.send_signal(sig)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
 
 
 def find_marked(name: str, value: str) -> list[psutil.Process]:

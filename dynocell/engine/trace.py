@@ -333,7 +333,8 @@ def _iter_events(path: Path) -> Iterator[dict[str, Any]]:
     """Events of ``traceEvents`` (object form) or of the top-level array, streamed under a :class:`_Guard`."""
     first = _first_byte(path)
     if not first:
-        raise TraceError(f"{path}: trace file is empty", "re-collect the trace; the profiler may not have written it yet")
+        raise TraceError(f"{path}: trace file is empty",
+                         "re-collect the trace; the profiler may not have written it yet")
     prefix = "item" if first == b"[" else "traceEvents.item"
     found = False
     with _Guard(_open(path), path) as g:
@@ -515,13 +516,9 @@ class _Split:
                 continue
             kind = kinds.get(cat)
             if kind is None:
-                lcat = cat.lower()
-                kind = 1 if lcat in DEVICE_CATS else 2 if lcat == "cpu_op" else 0
-                if len(kinds) < 256:  # a trace has a dozen categories; bounded whatever the file holds
-                    kinds[cat] = kind
+                kind = self._kind(cat)
             if kind == 1:
-                if name is None:
-                    name = "None"
+                name = "None" if name is None else name
                 a = dev.get(name)
                 if a is None:
                     a = dev[name] = _Agg()
@@ -536,6 +533,14 @@ class _Split:
                 self._cpu_op("None" if name is None else name, ts, dur, end, (e.pid, e.tid))
         self.graph_launches, self.neg = graph, neg
         self.span_lo, self.span_hi = span_lo, span_hi
+
+    def _kind(self, cat: str) -> int:
+        """1 for a device category, 2 for ``cpu_op``, 0 for neither (case-insensitive); remembered."""
+        lcat = cat.lower()
+        kind = 1 if lcat in DEVICE_CATS else 2 if lcat == "cpu_op" else 0
+        if len(self.kinds) < 256:  # a trace has a dozen categories; bounded whatever the file holds
+            self.kinds[cat] = kind
+        return kind
 
     def _cpu_op(self, name: str, ts: float, dur: float, end: float, tid: Any) -> None:
         stack = self.stacks.setdefault(tid, [])
@@ -628,7 +633,8 @@ class _Split:
 
 
 def _read_fast(p: Path) -> _Split:
-    """Split ``p`` with the fast reader (:mod:`dynocell.engine.trace_chunks`); :class:`NotFast` if it does not take it."""
+    """Split ``p`` with the fast reader (:mod:`dynocell.engine.trace_chunks`); :class:`NotFast` if it does not
+    take it."""
     split = _Split()
     try:
         with _open(p) as f:

@@ -1,4 +1,5 @@
-"""vLLM command lines as vLLM's own argument names: ``vllm serve M -tp 2`` → ``{'model_tag': 'M', 'tensor_parallel_size': 2}``.
+"""vLLM command lines as vLLM's own argument names:
+``vllm serve M -tp 2`` → ``{'model_tag': 'M', 'tensor_parallel_size': 2}``.
 
 A log an operator hands over often starts with the command that launched the engine
 (``$ vllm serve …``, a shell trace ``+ vllm serve …``, or ``python -m

@@ -3,41 +3,32 @@
 Everything the app needs lives on ``app.state``: ``settings``, ``cell`` (store + settings),
 ``jobs`` (:class:`dynocell.runbooks.jobs.JobRunner`), ``sessions``, ``limiter`` (login
 back-off), ``check_token``, ``launch_token``, ``procedures`` (the runbooks procedures actions
-call), ``bind_host``. Every response carries :data:`SECURITY_HEADERS`.
+call), ``bind_host``. Every response carries :data:`dynocell.web.access.SECURITY_HEADERS`;
+every request passes :func:`dynocell.web.access.access` first.
 
-One error path: :class:`dynocell.errors.DynocellError` (status from ``http_status``),
-HTTP errors and validation errors render as a full HTML page, an htmx fragment
-(``HX-Request``) or JSON (``/api/…``).
+One error path (:mod:`dynocell.web.errors`): :class:`dynocell.errors.DynocellError` (status from
+``http_status``), HTTP errors and validation errors render as a full HTML page, an htmx fragment
+(``HX-Request``) or JSON (``/api/…``). Routes: one module per family of pages, :mod:`dynocell.web.views`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from math import ceil
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import quote, urlencode
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
-from starlette.concurrency import run_in_threadpool
 from jinja2_fragments.fastapi import Jinja2Blocks
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dynocell.errors import DynocellError
 from dynocell.runbooks.jobs import JobRunner
 from dynocell.settings import Settings
-from dynocell.web import filters
-from dynocell.web.auth import (
-    COOKIE, LAUNCH_TOKEN_ID, LoginBackoff, Sessions, host_name, is_loopback, same_origin,
-)
+from dynocell.web import errors, filters
+from dynocell.web.access import TokenChecker, security_headers
+from dynocell.web.auth import LoginBackoff, Sessions
+from dynocell.web.errors import base_context, error_response
 
 HERE = Path(__file__).parent
 HTMX_FILE = "htmx-2.0.4.min.js"
-PUBLIC_PREFIXES = ("/static/", "/login", "/healthz")
 
 
 def default_procedures() -> dict[str, Callable[..., Any]]:
@@ -99,10 +90,6 @@ def _call_with_progress(fn: Callable[..., Any], *args: Any, progress=None) -> An
     return fn(*args)
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.strip().encode()).hexdigest()
-
-
 def _result_id(value: Any) -> Any:
     """Procedures may return an id or an object with ``.id`` / ``.run_id``; jobs keep the id."""
     if isinstance(value, (str, int, float)) or value is None:
@@ -115,19 +102,6 @@ def _result_id(value: Any) -> Any:
             if k in value:
                 return value[k]
     return str(value)
-
-
-SECURITY_HEADERS = {
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    # Only the panel's own scripts (htmx from /static); no inline or eval'd script. Inline styles
-    # stay allowed (htmx adds its indicator style; charts carry style attributes).
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-                               "form-action 'self'; frame-ancestors 'none'",
-}
-UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -170,12 +144,7 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
     app.state.sessions = Sessions()
     app.state.limiter = LoginBackoff(login_max_failures, login_backoff_s)
     app.state.launch_token = launch_token
-    # sha256(token) → token id of tokens this process has verified (and the launch token): a
-    # known token is checked without scrypt, so a script keeps working while its address backs off.
-    known: dict[str, str] = {}
-    known_lock = threading.Lock()
-    if launch_token:
-        known[_digest(launch_token)] = LAUNCH_TOKEN_ID
+    app.state.check_token = TokenChecker(app.state)
     procs = default_procedures()
     procs.update(procedures or {})
     app.state.procedures = procs
@@ -186,163 +155,12 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
     templates.env.globals["poll_s"] = settings.poll_interval_s
     app.state.templates = templates
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
-
-    def token_live(token_id: str) -> bool:
-        if token_id == LAUNCH_TOKEN_ID:
-            return app.state.launch_token is not None
-        return token_id.isdigit() and views.web_token_live(app.state.cell, int(token_id))
-
-    def known_token(token: str) -> str | None:
-        with known_lock:
-            tid = known.get(_digest(token))
-        return tid if tid is not None and token_live(tid) else None
-
-    def check_token(token: str, client: str) -> tuple[str | None, float]:
-        """``(token id, 0)`` for a right token, ``(None, 0)`` for a wrong one, ``(None, wait)``
-        while ``client`` backs off. Blocking (scrypt): call from a worker thread."""
-        token = (token or "").strip()
-        tid = known_token(token) if token else None
-        if tid is not None:  # no scrypt, nothing to limit; it does not clear the address's back-off either
-            return tid, 0.0
-        wait = app.state.limiter.reserve(client)
-        if wait:
-            return None, wait
-        found = views.web_token_verify(app.state.cell, token) if token else None
-        if found is None:
-            return None, 0.0
-        app.state.limiter.succeeded(client)
-        with known_lock:
-            known[_digest(token)] = str(found)
-        return str(found), 0.0
-
-    app.state.check_token = check_token
-
-    def host_ok(request: Request) -> bool:
-        if not is_loopback(app.state.bind_host):
-            return True
-        name = host_name(request.headers.get("host") or "")
-        return is_loopback(name) or name == "testserver"
-
-    def origin_ok(request: Request) -> bool:
-        # Browsers send Origin on every cross-origin POST (Referer as a fallback); scripts may send neither.
-        origin = request.headers.get("origin") or request.headers.get("referer")
-        return not origin or same_origin(origin, request.headers.get("host") or "")
-
-    @app.middleware("http")
-    async def headers(request: Request, call_next):  # noqa: ANN202
-        response = await access(request, call_next)
-        for k, v in SECURITY_HEADERS.items():
-            response.headers.setdefault(k, v)
-        return response
-
-    async def access(request: Request, call_next):  # noqa: ANN202
-        path = request.url.path
-        sessions: Sessions = app.state.sessions
-        client = request.client.host if request.client else "?"
-        request.state.bearer = False
-        request.state.session = None
-        if not host_ok(request):
-            return error_response(request, 400, "this panel answers only to localhost",
-                                  "open it as http://127.0.0.1:<port>/ (the address `dynocell web` printed)")
-        if request.method in UNSAFE_METHODS and not origin_ok(request):
-            return error_response(request, 403, "cross-origin request refused",
-                                  "submit the form from the panel's own pages")
-        sess = sessions.verify(request.cookies.get(COOKIE))
-        if sess is not None and not await run_in_threadpool(token_live, sess.token_id):
-            sess = None  # its token was revoked: the session ends
-        request.state.session = sess
-        if path.startswith(PUBLIC_PREFIXES) or path in ("/openapi.json",):
-            return await call_next(request)
-        url_token = request.query_params.get("token")
-        if url_token is not None and request.method in ("GET", "HEAD"):
-            return await token_url_login(request, url_token, client)
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            tid, wait = await run_in_threadpool(check_token, auth[7:], client)
-            if wait:
-                return error_response(request, 429, "too many failed logins from this address",
-                                      f"try again in {wait:.0f} s", headers={"Retry-After": str(ceil(wait))})
-            if tid is None:
-                return error_response(request, 401, "invalid token", "create one with `dynocell web token create`")
-            request.state.bearer = True
-            return await call_next(request)
-        if sess is None:
-            return unauthenticated(request)
-        return await call_next(request)
-
-    async def token_url_login(request: Request, token: str, client: str) -> Response:
-        """``GET …?token=T`` (the URL ``dynocell web`` prints): trade T for a session cookie and
-        redirect to the same address without the token."""
-        tid, wait = await run_in_threadpool(check_token, token, client)
-        if wait:
-            return error_response(request, 429, "too many failed logins from this address",
-                                  f"try again in {wait:.0f} s", headers={"Retry-After": str(ceil(wait))})
-        if tid is None:
-            return error_response(request, 401, "that login link's token is not valid",
-                                  "use the URL `dynocell web` printed, or log in at /login")
-        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        target = request.url.path + ("?" + urlencode(rest) if rest else "")
-        value, _ = app.state.sessions.issue(tid)
-        resp = RedirectResponse(target, status_code=303)
-        set_session_cookie(resp, value)
-        return resp
-
-    def unauthenticated(request: Request) -> Response:
-        path = request.url.path
-        if path.startswith("/api"):
-            return JSONResponse({"error": "login required", "hint": "log in at /login or send a Bearer token",
-                                 "status": 401}, status_code=401)
-        if request.headers.get("hx-request"):
-            return Response(status_code=401, headers={"HX-Redirect": "/login"})
-        if request.method in ("GET", "HEAD"):
-            target = request.url.path + (("?" + request.url.query) if request.url.query else "")
-            return RedirectResponse("/login?next=" + quote(target, safe=""), status_code=303)
-        return error_response(request, 401, "login required", "log in at /login")
-
-    def error_response(request: Request, status: int, message: str, hint: str | None = None,
-                       headers: dict[str, str] | None = None) -> Response:
-        if request.url.path.startswith("/api") or "application/json" in request.headers.get("accept", "") and \
-                "text/html" not in request.headers.get("accept", ""):
-            return JSONResponse({"error": message, "hint": hint, "status": status}, status_code=status,
-                                headers=headers)
-        ctx = {"status": status, "message": message, "hint": hint, "title": f"Error {status}"}
-        ctx.update(base_context(request))
-        block = "error" if request.headers.get("hx-request") else None
-        return templates.TemplateResponse(request, "error.html", ctx, status_code=status, block_name=block,
-                                          headers=headers)
-
     app.state.error_response = error_response
-
-    def base_context(request: Request) -> dict[str, Any]:
-        sess = getattr(request.state, "session", None)
-        return {"request": request, "csrf": sess.csrf if sess else "", "logged_in": sess is not None,
-                "settings": settings}
-
     app.state.base_context = base_context
+    app.middleware("http")(security_headers)
+    errors.install(app)
 
-    @app.exception_handler(DynocellError)
-    async def dynocell_error(request: Request, exc: DynocellError):  # noqa: ANN202
-        return error_response(request, exc.http_status, exc.message, exc.hint)
+    from dynocell.web import views as web_views
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException):  # noqa: ANN202
-        detail = exc.detail if isinstance(exc.detail, str) else "error"
-        resp = error_response(request, exc.status_code, detail, None)
-        for k, v in (exc.headers or {}).items():
-            resp.headers[k] = v
-        return resp
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError):  # noqa: ANN202
-        parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()[:5]]
-        return error_response(request, 400, "bad request: " + "; ".join(parts), "check the form fields")
-
-    from dynocell.web import routes
-
-    routes.install(app)
+    web_views.install(app)
     return app
-
-
-def set_session_cookie(response: Response, value: str) -> None:
-    """Set the session cookie: HttpOnly, SameSite=Strict, path /."""
-    response.set_cookie(COOKIE, value, httponly=True, samesite="strict", path="/", max_age=12 * 3600)

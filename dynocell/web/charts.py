@@ -195,8 +195,9 @@ def profile_split_chart(rows: list[dict[str, Any]], *, title: str = "GPU time by
     for i, c in enumerate(cats):
         lx = ml + (i % 5) * 130
         yy = ly + (i // 5) * 18
+        color = category_color(c, extra.index(c) if c in extra else 0)
         out.append(f"<g class='legend'><rect x='{lx}' y='{yy - 9}' width='11' height='11' "
-                   f"fill='{category_color(c, extra.index(c) if c in extra else 0)}'/><text x='{lx + 15}' y='{yy}' font-size='11' "
+                   f"fill='{color}'/><text x='{lx + 15}' y='{yy}' font-size='11' "
                    f"fill='#111827'>{_e(c)}</text></g>")
     out.append("</svg>")
     return Markup("".join(out))

@@ -97,7 +97,7 @@ def breakeven_sentence(be: dict | None) -> str:
         margin = tau * plain / spec - 1
     if margin is None:
         return "; ".join(f"{k} {v}" for k, v in be.items())
-    pays = be["pays"] if "pays" in be else margin > 0
+    pays = be.get("pays", margin > 0)
     verdict = be.get("verdict") or ("pays" if pays else "does NOT pay")
     out = f"{verdict}: margin {_signed(margin * 100)} %"
     if tau and spec and plain:
@@ -109,7 +109,8 @@ def breakeven_sentence(be: dict | None) -> str:
                 f"{tau:.2f} × {plain:.2f} = {tau * plain:.2f} ms")
     if be.get("plain_source"):
         age = be.get("plain_age_s")
-        out += f"; plain step from {be['plain_source']}" + (f", measured {duration(age)} ago" if age and age >= 60 else "")
+        out += f"; plain step from {be['plain_source']}"
+        out += f", measured {duration(age)} ago" if age and age >= 60 else ""
     return out + "."
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -296,15 +297,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first chunk")
-    ap.add_argument("--itl-ms", type=float, default=0.0, help="delay per token after each chunk (0 = as fast as it can)")
+    ap.add_argument("--itl-ms", type=float, default=0.0,
+                    help="delay per token after each chunk (0 = as fast as it can)")
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--spec-steps", type=int, default=0, help="simulate speculative decoding with D drafts per step")
     a = ap.parse_args()
     opts = Options(a.ttft_ms, a.itl_ms, max(1, a.tokens_per_chunk), a.spec_steps)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(a.port, opts))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

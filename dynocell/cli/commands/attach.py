@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
 
 def attach_cmd(
     url: str = typer.Argument(..., help="The engine's API root, e.g. http://127.0.0.1:30000."),
-    config: Optional[str] = typer.Option(None, "--config", help="Config the engine runs (default: reconstructed from what it says about itself, stored as observed)."),
+    config: Optional[str] = typer.Option(None, "--config", help="Config the engine runs (default: reconstructed from "
+                                         "what it says about itself, stored as observed)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Attach to a running engine (SGLang, vLLM, any OpenAI server) as a boot of kind `attached`.

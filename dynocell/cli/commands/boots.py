@@ -35,8 +35,10 @@ def _progress_printer(prefix: str = "") -> Any:
 
 def boot_cmd(
     config: str = typer.Argument(..., help="Config name, hash (prefix) or TOML file."),
-    detach: bool = typer.Option(False, "--detach", "-d", help="Return the boot id once ready; a supervisor process keeps watching."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds (default: per engine, see `dynocell settings`)."),
+    detach: bool = typer.Option(False, "--detach", "-d",
+                                help="Return the boot id once ready; a supervisor process keeps watching."),
+    timeout: Optional[float] = typer.Option(
+        None, "--timeout", help="Boot limit in seconds (default: per engine, see `dynocell settings`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
 ) -> None:
     """Boot an engine with one config and show its phase timeline live.
@@ -105,13 +107,14 @@ def ps_cmd(
         return
     t = table("boot", "host", "state", "health", "engine", "port", "uptime", "ready", "signature")
     for r in rows:
-        state = r["state"] + ("" if r.get("supervised") is not False or r["state"] not in ("starting", "ready", "stopping")
-                              else " (unsupervised)")
+        unsupervised = r.get("supervised") is False and r["state"] in ("starting", "ready", "stopping")
+        state = r["state"] + (" (unsupervised)" if unsupervised else "")
         if r.get("state_note"):
             state = f"{r['state']}: {r['state_note']}"
         from rich.text import Text
 
-        add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")), HEALTH_LIGHT.get(r.get("health"), r.get("health")),
+        add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")),
+                HEALTH_LIGHT.get(r.get("health"), r.get("health")),
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),
                 "attached" if r.get("kind") == "attached" else f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-",
                 r.get("failure_signature") or "")
@@ -176,7 +179,8 @@ def health_cmd(
 
 
 def _print_verdict(row: dict[str, Any]) -> None:
-    t = table("check", "ok", "latency", "reason", title=f"{row['verdict']}" + (f" ({row['failed']})" if row["failed"] else ""))
+    t = table("check", "ok", "latency", "reason",
+              title=f"{row['verdict']}" + (f" ({row['failed']})" if row["failed"] else ""))
     for c in (c for c in row["checks"] if not str(c.get("name", "")).startswith("_")):
         lat = c.get("latency_ms")
         add_row(t, c.get("name"), "yes" if c.get("ok") else "NO", f"{lat:.1f} ms" if lat is not None else "-",
@@ -186,8 +190,10 @@ def _print_verdict(row: dict[str, Any]) -> None:
 
 def stop_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
-    grace: Optional[float] = typer.Option(None, "--grace", help="Seconds between SIGTERM and SIGKILL (default from settings)."),
-    pid: Optional[int] = typer.Option(None, "--pid", min=1, help="For an attached boot: the pid listening on its port (required to stop it)."),
+    grace: Optional[float] = typer.Option(None, "--grace",
+                                          help="Seconds between SIGTERM and SIGKILL (default from settings)."),
+    pid: Optional[int] = typer.Option(None, "--pid", min=1, help="For an attached boot: the pid listening on its "
+                                      "port (required to stop it)."),
     json_out: bool = typer.Option(False, "--json", help="Print the final boot row as JSON."),
 ) -> None:
     """Stop a boot: SIGTERM to its process group, wait the grace, SIGKILL, verify nothing survives.
@@ -211,7 +217,8 @@ def stop_cmd(
     secs = row.get("stop_s")
     ended = row.get("ended_at")
     if isinstance(ended, datetime) and ended.replace(tzinfo=None) < asked:
-        out(f"boot {row['id']} was already {row['state']} ({human_duration((asked - ended.replace(tzinfo=None)).total_seconds())} ago)")
+        ago = human_duration((asked - ended.replace(tzinfo=None)).total_seconds())
+        out(f"boot {row['id']} was already {row['state']} ({ago} ago)")
         return
     out(f"boot {row['id']} {row['state']} ({how}" + (f", {secs:.1f} s" if secs is not None else "") + ")"
         + (f", {row['zombies']} zombie(s) reaped" if row.get("zombies") else ""))

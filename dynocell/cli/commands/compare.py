@@ -37,7 +37,8 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         cells = []
         for t in table:
             lv = next((x for x in t["levels"] if x["concurrency"] == c), None)
-            cells.append("-" if lv is None else f"{_f(lv['output_tok_s'], '{:.0f}')} ({_f(lv['decode_tok_s'], '{:.0f}')})")
+            cells.append("-" if lv is None else
+                         f"{_f(lv['output_tok_s'], '{:.0f}')} ({_f(lv['decode_tok_s'], '{:.0f}')})")
         rows.append((f"tok/s c={c} (per req)", cells))
     classes = sorted({c["text_class"] for t in table for c in t["curves"]})
     for cls in classes:

@@ -30,9 +30,10 @@ def _short(h: str) -> str:
 @engine_app.command("build")
 def build_cmd(
     base: str = typer.Option("sglang", "--base", help="Base distribution (the installed package to overlay)."),
-    patch: Optional[List[str]] = typer.Option(None, "--patch", "-p",
-                                              help="Patch id (bundled) or patch folder path; repeat, applied in order."),
-    python: Optional[str] = typer.Option(None, "--python", help="Engine interpreter (default: the engine_python setting)."),
+    patch: Optional[List[str]] = typer.Option(
+        None, "--patch", "-p", help="Patch id (bundled) or patch folder path; repeat, applied in order."),
+    python: Optional[str] = typer.Option(None, "--python",
+                                         help="Engine interpreter (default: the engine_python setting)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Build an overlay of the installed SGLang with patches applied, and record it.

@@ -61,7 +61,8 @@ def create_cmd(
 ) -> None:
     """Create an experiment: the incumbent, arms, a workload and repeats; the run order is fixed now.
 
-    Example: dynocell experiment create spec --incumbent examples/tiny-plain.toml --arm examples/tiny.toml --arm examples/tiny-ngram.toml --repeats 3
+    Example: dynocell experiment create spec --incumbent examples/tiny-plain.toml
+    --arm examples/tiny.toml --arm examples/tiny-ngram.toml --repeats 3
     """
     from dynocell.runbooks import experiments
 

@@ -34,9 +34,12 @@ def hosts_cmd(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HE
 
 
 def export_cmd(
-    since: str = typer.Option(..., "--since", help="Runs started since: a date/time (2026-12-01, 2026-12-01T08:00Z) or a span (24h, 7d)."),
-    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet (needs pyarrow: pip install 'dynocell\\[export]') or csv."),
-    out_dir: Path = typer.Option(Path("dynocell-export"), "--out", "-o", help="Directory for runs.*, curves.*, splits.*."),
+    since: str = typer.Option(..., "--since", help="Runs started since: a date/time (2026-12-01, 2026-12-01T08:00Z) "
+                              "or a span (24h, 7d)."),
+    fmt: str = typer.Option("parquet", "--format", "-f",
+                            help="parquet (needs pyarrow: pip install 'dynocell\\[export]') or csv."),
+    out_dir: Path = typer.Option(Path("dynocell-export"), "--out", "-o",
+                                 help="Directory for runs.*, curves.*, splits.*."),
     host: Optional[str] = typer.Option(None, "--host", help="Only runs of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:

@@ -17,7 +17,8 @@ import_app = typer.Typer(help="Import evidence from engines dynocell did not sta
 trace_app = typer.Typer(help="Chrome-trace tools.\n\nExample: dynocell trace split rank0.pt.trace.json.gz",
                         no_args_is_help=True)
 
-CONFIG_HELP = "Config name, hash (prefix) or TOML file the engine ran (default: reconstructed from the evidence, stored as observed)."
+CONFIG_HELP = ("Config name, hash (prefix) or TOML file the engine ran (default: reconstructed from the evidence, "
+               "stored as observed).")
 
 
 def register(app: typer.Typer) -> None:
@@ -41,10 +42,15 @@ def _header(res: dict[str, Any], what: str) -> None:
 
 @import_app.command("log")
 def import_log_cmd(
-    files: List[Path] = typer.Argument(..., help="Server log file(s); several files = the nodes of one multi-node boot."),
-    node_rank: Optional[List[int]] = typer.Option(None, "--node-rank", min=0, help="Node rank of the log before it, once per file (a.log --node-rank 0 b.log --node-rank 1); default: what each log says, else file order."),
+    files: List[Path] = typer.Argument(...,
+                                       help="Server log file(s); several files = the nodes of one multi-node boot."),
+    node_rank: Optional[List[int]] = typer.Option(
+        None, "--node-rank", min=0,
+        help="Node rank of the log before it, once per file (a.log --node-rank 0 b.log --node-rank 1); "
+             "default: what each log says, else file order."),
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
-    engine: Optional[str] = typer.Option(None, "--engine", help="sglang | vllm | llamacpp (default: detected from the log)."),
+    engine: Optional[str] = typer.Option(None, "--engine",
+                                         help="sglang | vllm | llamacpp (default: detected from the log)."),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
     """Import an engine's server log(s) as a boot of kind `imported`: phases, failure signature,
@@ -92,9 +98,12 @@ def import_log_cmd(
 
 @import_app.command("trace")
 def import_trace_cmd(
-    file: Path = typer.Argument(..., help="Chrome trace (.json or .json.gz), e.g. a torch.profiler trace of vLLM or SGLang."),
-    config: Optional[str] = typer.Option(None, "--config", help="Config the engine ran (links the profile to a run of it)."),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", min=1, help="Tokens generated in the window (gives ms and launches per token)."),
+    file: Path = typer.Argument(
+        ..., help="Chrome trace (.json or .json.gz), e.g. a torch.profiler trace of vLLM or SGLang."),
+    config: Optional[str] = typer.Option(None, "--config",
+                                         help="Config the engine ran (links the profile to a run of it)."),
+    output_tokens: Optional[int] = typer.Option(
+        None, "--output-tokens", min=1, help="Tokens generated in the window (gives ms and launches per token)."),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
     """Store the profile split of a Chrome trace.
@@ -150,7 +159,8 @@ def trace_split_cmd(
 
 @import_app.command("metrics")
 def import_metrics_cmd(
-    files: List[Path] = typer.Argument(..., help="Prometheus text scrapes of GET /metrics of one engine, oldest first."),
+    files: List[Path] = typer.Argument(...,
+                                       help="Prometheus text scrapes of GET /metrics of one engine, oldest first."),
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
@@ -182,7 +192,8 @@ def import_metrics_cmd(
 
 @import_app.command("requests")
 def import_requests_cmd(
-    file: Path = typer.Argument(..., help="Per-request responses, JSON lines (SGLang meta_info or OpenAI completions with usage)."),
+    file: Path = typer.Argument(..., help="Per-request responses, JSON lines (SGLang meta_info or OpenAI completions "
+                                "with usage)."),
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:

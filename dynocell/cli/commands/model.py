@@ -11,8 +11,8 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the ``model`` command group (``make-tiny``) to ``app``."""
-    model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\nExample: dynocell model make-tiny",
-                            no_args_is_help=True)
+    model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\n"
+                                 "Example: dynocell model make-tiny", no_args_is_help=True)
 
     @model_app.command("make-tiny")
     def make_tiny_cmd(

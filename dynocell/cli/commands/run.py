@@ -41,12 +41,16 @@ def _sigterm_as_interrupt() -> None:
 
 
 def run_cmd(
-    config: Optional[str] = typer.Argument(None, help="Config name, hash (prefix) or TOML file; default: the embedded reference config."),
+    config: Optional[str] = typer.Argument(
+        None, help="Config name, hash (prefix) or TOML file; default: the embedded reference config."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: the bundled one)."),
-    lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check", help="Compare greedy output with a plain boot of the same target."),
-    profile: bool = typer.Option(True, "--profile/--no-profile", help="Open a profiler window and split where the time goes."),
+    lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check",
+                                  help="Compare greedy output with a plain boot of the same target."),
+    profile: bool = typer.Option(True, "--profile/--no-profile",
+                                 help="Open a profiler window and split where the time goes."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
-    boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
+    boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, "
+                                       "bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
     json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
 ) -> None:
     """Put one config on the stand and leave a complete record.
@@ -134,14 +138,15 @@ def show_cmd(
         if json_out:
             print_json(bd)
             return
-        from dynocell.cli.render import health_table, phases_table, run_header
+        from dynocell.cli.render import health_table, phases_table
 
-        out(f"boot {boot['id']} [{boot['state']}] on {bd['boot'].get('host_label')} {boot['engine']} port {boot['port']} "
-            f"argv: {boot['argv']}")
+        out(f"boot {boot['id']} [{boot['state']}] on {bd['boot'].get('host_label')} {boot['engine']} "
+            f"port {boot['port']} argv: {boot['argv']}")
         if bd.get("elsewhere"):
             out(f"files: on host {bd['elsewhere']['host']} under {bd['elsewhere']['dir']}")
         if boot.get("failure_signature"):
-            out(f"failure signature: {boot['failure_signature']} {(boot.get('failure_detail') or {}).get('title') or ''}")
+            title = (boot.get("failure_detail") or {}).get("title") or ""
+            out(f"failure signature: {boot['failure_signature']} {title}")
         for x in (phases_table(bd), health_table(bd)):
             if x is not None:
                 out(x)
@@ -169,7 +174,8 @@ def runs_cmd(
         return
     t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
     for r in rows:
-        add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"], ", ".join(r.get("labels") or []) or r["config_hash"][:19],
+        add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"],
+                ", ".join(r.get("labels") or []) or r["config_hash"][:19],
                 r.get("boot_id"), f"{r['tau']:.3f}" if r.get("tau") else "-",
                 f"{r['best_output_tok_s']:.1f}" if r.get("best_output_tok_s") else "-", r.get("lossless") or "-",
                 human_duration(r.get("duration_s")), (r.get("error") or "")[:60])

@@ -17,7 +17,8 @@ from dynocell.text import printable
 runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
                           "Example: dynocell runbook search \"acceptance collapse\"", no_args_is_help=True)
 bisect_app = typer.Typer(help="Bisect two configs to the knob that flips the verdict.\n\n"
-                         "Example: dynocell bisect plan examples/tiny.toml examples/tiny-ngram.toml", no_args_is_help=True)
+                         "Example: dynocell bisect plan examples/tiny.toml examples/tiny-ngram.toml",
+                         no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +33,8 @@ def register(app: typer.Typer) -> None:
 
 @runbook_app.command("lint")
 def lint_cmd(
-    paths: Optional[list[Path]] = typer.Argument(None, help="Entry files or directories (default: bundled + operator directory)."),
+    paths: Optional[list[Path]] = typer.Argument(None, help="Entry files or directories (default: bundled + "
+                                                 "operator directory)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Validate runbook entries: front matter fields, selectors, version ranges, log regexes (timed).
@@ -250,7 +252,8 @@ def bisect_plan_cmd(
 def bisect_run_cmd(
     good: str = typer.Argument(..., help="The good config: TOML file, name or hash."),
     bad: str = typer.Argument(..., help="The bad config: TOML file, name or hash."),
-    tau_drop: float = typer.Option(0.1, "--tau-drop", help="A step is bad when its τ is this fraction below GOOD's (or lossless fails)."),
+    tau_drop: float = typer.Option(0.1, "--tau-drop",
+                                   help="A step is bad when its τ is this fraction below GOOD's (or lossless fails)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Run the main job on GOOD, BAD and each bisect step; report which knob flips τ or lossless.
@@ -269,7 +272,8 @@ def bisect_run_cmd(
     r = res["result"]
     for run in res["runs"]:
         out(f"{run['label']:<10} run {run['run_id']}  τ {run['tau']}  lossless {run['lossless']}")
-    out("responsible: " + (", ".join(r["responsible"]) if r.get("responsible") else "not isolated (the knobs interact)"))
+    out("responsible: "
+        + (", ".join(r["responsible"]) if r.get("responsible") else "not isolated (the knobs interact)"))
 
 
 def _ts(dt: Any) -> str:

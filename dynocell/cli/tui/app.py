@@ -21,6 +21,7 @@ timer), ``start`` (a screen to open on top of the main one).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import datetime
 from typing import Any, Callable
@@ -138,19 +139,15 @@ class DynocellApp(App[None]):
         for j in runs:
             j.cancel.set()
             if j.boot_id:
-                try:
+                with contextlib.suppress(Exception):  # best effort on the way out
                     rb_boots.stop(self.cell, j.boot_id)
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    pass
         for j in runs:
             j.ended.wait(timeout=wait_s)
 
     def _subscriber(self, event: dict[str, Any]) -> None:
         # Called on a procedure's thread: post only (thread-safe, never blocks the procedure).
-        try:
+        with contextlib.suppress(Exception):  # the app is shutting down
             self.post_message(StoreEvent(event))
-        except Exception:  # noqa: BLE001 - app shutting down
-            pass
 
     def on_store_event(self, message: StoreEvent) -> None:
         self._tick()
@@ -166,10 +163,8 @@ class DynocellApp(App[None]):
     # ------------------------------------------------------------ fetching
     def _ui(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the UI thread from a worker (ignored once the app has stopped)."""
-        try:
+        with contextlib.suppress(RuntimeError):
             self.call_from_thread(fn, *args)
-        except RuntimeError:
-            pass
 
     def fetch(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None], group: str = "fetch") -> None:
         """Call ``fn(self.cell, *args)`` in a thread worker, then ``then(result)`` on the UI thread.
@@ -361,8 +356,8 @@ class DynocellApp(App[None]):
     def action_compare(self) -> None:
         """``c``: tick two runs, then compare them side by side."""
         self.fetch(lambda cell: views.list_runs(cell, limit=50),
-                   then=lambda runs: self.push_screen(RunsPicker(runs, self.alias),
-                                                      lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
+                   then=lambda runs: self.push_screen(
+                       RunsPicker(runs, self.alias), lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
                    group="runs")
 
     def action_quit_dash(self) -> None:

@@ -468,24 +468,47 @@ def run_head(dash: "DynocellApp", d: dict[str, Any]) -> Text:
     return head
 
 
+def _bench_table(bench: list[dict[str, Any]]) -> Any:
+    """The run's bench levels: throughput, TTFT and TPOT (ms p50/p99) per concurrency level."""
+    t = _tbl("throughput and latency (ms p50/p99)", "level", "out tok/s", "req/s", "TTFT", "TPOT",
+             "decode tok/s")
+
+    def pp(x: dict[str, Any] | None) -> str:
+        x = x or {}
+        return f"{fmt.num(x.get('p50'))}/{fmt.num(x.get('p99'))}"
+
+    for b in bench:
+        lvl = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
+        t.add_row(lvl, fmt.num(b.get("output_tok_s")), fmt.num(b.get("request_throughput"), ".2f"),
+                  pp(b.get("ttft_ms")), pp(b.get("tpot_ms")), fmt.num(b.get("decode_tok_s")))
+    return t
+
+
+def _profile_parts(prof: dict[str, Any], width: int) -> list[Any]:
+    """The run's profile: why it failed, or its split by category and its top kernels."""
+    if prof.get("state") == "failed":
+        return [Text(f"profile failed: {prof.get('error')}", style="red")]
+    parts: list[Any] = [Text(f"profile split ({prof.get('source')}; busy {fmt.num(prof.get('busy_pct'))} %, "
+                             f"{fmt.num(prof.get('ms_per_token'), '.2f')} ms/token, "
+                             f"{fmt.num(prof.get('launches_per_token'), '.1f')} launches/token)", style="bold")]
+    parts.extend(fmt.split_lines(prof.get("splits") or [], max(8, min(30, width - 50))))
+    kernels = prof.get("kernels") or []
+    if kernels:
+        t = _tbl("top kernels", "kernel", "category", "ms", "launches")
+        for k in kernels[:8]:
+            t.add_row(Text(k["name"][:max(20, width - 40)]), k["category"], f"{k['ms']:.2f}",
+                      str(k["launches"]))
+        parts.append(t)
+    return parts
+
+
 def run_sections(dash: "DynocellApp", d: dict[str, Any], width: int) -> list[Any]:
     """Renderables of the run screen in reading order, sized for ``width`` columns."""
     r = d["run"]
     parts: list[Any] = []
     bench = d.get("bench") or []
     if bench:
-        t = _tbl("throughput and latency (ms p50/p99)", "level", "out tok/s", "req/s", "TTFT", "TPOT",
-                 "decode tok/s")
-        for b in bench:
-            lvl = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
-
-            def pp(x: dict[str, Any] | None) -> str:
-                x = x or {}
-                return f"{fmt.num(x.get('p50'))}/{fmt.num(x.get('p99'))}"
-
-            t.add_row(lvl, fmt.num(b.get("output_tok_s")), fmt.num(b.get("request_throughput"), ".2f"),
-                      pp(b.get("ttft_ms")), pp(b.get("tpot_ms")), fmt.num(b.get("decode_tok_s")))
-        parts.append(t)
+        parts.append(_bench_table(bench))
     curves = d.get("curves") or []
     parts.append(Text("acceptance per text class (p unconditional, a conditional)", style="bold"))
     if curves:
@@ -514,20 +537,7 @@ def run_sections(dash: "DynocellApp", d: dict[str, Any], width: int) -> list[Any
         parts.append(t)
     prof = d.get("profile")
     if prof:
-        if prof.get("state") == "failed":
-            parts.append(Text(f"profile failed: {prof.get('error')}", style="red"))
-        else:
-            parts.append(Text(f"profile split ({prof.get('source')}; busy {fmt.num(prof.get('busy_pct'))} %, "
-                              f"{fmt.num(prof.get('ms_per_token'), '.2f')} ms/token, "
-                              f"{fmt.num(prof.get('launches_per_token'), '.1f')} launches/token)", style="bold"))
-            parts.extend(fmt.split_lines(prof.get("splits") or [], max(8, min(30, width - 50))))
-            kernels = prof.get("kernels") or []
-            if kernels:
-                t = _tbl("top kernels", "kernel", "category", "ms", "launches")
-                for k in kernels[:8]:
-                    t.add_row(Text(k["name"][:max(20, width - 40)]), k["category"], f"{k['ms']:.2f}",
-                              str(k["launches"]))
-                parts.append(t)
+        parts.extend(_profile_parts(prof, width))
     else:
         parts.append(Text("profile: none", style="dim"))
     findings = d.get("findings") or []

@@ -40,7 +40,8 @@ def _num(d: dict, key: str, typ, default, lo=None, hi=None, lo_open=False):
     v = d.get(key, default)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and isinstance(v, float) and not v.is_integer()):
+    fractional_int = typ is int and isinstance(v, float) and not v.is_integer()
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or fractional_int:
         raise BadRequest(f"sampling parameter {key!r} must be a number, got {v!r}")
     v = typ(v)
     if lo is not None and (v <= lo if lo_open else v < lo):
@@ -66,22 +67,47 @@ def _spawn_engine_core():
     return proc
 
 
-def create_app(engine: Engine) -> FastAPI:
-    """The FastAPI app serving SGLang's endpoints over ``engine``."""
-    app = FastAPI(title="dynocell reference engine")
+def _sse(obj: object) -> bytes:
+    """One server-sent event carrying ``obj`` as JSON."""
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
-    @app.exception_handler(BadRequest)
-    async def _bad(_request, exc: BadRequest):
-        return _err(exc.message, exc.status)
 
-    @app.middleware("http")
-    async def _vllm_routes(request: Request, call_next):
-        # vLLM 0.26 has none of SGLang's native routes: with --surface vllm they answer 404 as vLLM does.
-        if engine.vllm_surface and request.url.path in SGLANG_ONLY_ROUTES:
-            return JSONResponse({"detail": "Not Found"}, status_code=404)
-        return await call_next(request)
+def _finish_str(fr) -> str | None:
+    if not fr:
+        return None
+    return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr["type"], fr["type"])
 
-    def sampling(d: dict | None) -> SamplingParams:
+
+def _usage(snap) -> dict:
+    m = snap["meta_info"]
+    return {"prompt_tokens": m["prompt_tokens"], "completion_tokens": m["completion_tokens"],
+            "total_tokens": m["prompt_tokens"] + m["completion_tokens"]}
+
+
+def _mark_disconnected(req: Req) -> None:
+    """A stream ended before its generation did: the client went away; abort the request."""
+    req.aborted = req.aborted or ("client disconnected" if not req.gen or not req.gen.finished else None)
+
+
+async def _wait_done(req: Req) -> dict:
+    while True:
+        kind, payload = await req.events.get()
+        if kind == "done":
+            return payload
+
+
+class _Routes:
+    """The endpoints over one :class:`Engine`: SGLang's native routes (``/generate``, ``/health``,
+    ``/get_server_info``, profiling…) and the OpenAI-compatible ones (``/v1/completions``,
+    ``/v1/chat/completions``, ``/v1/models``). Bad input raises :class:`BadRequest` (400; 503
+    while not ready)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # ---- request checks ----------------------------------------------------------------------
+    def sampling(self, d: dict | None) -> SamplingParams:
+        engine = self.engine
         d = d or {}
         if not isinstance(d, dict):
             raise BadRequest("'sampling_params' must be an object")
@@ -108,12 +134,13 @@ def create_app(engine: Engine) -> FastAPI:
             raise BadRequest("sampling parameter 'top_k' must be -1 (all) or >= 1")
         return sp
 
-    def encode(text) -> list[int]:
+    def encode(self, text) -> list[int]:
         if not isinstance(text, str):
             raise BadRequest("'text' must be a string")
-        return engine.tokenizer.encode(text, add_special_tokens=False).ids
+        return self.engine.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def check_ids(ids) -> list[int]:
+    def check_ids(self, ids) -> list[int]:
+        engine = self.engine
         if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise BadRequest("'input_ids' must be a non-empty list of integers")
         vocab = engine.target.config.vocab_size
@@ -125,96 +152,83 @@ def create_app(engine: Engine) -> FastAPI:
                              f"({engine.context_length} tokens).")
         return ids
 
-    def ensure_ready():
-        if not engine.ready:
+    def ensure_ready(self) -> None:
+        if not self.engine.ready:
             raise BadRequest("the server is not ready (starting or shutting down)", 503)
 
-    async def run(ids: list[int], sp: SamplingParams, stream: bool, rid: str | None = None) -> Req:
+    async def run(self, ids: list[int], sp: SamplingParams, stream: bool, rid: str | None = None) -> Req:
         req = Req(rid=rid or uuid.uuid4().hex, prompt_ids=ids, sp=sp, loop=asyncio.get_running_loop(),
                   events=asyncio.Queue(), stream=stream)
-        engine.submit(req)
+        self.engine.submit(req)
         return req
 
-    async def wait_done(req: Req) -> dict:
-        while True:
-            kind, payload = await req.events.get()
-            if kind == "done":
-                return payload
-
-    async def _generate_one(body: dict, text, ids, sp_d, stream: bool):
+    async def _generate_one(self, body: dict, text, ids, sp_d, stream: bool):
         if ids is None:
             if text is None:
                 raise BadRequest("either 'text' or 'input_ids' is required")
-            ids = encode(text)
+            ids = self.encode(text)
             if not ids:
                 raise BadRequest("'text' is empty")
-        ids = check_ids(ids)
-        sp = sampling(sp_d)
-        return await run(ids, sp, stream, body.get("rid") if isinstance(body.get("rid"), str) else None)
+        ids = self.check_ids(ids)
+        sp = self.sampling(sp_d)
+        return await self.run(ids, sp, stream, body.get("rid") if isinstance(body.get("rid"), str) else None)
 
-    @app.get("/health")
-    async def health():
-        return Response(status_code=200 if engine.ready else 503)
+    # ---- SGLang's native routes --------------------------------------------------------------
+    async def health(self):
+        return Response(status_code=200 if self.engine.ready else 503)
 
-    @app.get("/health_generate")
-    async def health_generate():
+    async def health_generate(self):
+        engine = self.engine
         if not engine.ready:
             return Response(status_code=503)
-        req = await run([engine.tokenizer.encode("a").ids[0]], SamplingParams(max_new_tokens=1, temperature=0),
-                        False)
-        snap = await wait_done(req)
+        req = await self.run([engine.tokenizer.encode("a").ids[0]], SamplingParams(max_new_tokens=1, temperature=0),
+                             False)
+        snap = await _wait_done(req)
         ok = snap["meta_info"]["finish_reason"] and snap["meta_info"]["finish_reason"]["type"] != "abort"
         return Response(status_code=200 if ok else 503)
 
-    @app.get("/get_server_info")
-    @app.get("/server_info")
-    async def get_server_info():
-        return engine.server_info()
+    async def get_server_info(self):
+        return self.engine.server_info()
 
-    @app.get("/get_model_info")
-    @app.get("/model_info")
-    async def get_model_info():
+    async def get_model_info(self):
+        engine = self.engine
         return {"model_path": engine.model_path, "tokenizer_path": engine.args.tokenizer_path or engine.model_path,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
                 "has_image_understanding": False, "has_audio_understanding": False, "model_type": "llama",
                 "architectures": [engine.target.architecture]}
 
-    @app.get("/v1/models")
-    async def models():
+    async def models(self):
+        engine = self.engine
         return {"object": "list", "data": [{"id": engine.served_model_name, "object": "model",
                                             "created": int(engine.t0), "owned_by": "sglang",
                                             "root": engine.model_path, "max_model_len": engine.context_length}]}
 
-    @app.get("/metrics")
-    async def metrics():
+    async def metrics(self):
+        engine = self.engine
         if not (engine.args.enable_metrics or engine.vllm_surface):  # vLLM serves /metrics always
             return _err("metrics are disabled: start the engine with --enable-metrics", 404)
         return Response(engine.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
-    async def flush_cache():
+    async def flush_cache(self):
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
 
-    @app.post("/start_profile")
-    async def start_profile(request: Request):
+    async def start_profile(self, request: Request):
         raw = await request.body()
         body = {}
         if raw.strip():
             body = await _json(request)
         if body.get("num_steps") is not None:
             _num(body, "num_steps", int, None, lo=1)
-        msg = await asyncio.to_thread(engine.start_profile, body)
+        msg = await asyncio.to_thread(self.engine.start_profile, body)
         return PlainTextResponse(msg)
 
-    @app.post("/stop_profile")
-    async def stop_profile():
-        msg = await asyncio.to_thread(engine.stop_profile)
+    async def stop_profile(self):
+        msg = await asyncio.to_thread(self.engine.stop_profile)
         return PlainTextResponse(msg)
 
-    @app.post("/generate")
-    async def generate(request: Request):
-        ensure_ready()
+    async def generate(self, request: Request):
+        self.ensure_ready()
         body = await _json(request)
         stream = bool(body.get("stream", False))
         text, ids, sp_d = body.get("text"), body.get("input_ids"), body.get("sampling_params")
@@ -222,21 +236,10 @@ def create_app(engine: Engine) -> FastAPI:
         if batch:
             if stream:
                 raise BadRequest("streaming is not supported for batched requests in the reference engine")
-            items = text if isinstance(text, list) else ids
-            n = len(items)
-            if n == 0:
-                raise BadRequest("empty batch")
-            sps = sp_d if isinstance(sp_d, list) else [sp_d] * n
-            if len(sps) != n:
-                raise BadRequest("'sampling_params' list must have one entry per prompt")
-            reqs = []
-            for i in range(n):
-                reqs.append(await _generate_one(body, items[i] if isinstance(text, list) else None,
-                                                None if isinstance(text, list) else items[i], sps[i], False))
-            return list(await asyncio.gather(*(wait_done(r) for r in reqs)))
-        req = await _generate_one(body, text, ids, sp_d, stream)
+            return await self._generate_batch(body, text, ids, sp_d)
+        req = await self._generate_one(body, text, ids, sp_d, stream)
         if not stream:
-            snap = await wait_done(req)
+            snap = await _wait_done(req)
             snap["meta_info"]["e2e_latency"] = time.time() - req.received
             return snap
 
@@ -246,109 +249,76 @@ def create_app(engine: Engine) -> FastAPI:
                     kind, snap = await req.events.get()
                     if kind == "update" and snap["text"].endswith("\ufffd"):
                         continue  # an incomplete UTF-8 character: wait for the rest
-                    yield b"data: " + json.dumps(snap).encode() + b"\n\n"
+                    yield _sse(snap)
                     if kind == "done":
                         break
                 yield b"data: [DONE]\n\n"
             finally:
-                req.aborted = req.aborted or ("client disconnected" if not req.gen or not req.gen.finished else None)
+                _mark_disconnected(req)
         return StreamingResponse(gen(), media_type="text/event-stream")
 
+    async def _generate_batch(self, body: dict, text, ids, sp_d) -> list:
+        items = text if isinstance(text, list) else ids
+        n = len(items)
+        if n == 0:
+            raise BadRequest("empty batch")
+        sps = sp_d if isinstance(sp_d, list) else [sp_d] * n
+        if len(sps) != n:
+            raise BadRequest("'sampling_params' list must have one entry per prompt")
+        reqs = []
+        for i in range(n):
+            reqs.append(await self._generate_one(body, items[i] if isinstance(text, list) else None,
+                                                 None if isinstance(text, list) else items[i], sps[i], False))
+        return list(await asyncio.gather(*(_wait_done(r) for r in reqs)))
+
     # ---- OpenAI-compatible -------------------------------------------------------------------
-    def oa_sampling(body: dict, default_max: int) -> SamplingParams:
+    def oa_sampling(self, body: dict, default_max: int) -> SamplingParams:
         mt = body.get("max_completion_tokens", body.get("max_tokens", default_max))
         d = {"max_new_tokens": mt, "temperature": body.get("temperature"), "top_p": body.get("top_p"),
              "top_k": body.get("top_k"), "stop": body.get("stop"), "seed": body.get("seed"),
              "ignore_eos": body.get("ignore_eos", False)}
         if (body.get("n") or 1) != 1:
             raise BadRequest("only n=1 is supported")
-        return sampling({k: v for k, v in d.items() if v is not None})
+        return self.sampling({k: v for k, v in d.items() if v is not None})
 
-    def finish_str(fr) -> str | None:
-        if not fr:
-            return None
-        return {"length": "length", "stop": "stop", "abort": "abort"}.get(fr["type"], fr["type"])
-
-    def usage(snap) -> dict:
-        m = snap["meta_info"]
-        return {"prompt_tokens": m["prompt_tokens"], "completion_tokens": m["completion_tokens"],
-                "total_tokens": m["prompt_tokens"] + m["completion_tokens"]}
-
-    async def openai(body: dict, ids: list[int], chat: bool):
-        sp = oa_sampling(body, 16 if not chat else 256)
+    async def openai(self, body: dict, ids: list[int], chat: bool):
+        sp = self.oa_sampling(body, 16 if not chat else 256)
         stream = bool(body.get("stream", False))
-        req = await run(check_ids(ids), sp, stream)
-        created = int(time.time())
-        oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
-        model = body.get("model") or engine.served_model_name
-        if not stream:
-            snap = await wait_done(req)
-            fr = snap["meta_info"]["finish_reason"]
-            choice = {"index": 0, "logprobs": None, "finish_reason": finish_str(fr),
-                      "matched_stop": fr.get("matched") if fr else None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": snap["text"], "tool_calls": None,
-                                     "reasoning_content": None}
-            else:
-                choice["text"] = snap["text"]
-            return {"id": oid, "object": "chat.completion" if chat else "text_completion", "created": created,
-                    "model": model, "choices": [choice], "usage": usage(snap), "metadata": {"weight_version": "default"}}
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        req = await self.run(self.check_ids(ids), sp, stream)
+        head = {"id": ("chatcmpl-" if chat else "cmpl-") + req.rid, "created": int(time.time()),
+                "model": body.get("model") or self.engine.served_model_name}
+        if stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(_openai_stream(req, head, chat, include_usage), media_type="text/event-stream")
+        snap = await _wait_done(req)
+        fr = snap["meta_info"]["finish_reason"]
+        choice = {"index": 0, "logprobs": None, "finish_reason": _finish_str(fr),
+                  "matched_stop": fr.get("matched") if fr else None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": snap["text"], "tool_calls": None,
+                                 "reasoning_content": None}
+        else:
+            choice["text"] = snap["text"]
+        return {"id": head["id"], "object": "chat.completion" if chat else "text_completion",
+                "created": head["created"], "model": head["model"], "choices": [choice], "usage": _usage(snap),
+                "metadata": {"weight_version": "default"}}
 
-        async def gen():
-            sent = ""
-            obj = "chat.completion.chunk" if chat else "text_completion"
-            if chat:
-                first = {"id": oid, "object": obj, "created": created, "model": model,
-                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "logprobs": None, "finish_reason": None}]}
-                yield b"data: " + json.dumps(first).encode() + b"\n\n"
-            last = None
-            try:
-                while True:
-                    kind, snap = await req.events.get()
-                    last = snap
-                    text = snap["text"]
-                    if kind == "update" and text.endswith("\ufffd"):
-                        continue
-                    delta = text[len(sent):] if text.startswith(sent) else text
-                    sent = text
-                    fr = finish_str(snap["meta_info"]["finish_reason"]) if kind == "done" else None
-                    ch = {"index": 0, "logprobs": None, "finish_reason": fr}
-                    if chat:
-                        ch["delta"] = {"content": delta} if delta or fr is None else {}
-                    else:
-                        ch["text"] = delta
-                    yield b"data: " + json.dumps({"id": oid, "object": obj, "created": created, "model": model,
-                                                  "choices": [ch]}).encode() + b"\n\n"
-                    if kind == "done":
-                        break
-                if include_usage and last is not None:
-                    yield b"data: " + json.dumps({"id": oid, "object": obj, "created": created, "model": model,
-                                                  "choices": [], "usage": usage(last)}).encode() + b"\n\n"
-                yield b"data: [DONE]\n\n"
-            finally:
-                req.aborted = req.aborted or ("client disconnected" if not req.gen or not req.gen.finished else None)
-        return StreamingResponse(gen(), media_type="text/event-stream")
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        ensure_ready()
+    async def completions(self, request: Request):
+        self.ensure_ready()
         body = await _json(request)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = encode(prompt)
+            ids = self.encode(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
             ids = prompt
         else:
             raise BadRequest("'prompt' is required: a string or a list of token ids (one prompt)")
-        return await openai(body, ids, chat=False)
+        return await self.openai(body, ids, chat=False)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        ensure_ready()
+    async def chat(self, request: Request):
+        self.ensure_ready()
         body = await _json(request)
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -359,8 +329,75 @@ def create_app(engine: Engine) -> FastAPI:
                 raise BadRequest("each message needs a string 'content'")
             parts.append(f"{m.get('role', 'user')}: {m['content']}\n")
         parts.append("assistant:")
-        return await openai(body, encode("".join(parts)), chat=True)
+        return await self.openai(body, self.encode("".join(parts)), chat=True)
 
+
+async def _openai_stream(req: Req, head: dict, chat: bool, include_usage: bool):
+    """The OpenAI streaming answer of ``req``: (chat: a first role chunk,) one chunk per text
+    delta, the finish reason on the last, usage when asked for, then ``[DONE]``."""
+    sent = ""
+    base = {"id": head["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": head["created"], "model": head["model"]}
+    if chat:
+        yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                         "logprobs": None, "finish_reason": None}]})
+    last = None
+    try:
+        while True:
+            kind, snap = await req.events.get()
+            last = snap
+            text = snap["text"]
+            if kind == "update" and text.endswith("\ufffd"):
+                continue
+            delta = text[len(sent):] if text.startswith(sent) else text
+            sent = text
+            fr = _finish_str(snap["meta_info"]["finish_reason"]) if kind == "done" else None
+            ch = {"index": 0, "logprobs": None, "finish_reason": fr}
+            if chat:
+                ch["delta"] = {"content": delta} if delta or fr is None else {}
+            else:
+                ch["text"] = delta
+            yield _sse({**base, "choices": [ch]})
+            if kind == "done":
+                break
+        if include_usage and last is not None:
+            yield _sse({**base, "choices": [], "usage": _usage(last)})
+        yield b"data: [DONE]\n\n"
+    finally:
+        _mark_disconnected(req)
+
+
+def create_app(engine: Engine) -> FastAPI:
+    """The FastAPI app serving SGLang's endpoints over ``engine`` (with ``--surface vllm``,
+    SGLang's native routes answer 404 as vLLM 0.26's API server does)."""
+    app = FastAPI(title="dynocell reference engine")
+    r = _Routes(engine)
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_request, exc: BadRequest):
+        return _err(exc.message, exc.status)
+
+    @app.middleware("http")
+    async def _vllm_routes(request: Request, call_next):
+        # vLLM 0.26 has none of SGLang's native routes: with --surface vllm they answer 404 as vLLM does.
+        if engine.vllm_surface and request.url.path in SGLANG_ONLY_ROUTES:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        return await call_next(request)
+
+    app.get("/health")(r.health)
+    app.get("/health_generate")(r.health_generate)
+    app.get("/get_server_info")(r.get_server_info)
+    app.get("/server_info")(r.get_server_info)
+    app.get("/get_model_info")(r.get_model_info)
+    app.get("/model_info")(r.get_model_info)
+    app.get("/v1/models")(r.models)
+    app.get("/metrics")(r.metrics)
+    app.api_route("/flush_cache", methods=["GET", "POST"])(r.flush_cache)
+    app.post("/start_profile")(r.start_profile)
+    app.post("/stop_profile")(r.stop_profile)
+    app.post("/generate")(r.generate)
+    app.post("/v1/completions")(r.completions)
+    app.post("/v1/chat/completions")(r.chat)
     return app
 
 
@@ -387,6 +424,61 @@ def _uvicorn_log_config(level: str) -> dict:
     }
 
 
+def _log_args(args, spec) -> None:
+    """The engine's argument lines as SGLang (``server_args=ServerArgs(…)``) and, with ``--surface
+    vllm``, vLLM 0.26 (``non-default args: {…}``, its first line after its imports) print them."""
+    if args.surface == "vllm":
+        log(f"non-default args: {{'model_tag': {str(args.model_path)!r}, 'host': {args.host!r}, 'port': {args.port}, "
+            f"'served_model_name': {[args.served_model_name] if args.served_model_name else None!r}}}")
+    log(f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
+        f"speculative_algorithm={spec.algorithm!r}, speculative_draft_model_path="
+        f"{args.speculative_draft_model_path!r}, speculative_num_steps={spec.num_steps}, "
+        f"speculative_eagle_topk={spec.eagle_topk}, speculative_num_draft_tokens={spec.num_draft_tokens}, "
+        f"speculative_draft_mode={args.speculative_draft_mode!r}, context_length={args.context_length}, "
+        f"enable_metrics={args.enable_metrics}, decode_log_interval={args.decode_log_interval})")
+
+
+def _warmup_request(engine: Engine) -> bool:
+    """Generate 8 tokens of "The" on a private event loop, as SGLang's server warmup does;
+    False when the engine refused it (shutting down)."""
+    loop = asyncio.new_event_loop()
+    try:
+        req = Req(rid="warmup", prompt_ids=engine.tokenizer.encode("The").ids or [3],
+                  sp=SamplingParams(max_new_tokens=8, temperature=0), loop=loop, events=asyncio.Queue(),
+                  stream=False)
+        engine.submit(req)
+        while True:
+            kind, _ = loop.run_until_complete(req.events.get())
+            if kind == "done":
+                return True
+    except BadRequest:
+        return False
+    finally:
+        loop.close()
+
+
+def _warmup(server, engine: Engine, args) -> None:
+    """Thread body: once uvicorn listens, wait ``--startup-delay``, run the warmup request
+    (unless ``--skip-server-warmup``), then mark the engine ready and log the ready lines of
+    SGLang (``The server is fired up and ready to roll!``) or vLLM (``Application startup complete.``)."""
+    while not server.started and not server.should_exit:
+        time.sleep(0.02)
+    if server.should_exit:
+        return
+    if args.startup_delay > 0:
+        time.sleep(args.startup_delay)
+    if not args.skip_server_warmup and not _warmup_request(engine):
+        return
+    if not engine.stopping:
+        engine.ready = True
+        if engine.vllm_surface:  # vLLM: engine init, then the API server's lines
+            log(f"init engine (profile, create kv cache, warmup model) took {time.time() - engine.t0:.2f} s")
+            log(f"Starting vLLM API server on http://{args.host}:{args.port}")
+            log("Application startup complete.")
+        else:
+            log("The server is fired up and ready to roll!")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m dynocell.engine.reference``; returns the exit code (0 on SIGTERM/SIGINT)."""
     import uvicorn
@@ -397,15 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     from .args import parse
 
     args, spec = parse(argv)
-    if args.surface == "vllm":  # vLLM 0.26's first line after its imports
-        log(f"non-default args: {{'model_tag': {str(args.model_path)!r}, 'host': {args.host!r}, 'port': {args.port}, "
-            f"'served_model_name': {[args.served_model_name] if args.served_model_name else None!r}}}")
-    log(f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
-        f"speculative_algorithm={spec.algorithm!r}, speculative_draft_model_path="
-        f"{args.speculative_draft_model_path!r}, speculative_num_steps={spec.num_steps}, "
-        f"speculative_eagle_topk={spec.eagle_topk}, speculative_num_draft_tokens={spec.num_draft_tokens}, "
-        f"speculative_draft_mode={args.speculative_draft_mode!r}, context_length={args.context_length}, "
-        f"enable_metrics={args.enable_metrics}, decode_log_interval={args.decode_log_interval})")
+    _log_args(args, spec)
     import torch
 
     torch.set_num_threads(max(1, args.num_threads))
@@ -439,40 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                             access_log=args.log_level == "debug", timeout_graceful_shutdown=2,
                             timeout_keep_alive=5, lifespan="off")
     server = _Server(config)
-
-    def warmup():
-        while not server.started and not server.should_exit:
-            time.sleep(0.02)
-        if server.should_exit:
-            return
-        if args.startup_delay > 0:
-            time.sleep(args.startup_delay)
-        if not args.skip_server_warmup:
-            import asyncio as _a
-            loop = _a.new_event_loop()
-            try:
-                req = Req(rid="warmup", prompt_ids=engine.tokenizer.encode("The").ids or [3],
-                          sp=SamplingParams(max_new_tokens=8, temperature=0), loop=loop, events=_a.Queue(),
-                          stream=False)
-                engine.submit(req)
-                while True:
-                    kind, _ = loop.run_until_complete(req.events.get())
-                    if kind == "done":
-                        break
-            except BadRequest:
-                return
-            finally:
-                loop.close()
-        if not engine.stopping:
-            engine.ready = True
-            if engine.vllm_surface:  # vLLM: engine init, then the API server's lines
-                log(f"init engine (profile, create kv cache, warmup model) took {time.time() - engine.t0:.2f} s")
-                log(f"Starting vLLM API server on http://{args.host}:{args.port}")
-                log("Application startup complete.")
-            else:
-                log("The server is fired up and ready to roll!")
-
-    threading.Thread(target=warmup, name="warmup", daemon=True).start()
+    threading.Thread(target=_warmup, args=(server, engine, args), name="warmup", daemon=True).start()
     core = _spawn_engine_core() if engine.vllm_surface else None
     server.run()
     engine.begin_shutdown()

@@ -204,9 +204,7 @@ class Generation:
             self.tokens.append(t)
             self.output_ids.append(t)
             kept.append(t)
-            if t in self.eos_ids and not self.sp.ignore_eos:
-                self.finished = {"type": "stop", "matched": t}
-            elif t in self.sp.stop_token_ids:
+            if t in self.eos_ids and not self.sp.ignore_eos or t in self.sp.stop_token_ids:
                 self.finished = {"type": "stop", "matched": t}
             elif len(self.output_ids) >= self.sp.max_new_tokens or len(self.tokens) >= self.context_length:
                 self.finished = {"type": "length", "length": len(self.output_ids)}
@@ -250,7 +248,7 @@ class Generation:
         feed = self.tokens[valid:]
         drafts: list[int] = []
         qs: list[torch.Tensor | None] = []
-        for i in range(D):
+        for _ in range(D):
             logits = self.draft.forward(feed, self.dcache)[-1]
             self.dcache_tokens.extend(feed)
             if self.sp.greedy or self.draft_mode == "top1":

@@ -9,6 +9,7 @@ engine — the state dynocell's health oracle must call ``down``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -17,10 +18,8 @@ from pathlib import Path
 
 def main(title: str = "VLLM::EngineCore") -> None:
     """Set the 15-character comm to ``title`` and wait until the parent process is gone."""
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/comm").write_text(title[:15])
-    except OSError:
-        pass
     parent = os.getppid()
     while os.getppid() == parent:
         time.sleep(0.2)

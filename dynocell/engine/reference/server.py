@@ -14,6 +14,7 @@ real responses in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import os
@@ -143,8 +144,8 @@ class Engine:
             log(f"Initializing a V1 LLM engine (v0.26.0+dynocell.reference) with config: model={self.model_path!r}, "
                 f"speculative_config={self.spec.algorithm!r}, max_seq_len={a.context_length}")
         else:
-            log(f"Init torch distributed begin.")
-            log(f"Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+            log("Init torch distributed begin.")
+            log("Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
         self.target = self._load(Path(a.model_path))
         self.draft = None
         if self.spec.algorithm == "STANDALONE":
@@ -222,10 +223,8 @@ class Engine:
         return getattr(self.args, "surface", "sglang") == "vllm"
 
     def _push(self, req: Req, kind: str, payload: Any = None) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the handler's loop is gone
             req.loop.call_soon_threadsafe(req.events.put_nowait, (kind, payload))
-        except RuntimeError:
-            pass  # the handler's loop is gone
 
     def snapshot(self, req: Req) -> dict:
         """SGLang ``/generate`` response body for the request's current state."""
@@ -416,10 +415,8 @@ class Engine:
                         self._finish(r)
                     self.waiting.clear()
                     self.running.clear()
-                try:
+                with contextlib.suppress(BadRequest):  # already logged; shutting down anyway
                     self._stop_profile()
-                except BadRequest:
-                    pass  # already logged; shutting down anyway
                 return
             with self.lock:
                 self._admit()
@@ -459,15 +456,15 @@ class Engine:
             raise BadRequest(f"output_dir {given!r} is outside the profile directory {root} given at launch "
                              "(--profile-dir / SGLANG_TORCH_PROFILER_DIR); profile output stays inside it")
         names = []
-        for field, default in (("profile_id", str(time.time())), ("profile_prefix", "")):
-            value = body.get(field)
+        for key, default in (("profile_id", str(time.time())), ("profile_prefix", "")):
+            value = body.get(key)
             value = default if value in (None, "") else value
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise BadRequest(f"{field} must be a string")
+                raise BadRequest(f"{key} must be a string")
             value = str(value)
             if value and (any(c in value for c in "/\\\x00") or value.startswith(".") or ".." in value
                           or os.path.isabs(value)):
-                raise BadRequest(f"{field} {value!r} must be a plain file-name part: no '/', '\\', '..', "
+                raise BadRequest(f"{key} {value!r} must be a plain file-name part: no '/', '\\', '..', "
                                  "leading '.' or absolute path")
             names.append(value)
         return out, names[0], names[1]
@@ -509,10 +506,9 @@ class Engine:
             return
         p["steps"] += 1
         if p["num_steps"] and p["steps"] >= int(p["num_steps"]):
-            try:
+            # logged; the worker thread must keep decoding (a later /stop_profile says so)
+            with contextlib.suppress(BadRequest):
                 self._stop_profile()
-            except BadRequest:
-                pass  # logged; the worker thread must keep decoding (a later /stop_profile says so)
 
     def _stop_profile(self) -> Path | None:
         p = self.profile

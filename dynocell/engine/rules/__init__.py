@@ -35,6 +35,7 @@ are removed before matching (:func:`match_text`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import re._parser as sre_parse  # the stdlib regex parser (Python ≥ 3.11)
@@ -64,10 +65,9 @@ _ANSI = ESCAPE_SEQUENCE
 # ---------------------------------------------------------------- regex safety
 
 _REPEATS = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
-try:  # Python 3.11+ possessive repeats cannot backtrack; treat like the others for simplicity
+# Python 3.11+ possessive repeats cannot backtrack; treat like the others for simplicity
+with contextlib.suppress(AttributeError):
     _REPEATS.add(sre_parse.POSSESSIVE_REPEAT)
-except AttributeError:  # pragma: no cover
-    pass
 
 
 def _nested_unbounded(items: Any, inside_unbounded: bool) -> bool:
@@ -79,16 +79,21 @@ def _nested_unbounded(items: Any, inside_unbounded: bool) -> bool:
                 return True
             if _nested_unbounded(sub, inside_unbounded or unbounded):
                 return True
-        elif op == sre_parse.SUBPATTERN:
-            if _nested_unbounded(av[-1], inside_unbounded):
-                return True
-        elif op == sre_parse.BRANCH:
-            if any(_nested_unbounded(b, inside_unbounded) for b in av[1]):
-                return True
-        elif op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
-            if _nested_unbounded(av[1], inside_unbounded):
-                return True
+        elif any(_nested_unbounded(sub, inside_unbounded) for sub in _subpatterns(op, av)):
+            return True
     return False
+
+
+def _subpatterns(op: Any, av: Any) -> list[Any]:
+    """The sub-patterns of one parsed regex node other than a repeat: a group's body, each
+    alternative of a branch, a lookaround's body; ``[]`` for a leaf."""
+    if op == sre_parse.SUBPATTERN:
+        return [av[-1]]
+    if op == sre_parse.BRANCH:
+        return list(av[1])
+    if op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
+        return [av[1]]
+    return []
 
 
 def compile_safe(pattern: str, source: str, field_name: str) -> re.Pattern[str]:
@@ -363,7 +368,7 @@ def classify(
     matching line of the tail provides ``groups``.
     """
     sigs = signatures if signatures is not None else load_signatures()
-    texts = [match_text(l) for l in log_tail]
+    texts = [match_text(line) for line in log_tail]
     # Lines may hold several \r-separated segments (progress bars); match each.
     segments = [seg for t in texts for seg in t.split("\r")]
     phase = last_phase or NO_PHASE

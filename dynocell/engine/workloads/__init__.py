@@ -388,7 +388,8 @@ def _build_text(material: str, prompt: str, target: int, ratio: float, rng: rand
 def bundled_path(name: str = "default") -> Path:
     """Path of a bundled workload file (``default`` or ``long``); raises NotFound-style UserError otherwise."""
     if name not in BUNDLED:
-        raise UserError(f"no bundled workload {name!r}", f"bundled workloads: {', '.join(BUNDLED)}; or pass a file path")
+        raise UserError(f"no bundled workload {name!r}",
+                        f"bundled workloads: {', '.join(BUNDLED)}; or pass a file path")
     return HERE / f"{name}.toml"
 
 
