@@ -89,13 +89,6 @@ def get_boot(store: Store, boot_id: str) -> dict[str, Any] | None:
         return _row(boot) if boot else None
 
 
-def find_boots(store: Store, prefix: str) -> list[dict[str, Any]]:
-    """Boots whose id starts with ``prefix``."""
-    with store.session() as s:
-        rows = s.scalars(select(Boot).where(Boot.id.startswith(prefix, autoescape=True))).all()
-        return [_row(b) for b in rows]
-
-
 def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200,
                host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Boots, newest first, optionally only those in ``states`` and of the hosts ``host_ids``."""

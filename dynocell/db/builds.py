@@ -68,18 +68,6 @@ def get_build(store: Store, build_hash: str) -> StoredBuild | None:
         return _stored(row) if row else None
 
 
-def build_hashes_with_prefix(store: Store, prefix: str, limit: int = 10) -> list[str]:
-    """Stored build hashes starting with ``prefix`` (full ``"sha256:…"`` form), at most ``limit``."""
-    with store.session() as s:
-        rows = s.scalars(
-            select(EngineBuild.build_hash)
-            .where(func.substr(EngineBuild.build_hash, 1, len(prefix)) == prefix)
-            .order_by(EngineBuild.build_hash)
-            .limit(limit)
-        )
-        return list(rows)
-
-
 def all_builds(store: Store) -> list[StoredBuild]:
     """Every stored build, newest first."""
     with store.session() as s:

@@ -74,18 +74,6 @@ def get_config(store: Store, config_hash: str) -> StoredConfig | None:
         return _stored(row) if row else None
 
 
-def hashes_with_prefix(store: Store, prefix: str, limit: int = 10) -> list[str]:
-    """Stored hashes starting with ``prefix`` (full ``"sha256:…"`` form), at most ``limit``."""
-    with store.session() as s:
-        rows = s.scalars(
-            select(Config.config_hash)
-            .where(func.substr(Config.config_hash, 1, len(prefix)) == prefix)
-            .order_by(Config.config_hash)
-            .limit(limit)
-        )
-        return list(rows)
-
-
 def all_configs(store: Store) -> list[StoredConfig]:
     """Every stored config, newest first."""
     with store.session() as s:

@@ -126,20 +126,6 @@ def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any
         return [_row(b) for b in s.scalars(q.order_by(Boot.started_at))]
 
 
-def find_build(store: Store, ref: str) -> list[str]:
-    """Build hashes equal to ``ref`` or starting with it (with or without ``sha256:``), at most 10."""
-    from dynocell.db.models import EngineBuild
-
-    with store.session() as s:
-        if s.get(EngineBuild, ref) is not None:
-            return [ref]
-        out: list[str] = []
-        for prefix in {ref, "sha256:" + ref.removeprefix("sha256:")}:
-            q = select(EngineBuild.build_hash).where(EngineBuild.build_hash.startswith(prefix, autoescape=True))
-            out.extend(s.scalars(q.limit(10)))
-        return sorted(set(out))
-
-
 def get_build(store: Store, build_hash: str) -> dict[str, Any] | None:
     """One engine build row or None."""
     from dynocell.db.models import EngineBuild

@@ -134,36 +134,6 @@ def list_notes(store: Any, target_kind: str | None = None, target_id: str | None
                  "created_at": n.created_at} for n in s.scalars(q)]
 
 
-def resolve_target(store: Any, kind: str, ident: str) -> str | None:
-    """The one id of ``kind`` (run, boot, config, experiment) that ``ident`` names, else None.
-
-    Runs and boots match by id or unique id prefix; configs by label (newest),
-    full hash, or unique hash prefix (with or without ``sha256:``); experiments by name.
-    """
-    with store.session() as s:
-        if kind in ("run", "boot"):
-            model = Run if kind == "run" else Boot
-            if s.get(model, ident) is not None:
-                return ident
-            ids = list(s.scalars(select(model.id).where(model.id.like(_prefix(ident))).limit(2)))
-            return ids[0] if len(ids) == 1 else None
-        if kind == "config":
-            label = s.scalars(select(ConfigLabel).where(ConfigLabel.name == ident)
-                              .order_by(ConfigLabel.id.desc()).limit(1)).first()
-            if label:
-                return label.config_hash
-            h = ident if ident.startswith("sha256:") else "sha256:" + ident
-            hashes = list(s.scalars(select(Config.config_hash).where(Config.config_hash.like(_prefix(h))).limit(2)))
-            return hashes[0] if len(hashes) == 1 and len(ident) >= 6 else None
-        if kind == "experiment":
-            return ident if s.get(Experiment, ident) is not None else None
-    return None
-
-
-def _prefix(ident: str) -> str:
-    return ident.replace("\\", "").replace("%", "").replace("_", "\\_") + "%" if ident else "\x00"
-
-
 # ------------------------------------------------------------------ findings
 
 def save_findings(store: Any, findings: list[dict[str, Any]], run_id: str | None = None,

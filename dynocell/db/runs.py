@@ -49,12 +49,6 @@ def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
         return _row(run) if run else None
 
 
-def find_runs(store: Store, prefix: str) -> list[dict[str, Any]]:
-    """Runs whose id starts with ``prefix``."""
-    with store.session() as s:
-        return [_row(r) for r in s.scalars(select(Run).where(Run.id.startswith(prefix, autoescape=True))).all()]
-
-
 def list_runs(store: Store, *, config_hash: str | None = None, boot_id: str | None = None,
               states: tuple[str, ...] | None = None, limit: int = 100,
               host_ids: list[str] | None = None) -> list[dict[str, Any]]:

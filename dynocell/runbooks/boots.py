@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 import psutil
 
 from dynocell.db import boots as db_boots
+from dynocell.db import refs
 from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig, injection_warning
@@ -398,19 +399,11 @@ def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- boots by reference
 
 def resolve_boot(cell: Cell, ref: str) -> dict[str, Any]:
-    """A boot row by id or unique id prefix. Raises NotFound naming the ambiguity or absence."""
-    ref = ref.strip()
-    if not ref:
-        raise NotFound("empty boot id", "see `dynocell ps --all`")
-    matches = db_boots.find_boots(cell.store, ref)
-    if not matches:
-        raise NotFound(f"no boot matches {ref!r}", "see `dynocell ps --all` for boot ids")
-    exact = [m for m in matches if m["id"] == ref]
-    if exact:
-        return exact[0]
-    if len(matches) > 1:
-        raise NotFound(f"boot prefix {ref!r} is ambiguous ({len(matches)} boots)", "give more characters of the id")
-    return matches[0]
+    """A boot row by id or unique id prefix (the one resolver, :mod:`dynocell.db.refs`).
+    Raises NotFound naming the ambiguity or absence."""
+    row = db_boots.get_boot(cell.store, refs.resolve_key(cell.store, ref, "boot"))
+    assert row is not None  # resolved just now; boots are never deleted
+    return row
 
 
 def _is_our_process(pid: int | None, marker: str) -> bool:

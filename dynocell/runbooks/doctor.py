@@ -765,21 +765,20 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     failure signature resolved to entries (rule ``boot_failure``) plus the
     findings of each run on it. Raises NotFound when ``ref`` names neither.
     """
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import knowledge as dbk, refs
     from dynocell.runbooks.knowledge import knowledge_for
 
     store = cell.store
     kn = knowledge_for(cell.settings)
-    run_id = dbk.resolve_target(store, "run", ref)
+    found = refs.resolve(store, ref, ("run", "boot"))
+    run_id = found.key if found.kind == "run" else None
     if run_id:
         findings = diagnose_inputs(inputs_for_run(cell, run_id), knowledge=kn)
         if store_findings:
             run = dbk.get_run(store, run_id) or {}
             dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id, boot_id=run.get("boot_id"))
         return findings
-    boot_id = dbk.resolve_target(store, "boot", ref)
-    if not boot_id:
-        raise NotFound(f"no run or boot matches {ref!r}", "see dynocell runs / dynocell ps for ids")
+    boot_id = found.key
     boot = dbk.get_boot(store, boot_id) or {}
     findings = []
     sig = boot.get("failure_signature")

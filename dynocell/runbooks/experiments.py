@@ -33,6 +33,7 @@ from typing import Any, Callable
 from dynocell.db import configs as db_configs
 from dynocell.db import experiments as db
 from dynocell.db import runs as db_runs
+from dynocell.db import refs
 from dynocell.engine import verdicts as V
 from dynocell.errors import DynocellError, Interrupted, NotFound, UserError
 from dynocell.runbooks import events
@@ -481,12 +482,7 @@ def list_experiments(cell: Cell) -> list[dict[str, Any]]:
 def _resolve_build(cell: Cell, ref: str | None) -> str | None:
     if not ref:
         return None
-    found = db.find_build(cell.store, ref.strip())
-    if not found:
-        raise NotFound(f"no engine build matches {ref!r}", "builds are made by `dynocell run` on a config with patches")
-    if len(found) > 1:
-        raise NotFound(f"build prefix {ref!r} is ambiguous ({len(found)} builds)", "give more characters")
-    return found[0]
+    return refs.resolve_key(cell.store, ref, "build")
 
 
 def pin(cell: Cell, config: str, *, note: str, build: str | None = None,

@@ -164,7 +164,6 @@ class Entry:
 
 # ------------------------------------------------------------------ regex safety
 
-_LIST_COMMANDS = {"boot": "dynocell ps --all", "run": "dynocell runs", "config": "dynocell config list", "entry": "dynocell runbook search", "experiment": "dynocell experiment list"}
 
 def _regex_parser():
     try:
@@ -1027,35 +1026,25 @@ def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[
     """Resolve ``TARGET`` to ``(kind, id)``.
 
     Accepts ``kind:ID`` (kind in config, boot, run, entry, experiment) or a bare
-    id tried as entry slug, run id prefix, boot id prefix, config name, config
-    hash prefix, experiment name. Raises NotFound when nothing or more than one
-    thing matches.
+    id tried as entry slug and then by the one resolver (:mod:`dynocell.db.refs`: run or
+    boot id or prefix, config name, hash or prefix, experiment name). Raises NotFound when
+    nothing matches, :class:`~dynocell.db.refs.AmbiguousRef` when more than one thing does.
     """
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import refs
 
     if ":" in target and target.split(":", 1)[0] in NOTE_KINDS:
         kind, ident = target.split(":", 1)
         if kind == "entry":
             return kind, knowledge.get(ident).slug
-        found = dbk.resolve_target(store, kind, ident)
-        if not found:
-            raise NotFound(f"no {kind} matches {ident!r}",
-                           f"list them with `{_LIST_COMMANDS.get(kind, 'dynocell --help')}`, or check the id")
-        return kind, found
-    hits: list[tuple[str, str]] = []
-    if target in knowledge.entries:
-        hits.append(("entry", target))
-    for kind in ("run", "boot", "config", "experiment"):
-        found = dbk.resolve_target(store, kind, target)
-        if found:
-            hits.append((kind, found))
+        return kind, refs.resolve_key(store, ident, kind)
+    hits = [refs.Ref("entry", target)] if target in knowledge.entries else []
+    hits += refs.candidates(store, target, ("run", "boot", "config", "experiment"))
     if not hits:
         raise NotFound(f"nothing matches {target!r}",
                        "write KIND:ID, e.g. run:0a1b…, boot:…, config:NAME, entry:SLUG, experiment:NAME")
     if len(hits) > 1:
-        raise NotFound(f"{target!r} is ambiguous: " + ", ".join(f"{k}:{i}" for k, i in hits),
-                       "prefix it with the kind, e.g. run:" + target)
-    return hits[0]
+        raise refs.AmbiguousRef(target, hits)
+    return hits[0].kind, hits[0].key
 
 
 def list_notes(cell: Any, kind: str, ident: str) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 
 from dynocell.db import boots as db_boots
 from dynocell.db import runs as db_runs
+from dynocell.db import refs
 from dynocell.engine import acceptance as acc
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig, injection_warning
@@ -1066,18 +1067,10 @@ def reconcile_runs(cell: Cell) -> list[str]:
 
 
 def resolve_run(cell: Cell, ref: str) -> dict[str, Any]:
-    """A run row by id or unique prefix. Raises NotFound."""
-    from dynocell.errors import NotFound
-
-    matches = db_runs.find_runs(cell.store, ref.strip()) if ref.strip() else []
-    exact = [m for m in matches if m["id"] == ref]
-    if exact:
-        return exact[0]
-    if not matches:
-        raise NotFound(f"no run matches {ref!r}", "see `dynocell runs` for run ids")
-    if len(matches) > 1:
-        raise NotFound(f"run prefix {ref!r} is ambiguous ({len(matches)} runs)", "give more characters")
-    return matches[0]
+    """A run row by id or unique prefix (the one resolver, :mod:`dynocell.db.refs`). Raises NotFound."""
+    row = db_runs.get_run(cell.store, refs.resolve_key(cell.store, ref, "run"))
+    assert row is not None  # resolved just now; runs are never deleted
+    return row
 
 
 def latest_run_json(cell: Cell) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import desc, func, or_, select
 
-from dynocell.db import models as m
+from dynocell.db import models as m, refs
 from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
 
@@ -29,8 +29,6 @@ FAILED_STATES = ("failed", "crashed", "lost")
 
 
 # ---------------------------------------------------------------- helpers
-
-_LIST_COMMANDS = {"boot": "dynocell ps --all", "run": "dynocell runs", "config": "dynocell config list", "entry": "dynocell runbook search", "experiment": "dynocell experiment list"}
 
 def _aware(dt: datetime | None) -> datetime | None:
     if dt is None:
@@ -60,20 +58,9 @@ _BENCH_FIELDS = ("text_class", "concurrency", "num_requests", "num_failed", "len
                  "prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-def _resolve(s, model, key_col, ref: str, what: str) -> Any:
-    obj = s.get(model, ref)
-    if obj is not None:
-        return obj
-    rows = s.scalars(select(model).where(key_col.like(_like_prefix(ref))).limit(2)).all()
-    if len(rows) == 1:
-        return rows[0]
-    if not rows:
-        raise NotFound(f"no {what} matches {ref!r}", f"list them with `{_LIST_COMMANDS.get(what, 'dynocell --help')}` or the web panel")
-    raise NotFound(f"{what} prefix {ref!r} is ambiguous", "give more characters of the id")
-
-
-def _like_prefix(ref: str) -> str:
-    return ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+def _resolve(s, model, ref: str, kind: str) -> Any:
+    """The row of ``model`` that ``ref`` names by the one resolver's rule (:mod:`dynocell.db.refs`)."""
+    return s.get(model, refs.resolve_in(s, ref, kind).key)
 
 
 def _labels(s) -> dict[str, list[str]]:
@@ -295,7 +282,7 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
     oldest first. ``entries``: runbook entries linked to the failure signature (slug, title).
     """
     with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
+        b = _resolve(s, m.Boot, boot_id, "boot")
         labels = _labels(s)
         boot = _boot_summary(s, b, labels)
         events = label_model_phases([_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events])
@@ -428,7 +415,7 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
     stored without per-rank rows) and top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
     """
     with cell.store.session() as s:
-        r = _resolve(s, m.Run, m.Run.id, run_id, "run")
+        r = _resolve(s, m.Run, run_id, "run")
         return _run_data(s, r, _labels(s))
 
 
@@ -446,7 +433,7 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
         raise UserError("compare needs at least two runs", "pick two or more runs (ids or prefixes)")
     with cell.store.session() as s:
         labels = _labels(s)
-        runs = [_run_data(s, _resolve(s, m.Run, m.Run.id, rid, "run"), labels) for rid in ids]
+        runs = [_run_data(s, _resolve(s, m.Run, rid, "run"), labels) for rid in ids]
     keys = sorted({(b["concurrency"], b["text_class"] or "") for r in runs for b in r["bench"]})
     throughput = []
     for conc, tc in keys:
@@ -482,13 +469,7 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------- configs
 
 def _resolve_config(s, ref: str) -> m.Config:
-    ref = ref.strip()
-    lab = s.scalars(select(m.ConfigLabel).where(m.ConfigLabel.name == ref).order_by(desc(m.ConfigLabel.id))
-                    .limit(1)).first()
-    if lab is not None:
-        return s.get(m.Config, lab.config_hash)
-    h = ref if ref.startswith("sha256:") else "sha256:" + ref
-    return _resolve(s, m.Config, m.Config.config_hash, h, "config")
+    return _resolve(s, m.Config, ref, "config")
 
 
 def list_configs(cell) -> list[dict[str, Any]]:
@@ -610,7 +591,7 @@ def elsewhere(cell, boot_id: str) -> dict[str, Any] | None:
     from dynocell.runbooks import hosts as rb_hosts
 
     with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
+        b = _resolve(s, m.Boot, boot_id, "boot")
         if not b.host_id or b.host_id == rb_hosts.this_host_id(cell):
             return None
         return {"host": _host_label(s, b.host_id, b.hostname), "host_id": b.host_id,
@@ -627,7 +608,7 @@ def _boot_log(cell, boot_id: str) -> Path:
     if where is not None:
         raise _not_here(where)
     with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
+        b = _resolve(s, m.Boot, boot_id, "boot")
         log_path = b.log_path
     home = Path(cell.settings.home).resolve()
     p = Path(log_path).resolve()
@@ -702,7 +683,7 @@ def artifact_path(cell, boot_id: str, name: str) -> Path:
     if bad:
         raise NotFound("no such artifact", "see the boot page for its files")
     with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
+        b = _resolve(s, m.Boot, boot_id, "boot")
         bid = b.id
     base = (home / "boots" / bid).resolve()
     p = (base / name).resolve()
@@ -888,4 +869,4 @@ def open_view_cell(settings) -> Any:
 def boot_key(cell, ref: str) -> str:
     """The full boot id ``ref`` (id or unique prefix) names; NotFound otherwise."""
     with cell.store.session() as s:
-        return _resolve(s, m.Boot, m.Boot.id, ref, "boot").id
+        return _resolve(s, m.Boot, ref, "boot").id
