@@ -12,10 +12,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from dynocell.db.models import Boot, BootEvent, HealthCheck, utcnow
+from dynocell.boot_states import FAILED_STATES, LIVE_STATES, TERMINAL_STATES  # noqa: F401 - the one definition, re-exported
 from dynocell.db.session import Store
 
-TERMINAL_STATES = ("stopped", "failed", "crashed", "lost")
-LIVE_STATES = ("starting", "ready", "stopping")
 
 
 def _row(obj: Any) -> dict[str, Any]:

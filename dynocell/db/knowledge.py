@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
-
+from dynocell.db.boots import _row
 from dynocell.db.models import (
-    AcceptanceCurve, BenchRun, Boot, Config, ConfigLabel, Experiment, Finding, Golden, Note, Run, RunbookEntry, utcnow,
+    AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
+from dynocell.errors import UserError
 
 # ------------------------------------------------------------------ entries
 
@@ -112,10 +113,28 @@ def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, An
 
 # ------------------------------------------------------------------ notes
 
+NOTE_KINDS = ("config", "boot", "run", "entry", "experiment")
+"""What a note can be attached to."""
+
+MAX_NOTE_CHARS = 20_000
+
+
 def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> dict[str, Any]:
-    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict."""
+    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict
+    ``{id, target_kind, target_id, text, created_at}``. The one writer of notes (CLI, web, bisect).
+
+    Raises UserError for an unknown kind, an empty text (after stripping) or more than
+    :data:`MAX_NOTE_CHARS` characters; nothing is written then.
+    """
+    text = (note_text or "").strip()
+    if target_kind not in NOTE_KINDS:
+        raise UserError(f"note target kind {target_kind!r} is unknown", "use " + ", ".join(NOTE_KINDS))
+    if not text:
+        raise UserError("note text is empty", "write something")
+    if len(text) > MAX_NOTE_CHARS:
+        raise UserError(f"note is longer than {MAX_NOTE_CHARS} characters", "shorten it or link a file")
     with store.session() as s:
-        n = Note(target_kind=target_kind, target_id=target_id, text=note_text, created_at=utcnow())
+        n = Note(target_kind=target_kind, target_id=target_id, text=text, created_at=utcnow())
         s.add(n)
         s.flush()
         return {"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
@@ -172,31 +191,6 @@ def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = N
 
 # ------------------------------------------------------------------ doctor inputs
 
-def _run_dict(r: Run) -> dict[str, Any]:
-    return {"id": r.id, "kind": r.kind, "config_hash": r.config_hash, "boot_id": r.boot_id, "state": r.state,
-            "step": r.step, "options": r.options or {}, "lossless": r.lossless,
-            "lossless_detail": r.lossless_detail or {}, "breakeven": r.breakeven or {}, "summary": r.summary or {},
-            "workload_sha256": r.workload_sha256, "started_at": r.started_at}
-
-
-def get_run(store: Any, run_id: str) -> dict[str, Any] | None:
-    """One run as a dict (id, kind, config_hash, boot_id, state, options, lossless, breakeven, summary …)."""
-    with store.session() as s:
-        r = s.get(Run, run_id)
-        return _run_dict(r) if r else None
-
-
-def get_boot(store: Any, boot_id: str) -> dict[str, Any] | None:
-    """One boot as a dict (id, config_hash, state, failure_signature, failure_detail, log_path, engine)."""
-    with store.session() as s:
-        b = s.get(Boot, boot_id)
-        if b is None:
-            return None
-        return {"id": b.id, "config_hash": b.config_hash, "engine": b.engine, "state": b.state,
-                "failure_signature": b.failure_signature, "failure_detail": b.failure_detail or {},
-                "log_path": b.log_path, "last_phase": b.last_phase}
-
-
 def runs_of_boot(store: Any, boot_id: str) -> list[str]:
     """Ids of the runs on a boot, oldest first."""
     with store.session() as s:
@@ -245,7 +239,7 @@ def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limi
         for r, cj in s.execute(q):
             if r.id == exclude_run:
                 continue
-            d = _run_dict(r)
+            d = _row(r)
             d["canonical_json"] = cj
             out.append(d)
         return out

@@ -253,7 +253,7 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
     result}``; the experiment is recorded as a note on the BAD config.
     Raises UserError when GOOD is not better than BAD (nothing to bisect).
     """
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import knowledge as dbk, runs as db_runs
     from dynocell.runbooks.configs import resolve_config, store_config
     from dynocell.runbooks.run import run_job
 
@@ -266,7 +266,7 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
         h = store_config(cell, cfg)
         say(f"bisect: running {label}", {"config_hash": h})
         rid = run_job(cell, h)
-        run = dbk.get_run(cell.store, rid) or {}
+        run = db_runs.get_run(cell.store, rid) or {}
         return {"label": label, "run_id": rid, "config_hash": h, "tau": (run.get("summary") or {}).get("tau"),
                 "lossless": run.get("lossless"), "state": run.get("state")}
 

@@ -42,7 +42,7 @@ from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.supervisor import (
     Supervisor, file_digest, process_alive, process_create_time, stop_marked, stop_process_group,
 )
-from dynocell.errors import EngineError, NotFound, UserError
+from dynocell.errors import EngineError, UserError
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dynocell.db import boots as db_boots
 from dynocell.db import runs as db_runs
 from dynocell.db import refs
 from dynocell.engine import acceptance as acc

@@ -31,6 +31,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from dynocell.boot_states import LIVE_STATES as LIVE
 from dynocell.cli.tui import format as fmt
 from dynocell.cli.tui.jobs import Job, cancelling_progress
 from dynocell.cli.tui.screens import CompareScreen, DashScreen, MainScreen, RunbooksScreen
@@ -38,8 +39,6 @@ from dynocell.cli.tui.widgets import DEFAULT_CHOICE, ConfigPicker, ConfirmScreen
 from dynocell.errors import DynocellError, Interrupted
 from dynocell.runbooks import events, views
 from dynocell.text import printable, printable_tree
-
-LIVE = ("starting", "ready", "stopping")
 
 
 class StoreEvent(Message):
