@@ -54,7 +54,7 @@ def live_boot(cell, boot_id: str, config_hash: str) -> None:
                          host="127.0.0.1", port=1, argv="", env={}, state="ready", pid=pid, pgid=pid,
                          supervisor_pid=pid, host_id=hosts.this_host_id(cell),
                          log_path=str(cell.settings.boots_dir / boot_id / "engine.log"),
-                         failure_detail={"supervisor_create_time": 1.0, "engine_create_time": 1.0})
+                         supervisor_create_time=1.0, engine_create_time=1.0)
 
 
 def make_quiet(cell, host_id: str, hours: float) -> None:

@@ -121,7 +121,7 @@ def test_reconcile_stops_an_engine_found_only_by_its_marker(fake_cell, tmp_path)
     db_boots.create_boot(fake_cell.store, id=boot_id, config_hash=h, engine="sglang",
                          hostname=__import__("socket").gethostname(), host="127.0.0.1", port=1, argv="x",
                          env={}, state="starting", log_path=str(log), supervisor_pid=dead.pid,
-                         failure_detail={"supervisor_create_time": 1.0})
+                         supervisor_create_time=1.0)
     engine = subprocess.Popen([sys.executable, "-c", "import time, subprocess, sys; "
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
                                "time.sleep(600)"],

@@ -33,7 +33,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                    "e2e_ms", "extra", "created_at"},
     "boot_events": {"id", "boot_id", "ts", "offset_s", "kind", "name", "detail"},
     "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "node_rank", "argv", "env",
-              "pid", "pgid", "supervisor_pid", "state", "last_phase", "log_path", "log_size", "log_sha256",
+              "pid", "pgid", "supervisor_pid", "supervisor_create_time", "engine_create_time", "state", "last_phase", "log_path", "log_size", "log_sha256",
               "started_at", "ready_at", "ready_s", "ended_at", "exit_code", "stop_how", "stop_s", "zombies",
               "failure_signature", "failure_detail", "kind", "source_sha256"},
     "config_labels": {"id", "name", "config_hash", "created_at"},

@@ -223,7 +223,7 @@ def start_boot(
         engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
         host_id=hosts.this_host_id(cell),
         argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
-        supervisor_pid=os.getpid(), failure_detail={"supervisor_create_time": supervisor_ctime},
+        supervisor_pid=os.getpid(), supervisor_create_time=supervisor_ctime,
     )
     if on_created is not None:
         on_created()
@@ -241,9 +241,7 @@ def start_boot(
             db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
                                 failure_signature="spawn_error", failure_detail={"error": why, "reason": why})
             raise EngineError(why, f"check engine_python ({settings.engine_python})") from exc
-        db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid,
-                             failure_detail={"engine_create_time": sup.create_time,
-                                             "supervisor_create_time": supervisor_ctime})
+        db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid, engine_create_time=sup.create_time)
         live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
         try:
             result = sup.wait_ready(timeout_s=max(deadline - time.monotonic(), 0.1),
@@ -433,7 +431,7 @@ def supervisor_alive(row: dict[str, Any]) -> bool:
         return False
     if pid == os.getpid():
         return True
-    ctime = (row.get("failure_detail") or {}).get("supervisor_create_time")
+    ctime = row.get("supervisor_create_time")
     if ctime is not None:
         return process_alive(pid, ctime)
     return _is_our_process(pid, "dynocell")
@@ -474,7 +472,7 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
         row["supervised"], row["engine_alive"] = False, attached_alive(row)
         return row
     supervised = supervisor_alive(row)
-    ctime = (row.get("failure_detail") or {}).get("engine_create_time")
+    ctime = row.get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
     if not supervised and engine_alive and ctime is not None and row.get("hostname") == socket.gethostname():
