@@ -231,10 +231,16 @@ def bench_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields + ``canonical_json``."""
+    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields +
+    ``canonical_json``."""
     with store.session() as s:
-        q = (select(Run, Config.canonical_json).join(Config, Config.config_hash == Run.config_hash)
-             .where(Run.state == "completed").order_by(Run.started_at.desc()).limit(limit))
+        q = (
+            select(Run, Config.canonical_json)
+            .join(Config, Config.config_hash == Run.config_hash)
+            .where(Run.state == "completed")
+            .order_by(Run.started_at.desc())
+            .limit(limit)
+        )
         out = []
         for r, cj in s.execute(q):
             if r.id == exclude_run:
@@ -248,9 +254,12 @@ def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limi
 def goldens_of_config(store: Any, config_hash: str, kind: str = "lossless") -> list[dict[str, Any]]:
     """Recorded greedy continuations of a config: dicts with prompt, output_text, output_ids (or None)."""
     with store.session() as s:
-        return [{"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
-                for g in s.scalars(select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind)
-                                   .order_by(Golden.id))]
+        return [
+            {"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
+            for g in s.scalars(
+                select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind).order_by(Golden.id)
+            )
+        ]
 
 
 def timestamp(dt: datetime | None) -> str:

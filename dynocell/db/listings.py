@@ -23,13 +23,15 @@ from dynocell.db.session import Store
 from dynocell.errors import NotFound
 
 
-def _aware(dt: datetime | None) -> datetime | None:
+def aware_utc(dt: datetime | None) -> datetime | None:
+    """``dt`` as an aware UTC datetime (SQLite hands back naive datetimes that were written as UTC)."""
     if dt is None:
         return None
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
-def _now() -> datetime:
+def now_utc() -> datetime:
+    """The current time, aware UTC."""
     return datetime.now(timezone.utc)
 
 
@@ -37,15 +39,15 @@ def _row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:
     out = {}
     for f in fields:
         v = getattr(obj, f)
-        out[f] = _aware(v) if isinstance(v, datetime) else v
+        out[f] = aware_utc(v) if isinstance(v, datetime) else v
     return out
 
 
-_BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "pid", "pgid", "state",
-                "last_phase", "log_path", "log_size", "started_at", "ready_at", "ready_s", "ended_at", "exit_code",
-                "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv", "kind")
-_RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "options", "lossless",
-               "lossless_detail", "breakeven", "summary", "started_at", "ended_at")
+_BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "pid", "pgid",
+                "state", "last_phase", "log_path", "log_size", "started_at", "ready_at", "ready_s", "ended_at",
+                "exit_code", "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv", "kind")
+_RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "options",
+               "lossless", "lossless_detail", "breakeven", "summary", "started_at", "ended_at")
 _BENCH_FIELDS = ("text_class", "concurrency", "num_requests", "num_failed", "length_mismatches", "duration_s",
                  "prompt_tokens", "completion_tokens", "request_throughput", "output_tok_s", "total_tok_s",
                  "prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
@@ -94,7 +96,7 @@ def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
     d = _row(b, _BOOT_FIELDS)
     d["host_label"] = _host_label(s, b.host_id, b.hostname)
     start = d["ready_at"] or d["started_at"]
-    end = d["ended_at"] or _now()
+    end = d["ended_at"] or now_utc()
     d["uptime_s"] = max(0.0, (end - start).total_seconds()) if start else None
     # Only a ready boot can be healthy now (a stopped boot never shows a green light); its last
     # verdict stays available as ``last_health``.
@@ -121,7 +123,7 @@ def _run_summary(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
     d["finding_rules"] = list(s.scalars(select(m.Finding.rule).where(m.Finding.run_id == r.id).order_by(m.Finding.id)))
     be = d.get("breakeven") or {}
     d["verdict"] = be.get("verdict") or (("pays" if be["pays"] else "does NOT pay") if "pays" in be else None)
-    end = d["ended_at"] or (_now() if r.state == "running" else None)
+    end = d["ended_at"] or (now_utc() if r.state == "running" else None)
     d["duration_s"] = (end - d["started_at"]).total_seconds() if end and d["started_at"] else None
     return d
 
@@ -154,7 +156,7 @@ def dashboard(store: Store, *, recent: int = 10, stale_s: float = 600.0) -> dict
         for b in s.scalars(select(m.Boot).where(m.Boot.state.in_(FAILED_STATES)).order_by(desc(m.Boot.started_at))
                            .limit(recent)):
             failures.append({"what": "boot", "id": b.id, "state": b.state, "signature": b.failure_signature,
-                             "when": _aware(b.ended_at or b.started_at), "step": b.last_phase,
+                             "when": aware_utc(b.ended_at or b.started_at), "step": b.last_phase,
                              "labels": labels.get(b.config_hash, [])})
         for r in s.scalars(select(m.Run).where(m.Run.state.in_(("failed", "interrupted")))
                            .order_by(desc(m.Run.started_at)).limit(recent)):
@@ -163,9 +165,9 @@ def dashboard(store: Store, *, recent: int = 10, stale_s: float = 600.0) -> dict
                 b = s.get(m.Boot, r.boot_id)
                 sig = b.failure_signature if b else None
             failures.append({"what": "run", "id": r.id, "state": r.state, "signature": sig,
-                             "when": _aware(r.ended_at or r.started_at), "step": r.step, "error": r.error,
+                             "when": aware_utc(r.ended_at or r.started_at), "step": r.step, "error": r.error,
                              "labels": labels.get(r.config_hash, [])})
-        failures.sort(key=lambda f: f["when"] or _now(), reverse=True)
+        failures.sort(key=lambda f: f["when"] or now_utc(), reverse=True)
         counts = {
             "configs": s.scalar(select(func.count()).select_from(m.Config)) or 0,
             "boots": s.scalar(select(func.count()).select_from(m.Boot)) or 0,
@@ -173,7 +175,7 @@ def dashboard(store: Store, *, recent: int = 10, stale_s: float = 600.0) -> dict
         }
         by_host = _live_by_host(s, live, stale_s)
     return {"live_boots": live, "recent_runs": runs, "failures": failures[:recent], "counts": counts,
-            "hosts": by_host, "generated_at": _now()}
+            "hosts": by_host, "generated_at": now_utc()}
 
 
 def _live_by_host(s, live: list[dict[str, Any]], stale_s: float) -> list[dict[str, Any]]:
@@ -191,9 +193,9 @@ def _live_by_host(s, live: list[dict[str, Any]], stale_s: float) -> list[dict[st
         g = groups.get(key)
         if g is None:
             h = s.get(m.Host, b["host_id"]) if b.get("host_id") else None
-            seen = _aware(h.last_seen_at) if h else None
+            seen = aware_utc(h.last_seen_at) if h else None
             g = groups[key] = {"host_id": b.get("host_id"), "label": b["host_label"], "last_seen_at": seen,
-                               "quiet": bool(seen and (_now() - seen).total_seconds() > stale_s),
+                               "quiet": bool(seen and (now_utc() - seen).total_seconds() > stale_s),
                                "boots": [], "verdicts": []}
         g["boots"].append(b)
         if b.get("health"):
@@ -315,7 +317,8 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- configs
 
 def list_configs(store: Store) -> list[dict[str, Any]]:
-    """Configs newest first: ``{config_hash, engine, model_path, canonical_json, labels, created_at, boots, runs, last_tau}``."""
+    """Configs newest first: ``{config_hash, engine, model_path, canonical_json, labels, created_at, boots, runs,
+    last_tau}``."""
     with store.session() as s:
         labels = _labels(s)
         out = []
@@ -348,7 +351,8 @@ def boot_record(store: Store, ref: str) -> dict[str, Any]:
             "boot": _boot_summary(s, b, labels),
             "events": [_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events],
             "health": [_row(h, ("ts", "verdict", "failed", "checks")) for h in
-                       s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == b.id).order_by(m.HealthCheck.id))],
+                       s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == b.id)
+                                 .order_by(m.HealthCheck.id))],
             "runs": [_run_summary(s, r, labels) for r in
                      s.scalars(select(m.Run).where(m.Run.boot_id == b.id).order_by(desc(m.Run.started_at)))],
             "notes": _notes(s, "boot", b.id),
@@ -393,7 +397,7 @@ def config_record(store: Store, ref: str) -> dict[str, Any]:
                           .order_by(desc(m.Run.started_at)).limit(50))]
         trust = s.get(m.ConfigTrust, c.config_hash)
         return {"config": cfg, "boots": boots, "runs": runs, "notes": _notes(s, "config", c.config_hash),
-                "trust": None if trust is None else {"by": trust.trusted_by, "at": _aware(trust.trusted_at)}}
+                "trust": None if trust is None else {"by": trust.trusted_by, "at": aware_utc(trust.trusted_at)}}
 
 
 def config_heads(store: Store, refs_: list[str]) -> list[dict[str, Any]]:

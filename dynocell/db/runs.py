@@ -16,6 +16,7 @@ from dynocell.db.models import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
 )
+from dynocell.db import rows
 from dynocell.db.session import Store
 
 RUN_LIVE_STATES = ("running",)
@@ -23,23 +24,12 @@ RUN_LIVE_STATES = ("running",)
 
 def create_run(store: Store, **values: Any) -> dict[str, Any]:
     """Insert a run row (``id``, ``config_hash``, ``state`` … as in ``models.Run``)."""
-    with store.session() as s:
-        run = Run(**values)
-        s.add(run)
-        s.flush()
-        return _row(run)
+    return rows.insert(store, Run, **values)
 
 
 def update_run(store: Store, run_id: str, **values: Any) -> dict[str, Any]:
     """Set columns of one run; returns the row. Raises KeyError if absent."""
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise KeyError(run_id)
-        for k, v in values.items():
-            setattr(run, k, v)
-        s.flush()
-        return _row(run)
+    return rows.update(store, Run, run_id, **values)
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -117,7 +107,8 @@ def add_bench(store: Store, **values: Any) -> dict[str, Any]:
 def bench_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     """Bench rows of a run in insertion order."""
     with store.session() as s:
-        return [_row(x) for x in s.scalars(select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id)).all()]
+        q = select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id)
+        return [_row(x) for x in s.scalars(q).all()]
 
 
 def add_curve(store: Store, points: Iterable[tuple[int, float, float]], **values: Any) -> dict[str, Any]:
@@ -135,7 +126,8 @@ def curves(store: Store, run_id: str) -> list[dict[str, Any]]:
     """Acceptance curves of a run, each with ``points`` (list of dicts by position)."""
     with store.session() as s:
         out = []
-        for c in s.scalars(select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id).order_by(AcceptanceCurve.id)).all():
+        q = select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id).order_by(AcceptanceCurve.id)
+        for c in s.scalars(q).all():
             row = _row(c)
             row["points"] = [_row(p) for p in c.points]
             out.append(row)
@@ -178,14 +170,17 @@ def profiles(store: Store, *, run_id: str | None = None, boot_id: str | None = N
         for p in s.scalars(q).all():
             row = _row(p)
             row["splits"] = [_row(x) for x in s.scalars(
-                select(ProfileSplit).where(ProfileSplit.profile_id == p.id).order_by(ProfileSplit.rank, ProfileSplit.ms.desc())).all()]
+                select(ProfileSplit).where(ProfileSplit.profile_id == p.id)
+                .order_by(ProfileSplit.rank, ProfileSplit.ms.desc())).all()]
             row["kernels"] = [_row(x) for x in s.scalars(
-                select(ProfileKernel).where(ProfileKernel.profile_id == p.id).order_by(ProfileKernel.rank, ProfileKernel.ms.desc())).all()]
+                select(ProfileKernel).where(ProfileKernel.profile_id == p.id)
+                .order_by(ProfileKernel.rank, ProfileKernel.ms.desc())).all()]
             out.append(row)
         return out
 
 
-def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str, max_new_tokens: int) -> dict[str, Any] | None:
+def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str,
+               max_new_tokens: int) -> dict[str, Any] | None:
     """The recorded golden continuation for (config, kind, prompt, length), or None."""
     with store.session() as s:
         g = s.scalars(select(Golden).where(

@@ -10,6 +10,7 @@ serialised between processes by a file lock (SQLite) or an advisory lock
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,9 +47,7 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: AN
     They are created by raw SQL in the migrations (SQLAlchemy has no model for a
     virtual table), so autogenerate would otherwise propose dropping them.
     """
-    if type_ == "table" and name and name.startswith(FTS_TABLES):
-        return False
-    return True
+    return not (type_ == "table" and name and name.startswith(FTS_TABLES))
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI types
@@ -253,10 +252,9 @@ class Store:
 
 
 def _rollback(s: Session) -> None:
-    try:
+    # the connection may be unusable (read-only, disk full); the error being raised says why
+    with contextlib.suppress(OperationalError, InterfaceError):
         s.rollback()
-    except (OperationalError, InterfaceError):
-        pass  # the connection is unusable (read-only, disk full); the error being raised says why
 
 
 def open_store(url: str) -> Store:
@@ -309,7 +307,8 @@ def open_store_checked(url: str, home: Path) -> Store:
             raise UserError(f"the database driver for {scheme}:// is not installed ({exc.name})",
                             f"write the URL as {POSTGRES_URL_SHAPE} (psycopg 3 comes with dynocell)") from exc
         raise UserError(f"the database driver for {url.split(':', 1)[0]} is not installed ({exc.name})",
-                        f"pip install {exc.name} (or a driver matching the URL), or unset DYNOCELL_DATABASE_URL") from exc
+                        f"pip install {exc.name} (or a driver matching the URL), "
+                        "or unset DYNOCELL_DATABASE_URL") from exc
     except OSError as exc:
         raise UserError(f"cannot use the data directory {home}: {exc.strerror or exc}",
                         "set DYNOCELL_HOME to a writable directory (then: dynocell init)") from exc

@@ -208,7 +208,8 @@ def _step(good: Any, bad: Any, index: int, fields: tuple[str, ...], tests: tuple
         cfg = _apply(good, bad, fields)
     except ValidationError as exc:
         raise UserError(f"bisect step {index} (good + {', '.join(fields)}) is not a valid config: "
-                        f"{exc.errors()[0]['msg']}", "change those knobs together by hand, or narrow the configs") from None
+                        f"{exc.errors()[0]['msg']}",
+                        "change those knobs together by hand, or narrow the configs") from None
     return BisectStep(index, tuple(fields), tuple(tests), cfg, cfg.config_hash)
 
 
@@ -279,7 +280,8 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
         return r["tau"] is not None and g["tau"] is not None and r["tau"] < g["tau"] * (1 - tau_drop)
 
     if not verdict_bad(b) or verdict_bad(g):
-        raise UserError(f"the verdicts do not differ: good τ {g['tau']} ({g['lossless']}), bad τ {b['tau']} ({b['lossless']})",
+        raise UserError(f"the verdicts do not differ: good τ {g['tau']} ({g['lossless']}), "
+                        f"bad τ {b['tau']} ({b['lossless']})",
                         "bisect needs a good config that is good and a bad config that is bad")
 
     def is_bad(step: BisectStep) -> bool:

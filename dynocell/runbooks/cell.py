@@ -50,7 +50,8 @@ def open_cell(settings: Settings) -> Cell:
 def init(cell: Cell) -> dict[str, Any]:
     """Create the data directory tree and migrate the store to head.
 
-    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir, revision_before,
+    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir,
+    revision_before,
     revision, head, migrated}`` (``revision_before`` None for a new store).
     Raises UserError when a directory cannot be created or the store opened.
     """
@@ -59,8 +60,9 @@ def init(cell: Cell) -> dict[str, Any]:
         for d in (s.home, s.boots_dir, s.models_dir, s.builds_dir):
             d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the data directory {s.home}: {exc.strerror}",
-                        "set DYNOCELL_HOME to a writable directory") from exc
+        raise UserError(
+            f"cannot create the data directory {s.home}: {exc.strerror}", "set DYNOCELL_HOME to a writable directory"
+        ) from exc
     store = cell.store
     return {
         "home": str(s.home),

@@ -126,7 +126,7 @@ def create_experiment(
     inc_hash, inc_label = _resolve(cell, incumbent)
     resolved = [_resolve(cell, a) for a in arms]
     seen = {inc_hash: "the incumbent"}
-    for (h, label), ref in zip(resolved, arms):
+    for (h, _label), ref in zip(resolved, arms, strict=False):
         if h in seen:
             raise UserError(f"arm {ref!r} is the same config as {seen[h]} ({h[:19]})",
                             "each arm must be a different config from the incumbent and the other arms")

@@ -15,24 +15,14 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from dynocell.boot_states import FAILED_STATES, LIVE_STATES  # noqa: F401 - faces read them here
 from dynocell.db import knowledge as db_knowledge, listings, refs, runs as db_runs
+from dynocell.db.listings import aware_utc as _aware, now_utc as _now
 from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
-
-
-def _aware(dt: datetime | None) -> datetime | None:
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 # ---------------------------------------------------------------- dashboard / lists
@@ -196,7 +186,8 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
     for conc, tc in keys:
         vals = []
         for r in runs:
-            match = [b["output_tok_s"] for b in r["bench"] if b["concurrency"] == conc and (b["text_class"] or "") == tc]
+            match = [b["output_tok_s"] for b in r["bench"]
+                     if b["concurrency"] == conc and (b["text_class"] or "") == tc]
             vals.append(match[0] if match else None)
         base = vals[0]
         deltas = [None if (v is None or not base) else 100.0 * (v - base) / base for v in vals]
@@ -542,9 +533,9 @@ def web_token_revoke(cell, token_id: int) -> None:
 def reconcile_live(cell) -> None:
     """Settle live-looking boots whose supervisor died, exactly as ``dynocell ps`` does
     (:func:`dynocell.runbooks.boots.reconcile`: engine gone → ``lost``; orphaned engine → stopped)."""
-    from dynocell.runbooks.boots import ps
+    from dynocell.runbooks.boots import reconcile_and_list
 
-    ps(cell)
+    reconcile_and_list(cell)
 
 
 def open_view_cell(settings) -> Any:

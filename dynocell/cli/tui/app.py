@@ -10,7 +10,7 @@ A thin face over :mod:`dynocell.runbooks`: it reads the store through
   ``call_from_thread``; event subscribers (called on procedure threads) only
   ``post_message`` (thread-safe, non-blocking);
 - polling: every ``poll_interval_s`` (``settings.poll_interval_s``) one worker calls
-  ``boots.ps`` (which reconciles boots whose supervisor vanished → ``lost``) and the list
+  ``boots.reconcile_and_list`` (which reconciles boots whose supervisor vanished → ``lost``) and the list
   views; a store event triggers the same poll at once. A crashed engine therefore shows
   ``crashed``/``lost`` with its signature within one to two polling intervals.
 
@@ -58,7 +58,7 @@ class JobChanged(Message):
 
 
 def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
-    """One poll: reconcile live boots (``boots.ps``), then boots (live first, then newest) and
+    """One poll: reconcile live boots (``boots.reconcile_and_list``), then boots (live first, then newest) and
     runs by id. Returns ``{boots: [...], runs: {id: run}, error: str | None}``; each boot carries
     ``state_note`` (``unknown (host B last seen …)`` for a quiet host's live boot, else None)."""
     from dynocell.runbooks import boots as rb_boots
@@ -66,7 +66,7 @@ def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
     error = None
     notes: dict[str, str] = {}
     try:
-        notes = {r["id"]: r["state_note"] for r in rb_boots.ps(cell, all=False) if r.get("state_note")}
+        notes = {r["id"]: r["state_note"] for r in rb_boots.reconcile_and_list(cell, all=False) if r.get("state_note")}
     except DynocellError as exc:
         error = f"reconcile: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - show it, keep the table alive

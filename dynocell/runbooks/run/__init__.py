@@ -9,4 +9,15 @@ from dynocell.runbooks.run.main import run_job
 from dynocell.runbooks.run.on_boot import bench, profile, run_on_boot
 from dynocell.runbooks.run.reconcile import latest_run_json, reconcile_runs, resolve_run
 
-__all__ = ["DEFAULT_CONFIG", "Progress", "RunOptions", "bench", "latest_run_json", "profile", "reconcile_runs", "resolve_run", "run_job", "run_on_boot"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Progress",
+    "RunOptions",
+    "bench",
+    "latest_run_json",
+    "profile",
+    "reconcile_runs",
+    "resolve_run",
+    "run_job",
+    "run_on_boot",
+]

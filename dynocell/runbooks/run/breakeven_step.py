@@ -13,9 +13,7 @@ from dynocell.engine.config import EngineConfig
 from dynocell.runbooks.cell import Cell
 from dynocell.runbooks.run.job import RunOptions, _Job, _now, _Skip
 from dynocell.runbooks.run.lossless_step import (
-    _boot_twin,
-    _lossless_prompts,
-    _plain_twin,
+    _boot_twin, _lossless_prompts, _plain_twin,
 )
 
 
@@ -40,7 +38,9 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     steps = sum(c["steps"] for c in curves)
     tau = sum(c["tau"] * c["steps"] for c in curves) / steps if steps else None
     rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r["text_class"]]
-    spec_step = [r["extra"].get("verify_step_ms_p50") for r in rows if r.get("extra") and r["extra"].get("verify_step_ms_p50")]
+    spec_step = [
+        r["extra"].get("verify_step_ms_p50") for r in rows if r.get("extra") and r["extra"].get("verify_step_ms_p50")
+    ]
     spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
     if tau is None or spec_step_ms is None:
         raise _Skip("needs τ and the speculative step time")
@@ -49,23 +49,40 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     if cfg is not None:
         plain_cfg, plain_hash = _plain_twin(cell, cfg)
     else:
-        plain_cfg, plain_hash = None, ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash")
+        plain_cfg, plain_hash = (
+            None,
+            ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash"),
+        )
     if plain is None and plain_hash:
         plain = _stored_plain(cell, plain_hash, job.run_id) or _plain_step_from_store(cell, plain_hash)
     if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
-        plain = _boot_twin(job, plain_cfg, plain_hash, _lossless_prompts(workload), opts or RunOptions(),
-                           "to time the plain decode step for break-even")
+        plain = _boot_twin(
+            job,
+            plain_cfg,
+            plain_hash,
+            _lossless_prompts(workload),
+            opts or RunOptions(),
+            "to time the plain decode step for break-even",
+        )
     if plain is None:
-        raise _Skip("no plain step time: none stored for this model, engine and host, and --no-lossless-check "
-                    "boots no plain twin (run once with the lossless check to measure it)")
+        raise _Skip(
+            "no plain step time: none stored for this model, engine and host, and --no-lossless-check "
+            "boots no plain twin (run once with the lossless check to measure it)"
+        )
     age_s = None
     if plain.get("measured_at"):
         age_s = round((_now() - datetime.fromisoformat(_utc_iso(plain["measured_at"]) or "")).total_seconds(), 1)
-    result = {**be.margin(tau, spec_step_ms, plain["step_ms"], spec_step, plain.get("samples") or []),
-              "plain_source": plain["source"], "plain_age_s": age_s, "plain_config_hash": plain_hash,
-              "plain_measured_at": plain.get("measured_at"), "plain_host": plain.get("host"),
-              "plain_run_id": plain.get("run_id"), "plain_samples": plain.get("samples") or [],
-              "spec_step_samples": [round(x, 4) for x in spec_step]}
+    result = {
+        **be.margin(tau, spec_step_ms, plain["step_ms"], spec_step, plain.get("samples") or []),
+        "plain_source": plain["source"],
+        "plain_age_s": age_s,
+        "plain_config_hash": plain_hash,
+        "plain_measured_at": plain.get("measured_at"),
+        "plain_host": plain.get("host"),
+        "plain_run_id": plain.get("run_id"),
+        "plain_samples": plain.get("samples") or [],
+        "spec_step_samples": [round(x, 4) for x in spec_step],
+    }
     db_runs.update_run(cell.store, job.run_id, breakeven=result)
     d.update(result)
 
@@ -79,10 +96,19 @@ def _stored_plain(cell: Cell, plain_hash: str, run_id: str) -> dict[str, Any] | 
         be = r.get("breakeven") or {}
         if r["id"] == run_id or be.get("plain_config_hash") != plain_hash or be.get("plain_host") != host:
             continue
-        if be.get("plain_source") == "plain twin boot" and be.get("plain_run_id") == r["id"] and be.get("plain_step_ms"):
-            return {"step_ms": be["plain_step_ms"], "samples": be.get("plain_samples") or [],
-                    "source": f"stored plain twin measurement (run {r['id']})", "measured_at": be.get("plain_measured_at"),
-                    "host": host, "run_id": r["id"]}
+        if (
+            be.get("plain_source") == "plain twin boot"
+            and be.get("plain_run_id") == r["id"]
+            and be.get("plain_step_ms")
+        ):
+            return {
+                "step_ms": be["plain_step_ms"],
+                "samples": be.get("plain_samples") or [],
+                "source": f"stored plain twin measurement (run {r['id']})",
+                "measured_at": be.get("plain_measured_at"),
+                "host": host,
+                "run_id": r["id"],
+            }
     return None
 
 
@@ -102,11 +128,19 @@ def _plain_step_from_store(cell: Cell, plain_hash: str | None) -> dict[str, Any]
     if not plain_hash:
         return None
     for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
-        vals = [b["tpot_ms"].get("p50") for b in db_runs.bench_rows(cell.store, r["id"])
-                if b["concurrency"] == 1 and b["tpot_ms"]]
+        vals = [
+            b["tpot_ms"].get("p50")
+            for b in db_runs.bench_rows(cell.store, r["id"])
+            if b["concurrency"] == 1 and b["tpot_ms"]
+        ]
         vals = [v for v in vals if v]
         if vals:
             when = _utc_iso(r.get("ended_at") or r.get("started_at"))
-            return {"step_ms": sorted(vals)[len(vals) // 2], "samples": vals,
-                    "source": f"plain run {r['id']} (TPOT p50, c=1)", "measured_at": when, "run_id": r["id"]}
+            return {
+                "step_ms": sorted(vals)[len(vals) // 2],
+                "samples": vals,
+                "source": f"plain run {r['id']} (TPOT p50, c=1)",
+                "measured_at": when,
+                "run_id": r["id"],
+            }
     return None

@@ -93,23 +93,38 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
         goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
         d["twin_boot_id"] = plain["twin_boot_id"]
     mismatches = []
-    for p, s, g in zip(prompts, spec_out, goldens):
+    for p, s, g in zip(prompts, spec_out, goldens, strict=False):
         a_ids, b_ids = s.get("output_ids"), (g or {}).get("output_ids")
         a_txt, b_txt = s.get("text", ""), (g or {}).get("output_text", "")
         if a_ids is not None and b_ids is not None:
             same = list(a_ids) == list(b_ids)
-            idx = next((i for i, (x, y) in enumerate(zip(a_ids, b_ids)) if x != y), min(len(a_ids), len(b_ids)))
+            idx = next(
+                (i for i, (x, y) in enumerate(zip(a_ids, b_ids, strict=False)) if x != y), min(len(a_ids), len(b_ids))
+            )
             unit = "token"
         else:
             same = a_txt == b_txt
-            idx = next((i for i, (x, y) in enumerate(zip(a_txt, b_txt)) if x != y), min(len(a_txt), len(b_txt)))
+            idx = next(
+                (i for i, (x, y) in enumerate(zip(a_txt, b_txt, strict=False)) if x != y), min(len(a_txt), len(b_txt))
+            )
             unit = "character"
         if not same:
-            mismatches.append({"prompt": p[:80], "first_diverging_index": idx, "unit": unit,
-                               "speculative": a_txt[:200], "plain": b_txt[:200]})
+            mismatches.append(
+                {
+                    "prompt": p[:80],
+                    "first_diverging_index": idx,
+                    "unit": unit,
+                    "speculative": a_txt[:200],
+                    "plain": b_txt[:200],
+                }
+            )
     lossless = "yes" if not mismatches else "no"
-    detail = {"prompts": len(prompts), "max_new_tokens": LOSSLESS_TOKENS, "plain_config_hash": plain_hash,
-              "mismatches": mismatches}
+    detail = {
+        "prompts": len(prompts),
+        "max_new_tokens": LOSSLESS_TOKENS,
+        "plain_config_hash": plain_hash,
+        "mismatches": mismatches,
+    }
     db_runs.update_run(cell.store, job.run_id, lossless=lossless, lossless_detail=detail)
     d.update(lossless=lossless, mismatches=len(mismatches))
     if plain is not None:

@@ -29,17 +29,7 @@ from dynocell.runbooks.run.bench_step import _bench, _calibrate
 from dynocell.runbooks.run.breakeven_step import _breakeven
 from dynocell.runbooks.run.health_step import _health
 from dynocell.runbooks.run.job import (
-    DEFAULT_CONFIG,
-    Progress,
-    RunOptions,
-    _context_length,
-    _err,
-    _Job,
-    _load_workload,
-    _noop,
-    _now,
-    _pid,
-    _Skip,
+    DEFAULT_CONFIG, Progress, RunOptions, _context_length, _err, _Job, _load_workload, _noop, _now, _pid, _Skip,
     _StepFailed,
 )
 from dynocell.runbooks.run.lossless_step import _lossless, _record_goldens

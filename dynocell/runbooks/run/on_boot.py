@@ -11,16 +11,7 @@ from dynocell.runbooks.cell import Cell
 from dynocell.runbooks.run.acceptance_step import _acceptance
 from dynocell.runbooks.run.bench_step import _bench, _calibrate
 from dynocell.runbooks.run.job import (
-    Progress,
-    _context_length,
-    _err,
-    _Job,
-    _load_workload,
-    _noop,
-    _now,
-    _pid,
-    _Skip,
-    _StepFailed,
+    Progress, _context_length, _err, _Job, _load_workload, _noop, _now, _pid, _Skip, _StepFailed,
 )
 from dynocell.runbooks.run.profile_step import _profile
 from dynocell.runbooks.run.summary_step import _diagnose, _summary

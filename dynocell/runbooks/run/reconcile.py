@@ -67,7 +67,7 @@ def reconcile_runs(cell: Cell) -> list[str]:
         events.publish("run.ended", run_id=r["id"], state="interrupted", error="the dynocell process died")
         fixed.append(r["id"])
     if fixed:
-        boots.ps(cell)  # the dead runs' engines (the run's boot, a lossless twin) are stopped here
+        boots.reconcile_and_list(cell)  # the dead runs' engines (the run's boot, a lossless twin) are stopped here
     return fixed
 
 
