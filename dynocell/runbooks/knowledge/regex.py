@@ -11,48 +11,10 @@ import sys
 import time
 from typing import Any, Iterable
 
+from dynocell.engine.regex_safety import nested_repeat
 from dynocell.runbooks.knowledge.entry import ADVERSARIAL_INPUTS, REGEX_TIME_LIMIT_S
 
 # ------------------------------------------------------------------ regex safety
-
-
-def _regex_parser():
-    try:
-        import re._parser as p  # Python ≥ 3.11
-    except ImportError:  # pragma: no cover - older Pythons
-        import sre_parse as p  # type: ignore[no-redef]
-    return p
-
-
-def _has_nested_quantifier(pattern: str) -> bool:
-    """True when a repeat (max > 1) contains another unbounded repeat, e.g. ``(a+)+`` or ``(\\w*x?)*``."""
-    p = _regex_parser()
-    tree = p.parse(pattern)
-    REPEATS = {p.MAX_REPEAT, p.MIN_REPEAT}
-    POSSESSIVE = getattr(p, "POSSESSIVE_REPEAT", None)
-    MAXREPEAT = p.MAXREPEAT
-
-    def walk(items: Any, inside_repeat: bool) -> bool:
-        for op, av in items:
-            if op in REPEATS or (POSSESSIVE is not None and op == POSSESSIVE):
-                lo, hi, sub = av
-                unbounded = hi == MAXREPEAT or hi > 100
-                if inside_repeat and unbounded:
-                    return True
-                if walk(sub, inside_repeat or (hi > 1)):
-                    return True
-            elif op == p.SUBPATTERN:
-                if walk(av[-1], inside_repeat):
-                    return True
-            elif op == p.BRANCH:
-                for branch in av[1]:
-                    if walk(branch, inside_repeat):
-                        return True
-            elif op in (p.ASSERT, p.ASSERT_NOT) and walk(av[1], inside_repeat):
-                return True
-        return False
-
-    return walk(tree, False)
 
 
 def regex_problem(pattern: Any) -> str | None:
@@ -70,7 +32,7 @@ def regex_problem(pattern: Any) -> str | None:
         re.compile(pattern)
     except re.error as exc:
         return f"does not compile: {exc}"
-    if _has_nested_quantifier(pattern):
+    if nested_repeat(pattern, strict=True):
         return "nested quantifier (e.g. (a+)+) can backtrack catastrophically; rewrite without a repeat inside a repeat"
     return None
 
