@@ -1,13 +1,19 @@
-"""The row helpers every record module shares: an ORM row as a plain dict, insert one, update one.
+"""The row helpers every record module shares: an ORM row as a plain dict, insert one (or once, for
+content-addressed rows), update one, read one or all as the module's record type.
 
 Each opens its own short transaction on the :class:`~dynocell.db.session.Store`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.session import Store
+
+T = TypeVar("T")
 
 
 def row_dict(obj: Any) -> dict[str, Any]:
@@ -34,3 +40,31 @@ def update(store: Store, model: type, key: Any, **values: Any) -> dict[str, Any]
             setattr(obj, k, v)
         s.flush()
         return row_dict(obj)
+
+
+def insert_once(store: Store, model: type, key: Any, **values: Any) -> bool:
+    """Insert-or-ignore of a content-addressed row (primary key ``key``, e.g. a ``sha256:`` hash):
+    True when this call wrote it, False when it was stored already (also when a concurrent writer
+    stored the same key first)."""
+    with store.session() as s:
+        if s.get(model, key) is not None:
+            return False
+    try:
+        with store.session() as s:
+            s.add(model(**values))
+    except IntegrityError:  # a concurrent writer stored the same key first
+        return False
+    return True
+
+
+def get_as(store: Store, model: type, key: Any, convert: Callable[[Any], T]) -> T | None:
+    """``convert(row)`` of the ``model`` row with primary key ``key``, or None."""
+    with store.session() as s:
+        row = s.get(model, key)
+        return convert(row) if row is not None else None
+
+
+def newest_first(store: Store, model: type, convert: Callable[[Any], T]) -> list[T]:
+    """``convert(row)`` of every ``model`` row, newest ``created_at`` first."""
+    with store.session() as s:
+        return [convert(r) for r in s.scalars(select(model).order_by(model.created_at.desc()))]
