@@ -10,6 +10,7 @@ from typing import Any, Callable, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from dynocell.db.session import Store
 
@@ -33,13 +34,20 @@ def insert(store: Store, model: type, **values: Any) -> dict[str, Any]:
 def update(store: Store, model: type, key: Any, **values: Any) -> dict[str, Any]:
     """Set columns of the ``model`` row with primary key ``key``; returns it. Raises KeyError if absent."""
     with store.session() as s:
-        obj = s.get(model, key)
-        if obj is None:
-            raise KeyError(key)
-        for k, v in values.items():
-            setattr(obj, k, v)
+        obj = get_or_raise(s, model, key, **values)
         s.flush()
         return row_dict(obj)
+
+
+def get_or_raise(s: Session, model: type, key: Any, **values: Any) -> Any:
+    """The ``model`` row with primary key ``key`` in session ``s``, with ``values`` set on it.
+    Raises KeyError if absent."""
+    obj = s.get(model, key)
+    if obj is None:
+        raise KeyError(key)
+    for k, v in values.items():
+        setattr(obj, k, v)
+    return obj
 
 
 def insert_once(store: Store, model: type, key: Any, **values: Any) -> bool:

@@ -97,11 +97,7 @@ def interrupt_running_steps(store: Store, run_id: str, error: str) -> list[str]:
 
 def add_bench(store: Store, **values: Any) -> dict[str, Any]:
     """Insert one bench level row (``models.BenchRun`` columns)."""
-    with store.session() as s:
-        row = BenchRun(**values)
-        s.add(row)
-        s.flush()
-        return _row(row)
+    return rows.insert(store, BenchRun, **values)
 
 
 def bench_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
@@ -136,22 +132,14 @@ def curves(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def create_profile(store: Store, **values: Any) -> dict[str, Any]:
     """Insert a profile run row (state running) before the window opens."""
-    with store.session() as s:
-        row = ProfileRun(**values)
-        s.add(row)
-        s.flush()
-        return _row(row)
+    return rows.insert(store, ProfileRun, **values)
 
 
 def finish_profile(store: Store, profile_id: int, splits: Iterable[dict[str, Any]] = (),
                    kernels: Iterable[dict[str, Any]] = (), **values: Any) -> None:
     """Set a profile's totals and add its category splits and top kernels (dicts of column values)."""
     with store.session() as s:
-        row = s.get(ProfileRun, profile_id)
-        if row is None:
-            raise KeyError(profile_id)
-        for k, v in values.items():
-            setattr(row, k, v)
+        rows.get_or_raise(s, ProfileRun, profile_id, **values)
         for sp in splits:
             s.add(ProfileSplit(profile_id=profile_id, **sp))
         for kn in kernels:
