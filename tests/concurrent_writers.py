@@ -11,7 +11,7 @@
   ``POST /api/notes`` with the ``X-CSRF-Token`` header, text ``web <i>``.
 - ``tui N SUMMARY CONFIG`` — the calls the dashboard's keys make (``runbooks`` only):
   ``b`` boots CONFIG detached, then N × ``h`` (``boots.health``: a stored verdict), with the
-  dashboard's poll (``boots.ps`` + ``views.list_runs``) every 10th, then ``s`` stops it.
+  dashboard's poll (``boots.reconcile_and_list`` + ``views.list_runs``) every 10th, then ``s`` stops it.
 
 Each writes ``{"face", "writes", "ok", "errors": […], "locked": n, "seconds", …}`` to SUMMARY;
 "locked" counts failures whose message says the database was locked.
@@ -79,7 +79,7 @@ def _tui(n: int, config: str) -> dict:
                 verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
                 ok += 1
                 if i % 10 == 0:
-                    boots.ps(cell)
+                    boots.reconcile_and_list(cell)
                     views.list_runs(cell, limit=50)
             except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
                 errors.append(f"health #{i}: {type(exc).__name__}: {exc}"[:300])

@@ -60,7 +60,7 @@ def test_attach_health_run_and_stop_refused(cell, engine):
     assert row["kind"] == "attached" and row["pid"] is None and row["state"] == "ready"
     assert attach(cell, engine.url)["boot_id"] == res["boot_id"]  # attached once
 
-    assert [b["id"] for b in boots.ps(cell)] == [res["boot_id"]]
+    assert [b["id"] for b in boots.reconcile_and_list(cell)] == [res["boot_id"]]
     verdict = boots.health(cell, res["boot_id"])
     assert verdict["verdict"] == "healthy", verdict
 

@@ -28,7 +28,7 @@ RUN_ID = "0110d9b7f46b"  # the default `dynocell run` of the recorded store
 @pytest.fixture
 def real_run_job(tmp_path, monkeypatch):
     """A run job over a private copy of the recorded real-run store (the copy's rows may change)."""
-    from dynocell.runbooks import run as run_mod
+    from dynocell.runbooks.run import breakeven_step as run_mod  # the step and its machinery (job._Job, job._Skip)
     from dynocell.runbooks.cell import open_cell
     from dynocell.settings import load_settings
 

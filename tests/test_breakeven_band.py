@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynocell.runbooks.run import BREAKEVEN_MIN_BAND, breakeven_verdict, median_noise
+from dynocell.engine.breakeven import BREAKEVEN_MIN_BAND, breakeven_verdict, median_noise
 
 
 def test_flip_seen_on_one_config_reads_within_noise():

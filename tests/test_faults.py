@@ -350,7 +350,7 @@ def test_port_taken_between_pick_and_bind_is_retried(fake_sglang, tmp_path, monk
         return port
 
     squatters: list[subprocess.Popen] = []
-    monkeypatch.setattr(boots, "pick_free_port", pick_then_lose_it)
+    monkeypatch.setattr(boots.start, "pick_free_port", pick_then_lose_it)  # start_boot looks it up there
     live = boots.start_boot(cell, cfg, config_hash)
     try:
         assert taken and live.spec.port != taken[0]

@@ -54,7 +54,7 @@ def live_boot(cell, boot_id: str, config_hash: str) -> None:
                          host="127.0.0.1", port=1, argv="", env={}, state="ready", pid=pid, pgid=pid,
                          supervisor_pid=pid, host_id=hosts.this_host_id(cell),
                          log_path=str(cell.settings.boots_dir / boot_id / "engine.log"),
-                         failure_detail={"supervisor_create_time": 1.0, "engine_create_time": 1.0})
+                         supervisor_create_time=1.0, engine_create_time=1.0)
 
 
 def make_quiet(cell, host_id: str, hours: float) -> None:
@@ -69,7 +69,7 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     a, b, config_hash = two_hosts
     live_boot(b, "bootB", config_hash)
     live_boot(a, "bootA", config_hash)
-    rows = {r["id"]: r for r in boots.ps(a)}
+    rows = {r["id"]: r for r in boots.reconcile_and_list(a)}
     # A judges its own boot (supervisor and engine gone → lost) but leaves B's as B recorded it.
     assert db_boots.get_boot(a.store, "bootA")["state"] == "lost"
     assert "bootA" not in rows
@@ -78,7 +78,7 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     assert db_boots.get_boot(a.store, "bootB")["state"] == "ready"
     # B goes quiet: A shows it unknown, with when B was last heard from — still not lost.
     make_quiet(a, "host-b", hours=2)
-    row = {r["id"]: r for r in boots.ps(a)}["bootB"]
+    row = {r["id"]: r for r in boots.reconcile_and_list(a)}["bootB"]
     assert row["state"] == "ready" and row["state_note"].startswith("unknown (host ")
     # the terminal dashboard's poll carries the same note, and its state cell prints it
     from dynocell.cli.tui import format as tui_fmt
@@ -97,7 +97,7 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     with pytest.raises(UserError, match="runs on host"):
         boots.health(a, "bootB")
     # B itself settles it.
-    boots.ps(b)
+    boots.reconcile_and_list(b)
     assert db_boots.get_boot(b.store, "bootB")["state"] == "lost"
 
 

@@ -95,7 +95,7 @@ def test_kill_9_of_the_parent_at_the_spawn_leaves_no_engine(parent, tries, fake_
             else:
                 argv = [str(Path(sys.executable).parent / "dynocell"), parent.split()[1], h]
             seen += kill_at_first_child(argv, env)
-            rb.ps(fake_cell)  # the next reconcile, as `dynocell ps` does
+            rb.reconcile_and_list(fake_cell)  # the next reconcile, as `dynocell ps` does
         for row in db_boots.list_boots(fake_cell.store, None):
             survivors += [(row["id"], p.pid) for p in marked(row["id"])]
             assert row["state"] not in db_boots.LIVE_STATES, row
@@ -121,7 +121,7 @@ def test_reconcile_stops_an_engine_found_only_by_its_marker(fake_cell, tmp_path)
     db_boots.create_boot(fake_cell.store, id=boot_id, config_hash=h, engine="sglang",
                          hostname=__import__("socket").gethostname(), host="127.0.0.1", port=1, argv="x",
                          env={}, state="starting", log_path=str(log), supervisor_pid=dead.pid,
-                         failure_detail={"supervisor_create_time": 1.0})
+                         supervisor_create_time=1.0)
     engine = subprocess.Popen([sys.executable, "-c", "import time, subprocess, sys; "
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
                                "time.sleep(600)"],
@@ -131,7 +131,7 @@ def test_reconcile_stops_an_engine_found_only_by_its_marker(fake_cell, tmp_path)
         while len(marked(boot_id)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(marked(boot_id)) == 2  # the engine and its child
-        row = next(r for r in rb.ps(fake_cell, all=True) if r["id"] == boot_id)
+        row = next(r for r in rb.reconcile_and_list(fake_cell, all=True) if r["id"] == boot_id)
         assert row["state"] == "stopped", row
         assert "DYNOCELL_BOOT_ID marker" in row["failure_detail"]["reason"]
         assert marked(boot_id) == []
@@ -304,5 +304,5 @@ def test_boot_marks_a_code_injecting_config(fake_cell, isolated_home, tmp_path):
         assert cli.returncode == 0, err
         assert "⚠ env sets PYTHONSTARTUP" in err
     finally:
-        for row in rb.ps(fake_cell):
+        for row in rb.reconcile_and_list(fake_cell):
             rb.stop(fake_cell, row["id"])

@@ -33,8 +33,8 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                    "e2e_ms", "extra", "created_at"},
     "boot_events": {"id", "boot_id", "ts", "offset_s", "kind", "name", "detail"},
     "boots": {"id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "node_rank", "argv",
-              "env",
-              "pid", "pgid", "supervisor_pid", "state", "last_phase", "log_path", "log_size", "log_sha256",
+              "env", "pid", "pgid", "supervisor_pid", "supervisor_create_time", "engine_create_time", "state",
+              "last_phase", "log_path", "log_size", "log_sha256",
               "started_at", "ready_at", "ready_s", "ended_at", "exit_code", "stop_how", "stop_s", "zombies",
               "failure_signature", "failure_detail", "kind", "source_sha256"},
     "config_labels": {"id", "name", "config_hash", "created_at"},
@@ -199,8 +199,10 @@ def test_labels_keep_history(store: Store):
     assert [r.config_hash for r in dbc.label_history(store, "prod")] == ["sha256:aa", "sha256:bb", "sha256:aa"]
     assert dbc.current_labels(store) == {"prod": "sha256:aa"}
     assert dbc.names_ever_pointing_at(store, "sha256:bb") == ["prod"]
-    assert dbc.hashes_with_prefix(store, "sha256:") == ["sha256:aa", "sha256:bb"]
-    assert dbc.hashes_with_prefix(store, "sha256:b") == ["sha256:bb"]
+    # a label names its newest target through the one resolver too
+    from dynocell.db import refs
+
+    assert refs.resolve_key(store, "prod", "config") == "sha256:aa"
 
 
 # ------------------------------------------------------------ runbooks.configs
@@ -241,14 +243,14 @@ def test_add_resolve_list_show_diff(cell, tmp_path: Path):
     assert row.canonical_json == tiny.canonical_json()
 
     hexpart = rec.hash.removeprefix("sha256:")
-    for ref in ("tiny", rec.hash, hexpart, hexpart[:6], "sha256:" + hexpart[:8], hexpart[:10].upper()):
+    for ref in ("tiny", rec.hash, hexpart, hexpart[:4], hexpart[:6], "sha256:" + hexpart[:8], hexpart[:10].upper()):
         cfg, h = rc.resolve_config(cell, ref)
         assert h == rec.hash and cfg.config_hash == rec.hash, ref
     cfg, _ = rc.resolve_config(cell, "tiny")
     assert cfg.meta.name == "tiny" and "embedded default" in (cfg.meta.notes or "")
 
-    with pytest.raises(NotFound, match="at least 6 hex digits"):
-        rc.resolve_config(cell, hexpart[:5])
+    with pytest.raises(NotFound, match="at least 4 characters"):
+        rc.resolve_config(cell, hexpart[:3])
     with pytest.raises(NotFound, match="no config named 'nothing'"):
         rc.resolve_config(cell, "nothing")
     with pytest.raises(ConfigError, match="no such config file"):
@@ -290,7 +292,7 @@ def test_ambiguous_prefix_and_bad_name(cell, tmp_path: Path):
 
     for h in ("sha256:abcdef01" + "0" * 56, "sha256:abcdef02" + "0" * 56):
         dbc.insert_config(cell.store, h, "sglang", "org/m", '{"model_path": "org/m"}', "")
-    with pytest.raises(NotFound, match="ambiguous: matches abcdef010000, abcdef020000"):
+    with pytest.raises(NotFound, match="ambiguous: matches config abcdef010000, config abcdef020000"):
         rc.resolve_hash(cell, "abcdef0")
     assert rc.resolve_hash(cell, "abcdef01") == "sha256:abcdef01" + "0" * 56
     with pytest.raises(UserError, match="invalid config name"):

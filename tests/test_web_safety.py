@@ -341,7 +341,7 @@ def test_dashboard_and_api_reconcile_a_dead_supervisor(settings, cell):
         b = s.get(m.Boot, bid)
         b.state, b.ended_at, b.pid, b.supervisor_pid, b.hostname = "starting", None, _dead_pid(), _dead_pid(), \
             socket.gethostname()
-        b.failure_detail = {"supervisor_create_time": 1.0, "engine_create_time": 1.0}
+        b.supervisor_create_time, b.engine_create_time = 1.0, 1.0
     with logged_in(_app(settings, cell)) as c:
         assert bid not in [b["id"] for b in c.get("/api/dashboard").json()["live_boots"]]
         assert c.get(f"/api/boots/{bid}").json()["boot"]["state"] == "lost"

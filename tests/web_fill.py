@@ -96,15 +96,14 @@ def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | No
     (d / "traces").mkdir(exist_ok=True)
     (d / "traces" / "rank0.trace.json.gz").write_bytes(b"\x1f\x8b fake")
     start = datetime.now(timezone.utc) - timedelta(minutes=7)
-    pid, detail = 4242, None
+    pid, ctime = 4242, None
     if state in ("ready", "starting"):
         # live: a real stand-in engine, supervised by this (test) process
         pid, ctime = _stand_in_engine()
-        detail = {"engine_create_time": ctime}
     with cell.store.session() as s:
         b = m.Boot(id=bid, config_hash=config_hash, engine="reference",
-                   hostname=socket.gethostname() if detail else "testhost", host="127.0.0.1",
-                   supervisor_pid=os.getpid() if detail else None,
+                   hostname=socket.gethostname() if ctime else "testhost", host="127.0.0.1",
+                   supervisor_pid=os.getpid() if ctime else None, engine_create_time=ctime,
                    port=41234, argv="python -m dynocell.engine.reference", env={}, pid=pid, pgid=pid,
                    state=state, last_phase="ready" if not signature else "load_weights", log_path=str(log),
                    started_at=start, ready_at=None if signature else start + timedelta(seconds=6.5),
@@ -113,7 +112,7 @@ def add_boot(cell, config_hash: str, state: str = "stopped", signature: str | No
                    exit_code=None if state == "ready" else (1 if signature else 0),
                    stop_how=None if state == "ready" or signature else "graceful",
                    failure_signature=signature, failure_detail={"line": "RuntimeError: CUDA out of memory"}
-                   if signature else detail)
+                   if signature else None)
         s.add(b)
         s.flush()
         phases = [("spawn", 0.0), ("import", 0.4), ("load_weights", 1.2), ("load_draft", 3.1), ("capture_graphs", 4.0),

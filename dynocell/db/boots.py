@@ -11,36 +11,24 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from dynocell.boot_states import FAILED_STATES, LIVE_STATES, TERMINAL_STATES  # noqa: F401 - the one definition, re-exported
+from dynocell.db import rows
 from dynocell.db.models import Boot, BootEvent, HealthCheck, utcnow
 from dynocell.db.session import Store
 
-TERMINAL_STATES = ("stopped", "failed", "crashed", "lost")
-LIVE_STATES = ("starting", "ready", "stopping")
 
 
-def _row(obj: Any) -> dict[str, Any]:
-    return {c.key: getattr(obj, c.key) for c in obj.__table__.columns}
+_row = rows.row_dict
 
 
 def create_boot(store: Store, **values: Any) -> dict[str, Any]:
     """Insert a boot row (``values`` are ``Boot`` columns; ``id`` required); returns it."""
-    with store.session() as s:
-        boot = Boot(**values)
-        s.add(boot)
-        s.flush()
-        return _row(boot)
+    return rows.insert(store, Boot, **values)
 
 
 def update_boot(store: Store, boot_id: str, **values: Any) -> dict[str, Any]:
     """Set columns of one boot; returns the updated row. Raises KeyError if absent."""
-    with store.session() as s:
-        boot = s.get(Boot, boot_id)
-        if boot is None:
-            raise KeyError(boot_id)
-        for k, v in values.items():
-            setattr(boot, k, v)
-        s.flush()
-        return _row(boot)
+    return rows.update(store, Boot, boot_id, **values)
 
 
 def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str, **values: Any) -> bool:
@@ -89,13 +77,6 @@ def get_boot(store: Store, boot_id: str) -> dict[str, Any] | None:
         return _row(boot) if boot else None
 
 
-def find_boots(store: Store, prefix: str) -> list[dict[str, Any]]:
-    """Boots whose id starts with ``prefix``."""
-    with store.session() as s:
-        rows = s.scalars(select(Boot).where(Boot.id.startswith(prefix, autoescape=True))).all()
-        return [_row(b) for b in rows]
-
-
 def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200,
                host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Boots, newest first, optionally only those in ``states`` and of the hosts ``host_ids``."""
@@ -122,7 +103,9 @@ def events(store: Store, boot_id: str) -> list[dict[str, Any]]:
         return [_row(e) for e in rows]
 
 
-def add_health(store: Store, boot_id: str, verdict: str, checks: list[dict[str, Any]], failed: str = "") -> dict[str, Any]:
+def add_health(
+    store: Store, boot_id: str, verdict: str, checks: list[dict[str, Any]], failed: str = ""
+) -> dict[str, Any]:
     """Store one health verdict with its checks (``[{name, ok, latency_ms, reason, …}]``)."""
     with store.session() as s:
         h = HealthCheck(boot_id=boot_id, ts=utcnow(), verdict=verdict, checks=checks, failed=failed)
@@ -134,6 +117,5 @@ def add_health(store: Store, boot_id: str, verdict: str, checks: list[dict[str, 
 def health_history(store: Store, boot_id: str, limit: int = 50) -> list[dict[str, Any]]:
     """Health verdicts of a boot, newest first."""
     with store.session() as s:
-        q = (select(HealthCheck).where(HealthCheck.boot_id == boot_id)
-             .order_by(HealthCheck.id.desc()).limit(limit))
+        q = select(HealthCheck).where(HealthCheck.boot_id == boot_id).order_by(HealthCheck.id.desc()).limit(limit)
         return [_row(h) for h in s.scalars(q).all()]

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.models import EngineBuild
+from dynocell.db import rows
 from dynocell.db.session import Store
 
 
@@ -49,38 +48,15 @@ def _stored(row: EngineBuild) -> StoredBuild:
 def insert_build(store: Store, build_hash: str, base_dist: str, base_version: str, patches: list[str],
                  manifest: dict[str, Any], path: str) -> bool:
     """Insert a build unless its hash is stored; True when a row was written."""
-    with store.session() as s:
-        if s.get(EngineBuild, build_hash) is not None:
-            return False
-    try:
-        with store.session() as s:
-            s.add(EngineBuild(build_hash=build_hash, base_dist=base_dist, base_version=base_version,
-                              patches=list(patches), manifest=manifest, path=path))
-    except IntegrityError:  # a concurrent writer stored the same hash first
-        return False
-    return True
+    return rows.insert_once(store, EngineBuild, build_hash, build_hash=build_hash, base_dist=base_dist,
+                            base_version=base_version, patches=list(patches), manifest=manifest, path=path)
 
 
 def get_build(store: Store, build_hash: str) -> StoredBuild | None:
     """The build with exactly this hash, or None."""
-    with store.session() as s:
-        row = s.get(EngineBuild, build_hash)
-        return _stored(row) if row else None
-
-
-def build_hashes_with_prefix(store: Store, prefix: str, limit: int = 10) -> list[str]:
-    """Stored build hashes starting with ``prefix`` (full ``"sha256:…"`` form), at most ``limit``."""
-    with store.session() as s:
-        rows = s.scalars(
-            select(EngineBuild.build_hash)
-            .where(func.substr(EngineBuild.build_hash, 1, len(prefix)) == prefix)
-            .order_by(EngineBuild.build_hash)
-            .limit(limit)
-        )
-        return list(rows)
+    return rows.get_as(store, EngineBuild, build_hash, _stored)
 
 
 def all_builds(store: Store) -> list[StoredBuild]:
     """Every stored build, newest first."""
-    with store.session() as s:
-        return [_stored(r) for r in s.scalars(select(EngineBuild).order_by(EngineBuild.created_at.desc()))]
+    return rows.newest_first(store, EngineBuild, _stored)

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.models import Config, ConfigLabel, ConfigTrust
+from dynocell.db import rows
 from dynocell.db.session import Store
 
 
@@ -55,41 +56,18 @@ def _label(row: ConfigLabel) -> LabelRow:
 def insert_config(store: Store, config_hash: str, engine: str, model_path: str,
                   canonical_json: str, source_toml: str) -> bool:
     """Insert a config unless its hash is already stored; True when a row was written."""
-    with store.session() as s:
-        if s.get(Config, config_hash) is not None:
-            return False
-    try:
-        with store.session() as s:
-            s.add(Config(config_hash=config_hash, engine=engine, model_path=model_path,
-                         canonical_json=canonical_json, source_toml=source_toml))
-    except IntegrityError:  # a concurrent writer stored the same hash first
-        return False
-    return True
+    return rows.insert_once(store, Config, config_hash, config_hash=config_hash, engine=engine,
+                            model_path=model_path, canonical_json=canonical_json, source_toml=source_toml)
 
 
 def get_config(store: Store, config_hash: str) -> StoredConfig | None:
     """The config with exactly this hash, or None."""
-    with store.session() as s:
-        row = s.get(Config, config_hash)
-        return _stored(row) if row else None
-
-
-def hashes_with_prefix(store: Store, prefix: str, limit: int = 10) -> list[str]:
-    """Stored hashes starting with ``prefix`` (full ``"sha256:…"`` form), at most ``limit``."""
-    with store.session() as s:
-        rows = s.scalars(
-            select(Config.config_hash)
-            .where(func.substr(Config.config_hash, 1, len(prefix)) == prefix)
-            .order_by(Config.config_hash)
-            .limit(limit)
-        )
-        return list(rows)
+    return rows.get_as(store, Config, config_hash, _stored)
 
 
 def all_configs(store: Store) -> list[StoredConfig]:
     """Every stored config, newest first."""
-    with store.session() as s:
-        return [_stored(r) for r in s.scalars(select(Config).order_by(Config.created_at.desc()))]
+    return rows.newest_first(store, Config, _stored)
 
 
 def current_target(store: Store, name: str) -> str | None:

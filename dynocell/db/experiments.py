@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.boots import _row
 from dynocell.db.models import Experiment, ExperimentRun, Pin
+from dynocell.db import rows
 from dynocell.db.session import Store
 
 
@@ -57,14 +58,7 @@ def list_experiments(store: Store, limit: int = 200) -> list[dict[str, Any]]:
 
 def update_experiment(store: Store, name: str, **values: Any) -> dict[str, Any]:
     """Set columns (``state``, ``verdicts`` …) of one experiment. Raises KeyError if absent."""
-    with store.session() as s:
-        exp = s.get(Experiment, name)
-        if exp is None:
-            raise KeyError(name)
-        for k, v in values.items():
-            setattr(exp, k, v)
-        s.flush()
-        return _row(exp)
+    return rows.update(store, Experiment, name, **values)
 
 
 def slots(store: Store, name: str) -> list[dict[str, Any]]:
@@ -76,14 +70,7 @@ def slots(store: Store, name: str) -> list[dict[str, Any]]:
 
 def update_slot(store: Store, slot_id: int, **values: Any) -> dict[str, Any]:
     """Set ``state`` / ``run_id`` of one slot. Raises KeyError if absent."""
-    with store.session() as s:
-        row = s.get(ExperimentRun, slot_id)
-        if row is None:
-            raise KeyError(slot_id)
-        for k, v in values.items():
-            setattr(row, k, v)
-        s.flush()
-        return _row(row)
+    return rows.update(store, ExperimentRun, slot_id, **values)
 
 
 def experiments_of_config(store: Store, config_hash: str) -> list[dict[str, Any]]:
@@ -124,20 +111,6 @@ def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any
         if end is not None:
             q = q.where(Boot.started_at <= end)
         return [_row(b) for b in s.scalars(q.order_by(Boot.started_at))]
-
-
-def find_build(store: Store, ref: str) -> list[str]:
-    """Build hashes equal to ``ref`` or starting with it (with or without ``sha256:``), at most 10."""
-    from dynocell.db.models import EngineBuild
-
-    with store.session() as s:
-        if s.get(EngineBuild, ref) is not None:
-            return [ref]
-        out: list[str] = []
-        for prefix in {ref, "sha256:" + ref.removeprefix("sha256:")}:
-            q = select(EngineBuild.build_hash).where(EngineBuild.build_hash.startswith(prefix, autoescape=True))
-            out.extend(s.scalars(q.limit(10)))
-        return sorted(set(out))
 
 
 def get_build(store: Store, build_hash: str) -> dict[str, Any] | None:

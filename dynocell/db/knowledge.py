@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
-
+from dynocell.db.boots import _row
 from dynocell.db.models import (
-    AcceptanceCurve, BenchRun, Boot, Config, ConfigLabel, Experiment, Finding, Golden, Note, Run, RunbookEntry, utcnow,
+    AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
+from dynocell.errors import UserError
 
 # ------------------------------------------------------------------ entries
 
@@ -112,10 +113,28 @@ def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, An
 
 # ------------------------------------------------------------------ notes
 
+NOTE_KINDS = ("config", "boot", "run", "entry", "experiment")
+"""What a note can be attached to."""
+
+MAX_NOTE_CHARS = 20_000
+
+
 def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> dict[str, Any]:
-    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict."""
+    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict
+    ``{id, target_kind, target_id, text, created_at}``. The one writer of notes (CLI, web, bisect).
+
+    Raises UserError for an unknown kind, an empty text (after stripping) or more than
+    :data:`MAX_NOTE_CHARS` characters; nothing is written then.
+    """
+    text = (note_text or "").strip()
+    if target_kind not in NOTE_KINDS:
+        raise UserError(f"note target kind {target_kind!r} is unknown", "use " + ", ".join(NOTE_KINDS))
+    if not text:
+        raise UserError("note text is empty", "write something")
+    if len(text) > MAX_NOTE_CHARS:
+        raise UserError(f"note is longer than {MAX_NOTE_CHARS} characters", "shorten it or link a file")
     with store.session() as s:
-        n = Note(target_kind=target_kind, target_id=target_id, text=note_text, created_at=utcnow())
+        n = Note(target_kind=target_kind, target_id=target_id, text=text, created_at=utcnow())
         s.add(n)
         s.flush()
         return {"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
@@ -132,36 +151,6 @@ def list_notes(store: Any, target_kind: str | None = None, target_id: str | None
             q = q.where(Note.target_id == target_id)
         return [{"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
                  "created_at": n.created_at} for n in s.scalars(q)]
-
-
-def resolve_target(store: Any, kind: str, ident: str) -> str | None:
-    """The one id of ``kind`` (run, boot, config, experiment) that ``ident`` names, else None.
-
-    Runs and boots match by id or unique id prefix; configs by label (newest),
-    full hash, or unique hash prefix (with or without ``sha256:``); experiments by name.
-    """
-    with store.session() as s:
-        if kind in ("run", "boot"):
-            model = Run if kind == "run" else Boot
-            if s.get(model, ident) is not None:
-                return ident
-            ids = list(s.scalars(select(model.id).where(model.id.like(_prefix(ident))).limit(2)))
-            return ids[0] if len(ids) == 1 else None
-        if kind == "config":
-            label = s.scalars(select(ConfigLabel).where(ConfigLabel.name == ident)
-                              .order_by(ConfigLabel.id.desc()).limit(1)).first()
-            if label:
-                return label.config_hash
-            h = ident if ident.startswith("sha256:") else "sha256:" + ident
-            hashes = list(s.scalars(select(Config.config_hash).where(Config.config_hash.like(_prefix(h))).limit(2)))
-            return hashes[0] if len(hashes) == 1 and len(ident) >= 6 else None
-        if kind == "experiment":
-            return ident if s.get(Experiment, ident) is not None else None
-    return None
-
-
-def _prefix(ident: str) -> str:
-    return ident.replace("\\", "").replace("%", "").replace("_", "\\_") + "%" if ident else "\x00"
 
 
 # ------------------------------------------------------------------ findings
@@ -201,31 +190,6 @@ def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = N
 
 
 # ------------------------------------------------------------------ doctor inputs
-
-def _run_dict(r: Run) -> dict[str, Any]:
-    return {"id": r.id, "kind": r.kind, "config_hash": r.config_hash, "boot_id": r.boot_id, "state": r.state,
-            "step": r.step, "options": r.options or {}, "lossless": r.lossless,
-            "lossless_detail": r.lossless_detail or {}, "breakeven": r.breakeven or {}, "summary": r.summary or {},
-            "workload_sha256": r.workload_sha256, "started_at": r.started_at}
-
-
-def get_run(store: Any, run_id: str) -> dict[str, Any] | None:
-    """One run as a dict (id, kind, config_hash, boot_id, state, options, lossless, breakeven, summary …)."""
-    with store.session() as s:
-        r = s.get(Run, run_id)
-        return _run_dict(r) if r else None
-
-
-def get_boot(store: Any, boot_id: str) -> dict[str, Any] | None:
-    """One boot as a dict (id, config_hash, state, failure_signature, failure_detail, log_path, engine)."""
-    with store.session() as s:
-        b = s.get(Boot, boot_id)
-        if b is None:
-            return None
-        return {"id": b.id, "config_hash": b.config_hash, "engine": b.engine, "state": b.state,
-                "failure_signature": b.failure_signature, "failure_detail": b.failure_detail or {},
-                "log_path": b.log_path, "last_phase": b.last_phase}
-
 
 def runs_of_boot(store: Any, boot_id: str) -> list[str]:
     """Ids of the runs on a boot, oldest first."""
@@ -267,15 +231,21 @@ def bench_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields + ``canonical_json``."""
+    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields +
+    ``canonical_json``."""
     with store.session() as s:
-        q = (select(Run, Config.canonical_json).join(Config, Config.config_hash == Run.config_hash)
-             .where(Run.state == "completed").order_by(Run.started_at.desc()).limit(limit))
+        q = (
+            select(Run, Config.canonical_json)
+            .join(Config, Config.config_hash == Run.config_hash)
+            .where(Run.state == "completed")
+            .order_by(Run.started_at.desc())
+            .limit(limit)
+        )
         out = []
         for r, cj in s.execute(q):
             if r.id == exclude_run:
                 continue
-            d = _run_dict(r)
+            d = _row(r)
             d["canonical_json"] = cj
             out.append(d)
         return out
@@ -284,9 +254,12 @@ def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limi
 def goldens_of_config(store: Any, config_hash: str, kind: str = "lossless") -> list[dict[str, Any]]:
     """Recorded greedy continuations of a config: dicts with prompt, output_text, output_ids (or None)."""
     with store.session() as s:
-        return [{"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
-                for g in s.scalars(select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind)
-                                   .order_by(Golden.id))]
+        return [
+            {"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
+            for g in s.scalars(
+                select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind).order_by(Golden.id)
+            )
+        ]
 
 
 def timestamp(dt: datetime | None) -> str:

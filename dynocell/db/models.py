@@ -22,7 +22,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Integer, MetaData, String, Text, DateTime, Index, UniqueConstraint
+from sqlalchemy import (
+    JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -120,6 +122,9 @@ class Boot(Base):
 
     ``state``: starting, ready, stopping, stopped, failed, crashed, lost.
     ``stop_how``: graceful | killed. ``env`` has secrets redacted.
+    ``supervisor_create_time`` / ``engine_create_time``: psutil ``create_time()`` (s since the epoch)
+    of the supervising process and the engine, recorded at spawn: a pid whose create time differs
+    is a recycled pid, not this boot's process (liveness reads these, never ``failure_detail``).
     ``kind``: started (dynocell owns the process) | attached (a running engine dynocell did not
     start: no pid ownership) | imported (reconstructed from log files; ``source_sha256`` names them).
     """
@@ -139,6 +144,8 @@ class Boot(Base):
     pid: Mapped[Optional[int]]
     pgid: Mapped[Optional[int]]
     supervisor_pid: Mapped[Optional[int]]
+    supervisor_create_time: Mapped[Optional[float]] = mapped_column(Float)
+    engine_create_time: Mapped[Optional[float]] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(16), index=True)
     last_phase: Mapped[Optional[str]] = mapped_column(String(64))
     log_path: Mapped[str] = mapped_column(Text)

@@ -16,6 +16,7 @@ from dynocell.db.models import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
 )
+from dynocell.db import rows
 from dynocell.db.session import Store
 
 RUN_LIVE_STATES = ("running",)
@@ -23,23 +24,12 @@ RUN_LIVE_STATES = ("running",)
 
 def create_run(store: Store, **values: Any) -> dict[str, Any]:
     """Insert a run row (``id``, ``config_hash``, ``state`` … as in ``models.Run``)."""
-    with store.session() as s:
-        run = Run(**values)
-        s.add(run)
-        s.flush()
-        return _row(run)
+    return rows.insert(store, Run, **values)
 
 
 def update_run(store: Store, run_id: str, **values: Any) -> dict[str, Any]:
     """Set columns of one run; returns the row. Raises KeyError if absent."""
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise KeyError(run_id)
-        for k, v in values.items():
-            setattr(run, k, v)
-        s.flush()
-        return _row(run)
+    return rows.update(store, Run, run_id, **values)
 
 
 def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -47,12 +37,6 @@ def get_run(store: Store, run_id: str) -> dict[str, Any] | None:
     with store.session() as s:
         run = s.get(Run, run_id)
         return _row(run) if run else None
-
-
-def find_runs(store: Store, prefix: str) -> list[dict[str, Any]]:
-    """Runs whose id starts with ``prefix``."""
-    with store.session() as s:
-        return [_row(r) for r in s.scalars(select(Run).where(Run.id.startswith(prefix, autoescape=True))).all()]
 
 
 def list_runs(store: Store, *, config_hash: str | None = None, boot_id: str | None = None,
@@ -113,17 +97,14 @@ def interrupt_running_steps(store: Store, run_id: str, error: str) -> list[str]:
 
 def add_bench(store: Store, **values: Any) -> dict[str, Any]:
     """Insert one bench level row (``models.BenchRun`` columns)."""
-    with store.session() as s:
-        row = BenchRun(**values)
-        s.add(row)
-        s.flush()
-        return _row(row)
+    return rows.insert(store, BenchRun, **values)
 
 
 def bench_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
     """Bench rows of a run in insertion order."""
     with store.session() as s:
-        return [_row(x) for x in s.scalars(select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id)).all()]
+        q = select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id)
+        return [_row(x) for x in s.scalars(q).all()]
 
 
 def add_curve(store: Store, points: Iterable[tuple[int, float, float]], **values: Any) -> dict[str, Any]:
@@ -141,7 +122,8 @@ def curves(store: Store, run_id: str) -> list[dict[str, Any]]:
     """Acceptance curves of a run, each with ``points`` (list of dicts by position)."""
     with store.session() as s:
         out = []
-        for c in s.scalars(select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id).order_by(AcceptanceCurve.id)).all():
+        q = select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id).order_by(AcceptanceCurve.id)
+        for c in s.scalars(q).all():
             row = _row(c)
             row["points"] = [_row(p) for p in c.points]
             out.append(row)
@@ -150,22 +132,14 @@ def curves(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def create_profile(store: Store, **values: Any) -> dict[str, Any]:
     """Insert a profile run row (state running) before the window opens."""
-    with store.session() as s:
-        row = ProfileRun(**values)
-        s.add(row)
-        s.flush()
-        return _row(row)
+    return rows.insert(store, ProfileRun, **values)
 
 
 def finish_profile(store: Store, profile_id: int, splits: Iterable[dict[str, Any]] = (),
                    kernels: Iterable[dict[str, Any]] = (), **values: Any) -> None:
     """Set a profile's totals and add its category splits and top kernels (dicts of column values)."""
     with store.session() as s:
-        row = s.get(ProfileRun, profile_id)
-        if row is None:
-            raise KeyError(profile_id)
-        for k, v in values.items():
-            setattr(row, k, v)
+        rows.get_or_raise(s, ProfileRun, profile_id, **values)
         for sp in splits:
             s.add(ProfileSplit(profile_id=profile_id, **sp))
         for kn in kernels:
@@ -184,14 +158,17 @@ def profiles(store: Store, *, run_id: str | None = None, boot_id: str | None = N
         for p in s.scalars(q).all():
             row = _row(p)
             row["splits"] = [_row(x) for x in s.scalars(
-                select(ProfileSplit).where(ProfileSplit.profile_id == p.id).order_by(ProfileSplit.rank, ProfileSplit.ms.desc())).all()]
+                select(ProfileSplit).where(ProfileSplit.profile_id == p.id)
+                .order_by(ProfileSplit.rank, ProfileSplit.ms.desc())).all()]
             row["kernels"] = [_row(x) for x in s.scalars(
-                select(ProfileKernel).where(ProfileKernel.profile_id == p.id).order_by(ProfileKernel.rank, ProfileKernel.ms.desc())).all()]
+                select(ProfileKernel).where(ProfileKernel.profile_id == p.id)
+                .order_by(ProfileKernel.rank, ProfileKernel.ms.desc())).all()]
             out.append(row)
         return out
 
 
-def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str, max_new_tokens: int) -> dict[str, Any] | None:
+def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str,
+               max_new_tokens: int) -> dict[str, Any] | None:
     """The recorded golden continuation for (config, kind, prompt, length), or None."""
     with store.session() as s:
         g = s.scalars(select(Golden).where(

@@ -10,6 +10,7 @@ serialised between processes by a file lock (SQLite) or an advisory lock
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dynocell.errors import StoreUnavailable
+from dynocell.errors import StoreUnavailable, UserError
 from dynocell.settings import redact_url  # a pure function; settings reads the environment only when built
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -46,9 +47,7 @@ def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: AN
     They are created by raw SQL in the migrations (SQLAlchemy has no model for a
     virtual table), so autogenerate would otherwise propose dropping them.
     """
-    if type_ == "table" and name and name.startswith(FTS_TABLES):
-        return False
-    return True
+    return not (type_ == "table" and name and name.startswith(FTS_TABLES))
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI types
@@ -253,10 +252,9 @@ class Store:
 
 
 def _rollback(s: Session) -> None:
-    try:
+    # the connection may be unusable (read-only, disk full); the error being raised says why
+    with contextlib.suppress(OperationalError, InterfaceError):
         s.rollback()
-    except (OperationalError, InterfaceError):
-        pass  # the connection is unusable (read-only, disk full); the error being raised says why
 
 
 def open_store(url: str) -> Store:
@@ -274,3 +272,43 @@ def close_store(url: str) -> None:
         store = _stores.pop(url, None)
     if store is not None:
         store.engine.dispose()
+
+
+POSTGRES_URL_SHAPE = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
+
+
+def open_store_checked(url: str, home: Path) -> Store:
+    """:func:`open_store` with every failure a person can act on raised as
+    :class:`~dynocell.errors.UserError` / :class:`~dynocell.errors.StoreUnavailable` naming the fix:
+    an unsupported scheme, a malformed URL, an unreadable or unwritable SQLite file (``home``: the data
+    directory named in the hint), a missing driver, an unusable directory."""
+    from sqlalchemy.exc import ArgumentError
+
+    scheme = url.split("://", 1)[0] if "://" in url else None
+    if scheme is not None and scheme.split("+", 1)[0] not in ("sqlite", "postgresql"):
+        raise UserError(f"database_url: {scheme}:// is not a store dynocell supports (SQLite or PostgreSQL)",
+                        f"set DYNOCELL_DATABASE_URL={POSTGRES_URL_SHAPE}, or unset it to use the SQLite "
+                        "file in the data directory")
+    try:
+        return open_store(url)
+    except ArgumentError as exc:
+        raise UserError(f"database_url is not a valid SQLAlchemy URL: {redact_url(url)!r} ({exc})",
+                        "fix DYNOCELL_DATABASE_URL, or unset it to use the SQLite file in the data directory") from exc
+    except OperationalError as exc:
+        translated = store_error(url, exc)
+        if translated is not None:
+            raise translated from exc
+        folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else home
+        raise StoreUnavailable(f"cannot open the store at {redact_url(url)}: {exc.orig}",
+                               f"make {folder} writable by this user, or set DYNOCELL_HOME to a writable "
+                               "directory (dynocell settings shows where the store lives)") from exc
+    except ModuleNotFoundError as exc:
+        if scheme is not None and scheme.startswith("postgresql"):
+            raise UserError(f"the database driver for {scheme}:// is not installed ({exc.name})",
+                            f"write the URL as {POSTGRES_URL_SHAPE} (psycopg 3 comes with dynocell)") from exc
+        raise UserError(f"the database driver for {url.split(':', 1)[0]} is not installed ({exc.name})",
+                        f"pip install {exc.name} (or a driver matching the URL), "
+                        "or unset DYNOCELL_DATABASE_URL") from exc
+    except OSError as exc:
+        raise UserError(f"cannot use the data directory {home}: {exc.strerror or exc}",
+                        "set DYNOCELL_HOME to a writable directory (then: dynocell init)") from exc

@@ -62,6 +62,15 @@ from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exp
 from dynocell.errors import ConfigError, UserError
 
 
+def engine_base_url(host: str | None, port: int | None) -> str:
+    """``http://host:port`` to reach an engine bound to ``host``: a wildcard bind (``0.0.0.0``, ``::``,
+    empty) is reached on loopback, an IPv6 address goes in brackets (RFC 3986). The one place an
+    engine's base URL is built (boots, health probes, the supervisor)."""
+    h = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1", None: "127.0.0.1"}.get(host, host) or "127.0.0.1"
+    if ":" in h:
+        h = f"[{h}]"
+    return f"http://{h}:{port}"
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -90,11 +99,8 @@ class LaunchSpec:
 
     @property
     def base_url(self) -> str:
-        """``http://host:port`` to reach the engine (0.0.0.0 / :: binds are reached on loopback)."""
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        """``http://host:port`` to reach the engine (see :func:`engine_base_url`)."""
+        return engine_base_url(self.host, self.port)
 
 
 class EngineAdapter(Protocol):

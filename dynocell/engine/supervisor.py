@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import enum
 import hashlib
 import os
 import signal
@@ -90,6 +89,7 @@ from dynocell.engine.rules import (
     classify,
     strip_prefix,
 )
+from dynocell.boot_states import TERMINAL, TRANSITIONS, BootState  # noqa: F401 - defined once, re-exported
 from dynocell.errors import EngineError, UserError
 
 TAIL_LINES = 50  # lines reported with a failure
@@ -97,29 +97,7 @@ TAIL_LINE_CHARS = 2000  # longer lines are cut in the reported tail (the log fil
 _KEEP_LINES = 400  # lines kept in memory for classification
 
 
-class BootState(str, enum.Enum):
-    """States of a boot (values are the strings stored in the store)."""
-
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
-    CRASHED = "crashed"
-    LOST = "lost"
-
-
 S = BootState
-TRANSITIONS: dict[BootState, frozenset[BootState]] = {
-    S.STARTING: frozenset({S.READY, S.FAILED, S.STOPPING, S.LOST}),
-    S.READY: frozenset({S.STOPPING, S.CRASHED, S.LOST}),
-    S.STOPPING: frozenset({S.STOPPED, S.LOST}),
-    S.STOPPED: frozenset(),
-    S.FAILED: frozenset(),
-    S.CRASHED: frozenset(),
-    S.LOST: frozenset(),
-}
-TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 
 
 class IllegalTransition(EngineError):

@@ -24,6 +24,7 @@ from typing import Any
 from dynocell.engine.client import EngineUnreachable
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
+import contextlib
 
 __all__ = ["attach", "attached_alive", "parse_engine_url", "probe", "stop_attached"]
 
@@ -210,16 +211,12 @@ def stop_attached(cell: Cell, boot: dict[str, Any], pid: int | None, grace_s: fl
     procs = [proc, *proc.children(recursive=True)]
     db_boots.transition(cell.store, boot["id"], ("ready", "starting"), "stopping")
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()
-        except psutil.NoSuchProcess:
-            pass
     gone, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
     how = "killed" if alive else "graceful"
     db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(), stop_how=how,

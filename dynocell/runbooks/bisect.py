@@ -208,7 +208,8 @@ def _step(good: Any, bad: Any, index: int, fields: tuple[str, ...], tests: tuple
         cfg = _apply(good, bad, fields)
     except ValidationError as exc:
         raise UserError(f"bisect step {index} (good + {', '.join(fields)}) is not a valid config: "
-                        f"{exc.errors()[0]['msg']}", "change those knobs together by hand, or narrow the configs") from None
+                        f"{exc.errors()[0]['msg']}",
+                        "change those knobs together by hand, or narrow the configs") from None
     return BisectStep(index, tuple(fields), tuple(tests), cfg, cfg.config_hash)
 
 
@@ -253,7 +254,7 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
     result}``; the experiment is recorded as a note on the BAD config.
     Raises UserError when GOOD is not better than BAD (nothing to bisect).
     """
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import knowledge as dbk, runs as db_runs
     from dynocell.runbooks.configs import resolve_config, store_config
     from dynocell.runbooks.run import run_job
 
@@ -266,7 +267,7 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
         h = store_config(cell, cfg)
         say(f"bisect: running {label}", {"config_hash": h})
         rid = run_job(cell, h)
-        run = dbk.get_run(cell.store, rid) or {}
+        run = db_runs.get_run(cell.store, rid) or {}
         return {"label": label, "run_id": rid, "config_hash": h, "tau": (run.get("summary") or {}).get("tau"),
                 "lossless": run.get("lossless"), "state": run.get("state")}
 
@@ -279,7 +280,8 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
         return r["tau"] is not None and g["tau"] is not None and r["tau"] < g["tau"] * (1 - tau_drop)
 
     if not verdict_bad(b) or verdict_bad(g):
-        raise UserError(f"the verdicts do not differ: good τ {g['tau']} ({g['lossless']}), bad τ {b['tau']} ({b['lossless']})",
+        raise UserError(f"the verdicts do not differ: good τ {g['tau']} ({g['lossless']}), "
+                        f"bad τ {b['tau']} ({b['lossless']})",
                         "bisect needs a good config that is good and a bad config that is bad")
 
     def is_bad(step: BisectStep) -> bool:

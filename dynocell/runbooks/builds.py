@@ -23,14 +23,13 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from dynocell.db import builds as db
+from dynocell.db import builds as db, refs
 from dynocell.engine import builds as eb
 from dynocell.errors import NotFound, UserError
 from dynocell.runbooks.cell import Cell
 from dynocell.settings import child_base_env
 
 HASH_PREFIX = "sha256:"
-MIN_PREFIX = 6
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 __all__ = ["build", "check_import", "ensure_build", "list_builds", "list_patches", "resolve_build_hash",
@@ -124,23 +123,15 @@ def check_import(cell: Cell, build_result: dict[str, Any], cfg: Any = None) -> s
 
 
 def resolve_build_hash(cell: Cell, ref: str) -> str:
-    """The stored build hash ``ref`` names: full hash, or a unique prefix (≥ 6 hex, ``sha256:`` optional).
+    """The stored build hash ``ref`` names: full hash, or a unique prefix (``sha256:`` optional), by the
+    one resolver's rule (:mod:`dynocell.db.refs`).
 
-    Raises :class:`NotFound` when nothing matches or the prefix is ambiguous.
+    Raises :class:`NotFound` when ``ref`` is not hex, nothing matches or the prefix is ambiguous.
     """
     hexpart = ref.strip().lower().removeprefix(HASH_PREFIX)
     if not hexpart or not _HEX.match(hexpart):
         raise NotFound(f"not a build hash: {ref!r}", "see `dynocell engine list`")
-    if len(hexpart) < MIN_PREFIX:
-        raise NotFound(f"build {ref!r}: a hash prefix needs at least {MIN_PREFIX} hex digits",
-                       "give a longer prefix (see `dynocell engine list`)")
-    matches = db.build_hashes_with_prefix(cell.store, HASH_PREFIX + hexpart)
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise NotFound(f"build prefix {ref!r} is ambiguous: matches "
-                       + ", ".join(m.removeprefix(HASH_PREFIX)[:12] for m in matches[:5]), "give more hex digits")
-    raise NotFound(f"no engine build starting with {ref!r}", "see `dynocell engine list`")
+    return refs.resolve_key(cell.store, hexpart, "build")
 
 
 def _get(cell: Cell, ref: str) -> db.StoredBuild:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynocell.db.session import Store, head_revision, open_store
-from dynocell.errors import StoreUnavailable, UserError
+from dynocell.db.session import Store, head_revision, open_store_checked
+from dynocell.errors import UserError
 from dynocell.settings import Settings, redact_url
 
 
@@ -58,42 +58,8 @@ def _refuse_missing_folder(settings: Settings) -> None:
                         "`dynocell init` creates a new store at that URL")
 
 
-POSTGRES_URL_SHAPE = "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
-
-
 def _open(settings: Settings) -> Store:
-    from sqlalchemy.exc import ArgumentError, OperationalError
-
-    scheme = settings.db_url.split("://", 1)[0] if "://" in settings.db_url else None
-    if scheme is not None and scheme.split("+", 1)[0] not in ("sqlite", "postgresql"):
-        raise UserError(f"database_url: {scheme}:// is not a store dynocell supports (SQLite or PostgreSQL)",
-                        f"set DYNOCELL_DATABASE_URL={POSTGRES_URL_SHAPE}, or unset it to use the SQLite "
-                        "file in the data directory")
-    try:
-        return open_store(settings.db_url)
-    except ArgumentError as exc:
-        raise UserError(f"database_url is not a valid SQLAlchemy URL: {redact_url(settings.db_url)!r} ({exc})",
-                        "fix DYNOCELL_DATABASE_URL, or unset it to use the SQLite file in the data directory") from exc
-    except OperationalError as exc:
-        from dynocell.db.session import store_error
-
-        translated = store_error(settings.db_url, exc)
-        if translated is not None:
-            raise translated from exc
-        url = settings.db_url
-        folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else settings.home
-        raise StoreUnavailable(f"cannot open the store at {redact_url(url)}: {exc.orig}",
-                               f"make {folder} writable by this user, or set DYNOCELL_HOME to a writable "
-                               "directory (dynocell settings shows where the store lives)") from exc
-    except ModuleNotFoundError as exc:
-        if scheme is not None and scheme.startswith("postgresql"):
-            raise UserError(f"the database driver for {scheme}:// is not installed ({exc.name})",
-                            f"write the URL as {POSTGRES_URL_SHAPE} (psycopg 3 comes with dynocell)") from exc
-        raise UserError(f"the database driver for {settings.db_url.split(':', 1)[0]} is not installed ({exc.name})",
-                        f"pip install {exc.name} (or a driver matching the URL), or unset DYNOCELL_DATABASE_URL") from exc
-    except OSError as exc:
-        raise UserError(f"cannot use the data directory {settings.home}: {exc.strerror or exc}",
-                        "set DYNOCELL_HOME to a writable directory (then: dynocell init)") from exc
+    return open_store_checked(settings.db_url, settings.home)
 
 
 def open_cell(settings: Settings) -> Cell:
@@ -104,7 +70,8 @@ def open_cell(settings: Settings) -> Cell:
 def init(cell: Cell) -> dict[str, Any]:
     """Create the data directory tree and migrate the store to head.
 
-    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir, revision_before,
+    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir,
+    revision_before,
     revision, head, migrated}`` (``revision_before`` None for a new store).
     Raises UserError when a directory cannot be created or the store opened.
     """
@@ -113,8 +80,9 @@ def init(cell: Cell) -> dict[str, Any]:
         for d in (s.home, s.boots_dir, s.models_dir, s.builds_dir):
             d.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the data directory {s.home}: {exc.strerror}",
-                        "set DYNOCELL_HOME to a writable directory") from exc
+        raise UserError(
+            f"cannot create the data directory {s.home}: {exc.strerror}", "set DYNOCELL_HOME to a writable directory"
+        ) from exc
     store = cell.store
     return {
         "home": str(s.home),

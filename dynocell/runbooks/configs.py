@@ -3,7 +3,8 @@
 A *reference* (``ref``) names one stored config and is, in the order tried:
 a path to a ``.toml`` file (parsed and added on the fly), a label name, a full
 hash (``sha256:<64 hex>``) or a unique hash prefix of at least
-:data:`MIN_PREFIX` hex digits, with or without ``sha256:``.
+:data:`dynocell.db.refs.MIN_PREFIX` hex digits, with or without ``sha256:``
+(the one resolver, :mod:`dynocell.db.refs`).
 
 Stored per config: the file's text as given (``source_toml``) and the
 canonical JSON that is hashed (see :mod:`dynocell.engine.config`).
@@ -20,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dynocell.db import configs as db
+from dynocell.db import configs as db, refs
 from dynocell.engine.config import (
     REDACTED,
     EngineConfig,
@@ -36,10 +37,8 @@ from dynocell.engine.config import (
 from dynocell.errors import ConfigError, NotFound, Refused, UserError
 from dynocell.runbooks.cell import Cell
 
-MIN_PREFIX = 6
 HASH_PREFIX = "sha256:"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
-_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -137,34 +136,20 @@ def resolve_hash(cell: Cell, ref: str) -> str:
     """The stored hash ``ref`` names (see the module docstring); a path is added first.
 
     Raises NotFound when nothing matches or a prefix is ambiguous (listing the
-    candidates), ConfigError for a bad file.
+    candidates, :mod:`dynocell.db.refs`), ConfigError for a bad file.
     """
     ref = ref.strip()
     if not ref:
         raise UserError("empty config reference", "give a config name, hash, hash prefix or .toml path")
     if _looks_like_path(ref) and Path(ref).is_file():
         return add_config(cell, ref).hash
-    store = cell.store
-    target = db.current_target(store, ref)
-    if target is not None:
-        return target
-    hexpart = ref.lower().removeprefix(HASH_PREFIX)
-    if _HEX.match(hexpart):
-        if len(hexpart) < MIN_PREFIX:
-            raise NotFound(f"config {ref!r} not found (a hash prefix needs at least {MIN_PREFIX} hex digits)",
-                           "give a longer prefix, or a name from `dynocell config list`")
-        matches = db.hashes_with_prefix(store, HASH_PREFIX + hexpart)
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            shown = ", ".join(short_hash(h) for h in matches[:5])
-            raise NotFound(f"hash prefix {ref!r} is ambiguous: matches {shown}",
-                           "give more hex digits")
-    if _looks_like_path(ref):
-        raise ConfigError(ref, None, "a directory, not a config file" if Path(ref).is_dir() else "no such config file",
-                          "give the path of a .toml config")
-    raise NotFound(f"no config named {ref!r} and no hash starting with it",
-                   "see `dynocell config list`, or add one with `dynocell config add FILE`")
+    try:
+        return refs.resolve_key(cell.store, ref, "config")
+    except NotFound:
+        if _looks_like_path(ref):
+            raise ConfigError(ref, None, "a directory, not a config file" if Path(ref).is_dir()
+                              else "no such config file", "give the path of a .toml config") from None
+        raise
 
 
 def resolve_config(cell: Cell, ref: str) -> tuple[EngineConfig, str]:
@@ -368,21 +353,14 @@ def resolve_stored(cell: Cell, ref: str) -> str:
     ref = (ref or "").strip()
     if not ref:
         raise UserError("no config given", "pick a stored config by name or hash")
-    store = cell.store
-    target = db.current_target(store, ref)
-    if target is not None:
-        return target
-    hexpart = ref.lower().removeprefix(HASH_PREFIX)
-    if len(hexpart) >= MIN_PREFIX and _HEX.match(hexpart):
-        matches = db.hashes_with_prefix(store, HASH_PREFIX + hexpart)
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise NotFound(f"hash prefix {ref!r} is ambiguous: matches "
-                           + ", ".join(short_hash(h) for h in matches[:5]), "give more hex digits")
-    raise NotFound(f"no stored config named {ref!r} and no hash starting with it",
-                   "pick one from the Configs page, or add one there by pasting its TOML "
-                   "(a file path is never read from a request)")
+    try:
+        return refs.resolve_key(cell.store, ref, "config")
+    except NotFound as exc:
+        if isinstance(exc, refs.AmbiguousRef):
+            raise
+        raise NotFound(f"no stored config named {ref!r} and no hash starting with it",
+                       "pick one from the Configs page, or add one there by pasting its TOML "
+                       "(a file path is never read from a request)") from None
 
 
 def injection_keys_of(cell: Cell, config_hash: str) -> list[str]:

@@ -704,10 +704,10 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     """Build :class:`DoctorInputs` for a stored run: its curves (with prompt lengths from the acceptance
     bench rows), its config's knobs, sibling runs (latest completed run per other config), break-even
     numbers, the plain twin's decode throughput, greedy outputs and reference-engine oracle curves."""
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import knowledge as dbk, runs as db_runs
 
     store = cell.store
-    run = dbk.get_run(store, run_id)
+    run = db_runs.get_run(store, run_id)
     if run is None:
         raise NotFound(f"no run {run_id!r}", "see dynocell runs")
     inp = DoctorInputs(curves=_class_curves(store, run_id))
@@ -765,22 +765,21 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     failure signature resolved to entries (rule ``boot_failure``) plus the
     findings of each run on it. Raises NotFound when ``ref`` names neither.
     """
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import boots as db_boots, knowledge as dbk, refs, runs as db_runs
     from dynocell.runbooks.knowledge import knowledge_for
 
     store = cell.store
     kn = knowledge_for(cell.settings)
-    run_id = dbk.resolve_target(store, "run", ref)
+    found = refs.resolve(store, ref, ("run", "boot"))
+    run_id = found.key if found.kind == "run" else None
     if run_id:
         findings = diagnose_inputs(inputs_for_run(cell, run_id), knowledge=kn)
         if store_findings:
-            run = dbk.get_run(store, run_id) or {}
+            run = db_runs.get_run(store, run_id) or {}
             dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id, boot_id=run.get("boot_id"))
         return findings
-    boot_id = dbk.resolve_target(store, "boot", ref)
-    if not boot_id:
-        raise NotFound(f"no run or boot matches {ref!r}", "see dynocell runs / dynocell ps for ids")
-    boot = dbk.get_boot(store, boot_id) or {}
+    boot_id = found.key
+    boot = db_boots.get_boot(store, boot_id) or {}
     findings = []
     sig = boot.get("failure_signature")
     if sig:
@@ -791,7 +790,7 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
                 slugs.append(s)
         findings.append(Finding("boot_failure", "error",
                                 f"boot {boot_id} failed with signature {sig!r}"
-                                + (f": {boot['failure_detail'].get('line')}" if boot.get("failure_detail", {}).get("line") else ""),
+                                + (f": {boot['failure_detail'].get('line')}" if (boot.get("failure_detail") or {}).get("line") else ""),
                                 {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
                                 slugs))
     if store_findings:

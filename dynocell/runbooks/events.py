@@ -10,6 +10,7 @@ subscriber is swallowed so it can never break a procedure.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Callable
 
@@ -37,7 +38,5 @@ def publish(event: str, **data: Any) -> None:
     with _lock:
         subs = list(_subs)
     for fn in subs:
-        try:
+        with contextlib.suppress(Exception):  # a face's bug must not break a procedure
             fn(payload)
-        except Exception:  # noqa: BLE001 - a face's bug must not break a procedure
-            pass

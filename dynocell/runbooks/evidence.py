@@ -114,7 +114,7 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     if found:
         return found
     snaps = [_scrape(Path(p)) for p in paths]
-    for (pa, a), (pb, b) in zip(zip(paths, snaps), list(zip(paths, snaps))[1:]):
+    for (pa, a), (pb, b) in zip(zip(paths, snaps, strict=False), list(zip(paths, snaps, strict=False))[1:], strict=False):
         restarted = m.restarted_between(a, b)
         if restarted:
             raise UserError(f"{pb}: {restarted[0]} changed since {pa}: the engine restarted between the scrapes "

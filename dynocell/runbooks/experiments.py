@@ -40,6 +40,7 @@ from typing import Any, Callable
 from dynocell.db import configs as db_configs
 from dynocell.db import experiments as db
 from dynocell.db import runs as db_runs
+from dynocell.db import refs
 from dynocell.engine import verdicts as V
 from dynocell.errors import DynocellError, Interrupted, NotFound, UserError
 from dynocell.runbooks import events
@@ -153,7 +154,7 @@ def create_experiment(
     inc_hash, inc_label, inc_boot = _resolve_arm(cell, incumbent)
     resolved = [_resolve_arm(cell, a) for a in arms]
     seen = {inc_hash: "the incumbent"}
-    for (h, label, _b), ref in zip(resolved, arms):
+    for (h, _label, _b), ref in zip(resolved, arms, strict=False):
         if h in seen:
             raise UserError(f"arm {ref!r} is the same config as {seen[h]} ({h[:19]})",
                             "each arm must be a different config from the incumbent and the other arms")
@@ -521,12 +522,7 @@ def list_experiments(cell: Cell) -> list[dict[str, Any]]:
 def _resolve_build(cell: Cell, ref: str | None) -> str | None:
     if not ref:
         return None
-    found = db.find_build(cell.store, ref.strip())
-    if not found:
-        raise NotFound(f"no engine build matches {ref!r}", "builds are made by `dynocell run` on a config with patches")
-    if len(found) > 1:
-        raise NotFound(f"build prefix {ref!r} is ambiguous ({len(found)} builds)", "give more characters")
-    return found[0]
+    return refs.resolve_key(cell.store, ref, "build")
 
 
 def pin(cell: Cell, config: str, *, note: str, build: str | None = None,

@@ -232,7 +232,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     boot_dir = cell.settings.boots_dir / boot_id
     events: list[dict[str, Any]] = []
     node_phases: dict[int, dict[str, float]] = {}
-    for rank, rep in zip(ranks, reports):
+    for rank, rep in zip(ranks, reports, strict=False):
         shift = (rep.first_ts - t0).total_seconds() if (rep.first_ts and t0) else 0.0
         per: dict[str, float] = {}
         for ph in rep.phases:
@@ -266,7 +266,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "kind": "imported", "source_sha256": key,
     }
     curves, acc_summary = [], None
-    for rank, rep in zip(ranks, reports):
+    for rank, rep in zip(ranks, reports, strict=False):
         a = rep.acceptance
         if not a or a.get("curve") is None:
             continue
@@ -284,11 +284,11 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     summary = {
         "kind": "log", "boot_id": boot_id, "run_id": run_id, "config_hash": config_hash,
         "observed": cfg_row is not None, "engine": lead.engine, "state": state,
-        "files": [{"path": f["path"], "sha256": f["sha256"], "node_rank": r} for f, r in zip(files, ranks)],
+        "files": [{"path": f["path"], "sha256": f["sha256"], "node_rank": r} for f, r in zip(files, ranks, strict=False)],
         "nodes": {str(r): node_phases[r] for r in ranks}, "phase_skew_s": skew,
         "ready_s": ready_s, "signature": sig, "acceptance": acc_summary,
         "events": [{"node_rank": r, "kind": e.kind, "line": e.line, "text": e.text}
-                   for r, rep in zip(ranks, reports) for e in rep.events],
+                   for r, rep in zip(ranks, reports, strict=False) for e in rep.events],
         "decode": lead.decode, "truncated": [r.path for r in reports if r.truncated],
         "config_mismatch": mismatch,
         "config_fields": (observed.fields if (observed and cfg_row is not None) else None),

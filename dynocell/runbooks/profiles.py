@@ -92,7 +92,8 @@ def profile_window(
                               "vLLM serves it only when started with --profiler-config (dynocell boots add it)"
                               if fixed else
                               f"start the engine with profiling allowed and its profile directory covering "
-                              f"{trace_dir} (SGLANG_TORCH_PROFILER_DIR), or leave the profile out (dynocell run --no-profile)")
+                              f"{trace_dir} (SGLANG_TORCH_PROFILER_DIR), or leave the profile out "
+                              "(dynocell run --no-profile)")
         progress("profiling a fixed decode workload", {"step": "profile"})
         result = run_level_sync(live.base_url, reqs, 1, warmup=0, **api_kw)
         stop = client.stop_profile()
@@ -112,7 +113,8 @@ def profile_window(
         costs = per_token(combined, tokens)
         ms_tok, launches_tok = costs["ms_per_token"], costs["launches_per_token"]
         warnings = list(combined.warnings)
-        if cfg is not None and cfg.engine in ("sglang", "vllm") and not cfg.cuda_graph.disable and combined.graph_launches == 0:
+        graphs_expected = cfg is not None and cfg.engine in ("sglang", "vllm") and not cfg.cuda_graph.disable
+        if graphs_expected and combined.graph_launches == 0:
             warnings.append("CUDA graphs are on in the config but the trace holds no cudaGraphLaunch: "
                             "the window ran eager (or graphs were not captured for this batch size)")
         traces = []

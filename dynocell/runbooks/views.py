@@ -3,10 +3,11 @@
 Every function takes a ``cell`` (anything with ``.store`` — a migrated
 :class:`dynocell.db.session.Store` — and ``.settings`` — :class:`dynocell.settings.Settings`)
 and returns JSON-able values (``datetime`` left as is). Ids may be given as
-unique prefixes. Missing things raise :class:`dynocell.errors.NotFound`.
+unique prefixes (:mod:`dynocell.db.refs`). Missing things raise :class:`dynocell.errors.NotFound`.
 
+The queries live in :mod:`dynocell.db.listings`; this module adds what needs the engine domain
+(secret redaction, config parsing), the markdown knowledge, hosts, and files (logs, artifacts).
 Units follow the store (``*_s`` seconds, ``*_ms`` milliseconds, tok/s).
-Acceptance: p_i (unconditional) and a_i = p_i / p_{i−1} per DESIGN.md; τ = 1 + Σ p_i.
 """
 
 from __future__ import annotations
@@ -14,231 +15,34 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from sqlalchemy import desc, func, or_, select
-
-from dynocell.db import models as m
+from dynocell.boot_states import FAILED_STATES, LIVE_STATES  # noqa: F401 - faces read them here
+from dynocell.db import knowledge as db_knowledge, listings, refs, runs as db_runs
+from dynocell.db.listings import aware_utc as _aware, now_utc as _now
 from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
-
-LIVE_STATES = ("starting", "ready", "stopping")
-FAILED_STATES = ("failed", "crashed", "lost")
-
-
-# ---------------------------------------------------------------- helpers
-
-_LIST_COMMANDS = {"boot": "dynocell ps --all", "run": "dynocell runs", "config": "dynocell config list", "entry": "dynocell runbook search", "experiment": "dynocell experiment list"}
-
-def _aware(dt: datetime | None) -> datetime | None:
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:
-    out = {}
-    for f in fields:
-        v = getattr(obj, f)
-        out[f] = _aware(v) if isinstance(v, datetime) else v
-    return out
-
-
-_BOOT_FIELDS = ("id", "config_hash", "build_hash", "engine", "hostname", "host", "host_id", "port", "pid", "pgid", "state",
-                "last_phase", "log_path", "log_size", "started_at", "ready_at", "ready_s", "ended_at", "exit_code",
-                "stop_how", "stop_s", "zombies", "failure_signature", "failure_detail", "argv", "kind")
-_RUN_FIELDS = ("id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error", "options", "lossless",
-               "lossless_detail", "breakeven", "summary", "started_at", "ended_at")
-_BENCH_FIELDS = ("text_class", "concurrency", "num_requests", "num_failed", "length_mismatches", "duration_s",
-                 "prompt_tokens", "completion_tokens", "request_throughput", "output_tok_s", "total_tok_s",
-                 "prefill_tok_s", "decode_tok_s", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-
-
-def _resolve(s, model, key_col, ref: str, what: str) -> Any:
-    obj = s.get(model, ref)
-    if obj is not None:
-        return obj
-    rows = s.scalars(select(model).where(key_col.like(_like_prefix(ref))).limit(2)).all()
-    if len(rows) == 1:
-        return rows[0]
-    if not rows:
-        raise NotFound(f"no {what} matches {ref!r}", f"list them with `{_LIST_COMMANDS.get(what, 'dynocell --help')}` or the web panel")
-    raise NotFound(f"{what} prefix {ref!r} is ambiguous", "give more characters of the id")
-
-
-def _like_prefix(ref: str) -> str:
-    return ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-def _labels(s) -> dict[str, list[str]]:
-    """config_hash → current label names (newest row of each name wins)."""
-    latest: dict[str, tuple[int, str]] = {}
-    for lab in s.scalars(select(m.ConfigLabel).order_by(m.ConfigLabel.id)):
-        latest[lab.name] = (lab.id, lab.config_hash)
-    out: dict[str, list[str]] = {}
-    for name, (_, h) in sorted(latest.items()):
-        out.setdefault(h, []).append(name)
-    return out
-
-
-def _latest_health(s, boot_id: str) -> dict[str, Any] | None:
-    hc = s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == boot_id)
-                   .order_by(desc(m.HealthCheck.id)).limit(1)).first()
-    return None if hc is None else _row(hc, ("ts", "verdict", "failed", "checks"))
-
-
-def _run_tau(s, run_id: str) -> float | None:
-    curves = s.scalars(select(m.AcceptanceCurve).where(m.AcceptanceCurve.run_id == run_id)).all()
-    if not curves:
-        return None
-    steps = sum(c.steps for c in curves)
-    if steps <= 0:
-        return sum(c.tau for c in curves) / len(curves)
-    return sum(c.tau * c.steps for c in curves) / steps
-
-
-def _host_label(s, host_id: str | None, hostname: str | None = None) -> str:
-    """``hostname (machine id prefix)`` of ``host_id``; the recorded ``hostname`` (or ``?``) for rows
-    written before hosts were recorded."""
-    h = s.get(m.Host, host_id) if host_id else None
-    return f"{h.hostname} ({h.id[:8]})" if h else (hostname or "?")
-
-
-def _boot_summary(s, b: m.Boot, labels: dict[str, list[str]]) -> dict[str, Any]:
-    d = _row(b, _BOOT_FIELDS)
-    d["host_label"] = _host_label(s, b.host_id, b.hostname)
-    start = d["ready_at"] or d["started_at"]
-    end = d["ended_at"] or _now()
-    d["uptime_s"] = max(0.0, (end - start).total_seconds()) if start else None
-    # Only a ready boot can be healthy now (a stopped boot never shows a green light); its last
-    # verdict stays available as ``last_health``.
-    d["last_health"] = _latest_health(s, b.id)
-    d["health"] = d["last_health"] if b.state == "ready" else None
-    last_run = s.scalars(select(m.Run).where(m.Run.boot_id == b.id).order_by(desc(m.Run.started_at)).limit(1)).first()
-    d["last_run_id"] = last_run.id if last_run else None
-    d["last_tau"] = _run_tau(s, last_run.id) if last_run else None
-    d["labels"] = labels.get(b.config_hash, [])
-    return d
-
-
-def _run_summary(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
-    d = _row(r, _RUN_FIELDS)
-    d["host_label"] = _host_label(s, r.host_id)
-    d["tau"] = _run_tau(s, r.id)
-    d["labels"] = labels.get(r.config_hash, [])
-    # Throughput levels only: the acceptance step's per-class rows (a few requests each) are not a headline.
-    best = s.scalars(select(m.BenchRun).where(m.BenchRun.run_id == r.id,
-                                              (m.BenchRun.text_class.is_(None)) | (m.BenchRun.text_class == ""))
-                     .order_by(desc(m.BenchRun.output_tok_s)).limit(1)).first()
-    d["best_output_tok_s"] = best.output_tok_s if best else None
-    # What a list shows beside the numbers: the doctor's rules and the break-even verdict.
-    d["finding_rules"] = list(s.scalars(select(m.Finding.rule).where(m.Finding.run_id == r.id).order_by(m.Finding.id)))
-    be = d.get("breakeven") or {}
-    d["verdict"] = be.get("verdict") or (("pays" if be["pays"] else "does NOT pay") if "pays" in be else None)
-    end = d["ended_at"] or (_now() if r.state == "running" else None)
-    d["duration_s"] = (end - d["started_at"]).total_seconds() if end and d["started_at"] else None
-    return d
-
-
-def _notes(s, kind: str, target: str) -> list[dict[str, Any]]:
-    return [_row(n, ("id", "text", "created_at")) for n in
-            s.scalars(select(m.Note).where(m.Note.target_kind == kind, m.Note.target_id == target)
-                      .order_by(m.Note.id))]
 
 
 # ---------------------------------------------------------------- dashboard / lists
 
 def dashboard(cell, *, recent: int = 10) -> dict[str, Any]:
-    """Fleet overview: ``{live_boots, recent_runs, failures, counts, hosts}``.
-
-    ``live_boots``: boots in starting/ready/stopping with ``health`` (latest verdict or None),
-    ``uptime_s`` (since ready, else since start), ``port``, ``last_tau`` (step-weighted τ of the
-    boot's newest run). ``failures``: newest failed/crashed/lost boots with ``failure_signature``,
-    plus failed runs (``kind`` "run"). ``hosts``: the live boots grouped by host (see :func:`_live_by_host`).
-    Every boot and run row carries ``host_label``.
-    """
-    with cell.store.session() as s:
-        labels = _labels(s)
-        live = [_boot_summary(s, b, labels) for b in
-                s.scalars(select(m.Boot).where(m.Boot.state.in_(LIVE_STATES)).order_by(desc(m.Boot.started_at)))]
-        runs = [_run_summary(s, r, labels) for r in
-                s.scalars(select(m.Run).order_by(desc(m.Run.started_at)).limit(recent))]
-        failures = []
-        for b in s.scalars(select(m.Boot).where(m.Boot.state.in_(FAILED_STATES)).order_by(desc(m.Boot.started_at))
-                           .limit(recent)):
-            failures.append({"what": "boot", "id": b.id, "state": b.state, "signature": b.failure_signature,
-                             "when": _aware(b.ended_at or b.started_at), "step": b.last_phase,
-                             "labels": labels.get(b.config_hash, [])})
-        for r in s.scalars(select(m.Run).where(m.Run.state.in_(("failed", "interrupted")))
-                           .order_by(desc(m.Run.started_at)).limit(recent)):
-            sig = None
-            if r.boot_id:
-                b = s.get(m.Boot, r.boot_id)
-                sig = b.failure_signature if b else None
-            failures.append({"what": "run", "id": r.id, "state": r.state, "signature": sig,
-                             "when": _aware(r.ended_at or r.started_at), "step": r.step, "error": r.error,
-                             "labels": labels.get(r.config_hash, [])})
-        failures.sort(key=lambda f: f["when"] or _now(), reverse=True)
-        counts = {
-            "configs": s.scalar(select(func.count()).select_from(m.Config)) or 0,
-            "boots": s.scalar(select(func.count()).select_from(m.Boot)) or 0,
-            "runs": s.scalar(select(func.count()).select_from(m.Run)) or 0,
-        }
-        by_host = _live_by_host(s, live, cell.settings.host_stale_s)
-    return {"live_boots": live, "recent_runs": runs, "failures": failures[:recent], "counts": counts,
-            "hosts": by_host, "generated_at": _now()}
-
-
-def _live_by_host(s, live: list[dict[str, Any]], stale_s: float) -> list[dict[str, Any]]:
-    """Live boots grouped by host: ``[{host_id, label, last_seen_at, quiet, boots, verdicts}]``, hosts by label.
-
-    ``quiet``: the host has not been heard from for ``stale_s`` seconds, so its boots' states are
-    unknown (only that host can judge them).
-
-    ``verdicts``: the newest health verdict of each of that host's live boots (``{boot_id, verdict, ts}``).
-    Boots from before hosts were recorded are grouped under their recorded hostname.
-    """
-    groups: dict[str, dict[str, Any]] = {}
-    for b in live:
-        key = b.get("host_id") or f"hostname:{b.get('hostname')}"
-        g = groups.get(key)
-        if g is None:
-            h = s.get(m.Host, b["host_id"]) if b.get("host_id") else None
-            seen = _aware(h.last_seen_at) if h else None
-            g = groups[key] = {"host_id": b.get("host_id"), "label": b["host_label"], "last_seen_at": seen,
-                               "quiet": bool(seen and (_now() - seen).total_seconds() > stale_s),
-                               "boots": [], "verdicts": []}
-        g["boots"].append(b)
-        if b.get("health"):
-            g["verdicts"].append({"boot_id": b["id"], "verdict": b["health"]["verdict"], "ts": b["health"]["ts"]})
-    return sorted(groups.values(), key=lambda g: g["label"])
+    """Fleet overview: ``{live_boots, recent_runs, failures, counts, hosts, generated_at}``
+    (:func:`dynocell.db.listings.dashboard`; a host is quiet after ``settings.host_stale_s``)."""
+    return listings.dashboard(cell.store, recent=recent, stale_s=cell.settings.host_stale_s)
 
 
 def list_boots(cell, all: bool = False, *, limit: int = 200,  # noqa: A002 - CLI flag name
                host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Boots newest first (only live ones unless ``all``; only of ``host_ids`` when given), each as in
     :func:`dashboard`'s ``live_boots``."""
-    with cell.store.session() as s:
-        labels = _labels(s)
-        q = select(m.Boot).order_by(desc(m.Boot.started_at)).limit(limit)
-        if host_ids is not None:
-            q = q.where(m.Boot.host_id.in_(host_ids))
-        if not all:
-            q = q.where(m.Boot.state.in_(LIVE_STATES))
-        return [_boot_summary(s, b, labels) for b in s.scalars(q)]
+    return listings.list_boots(cell.store, all, limit=limit, host_ids=host_ids)
 
 
 def host_choices(cell) -> list[dict[str, Any]]:
     """Every host of the store as ``{id, label}`` by label (for a face's host filter)."""
-    with cell.store.session() as s:
-        rows = [{"id": h.id, "label": f"{h.hostname} ({h.id[:8]})"} for h in s.scalars(select(m.Host))]
-    return sorted(rows, key=lambda r: r["label"])
+    return listings.host_choices(cell.store)
 
 
 def host_ids_for(cell, host: str | None) -> list[str] | None:
@@ -255,14 +59,7 @@ def list_runs(cell, *, limit: int = 100, config_hash: str | None = None,
               host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Runs newest first with ``tau``, ``best_output_tok_s`` (tok/s, the best throughput level) and
     ``host_label``; only those of ``host_ids`` when given."""
-    with cell.store.session() as s:
-        labels = _labels(s)
-        q = select(m.Run).order_by(desc(m.Run.started_at)).limit(limit)
-        if host_ids is not None:
-            q = q.where(m.Run.host_id.in_(host_ids))
-        if config_hash:
-            q = q.where(m.Run.config_hash == config_hash)
-        return [_run_summary(s, r, labels) for r in s.scalars(q)]
+    return listings.list_runs(cell.store, limit=limit, config_hash=config_hash, host_ids=host_ids)
 
 
 # ---------------------------------------------------------------- boot
@@ -294,23 +91,17 @@ def boot_detail(cell, boot_id: str) -> dict[str, Any]:
     (the last until ready/end/now), offsets in seconds from boot start. ``health``: every verdict
     oldest first. ``entries``: runbook entries linked to the failure signature (slug, title).
     """
-    with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
-        labels = _labels(s)
-        boot = _boot_summary(s, b, labels)
-        events = label_model_phases([_row(e, ("ts", "offset_s", "kind", "name", "detail")) for e in b.events])
-        health = [_row(h, ("ts", "verdict", "failed", "checks")) for h in
-                  s.scalars(select(m.HealthCheck).where(m.HealthCheck.boot_id == b.id).order_by(m.HealthCheck.id))]
-        runs = [_run_summary(s, r, labels) for r in
-                s.scalars(select(m.Run).where(m.Run.boot_id == b.id).order_by(desc(m.Run.started_at)))]
-        entries = _signature_entries(s, b.failure_signature, _knowledge(cell))
-        notes = _notes(s, "boot", b.id)
-    return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": health, "runs": runs,
-            "notes": notes, "entries": entries, "artifacts": list_artifacts(cell, boot["id"]),
-            "failure": failure_text(b.failure_detail if b.state in FAILED_STATES or b.failure_signature
-                                    or (b.failure_detail or {}).get("reason") else None),
+    rec = listings.boot_record(cell.store, boot_id)
+    boot, events = rec["boot"], label_model_phases(rec["events"])
+    k = _knowledge(cell)
+    entries = rec["entries"] if k is None else _signature_entries(k, rec["failure_signature"])
+    detail = rec["failure_detail"]
+    return {"boot": boot, "events": events, "phases": _phase_bars(boot, events), "health": rec["health"],
+            "runs": rec["runs"], "notes": rec["notes"], "entries": entries,
+            "artifacts": list_artifacts(cell, boot["id"]),
+            "failure": failure_text(detail if rec["state"] in FAILED_STATES or rec["failure_signature"]
+                                    or (detail or {}).get("reason") else None),
             "elsewhere": elsewhere(cell, boot["id"])}
-
 
 _FAILURE_FIELDS = (("title", "what"), ("reason", "why"), ("error", "error"), ("line", "log line"),
                    ("last_phase", "last phase"), ("last_state", "state before"), ("hint", "what to do"),
@@ -356,67 +147,15 @@ def label_model_phases(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
-def _signature_entries(s, signature: str | None, k: Any = None) -> list[dict[str, Any]]:
+def _signature_entries(k: Any, signature: str | None) -> list[dict[str, Any]]:
+    """Entries of the knowledge ``k`` linked to ``signature``: ``[{slug, title, kind}]``."""
     if not signature:
         return []
-    if k is not None:
-        return [{"slug": slug, "title": k.entries[slug].title, "kind": k.entries[slug].kind}
-                for slug in k.for_signature(signature)]
-    out = []
-    for e in s.scalars(select(m.RunbookEntry)):
-        fm = e.front_matter or {}
-        sigs = fm.get("signatures") or []
-        names = {x.get("name") or x.get("id") for x in sigs if isinstance(x, dict)} | {
-            x for x in sigs if isinstance(x, str)}
-        if e.slug == signature or signature in names or signature in (e.tags or []):
-            out.append({"slug": e.slug, "title": e.title, "kind": e.kind})
-    return out
+    return [{"slug": slug, "title": k.entries[slug].title, "kind": k.entries[slug].kind}
+            for slug in k.for_signature(signature)]
 
 
 # ---------------------------------------------------------------- runs
-
-def _run_data(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
-    run = _run_summary(s, r, labels)
-    steps = [_row(x, ("name", "state", "started_at", "ended_at", "detail", "error")) for x in
-             s.scalars(select(m.RunStep).where(m.RunStep.run_id == r.id).order_by(m.RunStep.id))]
-    bench = [_row(x, _BENCH_FIELDS) for x in
-             s.scalars(select(m.BenchRun).where(m.BenchRun.run_id == r.id)
-                       .order_by(m.BenchRun.concurrency, m.BenchRun.text_class, m.BenchRun.id))]
-    curves = []
-    for c in s.scalars(select(m.AcceptanceCurve).where(m.AcceptanceCurve.run_id == r.id)
-                       .order_by(m.AcceptanceCurve.text_class)):
-        d = _row(c, ("text_class", "num_drafts", "steps", "tau", "accept_rate", "histogram", "completion_tokens",
-                     "engine_tau", "engine_source", "disagreement_pct", "warning"))
-        d["points"] = [{"position": p.position, "p": p.p_uncond, "a": p.a_cond} for p in c.points]
-        curves.append(d)
-    profile = None
-    pr = s.scalars(select(m.ProfileRun).where(m.ProfileRun.run_id == r.id).order_by(desc(m.ProfileRun.id))
-                   .limit(1)).first()
-    if pr is None and r.kind == "profile" and r.boot_id:
-        pr = None
-    if pr is not None:
-        profile = _row(pr, ("id", "state", "error", "trace_dir", "traces", "source", "num_ranks", "device_ms",
-                            "window_ms", "busy_pct", "launches", "graph_launches", "output_tokens", "ms_per_token",
-                            "launches_per_token", "rank_skew", "warnings"))
-        profile["splits"] = [_row(x, ("category", "ms", "pct", "launches")) for x in
-                             s.scalars(select(m.ProfileSplit).where(m.ProfileSplit.profile_id == pr.id,
-                                                                    m.ProfileSplit.rank == -1)
-                                       .order_by(desc(m.ProfileSplit.ms)))]
-        per_rank: dict[int, list[dict[str, Any]]] = {}
-        for x in s.scalars(select(m.ProfileSplit).where(m.ProfileSplit.profile_id == pr.id, m.ProfileSplit.rank >= 0)
-                           .order_by(m.ProfileSplit.rank, desc(m.ProfileSplit.ms))):
-            per_rank.setdefault(x.rank, []).append(_row(x, ("category", "ms", "pct", "launches")))
-        profile["rank_splits"] = [{"rank": rk, "device_ms": sum(x["ms"] or 0.0 for x in rows), "splits": rows}
-                                  for rk, rows in sorted(per_rank.items())]
-        profile["kernels"] = [_row(x, ("name", "category", "ms", "launches")) for x in
-                              s.scalars(select(m.ProfileKernel).where(m.ProfileKernel.profile_id == pr.id,
-                                                                      m.ProfileKernel.rank == -1)
-                                        .order_by(desc(m.ProfileKernel.ms)).limit(20))]
-    findings = [_row(x, ("rule", "severity", "message", "evidence", "entries", "created_at")) for x in
-                s.scalars(select(m.Finding).where(m.Finding.run_id == r.id).order_by(m.Finding.id))]
-    return {"run": run, "steps": steps, "bench": bench, "curves": curves, "profile": profile,
-            "findings": findings, "notes": _notes(s, "run", r.id)}
-
 
 def run_detail(cell, run_id: str) -> dict[str, Any]:
     """One run: ``{run, steps, bench, curves, profile, findings, notes}``.
@@ -427,10 +166,7 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
     ``rank_splits`` (``[{rank, device_ms, splits}]``, one per rank; empty for single-rank traces
     stored without per-rank rows) and top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
     """
-    with cell.store.session() as s:
-        r = _resolve(s, m.Run, m.Run.id, run_id, "run")
-        return _run_data(s, r, _labels(s))
-
+    return listings.run_detail(cell.store, run_id)
 
 def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
     """Side by side: ``{runs: [run_detail…], throughput: [...], splits: [...]}``; first run is the base.
@@ -444,15 +180,14 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
     ids = [r for r in dict.fromkeys(x.strip() for x in run_ids) if r]
     if len(ids) < 2:
         raise UserError("compare needs at least two runs", "pick two or more runs (ids or prefixes)")
-    with cell.store.session() as s:
-        labels = _labels(s)
-        runs = [_run_data(s, _resolve(s, m.Run, m.Run.id, rid, "run"), labels) for rid in ids]
+    runs = listings.runs_data(cell.store, ids)
     keys = sorted({(b["concurrency"], b["text_class"] or "") for r in runs for b in r["bench"]})
     throughput = []
     for conc, tc in keys:
         vals = []
         for r in runs:
-            match = [b["output_tok_s"] for b in r["bench"] if b["concurrency"] == conc and (b["text_class"] or "") == tc]
+            match = [b["output_tok_s"] for b in r["bench"]
+                     if b["concurrency"] == conc and (b["text_class"] or "") == tc]
             vals.append(match[0] if match else None)
         base = vals[0]
         deltas = [None if (v is None or not base) else 100.0 * (v - base) / base for v in vals]
@@ -481,34 +216,14 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- configs
 
-def _resolve_config(s, ref: str) -> m.Config:
-    ref = ref.strip()
-    lab = s.scalars(select(m.ConfigLabel).where(m.ConfigLabel.name == ref).order_by(desc(m.ConfigLabel.id))
-                    .limit(1)).first()
-    if lab is not None:
-        return s.get(m.Config, lab.config_hash)
-    h = ref if ref.startswith("sha256:") else "sha256:" + ref
-    return _resolve(s, m.Config, m.Config.config_hash, h, "config")
-
-
 def list_configs(cell) -> list[dict[str, Any]]:
-    """Configs newest first: ``{config_hash, engine, model_path, labels, created_at, boots, runs, last_tau}``."""
-    with cell.store.session() as s:
-        labels = _labels(s)
-        out = []
-        boots = dict(s.execute(select(m.Boot.config_hash, func.count()).group_by(m.Boot.config_hash)).all())
-        runs = dict(s.execute(select(m.Run.config_hash, func.count()).group_by(m.Run.config_hash)).all())
-        for c in s.scalars(select(m.Config).order_by(desc(m.Config.created_at))):
-            d = _row(c, ("config_hash", "engine", "model_path", "created_at"))
-            d["labels"] = labels.get(c.config_hash, [])
-            d["boots"] = boots.get(c.config_hash, 0)
-            d["runs"] = runs.get(c.config_hash, 0)
-            last = s.scalars(select(m.Run).where(m.Run.config_hash == c.config_hash)
-                             .order_by(desc(m.Run.started_at)).limit(1)).first()
-            d["last_tau"] = _run_tau(s, last.id) if last else None
-            d["injection_env"] = _env_marks(c.canonical_json)[0]
-            out.append(d)
-        return out
+    """Configs newest first: ``{config_hash, engine, model_path, labels, created_at, boots, runs, last_tau,
+    injection_env}`` (``injection_env``: the config's process-injection ``[env]`` names)."""
+    out = []
+    for d in listings.list_configs(cell.store):
+        d["injection_env"] = _env_marks(d.pop("canonical_json"))[0]
+        out.append(d)
+    return out
 
 
 def config_detail(cell, ref: str) -> dict[str, Any]:
@@ -522,19 +237,8 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
     ``config.injection_env``: its process-injection ``[env]`` names; ``config.trusted``:
     ``{by, at}`` when trusted from the CLI, else None.
     """
-    with cell.store.session() as s:
-        c = _resolve_config(s, ref)
-        labels = _labels(s)
-        cfg = _row(c, ("config_hash", "engine", "model_path", "canonical_json", "source_toml", "created_at"))
-        cfg["labels"] = labels.get(c.config_hash, [])
-        boots = [_boot_summary(s, b, labels) for b in
-                 s.scalars(select(m.Boot).where(m.Boot.config_hash == c.config_hash)
-                           .order_by(desc(m.Boot.started_at)).limit(50))]
-        runs = [_run_summary(s, r, labels) for r in
-                s.scalars(select(m.Run).where(m.Run.config_hash == c.config_hash)
-                          .order_by(desc(m.Run.started_at)).limit(50))]
-        notes = _notes(s, "config", c.config_hash)
-        trust = s.get(m.ConfigTrust, c.config_hash)
+    rec = listings.config_record(cell.store, ref)
+    cfg, boots, runs, notes = rec["config"], rec["boots"], rec["runs"], rec["notes"]
     traps = _traps(cell, cfg["canonical_json"])
     injection, secrets = _env_marks(cfg["canonical_json"])
     canonical = json.loads(cfg["canonical_json"])
@@ -547,7 +251,7 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
         cfg["source_toml"] = ("# secret [env] values are redacted (the hash covers the real ones); the TOML as "
                               "written is not shown\n" + to_toml(shown))
     cfg["injection_env"] = injection
-    cfg["trusted"] = None if trust is None else {"by": trust.trusted_by, "at": _aware(trust.trusted_at)}
+    cfg["trusted"] = rec["trust"]
     return {"config": cfg, "canonical": canonical, "boots": boots, "runs": runs, "traps": traps, "notes": notes}
 
 
@@ -576,12 +280,10 @@ def config_diff(cell, ref_a: str, ref_b: str) -> dict[str, Any]:
     """Field-by-field differences: ``{a, b, fields: [{field, a, b}]}`` (only fields that differ)."""
     from dynocell.engine.config import config_from_canonical, diff_configs
 
-    with cell.store.session() as s:
-        ca, cb = _resolve_config(s, ref_a), _resolve_config(s, ref_b)
-        labels = _labels(s)
-        a = {"config_hash": ca.config_hash, "labels": labels.get(ca.config_hash, [])}
-        b = {"config_hash": cb.config_hash, "labels": labels.get(cb.config_hash, [])}
-        fields = diff_configs(config_from_canonical(ca.canonical_json), config_from_canonical(cb.canonical_json))
+    ha, hb = listings.config_heads(cell.store, [ref_a, ref_b])
+    a = {"config_hash": ha["config_hash"], "labels": ha["labels"]}
+    b = {"config_hash": hb["config_hash"], "labels": hb["labels"]}
+    fields = diff_configs(config_from_canonical(ha["canonical_json"]), config_from_canonical(hb["canonical_json"]))
     out = []
     for f, va, vb in fields:
         if f.startswith("env.") and redact_env({f[4:]: ""}).get(f[4:]) != "":
@@ -609,13 +311,11 @@ def elsewhere(cell, boot_id: str) -> dict[str, Any] | None:
     """
     from dynocell.runbooks import hosts as rb_hosts
 
-    with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
-        if not b.host_id or b.host_id == rb_hosts.this_host_id(cell):
-            return None
-        return {"host": _host_label(s, b.host_id, b.hostname), "host_id": b.host_id,
-                "dir": str(Path(b.log_path).parent), "log_path": b.log_path, "log_sha256": b.log_sha256}
-
+    place = listings.boot_place(cell.store, boot_id)
+    if not place["host_id"] or place["host_id"] == rb_hosts.this_host_id(cell):
+        return None
+    return {"host": place["host"], "host_id": place["host_id"], "dir": str(Path(place["log_path"]).parent),
+            "log_path": place["log_path"], "log_sha256": place["log_sha256"]}
 
 def _not_here(where: dict[str, Any]) -> NotFound:
     return NotFound(f"this file lives on host {where['host']} under {where['dir']}, not on this host",
@@ -626,9 +326,7 @@ def _boot_log(cell, boot_id: str) -> Path:
     where = elsewhere(cell, boot_id)
     if where is not None:
         raise _not_here(where)
-    with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
-        log_path = b.log_path
+    log_path = listings.boot_place(cell.store, boot_id)["log_path"]
     home = Path(cell.settings.home).resolve()
     p = Path(log_path).resolve()
     if not _inside(p, home):
@@ -701,9 +399,7 @@ def artifact_path(cell, boot_id: str, name: str) -> Path:
            or not re.match(r"^[\w\-]+$", boot_id))
     if bad:
         raise NotFound("no such artifact", "see the boot page for its files")
-    with cell.store.session() as s:
-        b = _resolve(s, m.Boot, m.Boot.id, boot_id, "boot")
-        bid = b.id
+    bid = refs.resolve_key(cell.store, boot_id, "boot")
     base = (home / "boots" / bid).resolve()
     p = (base / name).resolve()
     if not (_inside(p, base) and _inside(p, home)) or not p.is_file():
@@ -714,11 +410,9 @@ def artifact_path(cell, boot_id: str, name: str) -> Path:
 # ---------------------------------------------------------------- knowledge (helper F's functions when present)
 
 def _knowledge(cell) -> Any:
-    """helper F's Knowledge for the cell (bundled + operator entries), or None when unavailable."""
-    try:
-        from dynocell.runbooks import knowledge
-    except ImportError:
-        return None
+    """The Knowledge for the cell (bundled + operator entries), or None when it cannot be loaded."""
+    from dynocell.runbooks import knowledge
+
     try:
         return knowledge.knowledge_for(cell.settings)
     except Exception:  # noqa: BLE001 - a broken operator entry must not take the panel down
@@ -746,15 +440,7 @@ def search_entries(cell, query: str, *, limit: int = 50) -> list[dict[str, Any]]
             return out
         return [{"slug": e.slug, "title": e.title, "kind": e.kind, "tags": list(e.tags),
                  "snippet": " ".join(e.body.split())[:200]} for e in sorted(k.entries.values(), key=lambda e: e.slug)]
-    with cell.store.session() as s:
-        q = select(m.RunbookEntry).order_by(m.RunbookEntry.slug).limit(limit)
-        if query:
-            like = "%" + query.replace("%", "") + "%"
-            q = q.where(or_(m.RunbookEntry.title.ilike(like), m.RunbookEntry.body.ilike(like),
-                            m.RunbookEntry.slug.ilike(like)))
-        return [{"slug": e.slug, "title": e.title, "kind": e.kind, "tags": e.tags or [], "snippet": e.body[:200]}
-                for e in s.scalars(q)]
-
+    return listings.search_entry_rows(cell.store, query, limit=limit)
 
 def get_entry(cell, slug: str) -> dict[str, Any]:
     """One runbook entry ``{slug, title, kind, tags, front_matter, body (markdown), origin, fix, evidence,
@@ -770,47 +456,29 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
             d = k.get(slug).to_dict()
             d["front_matter"] = k.get(slug).front_matter
             d["applies_to_text"] = selector_text(d.get("applies_to"))
-            with cell.store.session() as s:
-                d["notes"] = _notes(s, "entry", d["slug"])
+            d["notes"] = listings.notes_of(cell.store, "entry", d["slug"])
             return d
         except NotFound:
             pass
-    with cell.store.session() as s:
-        e = s.get(m.RunbookEntry, slug)
-        if e is None:
-            raise NotFound(f"no runbook entry {slug!r}", "search the runbooks for the right slug")
-        fm = e.front_matter or {}
-        return {"slug": e.slug, "title": e.title, "kind": e.kind, "tags": e.tags or [],
-                "front_matter": fm, "body": e.body, "origin": e.origin,
-                "evidence": list(fm.get("evidence") or []), "fix": list(fm.get("fix") or []),
-                "applies_to_text": selector_text(fm.get("applies_to")),
-                "notes": _notes(s, "entry", e.slug)}
-
+    d = listings.entry_row(cell.store, slug)
+    d["applies_to_text"] = selector_text(d["front_matter"].get("applies_to"))
+    return d
 
 def add_note(cell, target_kind: str, target_id: str, text: str) -> int:
-    """Attach a note to a target (config, boot, run, entry, experiment); returns the note id.
+    """Attach a note to a target (config, boot, run, entry, experiment) named by ``target_id`` (an id,
+    unique prefix or name: :mod:`dynocell.db.refs`); returns the note id.
 
-    Raises UserError on an empty text, an unknown kind or more than 20000 characters.
+    Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one
+    writer's checks, :func:`dynocell.db.knowledge.add_note`), NotFound for an unknown target.
     """
-    text = (text or "").strip()
-    if target_kind not in ("config", "boot", "run", "entry", "experiment"):
-        raise UserError(f"note target kind {target_kind!r} is unknown", "use config, boot, run, entry or experiment")
-    if not text:
-        raise UserError("note text is empty", "write something")
-    if len(text) > 20_000:
-        raise UserError("note is longer than 20000 characters", "shorten it or link a file")
-    with cell.store.session() as s:
-        note = m.Note(target_kind=target_kind, target_id=target_id, text=text)
-        s.add(note)
-        s.flush()
-        return int(note.id)
+    key = refs.resolve_key(cell.store, target_id, target_kind) if target_kind in refs.KINDS else target_id
+    return int(db_knowledge.add_note(cell.store, target_kind, key, text)["id"])
 
 
 def running_state(cell, run_id: str) -> str | None:
     """The state of run ``run_id`` (running, completed, failed, interrupted) or None when absent."""
-    with cell.store.session() as s:
-        r = s.get(m.Run, run_id)
-        return r.state if r else None
+    r = db_runs.get_run(cell.store, run_id)
+    return r["state"] if r else None
 
 
 # ---------------------------------------------------------------- web access tokens (write-side, tiny)
@@ -865,27 +533,18 @@ def web_token_revoke(cell, token_id: int) -> None:
 def reconcile_live(cell) -> None:
     """Settle live-looking boots whose supervisor died, exactly as ``dynocell ps`` does
     (:func:`dynocell.runbooks.boots.reconcile`: engine gone → ``lost``; orphaned engine → stopped)."""
-    from dynocell.runbooks.boots import ps
+    from dynocell.runbooks.boots import reconcile_and_list
 
-    ps(cell)
+    reconcile_and_list(cell)
 
 
 def open_view_cell(settings) -> Any:
-    """A cell for the faces: ``dynocell.runbooks.cell.open_cell(settings)`` when available, else a
-    minimal object with ``.settings`` and ``.store`` (the migrated store at ``settings.db_url``)."""
-    try:
-        from dynocell.runbooks.cell import open_cell
+    """A cell for the faces: :func:`dynocell.runbooks.cell.open_cell` over ``settings``."""
+    from dynocell.runbooks.cell import open_cell
 
-        return open_cell(settings)
-    except ImportError:
-        from types import SimpleNamespace
-
-        from dynocell.db.session import open_store
-
-        return SimpleNamespace(settings=settings, store=open_store(settings.db_url))
+    return open_cell(settings)
 
 
 def boot_key(cell, ref: str) -> str:
     """The full boot id ``ref`` (id or unique prefix) names; NotFound otherwise."""
-    with cell.store.session() as s:
-        return _resolve(s, m.Boot, m.Boot.id, ref, "boot").id
+    return refs.resolve_key(cell.store, ref, "boot")

@@ -98,7 +98,7 @@ def ps_cmd(
     """
     from dynocell.runbooks import boots
 
-    rows = boots.ps(get_cell(read_only=True), all=all_, host=host)
+    rows = boots.reconcile_and_list(get_cell(read_only=True), all=all_, host=host)
     if json_out:
         print_json(rows)
         return

@@ -119,21 +119,16 @@ def show_cmd(
 
     Example: dynocell show 7c1e
     """
-    from dynocell.errors import NotFound
-    from dynocell.runbooks.run import reconcile_runs, resolve_run
+    from dynocell.runbooks import refs
+    from dynocell.runbooks.run import reconcile_runs
 
     cell = get_cell(read_only=True)
     reconcile_runs(cell)  # a run whose process died shows as interrupted, its engine stopped
-    try:
-        resolve_run(cell, ref)
-    except NotFound:
+    found = refs.resolve(cell, ref, ("run", "boot"))  # ambiguous across the two kinds → Error listing both
+    if found.kind == "boot":
         from dynocell.runbooks import boots, views
 
-        try:
-            boot = boots.resolve_boot(cell, ref)
-        except NotFound:
-            raise NotFound(f"no run or boot matches {ref!r}",
-                           "see `dynocell runs` for run ids and `dynocell ps --all` for boot ids") from None
+        boot = boots.resolve_boot(cell, found.key)
         bd = views.boot_detail(cell, boot["id"])
         if json_out:
             print_json(bd)
@@ -151,7 +146,7 @@ def show_cmd(
             if x is not None:
                 out(x)
         return
-    _show(ref, json_out)
+    _show(found.key, json_out)
 
 
 def runs_cmd(

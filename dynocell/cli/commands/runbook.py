@@ -1,6 +1,6 @@
 """``dynocell runbook lint|search|show|add``, ``note``, ``diagnose`` and ``bisect plan|run``.
 
-Runbook entries are markdown with front matter (see ``dynocell/runbooks/knowledge.py``);
+Runbook entries are markdown with front matter (see ``dynocell/runbooks/knowledge/``);
 the doctor is ``dynocell/runbooks/doctor.py``; bisect plans ``dynocell/runbooks/bisect.py``.
 """
 

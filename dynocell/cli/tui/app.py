@@ -10,7 +10,7 @@ A thin face over :mod:`dynocell.runbooks`: it reads the store through
   ``call_from_thread``; event subscribers (called on procedure threads) only
   ``post_message`` (thread-safe, non-blocking);
 - polling: every ``poll_interval_s`` (``settings.poll_interval_s``) one worker calls
-  ``boots.ps`` (which reconciles boots whose supervisor vanished → ``lost``) and the list
+  ``boots.reconcile_and_list`` (which reconciles boots whose supervisor vanished → ``lost``) and the list
   views; a store event triggers the same poll at once. A crashed engine therefore shows
   ``crashed``/``lost`` with its signature within one to two polling intervals.
 
@@ -32,6 +32,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from dynocell.boot_states import LIVE_STATES as LIVE
 from dynocell.cli.tui import format as fmt
 from dynocell.cli.tui.jobs import Job, cancelling_progress
 from dynocell.cli.tui.screens import CompareScreen, DashScreen, MainScreen, RunbooksScreen
@@ -39,8 +40,6 @@ from dynocell.cli.tui.widgets import DEFAULT_CHOICE, ConfigPicker, ConfirmScreen
 from dynocell.errors import DynocellError, Interrupted
 from dynocell.runbooks import events, views
 from dynocell.text import printable, printable_tree
-
-LIVE = ("starting", "ready", "stopping")
 
 
 class StoreEvent(Message):
@@ -60,7 +59,7 @@ class JobChanged(Message):
 
 
 def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
-    """One poll: reconcile live boots (``boots.ps``), then boots (live first, then newest) and
+    """One poll: reconcile live boots (``boots.reconcile_and_list``), then boots (live first, then newest) and
     runs by id. Returns ``{boots: [...], runs: {id: run}, error: str | None}``; each boot carries
     ``state_note`` (``unknown (host B last seen …)`` for a quiet host's live boot, else None)."""
     from dynocell.runbooks import boots as rb_boots
@@ -68,7 +67,7 @@ def poll_snapshot(cell: Any, limit: int = 30) -> dict[str, Any]:
     error = None
     notes: dict[str, str] = {}
     try:
-        notes = {r["id"]: r["state_note"] for r in rb_boots.ps(cell, all=False) if r.get("state_note")}
+        notes = {r["id"]: r["state_note"] for r in rb_boots.reconcile_and_list(cell, all=False) if r.get("state_note")}
     except DynocellError as exc:
         error = f"reconcile: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - show it, keep the table alive

@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Log, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
 
+from dynocell.boot_states import LIVE_STATES as LIVE
 from dynocell.cli.tui import format as fmt
 from dynocell.cli.tui.widgets import JobBar
 from dynocell.runbooks import views
@@ -29,7 +30,6 @@ from dynocell.runbooks import views
 if TYPE_CHECKING:  # pragma: no cover
     from dynocell.cli.tui.app import DynocellApp
 
-LIVE = ("starting", "ready", "stopping")
 
 
 def _tbl(title: str | None, *cols: str) -> Table:

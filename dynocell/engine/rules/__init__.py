@@ -35,16 +35,15 @@ are removed before matching (:func:`match_text`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
-import re._parser as sre_parse  # the stdlib regex parser (Python ≥ 3.11)
 import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from dynocell.engine.regex_safety import nested_repeat
 from dynocell.errors import ConfigError, NotFound
 from dynocell.text import ESCAPE_SEQUENCE, strip_escapes
 
@@ -64,38 +63,6 @@ _ANSI = ESCAPE_SEQUENCE
 
 # ---------------------------------------------------------------- regex safety
 
-_REPEATS = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
-# Python 3.11+ possessive repeats cannot backtrack; treat like the others for simplicity
-with contextlib.suppress(AttributeError):
-    _REPEATS.add(sre_parse.POSSESSIVE_REPEAT)
-
-
-def _nested_unbounded(items: Any, inside_unbounded: bool) -> bool:
-    for op, av in items:
-        if op in _REPEATS:
-            lo, hi, sub = av
-            unbounded = hi == sre_parse.MAXREPEAT or hi > 100
-            if unbounded and inside_unbounded:
-                return True
-            if _nested_unbounded(sub, inside_unbounded or unbounded):
-                return True
-        elif any(_nested_unbounded(sub, inside_unbounded) for sub in _subpatterns(op, av)):
-            return True
-    return False
-
-
-def _subpatterns(op: Any, av: Any) -> list[Any]:
-    """The sub-patterns of one parsed regex node other than a repeat: a group's body, each
-    alternative of a branch, a lookaround's body; ``[]`` for a leaf."""
-    if op == sre_parse.SUBPATTERN:
-        return [av[-1]]
-    if op == sre_parse.BRANCH:
-        return list(av[1])
-    if op in (sre_parse.ASSERT, sre_parse.ASSERT_NOT):
-        return [av[1]]
-    return []
-
-
 def compile_safe(pattern: str, source: str, field_name: str) -> re.Pattern[str]:
     """Compile ``pattern`` or raise ConfigError naming ``source``/``field_name``.
 
@@ -103,11 +70,11 @@ def compile_safe(pattern: str, source: str, field_name: str) -> re.Pattern[str]:
     ``(x*y)*`` …), the shape behind catastrophic backtracking.
     """
     try:
-        parsed = sre_parse.parse(pattern)
         compiled = re.compile(pattern)
+        nested = nested_repeat(pattern)
     except re.error as exc:
         raise ConfigError(source, field_name, f"bad regex {pattern!r}: {exc}", "fix the pattern") from None
-    if _nested_unbounded(list(parsed), False):
+    if nested:
         raise ConfigError(
             source, field_name,
             f"regex {pattern!r} nests unbounded repetition (catastrophic backtracking)",

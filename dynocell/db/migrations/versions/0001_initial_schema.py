@@ -96,7 +96,8 @@ def upgrade() -> None:
     sa.Column('zombies', sa.Integer(), nullable=True),
     sa.Column('failure_signature', sa.String(length=64), nullable=True),
     sa.Column('failure_detail', sa.JSON(), nullable=True),
-    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'], name=op.f('fk_boots_build_hash_engine_builds')),
+    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'],
+                            name=op.f('fk_boots_build_hash_engine_builds')),
     sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'], name=op.f('fk_boots_config_hash_configs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_boots'))
     )
@@ -109,7 +110,8 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('config_hash', sa.String(length=80), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'], name=op.f('fk_config_labels_config_hash_configs')),
+    sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'],
+                            name=op.f('fk_config_labels_config_hash_configs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_config_labels'))
     )
     with op.batch_alter_table('config_labels', schema=None) as batch_op:
@@ -124,7 +126,8 @@ def upgrade() -> None:
     sa.Column('state', sa.String(length=16), nullable=False),
     sa.Column('verdicts', sa.JSON(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['incumbent_hash'], ['configs.config_hash'], name=op.f('fk_experiments_incumbent_hash_configs')),
+    sa.ForeignKeyConstraint(['incumbent_hash'], ['configs.config_hash'],
+                            name=op.f('fk_experiments_incumbent_hash_configs')),
     sa.PrimaryKeyConstraint('name', name=op.f('pk_experiments'))
     )
     op.create_table('pins',
@@ -134,7 +137,8 @@ def upgrade() -> None:
     sa.Column('note', sa.Text(), nullable=False),
     sa.Column('evidence', sa.JSON(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'], name=op.f('fk_pins_build_hash_engine_builds')),
+    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'],
+                            name=op.f('fk_pins_build_hash_engine_builds')),
     sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'], name=op.f('fk_pins_config_hash_configs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_pins'))
     )
@@ -185,7 +189,8 @@ def upgrade() -> None:
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('ended_at', sa.DateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['boot_id'], ['boots.id'], name=op.f('fk_runs_boot_id_boots')),
-    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'], name=op.f('fk_runs_build_hash_engine_builds')),
+    sa.ForeignKeyConstraint(['build_hash'], ['engine_builds.build_hash'],
+                            name=op.f('fk_runs_build_hash_engine_builds')),
     sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'], name=op.f('fk_runs_config_hash_configs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_runs'))
     )
@@ -253,8 +258,10 @@ def upgrade() -> None:
     sa.Column('repeat', sa.Integer(), nullable=False),
     sa.Column('run_id', sa.String(length=32), nullable=True),
     sa.Column('state', sa.String(length=16), nullable=False),
-    sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'], name=op.f('fk_experiment_runs_config_hash_configs')),
-    sa.ForeignKeyConstraint(['experiment'], ['experiments.name'], name=op.f('fk_experiment_runs_experiment_experiments')),
+    sa.ForeignKeyConstraint(['config_hash'], ['configs.config_hash'],
+                            name=op.f('fk_experiment_runs_config_hash_configs')),
+    sa.ForeignKeyConstraint(['experiment'], ['experiments.name'],
+                            name=op.f('fk_experiment_runs_experiment_experiments')),
     sa.ForeignKeyConstraint(['run_id'], ['runs.id'], name=op.f('fk_experiment_runs_run_id_runs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_experiment_runs'))
     )
@@ -327,7 +334,8 @@ def upgrade() -> None:
     sa.Column('position', sa.Integer(), nullable=False),
     sa.Column('p_uncond', sa.Float(), nullable=False),
     sa.Column('a_cond', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['curve_id'], ['acceptance_curves.id'], name=op.f('fk_acceptance_points_curve_id_acceptance_curves')),
+    sa.ForeignKeyConstraint(['curve_id'], ['acceptance_curves.id'],
+                            name=op.f('fk_acceptance_points_curve_id_acceptance_curves')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_acceptance_points'))
     )
     with op.batch_alter_table('acceptance_points', schema=None) as batch_op:
@@ -341,7 +349,8 @@ def upgrade() -> None:
     sa.Column('category', sa.String(length=32), nullable=False),
     sa.Column('ms', sa.Float(), nullable=False),
     sa.Column('launches', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['profile_id'], ['profile_runs.id'], name=op.f('fk_profile_kernels_profile_id_profile_runs')),
+    sa.ForeignKeyConstraint(['profile_id'], ['profile_runs.id'],
+                            name=op.f('fk_profile_kernels_profile_id_profile_runs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_profile_kernels'))
     )
     with op.batch_alter_table('profile_kernels', schema=None) as batch_op:
@@ -355,7 +364,8 @@ def upgrade() -> None:
     sa.Column('ms', sa.Float(), nullable=False),
     sa.Column('pct', sa.Float(), nullable=False),
     sa.Column('launches', sa.Integer(), nullable=False),
-    sa.ForeignKeyConstraint(['profile_id'], ['profile_runs.id'], name=op.f('fk_profile_splits_profile_id_profile_runs')),
+    sa.ForeignKeyConstraint(['profile_id'], ['profile_runs.id'],
+                            name=op.f('fk_profile_splits_profile_id_profile_runs')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_profile_splits'))
     )
     with op.batch_alter_table('profile_splits', schema=None) as batch_op:

@@ -1,0 +1,108 @@
+"""Break-even maths of speculative decoding, store-free (the main job's ``breakeven`` step records it).
+
+Source of the rule: DESIGN.md, "Break-even": speculation pays only while a speculative step
+costs less than τ × the plain decode step; report the margin, not just τ. Here
+
+    budget_ms = τ · plain_step_ms          margin = budget_ms / spec_step_ms − 1
+
+with a noise band (:data:`BREAKEVEN_MIN_BAND`, or the combined :func:`median_noise` of both step
+medians when wider) and a verdict (:func:`breakeven_verdict`). Times in milliseconds.
+
+The speculative step time comes from the bench's requests (:func:`verify_step_ms`); the engine's
+own τ, to cross-check the client-side curve, from per-position counters or from ``meta_info``
+averages (:func:`engine_tau`, SGLang's definition: completion tokens / verify steps).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+BREAKEVEN_MIN_BAND = 0.05
+"""Smallest noise band of a break-even margin: one unchanged config gave +3.1 % and −3.0 % on two
+runs (issue 20), so a margin within ±5 % is not a verdict."""
+
+
+def count(v: Any) -> int:
+    """A token or step count as the engine reported it; 0 when it is not a whole number (a lie is
+    flagged elsewhere)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _get(m: Any, key: str) -> Any:
+    return m.get(key) if isinstance(m, dict) else getattr(m, key, None)
+
+
+def median_noise(samples: list[float]) -> float:
+    """Relative standard error of the median of ``samples`` (0 for fewer than two).
+
+    σ is estimated robustly from the median absolute deviation (σ ≈ 1.4826·MAD, exact for a normal
+    sample; one slow outlier on a loaded host barely moves it), and the median's standard error
+    is ≈ 1.2533·σ/√n (its asymptotic efficiency against the mean); returned over the median.
+    """
+    vals = [v for v in samples if v]
+    if len(vals) < 2:
+        return 0.0
+    med = statistics.median(vals)
+    mad = statistics.median(abs(v - med) for v in vals)
+    return 1.2533 * 1.4826 * mad / len(vals) ** 0.5 / med
+
+
+def breakeven_verdict(margin: float, band: float) -> str:
+    """``pays`` when ``margin`` > ``band``, ``does NOT pay`` when < −``band``, else ``within noise``."""
+    if margin > band:
+        return "pays"
+    if margin < -band:
+        return "does NOT pay"
+    return "within noise"
+
+
+def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: list[float],
+           plain_samples: list[float]) -> dict[str, Any]:
+    """The break-even record of one run: ``{tau, spec_step_ms, plain_step_ms, budget_ms, margin, pays,
+    speedup_estimate, noise_band, verdict}`` (rounded as stored; ``pays``: spec step < budget)."""
+    budget = tau * plain_step_ms
+    m = budget / spec_step_ms - 1.0
+    band = max(BREAKEVEN_MIN_BAND, (median_noise(spec_samples) ** 2 + median_noise(plain_samples) ** 2) ** 0.5)
+    return {"tau": round(tau, 4), "spec_step_ms": round(spec_step_ms, 4), "plain_step_ms": round(plain_step_ms, 4),
+            "budget_ms": round(budget, 4), "margin": round(m, 4), "pays": spec_step_ms < budget,
+            "speedup_estimate": round(budget / spec_step_ms, 3),
+            "noise_band": round(band, 4), "verdict": breakeven_verdict(m, band)}
+
+
+def verify_step_ms(results: list[Any]) -> float | None:
+    """Median decode time per verify step, ms: (e2e − TTFT) / (spec_verify_ct − 1) per request.
+
+    ``results``: bench request results (``ok``, ``ttft_s``, ``e2e_s``, ``meta_info``). The first
+    verify step happens inside TTFT (prefill + first decode), hence − 1.
+    """
+    vals = []
+    for r in results:
+        vct = count((r.meta_info or {}).get("spec_verify_ct"))
+        if r.ok and r.ttft_s is not None and r.e2e_s is not None and vct > 1:
+            vals.append((r.e2e_s - r.ttft_s) / (vct - 1) * 1000)
+    return sorted(vals)[len(vals) // 2] if vals else None
+
+
+def engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) -> tuple[float | None, str | None]:
+    """The engine's own τ over a text class and where it came from: per-position counter deltas of
+    ``/metrics`` (``engine_metrics``: the engine's metrics module, ``before``/``after`` parsed
+    snapshots) when exported, else the ``meta_info`` averages (completion tokens / ``spec_verify_ct``,
+    SGLang's definition); ``(None, None)`` when neither is there."""
+    if before is not None and after is not None:
+        try:
+            curve = engine_metrics.position_curve(engine_metrics.delta(before, after))
+            if curve is not None and curve.steps:
+                return curve.tau, "metrics per-position counters"
+        except Exception:  # noqa: BLE001 - a malformed counter set falls back to the averages
+            pass
+    num = sum(count(_get(m, "completion_tokens")) for m in metas)
+    den = sum(count(_get(m, "spec_verify_ct")) for m in metas)
+    if den:
+        return num / den, "meta_info completion_tokens / spec_verify_ct"
+    return None, None
+
+
+def completion_tokens(metas: list[Any]) -> int:
+    """Σ ``completion_tokens`` of ``metas`` (dicts or objects), counting only whole numbers."""
+    return sum(count(_get(m, "completion_tokens")) for m in metas)

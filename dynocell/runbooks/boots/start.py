@@ -1,0 +1,231 @@
+"""Start a boot: resolve the model paths, render argv + env, spawn under the supervisor, record every
+phase and the verdict as it comes; a crash after ready is recorded here too.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any, Callable
+
+from dynocell.db import boots as db_boots
+from dynocell.engine.adapters import pick_free_port, redact_env, render
+from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
+from dynocell.engine.supervisor import (
+    Supervisor, process_create_time,
+)
+from dynocell.errors import EngineError, UserError
+from dynocell.runbooks import events, hosts
+from dynocell.runbooks.boots.live import (
+    BOOT_MARKER, LiveBoot, Progress, _noop, _now, _printable, _str_or_none, engine_base_env, engine_profile_dir,
+    finish_log, new_id,
+)
+from dynocell.runbooks.cell import Cell
+
+
+def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) -> EngineConfig:
+    """Replace ``dynocell:tiny`` / ``dynocell:tiny-draft`` with the made-locally pair's paths.
+
+    Makes the pair on first use (cached in the data directory). The config's
+    hash is NOT recomputed from the result: the stored config keeps the label.
+    """
+    paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
+    if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
+        return cfg
+    from dynocell.runbooks.models import default_pair
+
+    pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
+    table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
+    changes: dict[str, Any] = {}
+    paths = (("model_path", cfg.model_path), ("speculative.draft_model_path", cfg.speculative.draft_model_path))
+    for key, value in paths:
+        if value and value.startswith(BUILTIN_MODEL_PREFIX):
+            if value not in table:
+                raise UserError(f"{key}: unknown built-in model {value!r}", "use dynocell:tiny or dynocell:tiny-draft")
+            changes[key] = table[value]
+    return cfg.with_changes(**changes)
+
+
+def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
+    """The supervisor's event callback: every phase and transition becomes a row and a notification."""
+
+    def on_event(ev: Any) -> None:
+        kind = type(ev).__name__
+        if kind == "PhaseReached":
+            db_boots.add_event(cell.store, boot_id, "phase", ev.name, ev.offset_s, ev.detail or None)
+            db_boots.update_boot(cell.store, boot_id, last_phase=ev.name)
+            events.publish("boot.phase_reached", boot_id=boot_id, phase=ev.name, offset_s=ev.offset_s,
+                           detail=ev.detail)
+        elif kind == "StateChanged":
+            events.publish("boot.state_changed", boot_id=boot_id, old=ev.old, new=ev.new, reason=ev.reason)
+
+    return on_event
+
+
+def start_boot(
+    cell: Cell,
+    cfg: EngineConfig,
+    config_hash: str,
+    *,
+    timeout_s: float | None = None,
+    boot_id: str | None = None,
+    port: int | None = None,
+    build: dict[str, Any] | None = None,
+    progress: Progress = _noop,
+    on_created: Callable[[], None] | None = None,
+) -> LiveBoot:
+    """Spawn the engine for ``cfg`` under this process's supervision and wait until ready.
+
+    Writes the boot row first (state ``starting``), each phase as it is
+    reached, and the final ``ready``/``failed`` transition. On failure the
+    boot row keeps exit code, signature and log tail, and :class:`EngineError`
+    is raised (the engine is already gone or stopped). When the port was
+    picked here (none given, config port 0) and another process binds it
+    before the engine does (``port_in_use``), the engine is launched again on a
+    newly picked port (at most :data:`PORT_RETRIES` times, a ``port_retry``
+    note event each time) under the same boot row.
+
+    ``timeout_s`` (default: the engine's boot timeout setting) counts from this
+    call, making the reference model pair on first use included: a boot that
+    runs out of it while the models are made fails before any engine is spawned.
+    """
+    from dynocell.engine.config import require_model_paths
+
+    settings = cell.settings
+    t0 = time.monotonic()
+    cfg_run = resolve_models(cell, cfg, progress)
+    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+    deadline = t0 + limit
+    if time.monotonic() >= deadline:
+        raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "
+                          "no engine was started",
+                          "boot again (the pair is kept once made), or give a longer --timeout")
+    require_model_paths(cfg_run, cfg_run.name or config_hash)
+    boot_id = boot_id or new_id()
+    boot_dir = settings.boots_dir / boot_id
+    boot_dir.mkdir(parents=True, exist_ok=True)
+    log_path = boot_dir / "engine.log"
+    picked_port = not (port or cfg_run.port)
+    port = port or cfg_run.port or pick_free_port(cfg_run.host)
+    spec = render(
+        cfg_run, python=settings.engine_python, port=port,
+        build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
+        profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
+    )
+    spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
+    supervisor_ctime = process_create_time(os.getpid())
+    db_boots.create_boot(
+        cell.store, id=boot_id, config_hash=config_hash, build_hash=(build or {}).get("build_hash"),
+        engine=cfg_run.engine, hostname=socket.gethostname(), host=spec.host, port=spec.port,
+        host_id=hosts.this_host_id(cell),
+        argv=spec.argv_string, env=redact_env(spec.env), state="starting", log_path=str(log_path),
+        supervisor_pid=os.getpid(), supervisor_create_time=supervisor_ctime,
+    )
+    if on_created is not None:
+        on_created()
+    events.publish("boot.created", boot_id=boot_id, config_hash=config_hash, port=spec.port)
+    progress(f"booting {cfg_run.engine} on port {spec.port} (boot {boot_id})", {"boot_id": boot_id})
+    retries_left = PORT_RETRIES if picked_port else 0
+    while True:
+        # Phase rules follow the log's shapes: the reference engine's vLLM surface prints vLLM's lines.
+        rules = "vllm" if cfg_run.api == "vllm" else cfg_run.engine
+        sup = Supervisor(rules, on_event=_record_event(cell, boot_id))
+        try:
+            sup.start(spec, log_path)
+        except (OSError, EngineError) as exc:  # Supervisor.start reports a spawn failure as EngineError
+            why = exc.message if isinstance(exc, EngineError) else f"could not start the engine: {exc}"
+            db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
+                                failure_signature="spawn_error", failure_detail={"error": why, "reason": why})
+            raise EngineError(why, f"check engine_python ({settings.engine_python})") from exc
+        db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid, engine_create_time=sup.create_time)
+        live = LiveBoot(boot_id, config_hash, cfg_run, spec, sup, log_path, boot_dir)
+        try:
+            result = sup.wait_ready(timeout_s=max(deadline - time.monotonic(), 0.1),
+                                    http_timeout_s=settings.http_timeout_s)
+        except BaseException:
+            # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
+            res = sup.stop(settings.stop_grace_s)
+            finish_log(cell, boot_id, log_path)
+            db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=_now(),
+                                exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
+                                zombies=len(res.zombies), failure_detail={"reason": "interrupted while booting"})
+            raise
+        if result.ok:
+            live.ready_s = result.ready_s
+            db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
+            progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
+            return live
+        if retries_left and _port_taken(result):
+            # The port was free when picked, but another process bound it before the engine did:
+            # not the operator's doing — pick another one and launch again under the same boot.
+            retries_left -= 1
+            sup.close()
+            taken = spec.port
+            spec = render(
+                cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
+                build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
+                profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
+            )
+            spec.env[BOOT_MARKER] = boot_id
+            db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
+                               {"port": taken, "new_port": spec.port,
+                                "reason": "the picked port was taken before the engine bound it"})
+            db_boots.update_boot(cell.store, boot_id, port=spec.port, argv=spec.argv_string)
+            progress(f"port {taken} was taken before the engine bound it; retrying on port {spec.port}",
+                     {"boot_id": boot_id, "port": spec.port})
+            continue
+        break
+    # Not ready: wait_ready already stopped what was left of the group; record why.
+    stop = result.stop
+    sup.close()
+    finish_log(cell, boot_id, log_path)
+    sig = result.signature
+    db_boots.transition(
+        cell.store, boot_id, ("starting", "stopping"), "failed", ended_at=_now(),
+        exit_code=result.exit_code if result.exit_code is not None else (stop.exit_code if stop else None),
+        failure_signature=sig.id if sig else "unknown",
+        failure_detail={"reason": result.reason, "title": sig.title if sig else None,
+                        "hint": sig.hint if sig else None, "groups": sig.groups if sig else {},
+                        "last_phase": result.last_phase, "tail": list(result.tail)[-50:]},
+        stop_how=stop.how if stop else None, stop_s=stop.seconds if stop else None,
+    )
+    known = bool(sig and sig.id != "unknown")
+    # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
+    last = [_printable(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
+    if known and sig.id == "boot.timeout":
+        head = f"boot {boot_id} timed out: {result.reason}"  # the signature's title would say it twice
+    else:
+        head = f"boot {boot_id} failed: {result.reason}" + (f" — {sig.id}: {sig.title}" if known else "")
+    raise EngineError(
+        head
+        + ("".join(f"\n  | {ln}" for ln in last)),
+        (sig.hint if known and sig.hint else
+         f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),
+    )
+
+
+PORT_RETRIES = 2
+
+
+def _port_taken(result: Any) -> bool:
+    """Whether a failed boot failed because its port was already bound (``port_in_use``)."""
+    return result.signature is not None and result.signature.id == "port_in_use"
+
+
+def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
+    """Record that a ready engine died without a stop request (``crashed``, with signature)."""
+    sup = live.supervisor
+    sup.poll()
+    leftovers = sup.stop(0.0)  # a crashed engine may leave children behind: none may survive
+    finish_log(cell, live.boot_id, live.log_path)
+    sig = sup.failure
+    db_boots.transition(
+        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=_now(), exit_code=sup.exit_code,
+        failure_signature=sig.id if sig else "unknown", stop_how=leftovers.how, zombies=len(leftovers.zombies),
+        failure_detail={"title": sig.title if sig else None, "hint": sig.hint if sig else None,
+                        "tail": sup.tail(50), "survivors": [str(x) for x in leftovers.survivors]},
+    )
+    events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="crashed",
+                   reason=sig.id if sig else "unknown")
+    return db_boots.get_boot(cell.store, live.boot_id) or {}

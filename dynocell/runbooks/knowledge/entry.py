@@ -1,0 +1,106 @@
+"""The runbook entry format: its fields, kinds, source forms, and the :class:`Entry` / :class:`LintError` records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BUNDLED_DIR = Path(__file__).parent  # the bundled entries are the .md files of this package
+KINDS = ("law", "trap", "fix", "procedure")
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,126}$")
+KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "applies_to", "sources", "evidence",
+                "examples", "fix")
+#: Engines an entry may name in ``engines`` (vLLM: knowledge about logs and configs read from vLLM hosts).
+ENGINES = ("sglang", "vllm", "reference")
+#: One source: a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field report
+#: (``field report 004``, the files in shared/seeds); or dynocell's measured engine artifacts (``artifacts/<dir> …``,
+#: ``gpu/README.md`` — the facts measured on the H200 host, shared/gpu).
+SOURCE_RE = re.compile(
+    r"^(?:https?://\S+"
+    r"|[a-z][\w.-]* \S+ @ (?:v?\d[\w.+-]*|[0-9a-f]{7,40})\b"
+    r"|field report \d{3}\b"
+    r"|artifacts/[\w.-]+\b"
+    r"|gpu/[\w.-]+\b)")
+SIGNATURE_KEYS = ("ids", "rules", "log", "metrics")
+OPERATORS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "exists", "contains")
+METRIC_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
+#: Doctor rule ids an entry may name in ``signatures.rules`` (see runbooks/doctor.py).
+DOCTOR_RULES = (
+    "pinned_near_one", "recursive_collapse", "depth_decay", "zero_past_length", "scales_with_parallel",
+    "graph_vs_eager", "no_net_win", "definitions_mismatch", "independence", "garbage_output",
+    "engine_vs_oracle",
+)
+#: Derived (property) paths a selector may name besides model fields.
+DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
+REGEX_TIME_LIMIT_S = 0.25
+ADVERSARIAL_INPUTS = (
+    "a" * 10_000 + "!",
+    " " * 10_000 + "!",
+    "0" * 10_000 + "x",
+    "ab" * 5_000 + "!",
+    "a " * 5_000 + "\n",
+    "-" * 10_000 + "\x00",
+)
+
+
+@dataclass(frozen=True)
+class LintError:
+    """One problem in one entry file: ``path``, dotted ``field`` (None = the file), ``message``."""
+
+    path: str
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.field}: {self.message}" if self.field else f"{self.path}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A parsed, validated runbook entry.
+
+    ``origin`` is ``bundled`` or ``operator``; ``sha256`` hashes the file's bytes;
+    ``signatures`` is ``{ids, rules, log, metrics}`` (lists, possibly empty).
+    ``evidence`` holds display strings (a fact ends with its source numbers, e.g.
+    ``… [1, 2]``); ``facts`` the claims marked as fact with their 1-based
+    indexes into ``sources``; ``examples`` real log lines the signatures match.
+    """
+
+    slug: str
+    title: str
+    kind: str
+    tags: tuple[str, ...]
+    engines: dict[str, str]
+    signatures: dict[str, list[Any]]
+    applies_to: dict[str, Any]
+    evidence: tuple[str, ...]
+    fix: tuple[str, ...]
+    body: str
+    path: str
+    origin: str
+    sha256: str
+    front_matter: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    facts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def as_row(self) -> dict[str, Any]:
+        """The entry as the plain dict :func:`dynocell.db.knowledge.upsert_entries` stores."""
+        return {
+            "slug": self.slug, "title": self.title, "kind": self.kind, "tags": list(self.tags),
+            "origin": self.origin, "source_path": self.path, "sha256": self.sha256,
+            "front_matter": self.front_matter, "body": self.body,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return {
+            "slug": self.slug, "title": self.title, "kind": self.kind, "tags": list(self.tags),
+            "engines": self.engines, "signatures": self.signatures, "applies_to": self.applies_to,
+            "evidence": list(self.evidence), "fix": list(self.fix), "body": self.body,
+            "sources": list(self.sources), "examples": list(self.examples),
+            "path": self.path, "origin": self.origin, "sha256": self.sha256,
+        }

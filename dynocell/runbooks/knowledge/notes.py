@@ -1,0 +1,53 @@
+"""Notes on configs, boots, runs, entries and experiments: targets by reference, list and add (the one
+writer is :func:`dynocell.db.knowledge.add_note`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynocell.errors import NotFound
+from dynocell.runbooks.knowledge.loader import Knowledge
+
+# ------------------------------------------------------------------ notes
+
+NOTE_KINDS = ("config", "boot", "run", "entry", "experiment")
+
+
+def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[str, str]:
+    """Resolve ``TARGET`` to ``(kind, id)``.
+
+    Accepts ``kind:ID`` (kind in config, boot, run, entry, experiment) or a bare
+    id tried as entry slug and then by the one resolver (:mod:`dynocell.db.refs`: run or
+    boot id or prefix, config name, hash or prefix, experiment name). Raises NotFound when
+    nothing matches, :class:`~dynocell.db.refs.AmbiguousRef` when more than one thing does.
+    """
+    from dynocell.db import refs
+
+    if ":" in target and target.split(":", 1)[0] in NOTE_KINDS:
+        kind, ident = target.split(":", 1)
+        if kind == "entry":
+            return kind, knowledge.get(ident).slug
+        return kind, refs.resolve_key(store, ident, kind)
+    hits = [refs.Ref("entry", target)] if target in knowledge.entries else []
+    hits += refs.candidates(store, target, ("run", "boot", "config", "experiment"))
+    if not hits:
+        raise NotFound(f"nothing matches {target!r}",
+                       "write KIND:ID, e.g. run:0a1b…, boot:…, config:NAME, entry:SLUG, experiment:NAME")
+    if len(hits) > 1:
+        raise refs.AmbiguousRef(target, hits)
+    return hits[0].kind, hits[0].key
+
+
+def list_notes(cell: Any, kind: str, ident: str) -> list[dict[str, Any]]:
+    """Notes attached to ``(kind, ident)``, oldest first (for faces, which never touch the store)."""
+    from dynocell.db import knowledge as dbk
+
+    return dbk.list_notes(cell.store, kind, ident)
+
+
+def add_note(cell: Any, kind: str, ident: str, text: str) -> dict[str, Any]:
+    """Attach a timestamped note to ``(kind, ident)``; returns the stored note."""
+    from dynocell.db import knowledge as dbk
+
+    return dbk.add_note(cell.store, kind, ident, text)

@@ -1,0 +1,186 @@
+"""The ``acceptance`` step: per text class, the client-side acceptance curve (p_i, a_i, τ) with the
+engine's own τ beside it (SGLang ``meta_info`` / counters; vLLM ``/metrics`` deltas and log lines).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from dynocell.db import runs as db_runs
+from dynocell.engine import acceptance as acc
+from dynocell.engine import breakeven as be
+from dynocell.engine.client import EngineClient
+from dynocell.engine.meta import check_generations
+from dynocell.errors import EngineError
+from dynocell.runbooks import boots
+from dynocell.runbooks.run.bench_step import _bench_row, _run_level
+from dynocell.runbooks.run.job import _Job, _Skip
+
+
+def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+    from dynocell.engine import metrics as engine_metrics
+
+    client = live.client(job.cell.settings.http_timeout_s)
+    levels = [lv for lv in workload.levels() if lv.purpose == "acceptance"]
+    if not levels:
+        raise _Skip("the workload has no acceptance section")
+    if live.cfg.api == "vllm":
+        _acceptance_vllm(job, live, workload, context_length, levels, d)
+        return
+    per_class: dict[str, list[Any]] = {}
+    curves_out = []
+    for level in levels:
+        reqs = workload.requests(level.name, context_length)
+        by_class: dict[str, list[Any]] = {}
+        for r in reqs:
+            by_class.setdefault(r.text_class, []).append(r)
+        for text_class, creqs in by_class.items():
+            # No warm-up here: the bench step warmed the engine, and a warm-up request would
+            # land in the engine's counters but not in the client's histogram.
+            before = _metrics(client, engine_metrics)
+            result = _run_level(job, live, level, creqs, warmup=0)
+            after = _metrics(client, engine_metrics)
+            _bench_row(job, live, result, text_class)
+            metas = [r.meta_info for r in result.results if r.ok]
+            per_class.setdefault(text_class, []).extend(metas)
+            # A histogram that contradicts the rest of meta_info (Σ h ≠ spec_verify_ct …) is flagged, not
+            # silently turned into a τ.
+            problems = check_generations(metas)
+            curve = acc.curve_from_meta_infos(metas)
+            if curve is None:
+                raise EngineError(f"class {text_class}: the engine returned no speculative histogram"
+                                  + (f" ({problems[0]})" if problems else ""),
+                                  "the engine's meta_info lacks spec_correct_drafts_histogram")
+            engine_tau, source = be.engine_tau(engine_metrics, before, after, metas)
+            dis = acc.relative_diff(curve.tau, engine_tau) if engine_tau else None
+            warning = None
+            if dis is not None and dis > 0.02:
+                warning = (f"client histogram τ {curve.tau:.3f} and engine {source} τ {engine_tau:.3f} "
+                           f"differ by {dis * 100:.1f} % (> 2 %)")
+                job.warnings.append(f"{text_class}: {warning}")
+            if problems:
+                lie = (f"the engine's meta_info contradicts itself ({len(problems)} problem(s)), so τ from its "
+                       f"histogram is suspect: {problems[0]}")
+                job.warnings.append(f"{text_class}: {lie}")
+                warning = f"{warning}; {lie}" if warning else lie
+            completion = be.completion_tokens(metas)
+            db_runs.add_curve(
+                job.cell.store,
+                [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
+                run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
+                tau=curve.tau, accept_rate=curve.accept_rate, histogram=list(curve.histogram or []),
+                completion_tokens=completion, engine_tau=engine_tau, engine_source=source,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning,
+            )
+            curves_out.append({"class": text_class, "tau": round(curve.tau, 4),
+                               "p": [round(x, 4) for x in curve.p]})
+    d["curves"] = curves_out
+
+
+def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],
+                     d: dict[str, Any]) -> None:
+    """vLLM puts no speculative counts in a response: each class (one at a time) is measured by
+    differencing ``/metrics`` counters around it (:mod:`dynocell.engine.vllm_acceptance`), and
+    cross-checked with the engine's ``SpecDecoding metrics`` log lines of the same window."""
+    from dynocell.engine import metrics as engine_metrics
+    from dynocell.engine import vllm_acceptance as va
+
+    client = live.client(job.cell.settings.http_timeout_s)
+    curves_out = []
+    for level in levels:
+        by_class: dict[str, list[Any]] = {}
+        for r in workload.requests(level.name, context_length):
+            by_class.setdefault(r.text_class, []).append(r)
+        for text_class, creqs in by_class.items():
+            offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
+            before_text = client.metrics_text().text
+            result = _run_level(job, live, level, creqs, warmup=0)
+            after_text = client.metrics_text().text
+            _keep_scrapes(live.log_path.parent, text_class, before_text, after_text)
+            before, after = engine_metrics.parse_metrics(before_text), engine_metrics.parse_metrics(after_text)
+            cc = va.class_curve(before, after)
+            _bench_row(job, live, result, text_class, verify_step_ms=None if cc is None else va.verify_step_ms(
+                result.results, cc.figures["drafts"], level.concurrency))
+            if cc is None:
+                raise EngineError(f"class {text_class}: the vLLM spec-decode counters did not move",
+                                  "is speculative decoding on (vllm:spec_decode_num_drafts_total)?")
+            samples = _log_window(live.log_path, offset, cc.figures["draft_tokens"])
+            log_tau, dis, warning = va.cross_check(cc.curve.tau, samples, cc.k)
+            if warning:
+                job.warnings.append(f"{text_class}: {warning}")
+            curve = cc.curve
+            db_runs.add_curve(
+                job.cell.store, [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
+                run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
+                tau=curve.tau, accept_rate=curve.accept_rate, histogram=[],
+                completion_tokens=int(result.output_tokens), engine_tau=log_tau,
+                engine_source="vLLM log SpecDecoding lines" if log_tau is not None else None,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning,
+            )
+            curves_out.append({"class": text_class, "tau": round(curve.tau, 4), "p": [round(x, 4) for x in curve.p],
+                               "source": "vllm /metrics counter deltas"})
+    d["curves"] = curves_out
+    d["note"] = va.UNCONDITIONAL_NOTE
+
+
+def _keep_scrapes(boot_dir: Path, text_class: str, before: str, after: str) -> None:
+    """Keep the two ``/metrics`` scrapes a vLLM class curve was differenced from, as the evidence
+    (``<boot dir>/scrapes/<class>.before.prom`` / ``.after.prom``; ``dynocell import metrics`` reads
+    them back). The class name comes from a workload file: only ``[A-Za-z0-9_-]`` reach the path.
+    Best effort: a full disk loses the copies, never the curve."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", text_class)[:64] or "class"
+    try:
+        out = boot_dir / "scrapes"
+        out.mkdir(exist_ok=True)
+        (out / f"{name}.before.prom").write_text(before)
+        (out / f"{name}.after.prom").write_text(after)
+    except OSError:
+        pass
+
+
+def _log_interval_s(cfg: Any) -> float:
+    """Seconds between vLLM's stats lines (``VLLM_LOG_STATS_INTERVAL``, vLLM's default 10 s); the
+    reference engine's vLLM surface logs the last interval as soon as it is idle."""
+    if cfg.engine != "vllm":
+        return 0.2
+    try:
+        return max(0.1, float(cfg.env.get("VLLM_LOG_STATS_INTERVAL", "10")))
+    except ValueError:
+        return 10.0
+
+
+def _quiet_log(log_path: Path, interval_s: float, rounds: int = 3) -> int:
+    """The log's size once one stats interval passed without a new line (at most ``rounds``
+    intervals): a class window then starts on an interval boundary, so the ``SpecDecoding`` lines
+    after it cover this class only (the last interval of earlier traffic is already printed)."""
+    size = log_path.stat().st_size if log_path.exists() else 0
+    for _ in range(rounds):
+        time.sleep(interval_s + 0.1)
+        now = log_path.stat().st_size if log_path.exists() else 0
+        if now == size:
+            break
+        size = now
+    return size
+
+
+def _log_window(log_path: Path, offset: int, draft_tokens: float, wait_s: float = 10.0) -> list[Any]:
+    """The ``SpecDecoding metrics`` lines written after byte ``offset``, waiting up to ``wait_s`` for
+    their drafted tokens to reach the counters' (vLLM logs every ``VLLM_LOG_STATS_INTERVAL``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            samples = acc.parse_vllm_spec_lines(f.read().decode(errors="replace").splitlines())
+        if sum(s.drafted or 0 for s in samples) >= draft_tokens or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.2)
+
+
+def _metrics(client: EngineClient, engine_metrics: Any) -> Any:
+    try:
+        return engine_metrics.parse_metrics(client.metrics_text().text)
+    except Exception:  # noqa: BLE001 - a broken /metrics must not lose the client-side curve
+        return None

@@ -1,0 +1,45 @@
+"""Greedy generations against a boot (the canary, goldens, the lossless comparison) and text digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from dynocell.engine.client import EngineClient
+from dynocell.errors import EngineError
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _api_kw(cfg: Any) -> dict[str, Any]:
+    """``run_level`` keywords for the engine's HTTP surface: vLLM's is OpenAI ``/v1/completions``
+    with the served name (vLLM's default name: the model path given)."""
+    if getattr(cfg, "api", "sglang") != "vllm":
+        return {}
+    return {"api": "openai", "model": cfg.served_model_name or cfg.model_path}
+
+
+def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0, cfg: Any = None) -> dict[str, Any]:
+    """One greedy, non-streaming generation of ``n`` tokens; returns SGLang's body shape
+    (``text``, ``meta_info.completion_tokens``; ``output_ids`` when the engine gives them).
+    vLLM's surface (``cfg.api == "vllm"``): ``/v1/completions`` with ``ignore_eos``, normalised."""
+    kw = _api_kw(cfg)
+    if kw:
+        resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": n, "temperature": 0,
+                                   "ignore_eos": True}, timeout_s=timeout_s)
+        if not resp.ok or not isinstance(resp.body, dict) or not resp.body.get("choices"):
+            raise EngineError(f"/v1/completions answered {resp.status}: {resp.text[:200]}", None)
+        usage = resp.body.get("usage") or {}
+        return {"text": resp.body["choices"][0].get("text", ""),
+                "meta_info": {"completion_tokens": usage.get("completion_tokens")}}
+    resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
+                                                                 "ignore_eos": True}}, timeout_s=timeout_s)
+    if not resp.ok:
+        raise EngineError(f"/generate answered {resp.status}: {resp.text[:200]}", None)
+    body = resp.body
+    if isinstance(body, list):
+        body = body[0]
+    return body

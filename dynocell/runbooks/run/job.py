@@ -1,0 +1,143 @@
+"""The main job's step machinery: options, the step recorder (one ``run_steps`` row per step, written as it
+starts and ends), the skip/failure signals, and helpers every step shares (workload, context length).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from dynocell.db import runs as db_runs
+from dynocell.engine.client import EngineClient
+from dynocell.engine.config import EngineConfig
+from dynocell.errors import DynocellError, Interrupted
+from dynocell.runbooks import events
+from dynocell.runbooks.cell import Cell
+
+Progress = Callable[[str, dict[str, Any]], None]
+DEFAULT_CONFIG = Path(__file__).parents[1] / "data" / "embedded.toml"
+ESSENTIAL = ("config", "build", "model", "boot", "health", "bench")
+LOSSLESS_TOKENS = 48
+PROFILE_REQUESTS = 2
+PROFILE_TOKENS = 32
+
+
+def _noop(_m: str, _d: dict[str, Any]) -> None:
+    pass
+
+
+def _now() -> datetime:
+    """The current time, aware UTC (what the store's timestamps are)."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class RunOptions:
+    """Knobs of one main-job run.
+
+    ``workload``: path of a workload TOML (None = bundled default);
+    ``lossless``: compare greedy outputs with a plain boot of the same target;
+    ``profile``: open a profiler window; ``boot_timeout_s``: overrides the
+    engine's default; ``stop_grace_s``: overrides the settings' grace.
+    """
+
+    workload: str | None = None
+    lossless: bool = True
+    profile: bool = True
+    diagnose: bool = True
+    boot_timeout_s: float | None = None
+    stop_grace_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, as stored on the run row."""
+        return dict(self.__dict__)
+
+
+class _StepFailed(Exception):
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"{name}: {error}")
+        self.name, self.error = name, error
+
+
+class _Skip(Exception):
+    """Raised inside a step to record it as ``skipped`` with a reason."""
+
+
+@dataclass
+class _Job:
+    cell: Cell
+    run_id: str
+    progress: Progress
+    failed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    concurrent: dict[str, str] = field(default_factory=dict)  # other live boot id → its warning
+    env_warning: str | None = None  # "⚠ env sets LD_PRELOAD" for a config whose [env] injects code
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[dict[str, Any]]:
+        """Record a step: running → completed | skipped | failed | interrupted."""
+        sid = db_runs.start_step(self.cell.store, self.run_id, name)
+        events.publish("run.step_started", run_id=self.run_id, step=name)
+        self.progress(f"{name} …", {"step": name, "state": "running"})
+        detail: dict[str, Any] = {}
+        t0 = time.monotonic()
+        try:
+            yield detail
+        except _Skip as skip:
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "skipped", detail, str(skip))
+            self._ended(name, "skipped", str(skip))
+        except (KeyboardInterrupt, Interrupted):
+            db_runs.end_step(self.cell.store, sid, "interrupted", detail, "interrupted by the operator")
+            self._ended(name, "interrupted", "")
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or absorbed
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "failed", detail, _err(exc))
+            self._ended(name, "failed", _err(exc))
+            self.failed.append(name)
+            if name in ESSENTIAL:
+                raise _StepFailed(name, exc) from exc
+        else:
+            detail["seconds"] = round(time.monotonic() - t0, 3)
+            db_runs.end_step(self.cell.store, sid, "completed", detail)
+            self._ended(name, "completed", "")
+
+    def _ended(self, name: str, state: str, error: str) -> None:
+        events.publish("run.step_ended", run_id=self.run_id, step=name, state=state, error=error)
+        self.progress(f"{name} {state}" + (f": {error}" if error else ""), {"step": name, "state": state})
+
+
+def _err(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, DynocellError) else f"{type(exc).__name__}: {exc}"
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _load_workload(path: str | None):  # noqa: ANN202 - engine type
+    from dynocell.engine.workloads import load_workload
+
+    return load_workload(path)
+
+
+def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
+    try:
+        if cfg.api == "vllm":  # vLLM: /v1/models carries max_model_len
+            models = (client.models().body or {}).get("data") or [{}]
+            if models[0].get("max_model_len"):
+                return int(models[0]["max_model_len"])
+        info = client.server_info().body or {}
+        value = info.get("context_length") or info.get("max_total_num_tokens")
+        if value:
+            return int(value)
+    except Exception:  # noqa: BLE001 - fall back to the config
+        pass
+    return cfg.memory.context_length or 2048

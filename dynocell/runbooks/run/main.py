@@ -1,0 +1,170 @@
+"""The main job, ``dynocell run``: one config on the stand, a complete record in the store.
+
+Steps, each a ``run_steps`` row written as it starts and ends (DESIGN.md,
+"Data flow of the main job"):
+
+    config → build → model → boot → health → bench → acceptance → lossless → profile
+    → breakeven → diagnose → stop
+
+(``model``: finding — or, for a seed that is not packaged, making — the built-in
+reference pair, so its minutes are never counted as ``boot``.) Essential steps
+(config, build, model, boot, health, bench) end the run when they
+fail; the others are recorded as failed and the run goes on. Whatever
+happens — a failed step, Ctrl-C, SIGTERM — the engine is stopped and the run
+row says how it ended (``completed`` / ``failed`` / ``interrupted``) and at
+which step. This module is the orchestration; each step's body is its own module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynocell.db import runs as db_runs
+from dynocell.engine.config import EngineConfig, injection_warning
+from dynocell.errors import EngineError, Interrupted
+from dynocell.runbooks import boots, events, hosts
+from dynocell.runbooks.cell import Cell
+from dynocell.runbooks.run.acceptance_step import _acceptance
+from dynocell.runbooks.run.bench_step import _bench, _calibrate
+from dynocell.runbooks.run.breakeven_step import _breakeven
+from dynocell.runbooks.run.health_step import _health
+from dynocell.runbooks.run.job import (
+    DEFAULT_CONFIG, Progress, RunOptions, _context_length, _err, _Job, _load_workload, _noop, _now, _pid, _Skip,
+    _StepFailed,
+)
+from dynocell.runbooks.run.lossless_step import _lossless, _record_goldens
+from dynocell.runbooks.run.profile_step import _profile
+from dynocell.runbooks.run.summary_step import _diagnose, _summary, _warn_concurrent
+
+
+def run_job(
+    cell: Cell,
+    config_ref: str | None = None,
+    *,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+) -> str:
+    """Run the main job on ``config_ref`` (name, hash, prefix or TOML path; None = embedded default).
+
+    Returns the run id. Rows are written as each step finishes. Raises
+    :class:`~dynocell.errors.Interrupted` after recording an interrupted run
+    (the engine is stopped first); other failures are recorded and the run id
+    is returned with state ``failed``. A bad config or workload file raises
+    ConfigError / UserError before any row is written or engine started.
+    """
+    from dynocell.runbooks.configs import resolve_config
+
+    opts = options or RunOptions()
+    progress = progress or _noop
+    cfg, config_hash = resolve_config(cell, str(config_ref or DEFAULT_CONFIG))
+    # A bad workload file is the operator's mistake: refuse it now (UserError, nothing written),
+    # not after a boot and a health check.
+    workload = _load_workload(opts.workload)
+    run_id = boots.new_id()
+    db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
+                       step="config", options=opts.as_dict(), pid=_pid(), host_id=hosts.this_host_id(cell))
+    events.publish("run.started", run_id=run_id, config_hash=config_hash)
+    job = _Job(cell, run_id, progress)
+    live: boots.LiveBoot | None = None
+    state, error = "completed", None
+    try:
+        with job.step("config") as d:
+            d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
+            job.env_warning = injection_warning(cfg.env)
+            if job.env_warning:
+                d["warning"] = job.env_warning
+                progress(job.env_warning, {"warning": job.env_warning})
+        build: dict[str, Any] | None = None
+        with job.step("build") as d:
+            build = _build(cell, cfg, d)
+        with job.step("model") as d:
+            _model(job, cfg, d)
+        with job.step("boot") as d:
+            boot_id = boots.new_id()
+            d["boot_id"] = boot_id
+            # The boot row is created by start_boot; link the run first so a failed boot stays linked.
+            start = boots.start_boot
+            live = start(cell, cfg, config_hash, timeout_s=opts.boot_timeout_s, build=build, boot_id=boot_id,
+                         progress=progress, on_created=lambda: db_runs.update_run(
+                             cell.store, run_id, boot_id=boot_id, build_hash=(build or {}).get("build_hash")))
+            d.update(boot_id=live.boot_id, ready_s=live.ready_s, port=live.spec.port)
+        _warn_concurrent(job, live.boot_id)
+        with job.step("health") as d:
+            verdict = _health(cell, live, d)
+            if verdict != "healthy":
+                raise EngineError(f"health verdict is {verdict}: {d.get('failed')}",
+                                  f"see `dynocell health {live.boot_id}` and `dynocell logs {live.boot_id}`")
+        db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256,
+                           options={**opts.as_dict(), "temperature": workload.temperature, "draft_proposal": "top1"})
+        client = live.client(cell.settings.http_timeout_s)
+        context_length = _context_length(client, live.cfg)
+        with job.step("bench") as d:
+            workload = _calibrate(job, live, workload, context_length)
+            d["tokens_per_byte"] = workload.tokens_per_byte
+            _bench(job, live, workload, context_length, d)
+        spec_on = live.cfg.speculative_enabled
+        with job.step("acceptance") as d:
+            if not spec_on:
+                raise _Skip("no speculative decoding in this config")
+            _acceptance(job, live, workload, context_length, d)
+        plain: dict[str, Any] | None = None
+        with job.step("lossless") as d:
+            if not spec_on:
+                if opts.lossless:
+                    n = _record_goldens(job, live, workload)
+                    raise _Skip(f"no speculative decoding; recorded {n} greedy golden(s) for later lossless checks")
+                raise _Skip("no speculative decoding in this config")
+            if not opts.lossless:
+                raise _Skip("--no-lossless-check")
+            plain = _lossless(job, live, cfg, workload, opts, d)
+        with job.step("profile") as d:
+            if not opts.profile:
+                raise _Skip("--no-profile")
+            _profile(job, live, workload, context_length, d)
+        with job.step("breakeven") as d:
+            if not spec_on:
+                raise _Skip("no speculative decoding in this config")
+            _breakeven(job, plain, d, cfg=cfg, workload=workload, opts=opts)
+    except _StepFailed as f:
+        state, error = "failed", f"{f.name}: {_err(f.error)}"
+    except (KeyboardInterrupt, Interrupted):
+        state, error = "interrupted", "interrupted by the operator"
+    finally:
+        if live is not None:
+            _warn_concurrent(job, live.boot_id)  # one that started while this run measured
+            with job.step("stop") as d:
+                d.update(boots.stop_live(cell, live, opts.stop_grace_s, reason=f"run {run_id} {state}"))
+        if state != "interrupted" and opts.diagnose:
+            with job.step("diagnose") as d:
+                _diagnose(job, d)
+        if state == "completed" and job.failed:
+            state, error = "failed", "steps failed: " + ", ".join(job.failed)
+        db_runs.interrupt_running_steps(cell.store, run_id, "interrupted")
+        db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=_now(),
+                           summary=_summary(job))
+        events.publish("run.ended", run_id=run_id, state=state, error=error)
+        progress(f"run {run_id} {state}" + (f": {error}" if error else ""), {"run_id": run_id, "state": state})
+    if state == "interrupted":
+        raise Interrupted(f"run {run_id} interrupted; the engine was stopped and the steps done are recorded",
+                          f"dynocell show {run_id}")
+    return run_id
+
+
+def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] | None:
+    if not cfg.patches:
+        raise _Skip("no patches: the engine runs as installed")
+    from dynocell.runbooks import builds
+
+    build = builds.ensure_build(cell, cfg)
+    d.update(build_hash=build["build_hash"], base_version=build.get("base_version"), patches=build.get("patches"))
+    # A boot that would run unpatched code must fail loudly, before the engine starts.
+    d["sglang_file"] = builds.check_import(cell, build, cfg)
+    return build
+
+
+def _model(job: _Job, cfg: EngineConfig, d: dict[str, Any]) -> None:
+    """Find (or make) the built-in reference pair the config names, before the boot's clock starts."""
+    resolved = boots.resolve_models(job.cell, cfg, progress=job.progress)
+    if resolved is cfg:
+        raise _Skip("no built-in model (dynocell:tiny) in this config")
+    d.update(model_path=resolved.model_path, draft_model_path=resolved.speculative.draft_model_path)

@@ -1,0 +1,18 @@
+"""The ``profile`` step: a short profiler window on the boot and its trace split (runbooks.profiles).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynocell.runbooks import boots
+from dynocell.runbooks.run.job import _Job
+
+
+def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> int:
+    from dynocell.runbooks.profiles import profile_window
+
+    prof = profile_window(job.cell, live, workload, context_length, run_id=job.run_id,
+                          progress=job.progress)
+    d.update(profile_id=prof["id"], busy_pct=prof.get("busy_pct"), source=prof.get("source"))
+    return prof["id"]

@@ -1,0 +1,84 @@
+"""Runs whose dynocell process died (settled as ``interrupted``, their engines stopped), and runs by reference.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dynocell.db import refs
+from dynocell.db import runs as db_runs
+from dynocell.runbooks import boots, events, hosts
+from dynocell.runbooks.cell import Cell
+from dynocell.runbooks.run.job import _now
+
+
+def _run_process_alive(run: dict[str, Any]) -> bool:
+    """Whether the process that records ``run`` still runs (a pid recycled since the run started counts as dead)."""
+    import psutil
+
+    pid = run.get("pid")
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = run.get("started_at")
+        if started is not None:
+            from datetime import timezone
+
+            if started.tzinfo is None:
+                started = started.replace(tzinfo=timezone.utc)
+            if proc.create_time() > started.timestamp() + 1.0:
+                return False  # born after the run began: another process got the pid
+        return True
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def reconcile_runs(cell: Cell) -> list[str]:
+    """Settle runs whose process died (``kill -9``, a crash, a power cut); returns their ids.
+
+    Each such run and its running step become ``interrupted`` (the error names
+    the step), a profile window it left open becomes ``failed``, and the boots
+    it supervised are reconciled (:func:`dynocell.runbooks.boots.reconcile`): an
+    engine still running is stopped, never left orphaned. Every row the run
+    wrote before it died is kept.
+    """
+    fixed = []
+    mine = hosts.this_host_id(cell)
+    for r in db_runs.list_runs(cell.store, states=("running",), limit=500):
+        if r.get("host_id") not in (None, mine):
+            continue  # another host's run: its pid means nothing here
+        if _run_process_alive(r):
+            continue
+        # Re-read now that the process is known dead (it can write nothing more): a run that
+        # finished between the listing and the liveness check keeps its real end.
+        if (db_runs.get_run(cell.store, r["id"]) or {}).get("state") != "running":
+            continue
+        names = db_runs.interrupt_running_steps(cell.store, r["id"], "the dynocell process died")
+        for prof in db_runs.profiles(cell.store, run_id=r["id"]):
+            if prof["state"] == "running":
+                db_runs.finish_profile(cell.store, prof["id"], state="failed",
+                                       error="the dynocell process died during the profile window")
+        db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=_now(),
+                           error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
+        events.publish("run.ended", run_id=r["id"], state="interrupted", error="the dynocell process died")
+        fixed.append(r["id"])
+    if fixed:
+        boots.reconcile_and_list(cell)  # the dead runs' engines (the run's boot, a lossless twin) are stopped here
+    return fixed
+
+
+def resolve_run(cell: Cell, ref: str) -> dict[str, Any]:
+    """A run row by id or unique prefix (the one resolver, :mod:`dynocell.db.refs`). Raises NotFound."""
+    row = db_runs.get_run(cell.store, refs.resolve_key(cell.store, ref, "run"))
+    assert row is not None  # resolved just now; runs are never deleted
+    return row
+
+
+def latest_run_json(cell: Cell) -> str:
+    """The newest run id as JSON (for scripts)."""
+    rows = db_runs.list_runs(cell.store, limit=1)
+    return json.dumps(rows[0]["id"] if rows else None)

@@ -1,0 +1,49 @@
+"""The ``diagnose`` step and the run's summary row (headline numbers for lists and reports).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynocell.db import runs as db_runs
+from dynocell.errors import DynocellError
+from dynocell.runbooks import boots
+from dynocell.runbooks.run.job import _Job, _Skip
+
+
+def _warn_concurrent(job: _Job, boot_id: str) -> None:
+    """Warn (progress, and the run summary's ``concurrent_boots`` shown in its report) about each
+    other live boot of this store on this host (issue 16, item 15)."""
+    try:
+        others = boots.other_live_boots(job.cell, boot_id)
+    except DynocellError:  # a warning must not fail the run
+        return
+    for row in others:
+        if row["id"] in job.concurrent:
+            continue
+        msg = job.concurrent[row["id"]] = boots.concurrent_boot_warning(row)
+        job.progress(f"⚠ {msg}", {"warning": msg})
+
+
+def _diagnose(job: _Job, d: dict[str, Any]) -> None:
+    try:
+        from dynocell.runbooks import doctor
+    except ImportError:
+        raise _Skip("the doctor is not installed") from None
+    findings = doctor.diagnose(job.cell, job.run_id)
+    d["findings"] = [f.rule if hasattr(f, "rule") else f.get("rule") for f in findings]
+
+
+def _summary(job: _Job) -> dict[str, Any]:
+    cell = job.cell
+    curves = db_runs.curves(cell.store, job.run_id)
+    steps = sum(c["steps"] for c in curves)
+    return {
+        "failed_steps": job.failed,
+        "warnings": job.warnings,
+        "concurrent_boots": list(job.concurrent.values()),
+        "env_warning": job.env_warning,
+        "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
+        "decode_tok_s": max((b["output_tok_s"] for b in db_runs.bench_rows(cell.store, job.run_id)
+                             if not b["text_class"]), default=None),
+    }
