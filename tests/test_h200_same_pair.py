@@ -118,7 +118,7 @@ def test_the_kept_scrapes_of_each_vllm_class_give_its_stored_curve(home, tmp_pat
 def test_sglang_ngram_crash_is_named_from_its_log():
     """SGLang 0.5.17 NGRAM on this pair: the scheduler's invariant check raised 'pool memory leak
     detected' at the first request and the server went down; the bench's error now names it."""
-    from dynocell.runbooks.run import _engine_log_says
+    from dynocell.runbooks.run.bench_step import _engine_log_says
 
     failed = [b for b in BOOTS if b["config"] == "h200-ngram" and b["state"] == "failed"]
     assert len(failed) == 2  # with the h200 and the default workload
@@ -139,3 +139,31 @@ def test_compare_needs_two_runs_and_names_an_unknown_one(home):
         CliRunner().invoke(app, ["compare", plain], catch_exceptions=False)
     with pytest.raises(NotFound, match="ffffffffff"):
         CliRunner().invoke(app, ["compare", plain, "ffffffffff"], catch_exceptions=False)
+
+
+def _oracle_curves() -> list[dict]:
+    text = (DATA / "runs" / "cpu-oracle-fp32-greedy.report.txt").read_text()
+    return [{"text_class": m[1], "mode": "greedy", "histogram": json.loads(m[2])}
+            for m in re.finditer(r"^(\w+): τ [0-9.]+ .*?histogram (\[[0-9,]+\])", text, re.M)]
+
+
+def test_engine_vs_oracle_rule_on_both_engines(home):
+    """The doctor's engine-vs-oracle rule on the H200 greedy curves against the CPU fp32 reference
+    (same pair, same prompts): vLLM fp16 agrees on every class but repetition, SGLang fp16 on two
+    of five within the 2-point tolerance, and bf16 is flagged on every class on both engines."""
+    from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict
+
+    oracle = _oracle_curves()
+    assert len(oracle) == 5
+    flagged = {}
+    for config in ("h200-vllm-draft-graph", "h200-standalone-pair", "h200-vllm-draft-bf16",
+                   "h200-standalone-pair-bf16"):
+        shown = json.loads(_cli("show", _run_id(config, GREEDY), "--json"))
+        curves = [{"text_class": c["text_class"], "p": [pt["p"] for pt in c["points"]], "steps": c["steps"]}
+                  for c in shown["curves"]]
+        found = diagnose_inputs(inputs_from_dict({"curves": curves, "oracle": oracle, "sampling": "greedy"}))
+        flagged[config] = sorted(f.evidence["text_class"] for f in found if f.rule == "engine_vs_oracle")
+    assert flagged["h200-vllm-draft-graph"] == ["repetition"]
+    assert flagged["h200-standalone-pair"] == ["arithmetic", "code", "repetition"]
+    everything = ["arithmetic", "chinese", "code", "prose", "repetition"]
+    assert flagged["h200-vllm-draft-bf16"] == flagged["h200-standalone-pair-bf16"] == everything
