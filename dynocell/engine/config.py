@@ -588,12 +588,15 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
         updates["model_path"] = mp
     if dp != cfg.speculative.draft_model_path:
         updates["speculative.draft_model_path"] = dp
-    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM"):
+    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE"):
         raise ConfigError(
             source, "speculative.algorithm",
             f"the reference engine does not implement {cfg.speculative.algorithm}",
-            "use STANDALONE or NGRAM with engine = \"reference\"",
+            "use STANDALONE, NGRAM or EAGLE with engine = \"reference\"",
         )
+    if cfg.engine == "reference" and cfg.speculative.algorithm == "EAGLE" and not cfg.speculative.draft_model_path:
+        raise ConfigError(source, "speculative.draft_model_path", "EAGLE needs the EAGLE head's folder",
+                          "make one with `dynocell model make-eagle DIR` and set draft_model_path = \"DIR\"")
     _check_nodes(cfg, source)
     check_sglang_pp_speculative(cfg, source)
     check_engine_fields(cfg, source)

@@ -171,7 +171,8 @@ class GenerationMeta:
 
         Checks: wrong-typed fields; negative counts or latency; cached > prompt
         tokens; Σ histogram ≠ spec_verify_ct; spec_num_correct_drafts ≠ Σ k·h[k];
-        spec_num_proposed_drafts ≠ spec_verify_ct·D; spec_accept_length ≠
+        spec_num_proposed_drafts ≠ spec_verify_ct·D (or a whole multiple with more than D per step: an
+        EAGLE tree); spec_accept_length ≠
         completion_tokens / spec_verify_ct and spec_accept_rate ≠ correct / proposed
         beyond rounding (0.005) — SGLang 0.5.17 computes both exactly so
         (``tests/data/sglang-0.5.17``); accept length outside [1, D + 1].
@@ -209,10 +210,13 @@ class GenerationMeta:
                 )
             d = len(h) - 1
             if vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None:
-                if self.spec_num_proposed_drafts != vct * d:
+                # A chain proposes D per verify step; an EAGLE tree (eagle_topk > 1) proposes
+                # num_draft_tokens − 1 ≥ D nodes per step but accepts at most D deep.
+                pd = self.spec_num_proposed_drafts
+                if pd != vct * d and not (vct > 0 and pd % vct == 0 and pd // vct > d):
                     out.append(
-                        f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
-                        f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
+                        f"spec_num_proposed_drafts is {pd} but spec_verify_ct × D = {vct} × {d} = {vct * d} "
+                        f"(or a tree's size × spec_verify_ct, with more than D nodes per step)"
                     )
             # completion_tokens also counts the prefill's token, so the ratio may
             # exceed D + 1 by 1 / spec_verify_ct.

@@ -26,3 +26,17 @@ def make_tiny(settings: Settings, out_dir: Path | None = None,
 def default_pair(settings: Settings, progress: Callable[[str], None] | None = None) -> ModelPair:
     """The default reference pair (cached in ``settings.models_dir``; made on first use)."""
     return ensure_pair(settings.models_dir, seed=settings.model_seed, progress=progress)
+
+
+def make_eagle_head(settings: Settings, out_dir: Path, target: Path | None = None, steps: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> Path:
+    """Train an EAGLE head (SGLang's ``LlamaForCausalLMEagle`` layout) for ``target`` — default: the
+    default pair's target — into ``out_dir``; ``steps`` overrides the recipe's step count (a short
+    run for a smoke test). Seed ``settings.model_seed``. About 10-25 CPU minutes on 2 shared cores.
+    Raises :class:`~dynocell.errors.UserError` for an unusable ``out_dir`` or ``target``."""
+    from dynocell.engine.reference.eagle import make_eagle
+
+    tgt = Path(target).expanduser().resolve() if target is not None else default_pair(settings, progress).target
+    recipe = {"steps": steps} if steps is not None else None
+    return make_eagle(Path(out_dir).expanduser().resolve(), tgt, seed=settings.model_seed, recipe=recipe,
+                      progress=progress)
