@@ -588,14 +588,16 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
         updates["model_path"] = mp
     if dp != cfg.speculative.draft_model_path:
         updates["speculative.draft_model_path"] = dp
-    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE"):
+    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3"):
         raise ConfigError(
             source, "speculative.algorithm",
             f"the reference engine does not implement {cfg.speculative.algorithm}",
-            "use STANDALONE, NGRAM or EAGLE with engine = \"reference\"",
+            "use STANDALONE, NGRAM, EAGLE or EAGLE3 with engine = \"reference\"",
         )
-    if cfg.engine == "reference" and cfg.speculative.algorithm == "EAGLE" and not cfg.speculative.draft_model_path:
-        raise ConfigError(source, "speculative.draft_model_path", "EAGLE needs the EAGLE head's folder",
+    if cfg.engine == "reference" and cfg.speculative.algorithm in ("EAGLE", "EAGLE3") \
+            and not cfg.speculative.draft_model_path:
+        raise ConfigError(source, "speculative.draft_model_path",
+                          f"{cfg.speculative.algorithm} needs the {cfg.speculative.algorithm} head's folder",
                           "make one with `dynocell model make-eagle DIR` and set draft_model_path = \"DIR\"")
     _check_nodes(cfg, source)
     check_sglang_pp_speculative(cfg, source)

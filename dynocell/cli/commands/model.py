@@ -60,9 +60,11 @@ def register(app: typer.Typer) -> None:
         steps: int | None = typer.Option(None, "--steps", min=1, max=100_000,
                                          help="Optimizer steps (default: the recipe's; fewer for a smoke test)."),
         seed: int | None = typer.Option(None, "--seed", help="Seed (default: the model_seed setting)."),
+        kind: str = typer.Option("eagle", "--kind", help="eagle (LlamaForCausalLMEagle) or eagle3 "
+                                 "(LlamaForCausalLMEagle3, own draft vocabulary)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        """Train an EAGLE draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
+        """Train an EAGLE (or --kind eagle3) draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
 
         Example: dynocell model make-eagle /tmp/eagle --steps 20
         """
@@ -83,14 +85,14 @@ def register(app: typer.Typer) -> None:
                     status.update(msg)
                     if not as_json:
                         console.log(msg)
-                out = make_eagle_head(settings, dir, target=target, steps=steps, progress=progress)
+                out = make_eagle_head(settings, dir, target=target, steps=steps, progress=progress, kind=kind)
         except DynocellError as exc:
             console.print(f"Error: {exc}")
             raise typer.Exit(exc.exit_code) from exc
-        res = {"eagle": str(out), "seed": settings.model_seed, "seconds": round(time.monotonic() - t, 1)}
+        res = {kind: str(out), "seed": settings.model_seed, "seconds": round(time.monotonic() - t, 1)}
         if as_json:
             typer.echo(json.dumps(res))
         else:
-            Console().print(f"eagle head: {out}\n({res['seconds']} s)")
+            Console().print(f"{kind} head: {out}\n({res['seconds']} s)")
 
     app.add_typer(model_app, name="model")

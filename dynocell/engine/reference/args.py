@@ -1,8 +1,8 @@
 """Command-line arguments of the reference engine, named as SGLang 0.5.17's ``ServerArgs``.
 
 Unknown arguments: one clear message on stderr and exit code 2 (argparse's
-convention). ``--speculative-eagle-topk`` other than 1 is refused (exit 2) except for EAGLE,
-whose tree drafting the reference models (:mod:`.eagle_decoding`). Reference-only extras are
+convention). ``--speculative-eagle-topk`` other than 1 is refused (exit 2) except for EAGLE and
+EAGLE3, whose tree drafting the reference models (:mod:`.eagle_decoding`). Reference-only extras are
 marked as such.
 """
 
@@ -43,11 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Max tokens of prompt + output (default: the model's max_position_embeddings).")
     p.add_argument("--speculative-algorithm", default=None,
                    type=lambda s: None if s.lower() in ("none", "") else s.upper(),
-                   help="none | STANDALONE | NGRAM | EAGLE.")
+                   help="none | STANDALONE | NGRAM | EAGLE | EAGLE3.")
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None, help="Draft steps per verify (D).")
     p.add_argument("--speculative-eagle-topk", type=int, default=None,
-                   help="Branches per draft step: 1 = chain; > 1 = tree (EAGLE only).")
+                   help="Branches per draft step: 1 = chain; > 1 = tree (EAGLE, EAGLE3 only).")
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
                    help="Tokens per verify forward (D + 1 for a chain).")
     p.add_argument("--speculative-draft-mode", choices=["top1", "sampled"], default="top1",
@@ -125,16 +125,16 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         a.profile_dir = (os.environ.get("SGLANG_TORCH_PROFILER_DIR")
                          or os.path.join(tempfile.gettempdir(), "dynocell-reference-profiles"))
     alg = a.speculative_algorithm
-    if alg not in (None, "STANDALONE", "NGRAM", "EAGLE"):
+    if alg not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3"):
         p.error(f"--speculative-algorithm {alg!r} is not supported by the reference engine "
-                f"(supported: none, STANDALONE, NGRAM, EAGLE)")
+                f"(supported: none, STANDALONE, NGRAM, EAGLE, EAGLE3)")
     if a.tp_size != 1:
         p.error("--tp-size must be 1 for the reference engine")
     if alg is None:
         return a, ResolvedSpec(None, None, None, None)
     topk = 1 if a.speculative_eagle_topk is None else a.speculative_eagle_topk
-    if alg == "EAGLE":
-        return a, _resolve_eagle(p, a, topk)
+    if alg in ("EAGLE", "EAGLE3"):
+        return a, _resolve_eagle(p, a, alg, topk)
     if topk != 1:
         p.error(f"--speculative-eagle-topk {topk} is not supported: the reference engine drafts a chain "
                 f"(use --speculative-eagle-topk 1)")
@@ -157,22 +157,22 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
     return a, ResolvedSpec(alg, steps, topk, ndt)
 
 
-def _resolve_eagle(p: argparse.ArgumentParser, a: argparse.Namespace, topk: int) -> ResolvedSpec:
+def _resolve_eagle(p: argparse.ArgumentParser, a: argparse.Namespace, alg: str, topk: int) -> ResolvedSpec:
     """EAGLE's settings: a head folder, num_steps ≥ 1 (default 3), eagle_topk ≥ 1; with topk 1
     num_draft_tokens is num_steps + 1 (SGLang forces it), with topk > 1 it must be given and fit the
     tree: 2 ≤ num_draft_tokens − 1 ≤ topk + (num_steps − 1) · topk² (the candidates SGLang scores)."""
     if not a.speculative_draft_model_path:
-        p.error("--speculative-algorithm EAGLE needs --speculative-draft-model-path (an EAGLE head folder)")
+        p.error(f"--speculative-algorithm {alg} needs --speculative-draft-model-path (an {alg} head folder)")
     steps = 3 if a.speculative_num_steps is None else a.speculative_num_steps
     if steps < 1:
         p.error("--speculative-num-steps must be ≥ 1")
     if topk < 1:
         p.error("--speculative-eagle-topk must be ≥ 1")
     if topk == 1:
-        return ResolvedSpec("EAGLE", steps, 1, steps + 1)
+        return ResolvedSpec(alg, steps, 1, steps + 1)
     ndt = a.speculative_num_draft_tokens
     most = topk + (steps - 1) * topk * topk
     if ndt is None or not 2 <= ndt - 1 <= most:
         p.error(f"--speculative-num-draft-tokens must be given with --speculative-eagle-topk {topk} and lie in "
                 f"3..{most + 1} (the tree takes num_draft_tokens − 1 of {most} scored candidates)")
-    return ResolvedSpec("EAGLE", steps, topk, ndt)
+    return ResolvedSpec(alg, steps, topk, ndt)

@@ -198,6 +198,13 @@ class EagleHead(nn.Module):
         (:func:`target_features`: the last hidden state after the final norm)."""
         return target_features(model, ids, cache)
 
+    def token_loss(self, out_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+        """KL(target ‖ head) of next-token distributions, summed over positions, mean over the batch."""
+        import torch.nn.functional as F
+
+        return F.kl_div(F.log_softmax(out_logits, -1), F.log_softmax(target_logits, -1), log_target=True,
+                        reduction="batchmean")
+
     def set_embed_and_head(self, embed: torch.Tensor, head: torch.Tensor) -> None:
         """Share the target's embedding ``[V, H]`` and LM head ``[V, H]`` (not copied, not trained)."""
         self._embed, self._head = embed.detach(), head.detach()
@@ -206,6 +213,8 @@ class EagleHead(nn.Module):
                 cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         if self._embed is None or self._head is None:
             raise EngineError("the EAGLE head has no embedding / LM head", "call set_embed_and_head(target's)")
+        if feats.shape[-1] != self.config["hidden_size"]:
+            raise EngineError(f"EAGLE feature width {feats.shape[-1]} ≠ hidden_size {self.config['hidden_size']}")
         x = self.fc(torch.cat([nn.functional.embedding(ids, self._embed), feats], dim=-1))
         out = self.layers[0](x, pos, cache)
         return out, out @ self._head.T
@@ -279,11 +288,11 @@ def train_head(head: EagleHead, target, data: torch.Tensor, recipe: dict, seed: 
         starts = torch.randint(0, n, (recipe["batch"],), generator=gen)
         batch = data[starts[:, None] + torch.arange(L)[None, :]]
         with torch.no_grad():
-            logits, feats = target_features(target, batch)
+            logits, feats = head.target_features(target, batch)
         g, out_logits = head(batch[:, 1:], feats[:, :-1], pos)
-        reg = F.smooth_l1_loss(g, feats[:, 1:])
-        kl = F.kl_div(F.log_softmax(out_logits, -1), F.log_softmax(logits[:, 1:], -1), log_target=True,
-                      reduction="batchmean") / (L - 1)
+        # EAGLE regresses its feature onto the target's next one; EAGLE-3 reads other layers (no regression).
+        reg = F.smooth_l1_loss(g, feats[:, 1:]) if g.shape == feats[:, 1:].shape else torch.zeros(())
+        kl = head.token_loss(out_logits, logits[:, 1:]) / (L - 1)
         loss = recipe["reg_weight"] * reg + recipe["cls_weight"] * kl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -377,7 +386,8 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
 
 def load_head(path: Path, target_model) -> EagleHead:
     """Load an EAGLE head folder for ``target_model`` (a transformers Llama): the file's tensors by
-    SGLang's names; the embedding and LM head are the target's, as in SGLang. Raises
+    SGLang's names; the embedding and LM head are the target's, as in SGLang. An EAGLE-3 folder
+    (``LlamaForCausalLMEagle3``) gives an :class:`~.eagle3.Eagle3Head`. Raises
     :class:`EngineError` when the folder is not an EAGLE head of this target's width and vocabulary."""
     from safetensors.torch import load_file
 
@@ -389,6 +399,10 @@ def load_head(path: Path, target_model) -> EagleHead:
         raise EngineError(f"cannot read the EAGLE head in {path}: {exc}",
                           "make one with `dynocell model make-eagle DIR`") from exc
     arch = (cfg.get("architectures") or ["?"])[0]
+    if arch == "LlamaForCausalLMEagle3":
+        from dynocell.engine.reference.eagle3 import load_eagle3
+
+        return load_eagle3(path, cfg, tensors, target_model)
     if arch != "LlamaForCausalLMEagle":
         raise EngineError(f"{path}: architectures[0] is {arch!r}, not 'LlamaForCausalLMEagle'",
                           "give an EAGLE head folder (dynocell model make-eagle)")

@@ -59,6 +59,7 @@ class EagleGeneration(Generation):
         self.num_steps, self.topk, self.num_draft_tokens = num_steps, topk, num_draft_tokens
         self.feats: torch.Tensor | None = None  # target features of positions 0 .. len(tokens) - 2
         self.hcache = KVCache()  # the head's cache: positions 0 .. len(self.hcache) - 1
+        self._extended: tuple[torch.Tensor, torch.Tensor] | None = None  # head output at the last extend
 
     # -- target ---------------------------------------------------------------------------
     def prefill(self) -> list[int]:
@@ -77,11 +78,14 @@ class EagleGeneration(Generation):
         return the head's output feature and logits at position ``n − 2`` (n = len(tokens))."""
         n = len(self.tokens)
         start = len(self.hcache)
+        if start == n - 1 and self._extended is not None:  # already extended (build_tree called twice)
+            return self._extended
         ids = torch.tensor([self.tokens[start + 1:n]], dtype=torch.long)
         pos = torch.arange(start, n - 1)
         with torch.inference_mode():
             g, logits = self.draft(ids, self.feats[None, start:n - 1], pos, self.hcache)
-        return g[0, -1], logits[0, -1].float()
+        self._extended = (g[0, -1], logits[0, -1].float())
+        return self._extended
 
     def _head_step(self, token: int, feat: torch.Tensor, pos: int, cache: KVCache):
         with torch.inference_mode():

@@ -153,11 +153,15 @@ class Engine:
             if self.draft.config.vocab_size != self.target.config.vocab_size:
                 raise SystemExit(f"draft vocab {self.draft.config.vocab_size} != target vocab "
                                  f"{self.target.config.vocab_size}: the draft must share the tokenizer")
-        elif self.spec.algorithm == "EAGLE":
+        elif self.spec.algorithm in ("EAGLE", "EAGLE3"):
             from dynocell.engine.reference.eagle import load_head
 
-            log(f"Load weight begin (draft). EAGLE head {a.speculative_draft_model_path}")
+            log(f"Load weight begin (draft). {self.spec.algorithm} head {a.speculative_draft_model_path}")
             self.head = load_head(Path(a.speculative_draft_model_path), self.target.model)
+            want = "LlamaForCausalLMEagle3" if self.spec.algorithm == "EAGLE3" else "LlamaForCausalLMEagle"
+            if self.head.architecture != want:
+                raise SystemExit(f"--speculative-algorithm {self.spec.algorithm} needs a {want} head, "
+                                 f"{a.speculative_draft_model_path} holds {self.head.architecture}")
             log(f"Load weight end (draft). type={self.head.architecture}, "
                 f"eagle_topk={self.spec.eagle_topk}, num_draft_tokens={self.spec.num_draft_tokens}")
         cfg = self.target.config
@@ -285,7 +289,7 @@ class Engine:
 
     def _generation(self, req) -> Generation:
         s = self.spec
-        if s.algorithm == "EAGLE":
+        if s.algorithm in ("EAGLE", "EAGLE3"):
             from dynocell.engine.reference.eagle_decoding import EagleGeneration
 
             return EagleGeneration(req.prompt_ids, req.sp, self.target, self.head, s.algorithm, s.num_steps,
@@ -590,7 +594,7 @@ class Engine:
             "attention_backend": a.attention_backend, "sampling_backend": a.sampling_backend,
             "speculative_algorithm": s.algorithm,
             "speculative_draft_model_path": (a.speculative_draft_model_path
-                                             if s.algorithm in ("STANDALONE", "EAGLE") else None),
+                                             if s.algorithm in ("STANDALONE", "EAGLE", "EAGLE3") else None),
             "speculative_num_steps": s.num_steps, "speculative_eagle_topk": s.eagle_topk,
             "speculative_num_draft_tokens": s.num_draft_tokens,
             "speculative_draft_mode": a.speculative_draft_mode,
