@@ -1,0 +1,48 @@
+"""Issue 24 item 6: the H200 configs for EAGLE, EAGLE-3 and the EAGLE tree are one command away — they
+parse, point at heads shipped in the project tree, render SGLang 0.5.17's speculative flags, and their
+reference twin (same file, engine = "reference": the engine-vs-oracle yardstick) is accepted too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dynocell.engine.adapters import adapter_for
+from dynocell.engine.config import load_config, parse_config
+from dynocell.engine.reference.args import parse as reference_parse
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((REPO / "gpu" / "configs").glob("h200-eagle*.toml"))
+ARCH = {"EAGLE": "LlamaForCausalLMEagle", "EAGLE3": "LlamaForCausalLMEagle3"}
+
+
+def test_the_five_eagle_configs_exist():
+    assert {p.stem for p in CONFIGS} == {"h200-eagle-graph", "h200-eagle-eager", "h200-eagle3-graph",
+                                         "h200-eagle3-eager", "h200-eagle-tree"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_config_points_at_a_shipped_head_and_renders_sglang_flags(path):
+    cfg = load_config(path)
+    s = cfg.speculative
+    head = Path(s.draft_model_path)
+    assert head.is_dir() and str(head).startswith(str(REPO / "dynocell" / "engine" / "reference" / "pair"))
+    assert json.loads((head / "config.json").read_text())["architectures"] == [ARCH[s.algorithm]]
+    assert (head / "model.safetensors").stat().st_size < 10_000_000
+    argv = adapter_for("sglang").args(cfg, port=30000)
+    flag = lambda f: argv[argv.index(f) + 1]  # noqa: E731
+    assert flag("--speculative-algorithm") == s.algorithm
+    assert flag("--speculative-draft-model-path") == str(head)
+    assert (int(flag("--speculative-eagle-topk")), int(flag("--speculative-num-draft-tokens"))) == (
+        s.eagle_topk, s.num_draft_tokens)
+    if s.eagle_topk > 1:  # a tree: more draft tokens than a chain of num_steps
+        assert s.num_draft_tokens > s.num_steps + 1
+    assert ("--disable-cuda-graph" in argv) == path.stem.endswith("eager")
+    twin = parse_config(path.read_text().replace('engine = "sglang"', 'engine = "reference"'),
+                        source=str(path), base_dir=path.parent)
+    ref_argv = adapter_for("reference").args(twin, port=30000)
+    _, spec = reference_parse(ref_argv)
+    assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (
+        s.algorithm, s.num_steps, s.eagle_topk, s.num_draft_tokens)
