@@ -1,4 +1,5 @@
-"""Issue 24 item 6: the H200 configs for EAGLE, EAGLE-3 and the EAGLE tree are one command away — they
+"""Issue 24 item 6: the H200 configs for EAGLE, EAGLE-3, the EAGLE tree and NEXTN over an MTP layer are one
+command away — they
 parse, point at heads shipped in the project tree, render SGLang 0.5.17's speculative flags, and their
 reference twin (same file, engine = "reference": the engine-vs-oracle yardstick) is accepted too."""
 
@@ -14,13 +15,13 @@ from dynocell.engine.config import load_config, parse_config
 from dynocell.engine.reference.args import parse as reference_parse
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((REPO / "gpu" / "configs").glob("h200-eagle*.toml"))
-ARCH = {"EAGLE": "LlamaForCausalLMEagle", "EAGLE3": "LlamaForCausalLMEagle3"}
+CONFIGS = sorted([*(REPO / "gpu" / "configs").glob("h200-eagle*.toml"), *(REPO / "gpu" / "configs").glob("h200-mtp*.toml")])
+ARCH = {"EAGLE": "LlamaForCausalLMEagle", "EAGLE3": "LlamaForCausalLMEagle3", "NEXTN": "MiMoForCausalLM"}
 
 
-def test_the_five_eagle_configs_exist():
+def test_the_eagle_and_mtp_configs_exist():
     assert {p.stem for p in CONFIGS} == {"h200-eagle-graph", "h200-eagle-eager", "h200-eagle3-graph",
-                                         "h200-eagle3-eager", "h200-eagle-tree"}
+                                         "h200-eagle3-eager", "h200-eagle-tree", "h200-mtp-graph", "h200-mtp-eager"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -37,6 +38,8 @@ def test_config_points_at_a_shipped_head_and_renders_sglang_flags(path):
     assert flag("--speculative-draft-model-path") == str(head)
     assert (int(flag("--speculative-eagle-topk")), int(flag("--speculative-num-draft-tokens"))) == (
         s.eagle_topk, s.num_draft_tokens)
+    if s.algorithm == "NEXTN":  # MiMo MTP: the draft is the target folder's own MTP layer
+        assert s.draft_model_path == cfg.model_path
     if s.eagle_topk > 1:  # a tree: more draft tokens than a chain of num_steps
         assert s.num_draft_tokens > s.num_steps + 1
     assert ("--disable-cuda-graph" in argv) == path.stem.endswith("eager")

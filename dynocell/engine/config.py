@@ -588,13 +588,14 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
         updates["model_path"] = mp
     if dp != cfg.speculative.draft_model_path:
         updates["speculative.draft_model_path"] = dp
-    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3"):
+    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3",
+                                                                      "NEXTN"):
         raise ConfigError(
             source, "speculative.algorithm",
             f"the reference engine does not implement {cfg.speculative.algorithm}",
-            "use STANDALONE, NGRAM, EAGLE or EAGLE3 with engine = \"reference\"",
+            "use STANDALONE, NGRAM, EAGLE, EAGLE3 or NEXTN with engine = \"reference\"",
         )
-    if cfg.engine == "reference" and cfg.speculative.algorithm in ("EAGLE", "EAGLE3") \
+    if cfg.engine == "reference" and cfg.speculative.algorithm in ("EAGLE", "EAGLE3", "NEXTN") \
             and not cfg.speculative.draft_model_path:
         raise ConfigError(source, "speculative.draft_model_path",
                           f"{cfg.speculative.algorithm} needs the {cfg.speculative.algorithm} head's folder",

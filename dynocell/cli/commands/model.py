@@ -60,11 +60,12 @@ def register(app: typer.Typer) -> None:
         steps: int | None = typer.Option(None, "--steps", min=1, max=100_000,
                                          help="Optimizer steps (default: the recipe's; fewer for a smoke test)."),
         seed: int | None = typer.Option(None, "--seed", help="Seed (default: the model_seed setting)."),
-        kind: str = typer.Option("eagle", "--kind", help="eagle (LlamaForCausalLMEagle) or eagle3 "
-                                 "(LlamaForCausalLMEagle3, own draft vocabulary)."),
+        kind: str = typer.Option("eagle", "--kind", help="eagle (LlamaForCausalLMEagle), eagle3 "
+                                 "(LlamaForCausalLMEagle3, own draft vocabulary) or mtp (the target in MiMo layout "
+                                 "with one MTP layer: run it with NEXTN / EAGLE, draft path = model path)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        """Train an EAGLE (or --kind eagle3) draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
+        """Train an EAGLE (or --kind eagle3 / mtp) draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
 
         Example: dynocell model make-eagle /tmp/eagle --steps 20
         """

@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Max tokens of prompt + output (default: the model's max_position_embeddings).")
     p.add_argument("--speculative-algorithm", default=None,
                    type=lambda s: None if s.lower() in ("none", "") else s.upper(),
-                   help="none | STANDALONE | NGRAM | EAGLE | EAGLE3.")
+                   help="none | STANDALONE | NGRAM | EAGLE | EAGLE3 | NEXTN (EAGLE over an MTP layer).")
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None, help="Draft steps per verify (D).")
     p.add_argument("--speculative-eagle-topk", type=int, default=None,
@@ -125,15 +125,15 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         a.profile_dir = (os.environ.get("SGLANG_TORCH_PROFILER_DIR")
                          or os.path.join(tempfile.gettempdir(), "dynocell-reference-profiles"))
     alg = a.speculative_algorithm
-    if alg not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3"):
+    if alg not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3", "NEXTN"):
         p.error(f"--speculative-algorithm {alg!r} is not supported by the reference engine "
-                f"(supported: none, STANDALONE, NGRAM, EAGLE, EAGLE3)")
+                f"(supported: none, STANDALONE, NGRAM, EAGLE, EAGLE3, NEXTN)")
     if a.tp_size != 1:
         p.error("--tp-size must be 1 for the reference engine")
     if alg is None:
         return a, ResolvedSpec(None, None, None, None)
     topk = 1 if a.speculative_eagle_topk is None else a.speculative_eagle_topk
-    if alg in ("EAGLE", "EAGLE3"):
+    if alg in ("EAGLE", "EAGLE3", "NEXTN"):  # NEXTN: SGLang's alias of EAGLE for MTP layers
         return a, _resolve_eagle(p, a, alg, topk)
     if topk != 1:
         p.error(f"--speculative-eagle-topk {topk} is not supported: the reference engine drafts a chain "

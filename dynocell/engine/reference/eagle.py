@@ -303,7 +303,7 @@ def train_head(head: EagleHead, target, data: torch.Tensor, recipe: dict, seed: 
         now = time.monotonic()
         if progress and (step == 0 or step == steps - 1 or now - last >= 5.0):
             last = now
-            progress(f"eagle head: step {step + 1}/{steps} loss {loss_v:.3f} (reg {float(reg.detach()):.3f}, "
+            progress(f"{getattr(head, 'architecture', 'head')}: step {step + 1}/{steps} loss {loss_v:.3f} (reg {float(reg.detach()):.3f}, "
                      f"kl {float(kl.detach()):.3f}; {now - t0:.0f} s)")
     head.eval()
     return loss_v, time.monotonic() - t0
@@ -387,7 +387,8 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
 def load_head(path: Path, target_model) -> EagleHead:
     """Load an EAGLE head folder for ``target_model`` (a transformers Llama): the file's tensors by
     SGLang's names; the embedding and LM head are the target's, as in SGLang. An EAGLE-3 folder
-    (``LlamaForCausalLMEagle3``) gives an :class:`~.eagle3.Eagle3Head`. Raises
+    (``LlamaForCausalLMEagle3``) gives an :class:`~.eagle3.Eagle3Head`, a MiMo folder
+    (``MiMoForCausalLM`` with ``model.mtp_layers``) its MTP layer (:class:`~.mtp.MtpHead`). Raises
     :class:`EngineError` when the folder is not an EAGLE head of this target's width and vocabulary."""
     from safetensors.torch import load_file
 
@@ -399,6 +400,10 @@ def load_head(path: Path, target_model) -> EagleHead:
         raise EngineError(f"cannot read the EAGLE head in {path}: {exc}",
                           "make one with `dynocell model make-eagle DIR`") from exc
     arch = (cfg.get("architectures") or ["?"])[0]
+    if arch == "MiMoForCausalLM":
+        from dynocell.engine.reference.mtp import load_mtp
+
+        return load_mtp(path, cfg, tensors, target_model)
     if arch == "LlamaForCausalLMEagle3":
         from dynocell.engine.reference.eagle3 import load_eagle3
 

@@ -153,13 +153,14 @@ class Engine:
             if self.draft.config.vocab_size != self.target.config.vocab_size:
                 raise SystemExit(f"draft vocab {self.draft.config.vocab_size} != target vocab "
                                  f"{self.target.config.vocab_size}: the draft must share the tokenizer")
-        elif self.spec.algorithm in ("EAGLE", "EAGLE3"):
+        elif self.spec.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
             from dynocell.engine.reference.eagle import load_head
 
             log(f"Load weight begin (draft). {self.spec.algorithm} head {a.speculative_draft_model_path}")
             self.head = load_head(Path(a.speculative_draft_model_path), self.target.model)
-            want = "LlamaForCausalLMEagle3" if self.spec.algorithm == "EAGLE3" else "LlamaForCausalLMEagle"
-            if self.head.architecture != want:
+            eagle3 = self.spec.algorithm == "EAGLE3"
+            want = "LlamaForCausalLMEagle3" if eagle3 else "LlamaForCausalLMEagle or an MTP layer (MiMoMTP)"
+            if (self.head.architecture == "LlamaForCausalLMEagle3") != eagle3:
                 raise SystemExit(f"--speculative-algorithm {self.spec.algorithm} needs a {want} head, "
                                  f"{a.speculative_draft_model_path} holds {self.head.architecture}")
             log(f"Load weight end (draft). type={self.head.architecture}, "
@@ -289,7 +290,7 @@ class Engine:
 
     def _generation(self, req) -> Generation:
         s = self.spec
-        if s.algorithm in ("EAGLE", "EAGLE3"):
+        if s.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
             from dynocell.engine.reference.eagle_decoding import EagleGeneration
 
             return EagleGeneration(req.prompt_ids, req.sp, self.target, self.head, s.algorithm, s.num_steps,
@@ -594,7 +595,7 @@ class Engine:
             "attention_backend": a.attention_backend, "sampling_backend": a.sampling_backend,
             "speculative_algorithm": s.algorithm,
             "speculative_draft_model_path": (a.speculative_draft_model_path
-                                             if s.algorithm in ("STANDALONE", "EAGLE", "EAGLE3") else None),
+                                             if s.algorithm in ("STANDALONE", "EAGLE", "EAGLE3", "NEXTN") else None),
             "speculative_num_steps": s.num_steps, "speculative_eagle_topk": s.eagle_topk,
             "speculative_num_draft_tokens": s.num_draft_tokens,
             "speculative_draft_mode": a.speculative_draft_mode,
