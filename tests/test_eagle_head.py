@@ -278,3 +278,26 @@ def test_reference_engine_refuses_a_tree_without_its_size(model_pair, short_head
                         "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", str(short_head),
                         "--speculative-eagle-topk", "4"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--speculative-num-draft-tokens must be given" in r.stderr
+
+
+def test_sglang_histograms_shorter_than_d_plus_one_are_padded():
+    """SGLang 0.5.17 starts each request's histogram as [] and extends it only to the largest k seen
+    (schedule_batch.py update_spec_correct_drafts_histogram): a request that never accepted 3 drafts of 3
+    reports [a, b, c]. Requests of one tree run (5 nodes per step) then sum bucket by bucket."""
+    metas = [
+        {"spec_correct_drafts_histogram": [2, 3, 1], "spec_verify_ct": 6, "spec_num_correct_drafts": 5,
+         "spec_num_proposed_drafts": 30, "completion_tokens": 12, "spec_accept_length": 2.0},
+        {"spec_correct_drafts_histogram": [1, 1, 1, 1], "spec_verify_ct": 4, "spec_num_correct_drafts": 6,
+         "spec_num_proposed_drafts": 20, "completion_tokens": 11, "spec_accept_length": 2.75},
+        {"spec_correct_drafts_histogram": [4], "spec_verify_ct": 4, "spec_num_correct_drafts": 0,
+         "spec_num_proposed_drafts": 20, "completion_tokens": 5, "spec_accept_length": 1.25},
+    ]
+    curve = curve_from_meta_infos(metas[:2])
+    assert curve.histogram == (3, 4, 2, 1) and curve.num_drafts == 3
+    assert curve.accept_rate == pytest.approx(11 / 50)  # proposed over the tree's 5 nodes per step
+    assert curve_from_meta_infos(metas[:1], num_drafts=3).histogram == (2, 3, 1, 0)
+    with pytest.raises(Exception, match="D = 2 allows 3"):
+        curve_from_meta_infos(metas[1:2] + metas[:1], num_drafts=2)
+    assert curve_from_meta_infos([{"spec_correct_drafts_histogram": None}], num_drafts=3) is None
+    assert curve_from_meta_infos(metas).histogram == (7, 4, 2, 1)  # [4]: four steps, nothing accepted
+    assert check_generations(metas) == []
