@@ -33,8 +33,22 @@ from __future__ import annotations
 
 import torch
 
+import contextlib
+
 from dynocell.engine.reference.decoding import Generation, SamplingParams, _sample, probs
 from dynocell.engine.reference.eagle import KVCache
+
+
+def span(name: str):
+    """A ``torch.profiler.record_function`` range named as SGLang 0.5.17 names it, only while a profiler
+    runs (SGLang ``profile_range``): ``scheduler.run_batch``, ``draft``, ``draft_extend``,
+    ``step[TARGET_VERIFY bs=1]`` — the names ``dynocell/engine/spec_phases.toml`` splits by."""
+    if not torch.autograd._profiler_enabled():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(name)
+
+
+VERIFY_SPAN = "step[TARGET_VERIFY bs=1]"
 
 
 def _target_step(gen: Generation, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +96,7 @@ class EagleGeneration(Generation):
             return self._extended
         ids = torch.tensor([self.tokens[start + 1:n]], dtype=torch.long)
         pos = torch.arange(start, n - 1)
-        with torch.inference_mode():
+        with span("draft_extend"), torch.inference_mode():
             g, logits = self.draft(ids, self.feats[None, start:n - 1], pos, self.hcache)
         self._extended = (g[0, -1], logits[0, -1].float())
         return self._extended
@@ -94,13 +108,29 @@ class EagleGeneration(Generation):
 
     # -- steps --------------------------------------------------------------------------------
     def _spec_step(self) -> list[int]:
-        if self.topk == 1:
-            return self._chain_step()
-        return self._tree_step()
+        with span("scheduler.run_batch"):
+            if self.topk == 1:
+                return self._chain_step()
+            return self._tree_step()
 
     def _chain_step(self) -> list[int]:
         n = len(self.tokens)
         g, logits = self._extend()
+        with span("draft"):
+            drafts, qs = self._chain_drafts(n, g, logits)
+        self.hcache.crop(n - 1)
+        with span(VERIFY_SPAN):
+            logits_t, feats_t = _target_step(self, [self.tokens[-1]] + drafts)
+        k, extra = self._accept_chain(logits_t, drafts, qs)
+        self._count(k, self.num_draft_tokens - 1)
+        from dynocell.engine.reference.decoding import crop_cache
+
+        crop_cache(self.tcache, n + k)
+        self.tcache_len = n + k
+        self._keep_feats(feats_t[:k + 1])
+        return self._emit(drafts[:k] + [extra])
+
+    def _chain_drafts(self, n: int, g: torch.Tensor, logits: torch.Tensor):
         drafts: list[int] = []
         qs: list[torch.Tensor | None] = []
         for i in range(self.num_steps):
@@ -114,16 +144,7 @@ class EagleGeneration(Generation):
             drafts.append(x)
             if i < self.num_steps - 1:
                 g, logits = self._head_step(x, g, n - 1 + i, self.hcache)
-        self.hcache.crop(n - 1)
-        logits_t, feats_t = _target_step(self, [self.tokens[-1]] + drafts)
-        k, extra = self._accept_chain(logits_t, drafts, qs)
-        self._count(k, self.num_draft_tokens - 1)
-        from dynocell.engine.reference.decoding import crop_cache
-
-        crop_cache(self.tcache, n + k)
-        self.tcache_len = n + k
-        self._keep_feats(feats_t[:k + 1])
-        return self._emit(drafts[:k] + [extra])
+        return drafts, qs
 
     def build_tree(self) -> list[tuple[int, int]]:
         """The draft tree for the next verify: ``[(token, parent index or -1 for the root), …]`` in
@@ -164,12 +185,15 @@ class EagleGeneration(Generation):
                 for c in chosen if cands[c][2] < 0 or cands[c][2] in index]
 
     def _tree_step(self) -> list[int]:
-        tree = self.build_tree()
+        self._extend()
+        with span("draft"):
+            tree = self.build_tree()
         children: dict[int, list[int]] = {}
         for i, (_, parent) in enumerate(tree):
             children.setdefault(parent, []).append(i)
         node, path = -1, []
-        logits, feats = _target_step(self, [self.tokens[-1]])
+        with span(VERIFY_SPAN):
+            logits, feats = _target_step(self, [self.tokens[-1]])
         kept = [feats]
         while True:
             kids = children.get(node, [])
@@ -196,7 +220,8 @@ class EagleGeneration(Generation):
                 break
             node = nxt
             path.append(tree[node][0])
-            logits, feats = _target_step(self, [tree[node][0]])
+            with span(VERIFY_SPAN):
+                logits, feats = _target_step(self, [tree[node][0]])
             kept.append(feats)
         k = len(path)
         self._count(k, self.num_draft_tokens - 1)
