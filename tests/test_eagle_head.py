@@ -301,3 +301,31 @@ def test_sglang_histograms_shorter_than_d_plus_one_are_padded():
     assert curve_from_meta_infos([{"spec_correct_drafts_histogram": None}], num_drafts=3) is None
     assert curve_from_meta_infos(metas).histogram == (7, 4, 2, 1)  # [4]: four steps, nothing accepted
     assert check_generations(metas) == []
+
+
+def test_cli_make_eagle_short_run_and_a_bad_kind(cli_env, model_pair, tmp_path):
+    """`dynocell model make-eagle DIR --steps N` (the real console script) and its refusal of an unknown kind."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("dynocell") or str(__import__("pathlib").Path(__import__("sys").executable).with_name("dynocell"))
+    out = tmp_path / "head"
+    r = subprocess.run([exe, "model", "make-eagle", str(out), "--target", str(model_pair.target), "--steps", "2",
+                        "--json"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["eagle"] == str(out)
+    _check_layout(out)
+    bad = subprocess.run([exe, "model", "make-eagle", str(tmp_path / "x"), "--kind", "medusa"], env=cli_env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Error:" in bad.stderr and "--kind eagle, eagle3 or mtp" in bad.stderr
+
+
+def test_reference_engine_refuses_an_eagle3_head_for_eagle(model_pair, tmp_path):
+    import subprocess
+    import sys
+
+    head3 = PACKAGED_DIR / recipe_id(0) / "eagle3"
+    r = subprocess.run([sys.executable, "-m", "dynocell.engine.reference", "--model-path", str(model_pair.target),
+                        "--port", "1", "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path",
+                        str(head3)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "needs a LlamaForCausalLMEagle" in (r.stderr + r.stdout)

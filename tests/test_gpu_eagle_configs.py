@@ -49,3 +49,38 @@ def test_config_points_at_a_shipped_head_and_renders_sglang_flags(path):
     _, spec = reference_parse(ref_argv)
     assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (
         s.algorithm, s.num_steps, s.eagle_topk, s.num_draft_tokens)
+
+
+@pytest.mark.parametrize("stem", ["h200-eagle3-graph", "h200-mtp-graph", "h200-eagle-tree"])
+def test_reference_twin_boots_and_serves_sglang_meta_info(stem, tmp_path):
+    """The oracle side of engine-vs-oracle: the twin's argv (rendered by the reference adapter) boots the
+    reference engine on CPU, which drafts with the same head and reports SGLang's meta_info."""
+    import httpx
+
+    from dynocell.engine.meta import check_generations
+    from dynocell.engine.reference.launch import start_engine
+
+    path = REPO / "gpu" / "configs" / f"{stem}.toml"
+    twin = parse_config(path.read_text().replace('engine = "sglang"', 'engine = "reference"'),
+                        source=str(path), base_dir=path.parent)
+    argv = adapter_for("reference").args(twin, port=0)
+    model, extra, it = None, [], iter(argv)
+    for a in it:  # start_engine renders --model-path, --host and --port itself
+        if a == "--model-path":
+            model = Path(next(it))
+        elif a in ("--host", "--port"):
+            next(it)
+        else:
+            extra.append(a)
+    eng = start_engine(model, extra, tmp_path / "server.log")
+    try:
+        r = httpx.post(eng.url + "/generate", json={"text": "import os\nimport sys\n\n", "sampling_params": {
+            "max_new_tokens": 16, "temperature": 0, "ignore_eos": True}}, timeout=120)
+        assert r.status_code == 200, r.text
+        meta = r.json()["meta_info"]
+        s = twin.speculative
+        assert len(meta["spec_correct_drafts_histogram"]) == s.num_steps + 1
+        assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * (s.num_draft_tokens - 1)
+        assert check_generations([meta]) == []
+    finally:
+        eng.stop()
