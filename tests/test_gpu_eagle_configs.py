@@ -84,3 +84,21 @@ def test_reference_twin_boots_and_serves_sglang_meta_info(stem, tmp_path):
         assert check_generations([meta]) == []
     finally:
         eng.stop()
+
+
+def test_nextn_is_reported_as_eagle_and_health_accepts_it():
+    """SGLang 0.5.17 stores NEXTN as EAGLE (arg_groups/speculative_hook.py resolves the alias), so a
+    NEXTN config's /get_server_info says EAGLE: the health oracle's key-args check must not call that
+    the wrong engine; the reference engine reports it the same way."""
+    from dynocell.engine.health import ExpectedServer, _server_info_mismatches
+
+    cfg = load_config(REPO / "gpu" / "configs" / "h200-mtp-graph.toml")
+    exp = ExpectedServer.from_config(cfg)
+    assert exp.speculative_algorithm == "NEXTN"
+    info = {"model_path": cfg.model_path, "tp_size": 1, "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    assert _server_info_mismatches(info, exp) == []
+    assert _server_info_mismatches({**info, "speculative_algorithm": "EAGLE3"}, exp) != []
+    _, spec = reference_parse(["--model-path", "/m", "--speculative-algorithm", "NEXTN",
+                               "--speculative-draft-model-path", "/m"])
+    assert spec.algorithm == "EAGLE"

@@ -168,6 +168,7 @@ def _resolve_eagle(p: argparse.ArgumentParser, a: argparse.Namespace, alg: str, 
         p.error("--speculative-num-steps must be ≥ 1")
     if topk < 1:
         p.error("--speculative-eagle-topk must be ≥ 1")
+    alg = "EAGLE" if alg == "NEXTN" else alg  # SGLang 0.5.17 resolves the alias (arg_groups/speculative_hook.py)
     if topk == 1:
         return ResolvedSpec(alg, steps, 1, steps + 1)
     ndt = a.speculative_num_draft_tokens
