@@ -47,8 +47,9 @@ def test_config_points_at_a_shipped_head_and_renders_sglang_flags(path):
                         source=str(path), base_dir=path.parent)
     ref_argv = adapter_for("reference").args(twin, port=30000)
     _, spec = reference_parse(ref_argv)
+    resolved = "EAGLE" if s.algorithm == "NEXTN" else s.algorithm  # SGLang's alias, resolved as SGLang does
     assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == (
-        s.algorithm, s.num_steps, s.eagle_topk, s.num_draft_tokens)
+        resolved, s.num_steps, s.eagle_topk, s.num_draft_tokens)
 
 
 @pytest.mark.parametrize("stem", ["h200-eagle3-graph", "h200-mtp-graph", "h200-eagle-tree"])
