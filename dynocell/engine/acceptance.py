@@ -92,11 +92,15 @@ class Curve:
     a: tuple[float, ...]
 
     @classmethod
-    def from_histogram(cls, h: Sequence[int]) -> Curve:
+    def from_histogram(cls, h: Sequence[int], proposed_per_step: int | None = None) -> Curve:
         """Curve from a histogram h[0..D] (SGLang ``spec_correct_drafts_histogram``).
 
+        ``proposed_per_step``: drafts proposed per verify step when it exceeds D — an EAGLE tree
+        (``eagle_topk`` > 1) proposes ``num_draft_tokens − 1`` nodes but accepts a path at most
+        ``num_steps`` = D deep; SGLang's accept rate is then correct / (N · tree size)
+        (``tokenizer_manager.py``). τ and p_i are over the accepted depth either way.
         Raises :class:`AcceptanceError` for fewer than 2 buckets, non-integer or
-        negative counts.
+        negative counts, or ``proposed_per_step`` < D.
         """
         if isinstance(h, (str, bytes)) or not isinstance(h, Sequence):
             raise AcceptanceError(f"acceptance histogram must be a list of counts, got {type(h).__name__}")
@@ -114,6 +118,10 @@ class Curve:
             hist.append(int(v))
         d = len(hist) - 1
         n = sum(hist)
+        if proposed_per_step is not None and proposed_per_step < d:
+            raise AcceptanceError(f"{proposed_per_step} drafts proposed per verify step cannot be accepted "
+                                  f"{d} deep (histogram of {d + 1} buckets)")
+        per_step = proposed_per_step or d
         if n == 0:
             return cls(tuple(hist), d, 0, 1.0, 0.0, (0.0,) * d, (0.0,) * d)
         accepted = sum(k * c for k, c in enumerate(hist))
@@ -127,7 +135,7 @@ class Curve:
             num_drafts=d,
             steps=n,
             tau=1.0 + accepted / n,
-            accept_rate=accepted / (n * d),
+            accept_rate=accepted / (n * per_step),
             p=tuple(p),
             a=_conditional(p),
         )
@@ -223,7 +231,7 @@ def _field(meta: Any, name: str) -> Any:
     return getattr(meta, name, None)
 
 
-def curve_from_meta_infos(metas: Iterable[Any]) -> Curve | None:
+def curve_from_meta_infos(metas: Iterable[Any], num_drafts: int | None = None) -> Curve | None:
     """Sum the ``spec_correct_drafts_histogram`` of generations into one curve.
 
     ``metas``: SGLang ``meta_info`` dicts (or :class:`dynocell.engine.meta.GenerationMeta`
@@ -231,26 +239,51 @@ def curve_from_meta_infos(metas: Iterable[Any]) -> Curve | None:
     used when the first is absent. Generations without a histogram are skipped;
     returns ``None`` when none had one (no speculation). Raises
     :class:`AcceptanceError` when histograms disagree in length or hold negative counts.
+
+    SGLang 0.5.17 grows a request's histogram only up to the largest k it saw (``schedule_batch.py``
+    ``Req.update_spec_correct_drafts_histogram``: starts as ``[]`` and ``extend``s with zeros), so a
+    request that never accepted D drafts reports fewer than D + 1 buckets: shorter histograms are
+    padded with zero buckets to the longest one, or to ``num_drafts + 1`` when the caller knows D
+    (an EAGLE tree: ``num_steps``); a histogram longer than that raises.
+
+    When every generation reports ``spec_num_proposed_drafts`` and ``spec_verify_ct`` and they
+    give more proposed drafts per verify step than the histogram is deep (an EAGLE tree), the
+    accept rate is taken over the proposed drafts (:meth:`Curve.from_histogram`'s
+    ``proposed_per_step``).
     """
-    total: list[int] | None = None
+    total: list[int] | None = [0] * (num_drafts + 1) if num_drafts is not None else None
+    proposed, verify, known, seen = 0, 0, True, False
     for m in metas:
         h = _field(m, "spec_correct_drafts_histogram")
         if h is None:
             h = _field(m, "spec_accept_histogram")
         if not h:
             continue
+        if isinstance(h, (list, tuple)) and len(h) == 1:
+            h = [*h, 0]  # SGLang's histogram of a request that accepted no draft at all: [verify steps]
         c = Curve.from_histogram(h)  # validates
         assert c.histogram is not None
+        pd, vc = _field(m, "spec_num_proposed_drafts"), _field(m, "spec_verify_ct")
+        if isinstance(pd, int) and isinstance(vc, int) and not isinstance(pd, bool) and vc > 0:
+            proposed, verify = proposed + pd, verify + vc
+        else:
+            known = False
+        hist = list(c.histogram)
+        seen = True
         if total is None:
-            total = list(c.histogram)
-        elif len(total) != len(c.histogram):
+            total = hist
+            continue
+        if num_drafts is not None and len(hist) > num_drafts + 1:
             raise AcceptanceError(
-                f"generations report histograms of different lengths ({len(total)} and {len(c.histogram)})",
+                f"a generation reports {len(hist)} histogram buckets but D = {num_drafts} allows {num_drafts + 1}",
                 "one engine configuration has one draft count",
             )
-        else:
-            total = [x + y for x, y in zip(total, c.histogram)]
-    return Curve.from_histogram(total) if total is not None else None
+        width = max(len(total), len(hist))
+        total = [x + y for x, y in zip(total + [0] * (width - len(total)), hist + [0] * (width - len(hist)))]
+    if total is None or not seen:
+        return None
+    per_step = proposed // verify if known and verify and proposed % verify == 0 else None
+    return Curve.from_histogram(total, per_step if per_step and per_step > len(total) - 1 else None)
 
 
 def expected_tau_independent(p: float, num_drafts: int) -> float:

@@ -582,13 +582,20 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
         updates["model_path"] = mp
     if dp != cfg.speculative.draft_model_path:
         updates["speculative.draft_model_path"] = dp
-    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM"):
+    if cfg.engine == "reference" and cfg.speculative.algorithm not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3",
+                                                                      "NEXTN"):
         raise ConfigError(
             source, "speculative.algorithm",
             f"the reference engine does not implement {cfg.speculative.algorithm}",
-            "use STANDALONE or NGRAM with engine = \"reference\"",
+            "use STANDALONE, NGRAM, EAGLE, EAGLE3 or NEXTN with engine = \"reference\"",
         )
+    if cfg.engine == "reference" and cfg.speculative.algorithm in ("EAGLE", "EAGLE3", "NEXTN") \
+            and not cfg.speculative.draft_model_path:
+        raise ConfigError(source, "speculative.draft_model_path",
+                          f"{cfg.speculative.algorithm} needs the {cfg.speculative.algorithm} head's folder",
+                          "make one with `dynocell model make-eagle DIR` and set draft_model_path = \"DIR\"")
     _check_nodes(cfg, source)
+    check_sglang_pp_speculative(cfg, source)
     check_engine_fields(cfg, source)
     if cfg.extra_args:
         from dynocell.engine.adapters import check_extra_args  # the adapters know which flags they render
@@ -685,6 +692,47 @@ def _check_vllm(cfg: EngineConfig, source: str) -> None:
                               f"largest CUDA-graph capture size {largest} is below num_speculative_tokens + 1 "
                               f"= {k + 1}: vLLM refuses the boot (\"No valid cudagraph sizes\")",
                               f"capture at least one size ≥ {k + 1} (e.g. max_num_seqs × {k + 1})")
+
+
+#: The SGLang version dynocell's sglang engine means when a config does not state ``serving.engine_version``.
+SGLANG_PINNED_VERSION = "0.5.17"
+#: SGLang 0.5.17 ``sglang/srt/server_args.py`` (``ServerArgs.check_server_args``), verbatim:
+#: ``if self.pp_size > 1: assert (self.disable_overlap_schedule and self.speculative_algorithm is None),
+#: "Pipeline parallelism is not compatible with overlap schedule, speculative decoding"``.
+SGLANG_PP_SPEC_RULE = "Pipeline parallelism is not compatible with overlap schedule, speculative decoding"
+
+
+def _sglang_version(cfg: EngineConfig) -> str:
+    """The SGLang version a config is for: ``serving.engine_version`` without its ``sglang`` prefix,
+    else :data:`SGLANG_PINNED_VERSION`."""
+    stated = (cfg.serving.engine_version or "").strip()
+    if not stated:
+        return SGLANG_PINNED_VERSION
+    return stated.split(None, 1)[1].strip() if stated.lower().startswith("sglang ") else stated
+
+
+def check_sglang_pp_speculative(cfg: EngineConfig, source: str = "<config>") -> None:
+    """Refuse ``pp_size > 1`` with a speculative algorithm on SGLang 0.5.17 (ConfigError on ``parallel.pp_size``).
+
+    SGLang 0.5.17 asserts :data:`SGLANG_PP_SPEC_RULE` in ``server_args.py`` (the overlap schedule
+    part is met by SGLang itself: ``_pipeline_parallel_overlap_disable`` turns it off under PP, so
+    speculation is what fails the boot, after minutes of loading on a real model). The field
+    report this project is built from (TP4 × PP2 + EAGLE, 3 steps / top-k 1 / 4 draft tokens) ran
+    patched SGLang code that lifts the assertion; a build that does so states a version other than
+    ``0.5.17`` in ``serving.engine_version`` (e.g. ``"sglang 0.5.17+pp-spec"``) and is let through.
+    """
+    if cfg.engine != "sglang" or cfg.parallel.pp_size <= 1 or cfg.speculative.algorithm is None:
+        return
+    if _sglang_version(cfg) != SGLANG_PINNED_VERSION:
+        return
+    raise ConfigError(
+        source, "parallel.pp_size",
+        f"pp_size = {cfg.parallel.pp_size} with [speculative] algorithm = {cfg.speculative.algorithm!r}: "
+        f"SGLang {SGLANG_PINNED_VERSION} refuses it at boot (server_args.py asserts \"{SGLANG_PP_SPEC_RULE}\"); "
+        f"the field report's PP2 + EAGLE ran patched SGLang code that lifts this assertion",
+        "set pp_size = 1 (speculation over tp_size only) or remove [speculative]; for a patched build "
+        "that lifts the assertion, state it in [serving] engine_version (e.g. \"sglang 0.5.17+pp-spec\")",
+    )
 
 
 def _check_nodes(cfg: EngineConfig, source: str) -> None:

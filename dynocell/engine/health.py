@@ -245,7 +245,9 @@ def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     cmp("tp_size", exp.tp_size, lambda v: int(v) if v is not None else None)
     if exp.check_speculative:
         def norm_alg(v: Any) -> str | None:
-            return str(v).upper() if v not in (None, "", "NONE", "none") else None
+            # SGLang 0.5.17 resolves NEXTN to EAGLE before it stores the server args
+            # (arg_groups/speculative_hook.py: `if speculative_algorithm == "NEXTN" or ... == "EAGLE": return "EAGLE"`).
+            return {"NEXTN": "EAGLE"}.get(str(v).upper(), str(v).upper()) if v not in (None, "", "NONE", "none") else None
 
         if norm_alg(info.get("speculative_algorithm")) != norm_alg(exp.speculative_algorithm):
             bad.append(f"speculative_algorithm: expected {exp.speculative_algorithm!r}, "

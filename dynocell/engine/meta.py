@@ -174,7 +174,8 @@ class GenerationMeta:
         if h is None:
             return []
         out: list[str] = []
-        if len(h) < 2:
+        # SGLang 0.5.17 grows the list to the largest k seen, so [N] (no draft ever accepted) is real.
+        if len(h) < 1 or (len(h) == 1 and vct is not None and h[0] != vct):
             out.append(f"spec_correct_drafts_histogram has {len(h)} bucket(s); a speculative step has D ≥ 1")
         if any(x < 0 for x in h):
             out.append(f"spec_correct_drafts_histogram has negative counts: {list(h)}")
@@ -188,11 +189,14 @@ class GenerationMeta:
                 f"spec_num_correct_drafts is {self.spec_num_correct_drafts} but the histogram gives Σk·h[k] = {acc}"
             )
         d = len(h) - 1
-        if (vct is not None and d >= 1 and self.spec_num_proposed_drafts is not None
-                and self.spec_num_proposed_drafts != vct * d):
+        pd = self.spec_num_proposed_drafts
+        # A chain proposes D per verify step; an EAGLE tree (eagle_topk > 1) proposes
+        # num_draft_tokens − 1 ≥ D nodes per step but accepts at most D deep.
+        if (vct is not None and d >= 1 and pd is not None and pd != vct * d
+                and not (vct > 0 and pd % vct == 0 and pd // vct > d)):
             out.append(
-                f"spec_num_proposed_drafts is {self.spec_num_proposed_drafts} but "
-                f"spec_verify_ct × D = {vct} × {d} = {vct * d}"
+                f"spec_num_proposed_drafts is {pd} but spec_verify_ct × D = {vct} × {d} = {vct * d} "
+                f"(or a tree's size × spec_verify_ct, with more than D nodes per step)"
             )
         # completion_tokens also counts the prefill's token, so the ratio may
         # exceed D + 1 by 1 / spec_verify_ct.
@@ -208,7 +212,8 @@ class GenerationMeta:
 
         Checks: wrong-typed fields; negative counts or latency; cached > prompt
         tokens; Σ histogram ≠ spec_verify_ct; spec_num_correct_drafts ≠ Σ k·h[k];
-        spec_num_proposed_drafts ≠ spec_verify_ct·D; spec_accept_length ≠
+        spec_num_proposed_drafts ≠ spec_verify_ct·D (or a whole multiple with more than D per step: an
+        EAGLE tree); spec_accept_length ≠
         completion_tokens / spec_verify_ct and spec_accept_rate ≠ correct / proposed
         beyond rounding (0.005) — SGLang 0.5.17 computes both exactly so
         (``tests/data/sglang-0.5.17``); accept length outside [1, D + 1].

@@ -10,7 +10,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``model`` command group (``make-tiny``) to ``app``."""
+    """Add the ``model`` command group (``make-tiny``, ``make-eagle``) to ``app``."""
     model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\n"
                                  "Example: dynocell model make-tiny", no_args_is_help=True)
 
@@ -51,5 +51,49 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(out))
         else:
             Console().print(f"target: {pair.target}\ndraft:  {pair.draft}\n({out['seconds']} s)")
+
+    @model_app.command("make-eagle")
+    def make_eagle_cmd(
+        dir: Path = typer.Argument(..., help="Output folder of the EAGLE head."),
+        target: Path | None = typer.Option(None, "--target", help="Target model folder (default: the reference "
+                                           "pair's target)."),
+        steps: int | None = typer.Option(None, "--steps", min=1, max=100_000,
+                                         help="Optimizer steps (default: the recipe's; fewer for a smoke test)."),
+        seed: int | None = typer.Option(None, "--seed", help="Seed (default: the model_seed setting)."),
+        kind: str = typer.Option("eagle", "--kind", help="eagle (LlamaForCausalLMEagle), eagle3 "
+                                 "(LlamaForCausalLMEagle3, own draft vocabulary) or mtp (the target in MiMo layout "
+                                 "with one MTP layer: run it with NEXTN / EAGLE, draft path = model path)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        """Train an EAGLE (or --kind eagle3 / mtp) draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
+
+        Example: dynocell model make-eagle /tmp/eagle --steps 20
+        """
+        from rich.console import Console
+
+        from dynocell.errors import DynocellError
+        from dynocell.runbooks.models import make_eagle_head
+        from dynocell.settings import load_settings
+
+        console = Console(stderr=True)
+        settings = load_settings()
+        if seed is not None:
+            settings = settings.model_copy(update={"model_seed": seed})
+        t = time.monotonic()
+        try:
+            with console.status("making the EAGLE head…") as status:
+                def progress(msg: str) -> None:
+                    status.update(msg)
+                    if not as_json:
+                        console.log(msg)
+                out = make_eagle_head(settings, dir, target=target, steps=steps, progress=progress, kind=kind)
+        except DynocellError as exc:
+            console.print(f"Error: {exc}")
+            raise typer.Exit(exc.exit_code) from exc
+        res = {kind: str(out), "seed": settings.model_seed, "seconds": round(time.monotonic() - t, 1)}
+        if as_json:
+            typer.echo(json.dumps(res))
+        else:
+            Console().print(f"{kind} head: {out}\n({res['seconds']} s)")
 
     app.add_typer(model_app, name="model")

@@ -1,8 +1,9 @@
 """Command-line arguments of the reference engine, named as SGLang 0.5.17's ``ServerArgs``.
 
 Unknown arguments: one clear message on stderr and exit code 2 (argparse's
-convention). ``--speculative-eagle-topk`` other than 1 is refused (exit 2): the
-reference only drafts chains. Reference-only extras are marked as such.
+convention). ``--speculative-eagle-topk`` other than 1 is refused (exit 2) except for EAGLE and
+EAGLE3, whose tree drafting the reference models (:mod:`.eagle_decoding`). Reference-only extras are
+marked as such.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Max tokens of prompt + output (default: the model's max_position_embeddings).")
     p.add_argument("--speculative-algorithm", default=None,
                    type=lambda s: None if s.lower() in ("none", "") else s.upper(),
-                   help="none | STANDALONE | NGRAM.")
+                   help="none | STANDALONE | NGRAM | EAGLE | EAGLE3 | NEXTN (EAGLE over an MTP layer).")
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None, help="Draft steps per verify (D).")
-    p.add_argument("--speculative-eagle-topk", type=int, default=None, help="Only 1 is supported.")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None,
+                   help="Branches per draft step: 1 = chain; > 1 = tree (EAGLE, EAGLE3 only).")
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
                    help="Tokens per verify forward (D + 1 for a chain).")
     p.add_argument("--speculative-draft-mode", choices=["top1", "sampled"], default="top1",
@@ -92,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass
 class ResolvedSpec:
-    """Speculative settings after SGLang-like defaulting: ``algorithm`` None|STANDALONE|NGRAM, D drafts."""
+    """Speculative settings after SGLang-like defaulting: ``algorithm`` None|STANDALONE|NGRAM|EAGLE, D drafts."""
 
     algorithm: str | None
     num_steps: int | None
@@ -101,7 +103,17 @@ class ResolvedSpec:
 
     @property
     def num_drafts(self) -> int:
-        """D, drafts per verify step (= num_draft_tokens − 1 for a chain)."""
+        """D, the deepest accepted path (histogram buckets k = 0..D): num_draft_tokens − 1 for a chain,
+        num_steps for an EAGLE tree (eagle_topk > 1)."""
+        if not self.algorithm:
+            return 0
+        if (self.eagle_topk or 1) > 1:
+            return self.num_steps or 1
+        return (self.num_draft_tokens or 1) - 1
+
+    @property
+    def proposed_per_step(self) -> int:
+        """Draft tokens proposed per verify step: num_draft_tokens − 1 (the tree's size for a tree)."""
         return (self.num_draft_tokens or 1) - 1 if self.algorithm else 0
 
 
@@ -113,14 +125,16 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         a.profile_dir = (os.environ.get("SGLANG_TORCH_PROFILER_DIR")
                          or os.path.join(tempfile.gettempdir(), "dynocell-reference-profiles"))
     alg = a.speculative_algorithm
-    if alg not in (None, "STANDALONE", "NGRAM"):
+    if alg not in (None, "STANDALONE", "NGRAM", "EAGLE", "EAGLE3", "NEXTN"):
         p.error(f"--speculative-algorithm {alg!r} is not supported by the reference engine "
-                f"(supported: none, STANDALONE, NGRAM)")
+                f"(supported: none, STANDALONE, NGRAM, EAGLE, EAGLE3, NEXTN)")
     if a.tp_size != 1:
         p.error("--tp-size must be 1 for the reference engine")
     if alg is None:
         return a, ResolvedSpec(None, None, None, None)
     topk = 1 if a.speculative_eagle_topk is None else a.speculative_eagle_topk
+    if alg in ("EAGLE", "EAGLE3", "NEXTN"):  # NEXTN: SGLang's alias of EAGLE for MTP layers
+        return a, _resolve_eagle(p, a, alg, topk)
     if topk != 1:
         p.error(f"--speculative-eagle-topk {topk} is not supported: the reference engine drafts a chain "
                 f"(use --speculative-eagle-topk 1)")
@@ -141,3 +155,25 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         if steps < 1:
             p.error("--speculative-num-steps must be ≥ 1")
     return a, ResolvedSpec(alg, steps, topk, ndt)
+
+
+def _resolve_eagle(p: argparse.ArgumentParser, a: argparse.Namespace, alg: str, topk: int) -> ResolvedSpec:
+    """EAGLE's settings: a head folder, num_steps ≥ 1 (default 3), eagle_topk ≥ 1; with topk 1
+    num_draft_tokens is num_steps + 1 (SGLang forces it), with topk > 1 it must be given and fit the
+    tree: 2 ≤ num_draft_tokens − 1 ≤ topk + (num_steps − 1) · topk² (the candidates SGLang scores)."""
+    if not a.speculative_draft_model_path:
+        p.error(f"--speculative-algorithm {alg} needs --speculative-draft-model-path (an {alg} head folder)")
+    steps = 3 if a.speculative_num_steps is None else a.speculative_num_steps
+    if steps < 1:
+        p.error("--speculative-num-steps must be ≥ 1")
+    if topk < 1:
+        p.error("--speculative-eagle-topk must be ≥ 1")
+    alg = "EAGLE" if alg == "NEXTN" else alg  # SGLang 0.5.17 resolves the alias (arg_groups/speculative_hook.py)
+    if topk == 1:
+        return ResolvedSpec(alg, steps, 1, steps + 1)
+    ndt = a.speculative_num_draft_tokens
+    most = topk + (steps - 1) * topk * topk
+    if ndt is None or not 2 <= ndt - 1 <= most:
+        p.error(f"--speculative-num-draft-tokens must be given with --speculative-eagle-topk {topk} and lie in "
+                f"3..{most + 1} (the tree takes num_draft_tokens − 1 of {most} scored candidates)")
+    return ResolvedSpec(alg, steps, topk, ndt)

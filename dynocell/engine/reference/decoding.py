@@ -266,49 +266,55 @@ class Generation:
         D = self.D
         drafts, qs = self._propose()
         logits = self.target.forward([self.tokens[-1]] + drafts, self.tcache)  # [D+1, V]
+        k, extra = self._accept_chain(logits, drafts, qs)
+        self._count(k, D)
+        # Target cache: it now holds old_len + D + 1 entries; keep the accepted ones.
+        n_before = len(self.tokens)  # the cache held n_before - 1 tokens
+        crop_cache(self.tcache, n_before + k)
+        self.tcache_len = n_before + k
+        return self._emit(drafts[:k] + [extra])
+
+    def _count(self, k: int, proposed: int) -> None:
+        """Book one verify step that accepted ``k`` drafts of ``proposed``."""
         self.verify_ct += 1
-        self.num_proposed += D
-        accepted: list[int] = []
-        extra: int
+        self.num_proposed += proposed
+        self.histogram[k] += 1
+        self.num_correct += k
+
+    def _accept_chain(self, logits: torch.Tensor, drafts: list[int],
+                      qs: list[torch.Tensor | None]) -> tuple[int, int]:
+        """Verify a chain: ``logits`` ``[len(drafts)+1, V]`` of the target over ``[last] + drafts``.
+
+        Returns ``(k, extra)``: the number of accepted drafts and the token the target adds
+        (bonus on full acceptance, correction on a rejection). Greedy: longest argmax-agreeing
+        prefix; sampling: speculative sampling (module docstring)."""
+        D = len(drafts)
         if self.sp.greedy:
             tgt = torch.argmax(logits, dim=-1).tolist()
             k = 0
             while k < D and tgt[k] == drafts[k]:
                 k += 1
-            accepted = drafts[:k]
-            extra = tgt[k]
-        else:
-            P = probs(logits, self.sp)
-            k = 0
-            extra = -1
-            while k < D:
-                x = drafts[k]
-                p = P[k]
-                q = qs[k]
-                px = float(p[x])
-                qx = 1.0 if q is None else float(q[x])
-                u = float(torch.rand((), generator=self.gen))
-                if qx > 0 and u < min(1.0, px / qx):
-                    k += 1
-                    continue
-                if q is None:
-                    resid = p.clone()
-                    resid[x] = 0.0
-                else:
-                    resid = torch.clamp(p - q, min=0.0)
-                s = float(resid.sum())
-                extra = _sample(resid / s, self.gen) if s > 0 else _sample(p, self.gen)
-                break
-            accepted = drafts[:k]
-            if k == D:
-                extra = _sample(P[D], self.gen)
-        self.histogram[k] += 1
-        self.num_correct += k
-        # Target cache: it now holds old_len + D + 1 entries; keep the accepted ones.
-        n_before = len(self.tokens)  # the cache held n_before - 1 tokens
-        crop_cache(self.tcache, n_before + k)
-        self.tcache_len = n_before + k
-        return self._emit(accepted + [extra])
+            return k, tgt[k]
+        P = probs(logits, self.sp)
+        k = 0
+        while k < D:
+            x = drafts[k]
+            p = P[k]
+            q = qs[k]
+            px = float(p[x])
+            qx = 1.0 if q is None else float(q[x])
+            u = float(torch.rand((), generator=self.gen))
+            if qx > 0 and u < min(1.0, px / qx):
+                k += 1
+                continue
+            if q is None:
+                resid = p.clone()
+                resid[x] = 0.0
+            else:
+                resid = torch.clamp(p - q, min=0.0)
+            s = float(resid.sum())
+            return k, (_sample(resid / s, self.gen) if s > 0 else _sample(p, self.gen))
+        return D, _sample(P[D], self.gen)
 
     def meta(self) -> dict:
         """SGLang's speculative ``meta_info`` fields for this request (empty without speculation)."""

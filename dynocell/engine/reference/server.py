@@ -148,11 +148,24 @@ class Engine:
             log("Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
         self.target = self._load(Path(a.model_path))
         self.draft = None
+        self.head = None
         if self.spec.algorithm == "STANDALONE":
             self.draft = self._load(Path(a.speculative_draft_model_path))
             if self.draft.config.vocab_size != self.target.config.vocab_size:
                 raise SystemExit(f"draft vocab {self.draft.config.vocab_size} != target vocab "
                                  f"{self.target.config.vocab_size}: the draft must share the tokenizer")
+        elif self.spec.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
+            from dynocell.engine.reference.eagle import load_head
+
+            log(f"Load weight begin (draft). {self.spec.algorithm} head {a.speculative_draft_model_path}")
+            self.head = load_head(Path(a.speculative_draft_model_path), self.target.model)
+            eagle3 = self.spec.algorithm == "EAGLE3"
+            want = "LlamaForCausalLMEagle3" if eagle3 else "LlamaForCausalLMEagle or an MTP layer (MiMoMTP)"
+            if (self.head.architecture == "LlamaForCausalLMEagle3") != eagle3:
+                raise SystemExit(f"--speculative-algorithm {self.spec.algorithm} needs a {want} head, "
+                                 f"{a.speculative_draft_model_path} holds {self.head.architecture}")
+            log(f"Load weight end (draft). type={self.head.architecture}, "
+                f"eagle_topk={self.spec.eagle_topk}, num_draft_tokens={self.spec.num_draft_tokens}")
         cfg = self.target.config
         self.context_length = a.context_length or int(getattr(cfg, "max_position_embeddings", 2048))
         eos = cfg.eos_token_id
@@ -274,6 +287,17 @@ class Engine:
             req.stop_cut, req.stop_matched = best
             req.gen.finished = {"type": "stop", "matched": best[1]}
 
+    def _generation(self, req) -> Generation:
+        s = self.spec
+        if s.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
+            from dynocell.engine.reference.eagle_decoding import EagleGeneration
+
+            return EagleGeneration(req.prompt_ids, req.sp, self.target, self.head, s.algorithm, s.num_steps,
+                                   s.eagle_topk, s.num_draft_tokens, self.args.speculative_draft_mode,
+                                   self.eos_ids, self.context_length)
+        return Generation(req.prompt_ids, req.sp, self.target, self.draft, s.algorithm, s.num_drafts,
+                          self.args.speculative_draft_mode, self.eos_ids, self.context_length)
+
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.args.max_running_requests:
             req = self.waiting.popleft()
@@ -281,9 +305,7 @@ class Engine:
                 self._finish(req)
                 continue
             t = time.time()
-            req.gen = Generation(req.prompt_ids, req.sp, self.target, self.draft, self.spec.algorithm,
-                                 self.spec.num_drafts, self.args.speculative_draft_mode, self.eos_ids,
-                                 self.context_length)
+            req.gen = self._generation(req)
             try:
                 kept = req.gen.step()  # prefill
             except Exception as exc:  # noqa: BLE001 - reported to the client
@@ -568,7 +590,8 @@ class Engine:
             "mem_fraction_static": a.mem_fraction_static, "chunked_prefill_size": a.chunked_prefill_size,
             "attention_backend": a.attention_backend, "sampling_backend": a.sampling_backend,
             "speculative_algorithm": s.algorithm,
-            "speculative_draft_model_path": a.speculative_draft_model_path if s.algorithm == "STANDALONE" else None,
+            "speculative_draft_model_path": (a.speculative_draft_model_path
+                                             if s.algorithm in ("STANDALONE", "EAGLE", "EAGLE3", "NEXTN") else None),
             "speculative_num_steps": s.num_steps, "speculative_eagle_topk": s.eagle_topk,
             "speculative_num_draft_tokens": s.num_draft_tokens,
             "speculative_draft_mode": a.speculative_draft_mode,

@@ -1,0 +1,187 @@
+"""Where a speculative step's time goes: draft forward, draft extend, target verify, sampling / accept,
+glue — from a torch-profiler trace's CPU-side ranges and the kernels they launched (issue 24 item 7).
+
+The range names and the kernel patterns live in ``spec_phases.toml`` (data, not code; sources there:
+SGLang 0.5.17 ``spec_stage_span`` / ``profile_range`` / ``scheduler_nvtx_method``). A kernel belongs
+to the innermost phase range that contains its launch (the ``cuda_runtime`` / ``cuda_driver`` event
+with the same ``args.correlation``) on the launching thread; a kernel outside every phase range is
+``sampling`` when its name matches the sampling patterns, else ``glue`` when launched inside a step
+envelope (``scheduler.run_batch``) or with no envelope in the trace at all, else ``outside``. GPU time
+is the kernels' summed duration. A trace with no kernels (CPU only, the reference engine on CPU) is
+split the same way over its CPU ops (``cat`` ``cpu_op``): the summed durations of each thread's
+outermost ops, so nested ops are not counted twice.
+
+This is what HTA and trace viewers lack: the step's time per speculative phase, next to the kernel
+categories of :mod:`dynocell.engine.trace`.
+
+Public API: :class:`PhaseSplit`, :func:`split_phases`, :func:`load_phase_table`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynocell.engine.trace import TraceError, _iter_events
+
+TABLE = Path(__file__).with_name("spec_phases.toml")
+#: Phases in report order; ``glue`` and ``outside`` are what no range or pattern claims.
+ORDER = ("draft_forward", "draft_extend", "target_verify", "sampling", "glue", "outside")
+
+
+@dataclass(frozen=True)
+class PhaseTable:
+    """Compiled ``spec_phases.toml``: ``ranges`` [(phase, regex)], ``kernels`` [(phase, regex)], ``envelope``."""
+
+    ranges: tuple[tuple[str, re.Pattern[str]], ...]
+    kernels: tuple[tuple[str, re.Pattern[str]], ...]
+    envelope: tuple[re.Pattern[str], ...]
+
+
+def load_phase_table(path: Path | None = None) -> PhaseTable:
+    """Read a phase table (default: the bundled ``spec_phases.toml``). Raises :class:`TraceError` if malformed."""
+    p = path or TABLE
+    try:
+        data = tomllib.loads(p.read_text())
+        ranges = tuple((ph["name"], re.compile(rx)) for ph in data["phase"] for rx in ph.get("ranges", []))
+        kernels = tuple((ph["name"], re.compile(rx)) for ph in data["phase"] for rx in ph.get("kernels", []))
+        env = tuple(re.compile(rx) for rx in data.get("envelope", []))
+    except (OSError, KeyError, TypeError, re.error, tomllib.TOMLDecodeError) as exc:
+        raise TraceError(f"{p}: bad phase table: {exc}", "fix spec_phases.toml (see its header)") from None
+    return PhaseTable(ranges, kernels, env)
+
+
+@dataclass
+class PhaseSplit:
+    """Time per phase of the speculative steps in one trace.
+
+    ``ms``: {phase: milliseconds} (GPU kernel time, or CPU op time when ``source`` is ``"cpu"``);
+    ``launches``: {phase: kernels (or CPU ops) counted}; ``ranges``: {phase: number of CPU ranges seen};
+    ``source``: ``"gpu"`` | ``"cpu"``.
+    """
+
+    ms: dict[str, float] = field(default_factory=dict)
+    launches: dict[str, int] = field(default_factory=dict)
+    ranges: dict[str, int] = field(default_factory=dict)
+    source: str = "gpu"
+
+    @property
+    def total_ms(self) -> float:
+        """Time of the speculative steps: every phase but ``outside``."""
+        return sum(v for k, v in self.ms.items() if k != "outside")
+
+    def percent(self) -> dict[str, float]:
+        """{phase: % of :attr:`total_ms`} for the phases inside the steps."""
+        t = self.total_ms
+        return {k: (100.0 * v / t if t else 0.0) for k, v in self.ms.items() if k != "outside"}
+
+    def line(self) -> str:
+        """One line for a report, e.g. ``verify 58 %, draft 27 %, sampling 9 %, glue 6 %``."""
+        pct = self.percent()
+        short = {"target_verify": "verify", "draft_forward": "draft", "draft_extend": "draft extend"}
+        return ", ".join(f"{short.get(k, k)} {pct[k]:.0f} %" for k in ORDER if k in pct and self.ms.get(k))
+
+
+class _Ranges:
+    """Phase ranges of one thread, searchable by time (innermost = shortest containing)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[float, float, str]] = []
+        self.starts: list[float] = []
+
+    def finish(self) -> None:
+        self.items.sort()
+        self.starts = [s for s, _, _ in self.items]
+
+    def phase_at(self, t: float) -> str | None:
+        best = None
+        i = bisect.bisect_right(self.starts, t)
+        for s, e, ph in reversed(self.items[:i]):
+            if s <= t <= e and (best is None or e - s < best[1] - best[0]):
+                best = (s, e, ph)
+        return best[2] if best else None
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSplit:
+    """Split the speculative steps of the trace at ``path`` (Chrome trace JSON, gzipped or not) by phase.
+
+    Raises :class:`TraceError` for a file that is not a trace (see :mod:`dynocell.engine.trace`).
+    """
+    tb = table or load_phase_table()
+    ranges: dict[Any, _Ranges] = {}
+    envelopes: dict[Any, _Ranges] = {}
+    launches: dict[Any, tuple[Any, float]] = {}
+    kernels: list[tuple[Any, float, str]] = []
+    ops: list[tuple[Any, float, float, str]] = []
+    seen: dict[str, int] = {}
+    for ev in _iter_events(Path(path)):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+        if ts is None or dur is None:
+            continue
+        cat, name, tid = str(ev.get("cat", "")), str(ev.get("name", "")), (ev.get("pid"), ev.get("tid"))
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if cat == "user_annotation" or cat == "gpu_user_annotation":
+            if cat == "gpu_user_annotation":
+                continue
+            phase = next((ph for ph, rx in tb.ranges if rx.search(name)), None)
+            if phase is not None:
+                ranges.setdefault(tid, _Ranges()).items.append((ts, ts + dur, phase))
+                seen[phase] = seen.get(phase, 0) + 1
+            elif any(rx.search(name) for rx in tb.envelope):
+                envelopes.setdefault(tid, _Ranges()).items.append((ts, ts + dur, "envelope"))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            corr = args.get("correlation")
+            if corr is not None:
+                launches[corr] = (tid, ts)
+        elif cat == "kernel":
+            kernels.append((args.get("correlation"), dur, name))
+        elif cat == "cpu_op":
+            ops.append((tid, ts, dur, name))
+    for r in (*ranges.values(), *envelopes.values()):
+        r.finish()
+    out = PhaseSplit(ranges=seen)
+    any_env = bool(envelopes)
+
+    def place(tid: Any, t: float, name: str) -> str:
+        r = ranges.get(tid)
+        ph = r.phase_at(t) if r else None
+        if ph is not None:
+            return ph
+        if any(rx.search(name) for _, rx in tb.kernels):
+            return next(p for p, rx in tb.kernels if rx.search(name))
+        env = envelopes.get(tid)
+        return "glue" if (not any_env or (env and env.phase_at(t))) else "outside"
+
+    def add(ph: str, dur_us: float) -> None:
+        out.ms[ph] = out.ms.get(ph, 0.0) + dur_us / 1000.0
+        out.launches[ph] = out.launches.get(ph, 0) + 1
+
+    if kernels:
+        for corr, dur, name in kernels:
+            tid, t = launches.get(corr, (None, -1.0))
+            add(place(tid, t, name) if tid is not None else "outside", dur)
+        return out
+    out.source = "cpu"
+    # CPU only: the outermost ops of each thread (an op inside another op is the parent's time).
+    by_tid: dict[Any, list[tuple[float, float, str]]] = {}
+    for tid, ts, dur, name in ops:
+        by_tid.setdefault(tid, []).append((ts, dur, name))
+    for tid, lst in by_tid.items():
+        lst.sort(key=lambda x: (x[0], -x[1]))
+        end = -1.0
+        for ts, dur, name in lst:
+            if ts < end:
+                continue
+            end = ts + dur
+            add(place(tid, ts, name), dur)
+    return out
