@@ -291,3 +291,29 @@ def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell
         assert engine.proc.poll() is None
     finally:
         plain.stop()
+
+
+def test_attached_vllm_engine_is_judged_on_vllms_surface(cell, model_pair, tmp_path):
+    """An attached vLLM engine (here the reference engine speaking vLLM's routes) is probed with
+    vLLM's checks — /v1/models, a 1-token completion, the vllm: counters — not SGLang's
+    /get_server_info and /health_generate, which it does not serve (a newcomer found `health`
+    degraded and `run --boot` failing)."""
+    from dynocell.runbooks import boots
+    from dynocell.runbooks.attach import attach
+    from dynocell.runbooks.run import run_on_boot
+
+    eng = start_engine(model_pair.target, ["--surface", "vllm"], tmp_path / "vllm.log")
+    try:
+        res = attach(cell, eng.url)
+        assert res["engine"] == "vllm"
+        verdict = boots.health(cell, res["boot_id"])
+        names = {c["name"] for c in verdict["checks"]}
+        assert verdict["verdict"] == "healthy", verdict["failed"]
+        assert {"models", "completion"} <= names and not names & {"health_generate", "server_info"}
+        run_id = run_on_boot(cell, res["boot_id"], profile=False)
+        from dynocell.db import runs as db_runs
+
+        assert db_runs.get_run(cell.store, run_id)["state"] == "completed"
+        assert eng.proc.poll() is None  # still the operator's engine
+    finally:
+        eng.stop()
