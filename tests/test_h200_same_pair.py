@@ -167,3 +167,20 @@ def test_engine_vs_oracle_rule_on_both_engines(home):
     assert flagged["h200-standalone-pair"] == ["arithmetic", "code", "repetition"]
     everything = ["arithmetic", "chinese", "code", "prose", "repetition"]
     assert flagged["h200-vllm-draft-bf16"] == flagged["h200-standalone-pair-bf16"] == everything
+
+
+def test_import_metrics_refuses_the_same_scrape_twice_and_an_empty_window(tmp_path):
+    """The same file twice, or two scrapes with no draft between them (the quiet gap between two
+    class windows of the H200 session), would store τ 1.0 over 0 drafts: refused, nothing stored."""
+    from dynocell.errors import UserError
+
+    scrapes = DATA / "boots" / next(b["boot_id"] for b in BOOTS if b["config"] == "h200-vllm-ngram") / "scrapes"
+    env = {"DYNOCELL_HOME": str(tmp_path)}
+    with pytest.raises(UserError, match="the same scrape given twice"):
+        CliRunner().invoke(app, ["import", "metrics", str(scrapes / "code.after.prom"), str(scrapes / "code.after.prom")],
+                           env=env, catch_exceptions=False)
+    with pytest.raises(UserError, match="no speculative draft between"):
+        CliRunner().invoke(app, ["import", "metrics", str(scrapes / "arithmetic.after.prom"),
+                                 str(scrapes / "chinese.before.prom")], env=env, catch_exceptions=False)
+    listed = CliRunner().invoke(app, ["runs", "--json"], env=env, catch_exceptions=False)
+    assert json.loads(listed.output or "[]") == []

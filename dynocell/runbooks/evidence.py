@@ -113,6 +113,11 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     found = _found("metrics", cell, key)
     if found:
         return found
+    shas = [f["sha256"] for f in files]
+    if len(set(shas)) < len(shas):
+        twice = next(f["path"] for i, f in enumerate(files) if f["sha256"] in shas[:i])
+        raise UserError(f"{twice}: the same scrape given twice: a window between a scrape and itself is empty",
+                        "give scrapes taken at different times (before and after the traffic), oldest first")
     snaps = [_scrape(Path(p)) for p in paths]
     for (pa, a), (pb, b) in zip(zip(paths, snaps, strict=False), list(zip(paths, snaps, strict=False))[1:], strict=False):
         restarted = m.restarted_between(a, b)
@@ -134,6 +139,10 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     run_id = _new_id()
     curves, acc = [], None
     vc = m.vllm_position_curve(window)
+    if vc is not None and len(snaps) > 1 and not vc[1]["drafts"]:
+        raise UserError(f"{paths[-1]}: no speculative draft between {paths[0]} and {paths[-1]} "
+                        "(vllm:spec_decode_num_drafts_total did not move): an empty window has no curve",
+                        "scrape before and after the traffic whose acceptance you want")
     if vc is not None:
         curve, figs = vc
         curves.append({**curve_row(curve, "metrics", engine_tau=figs["engine_tau"], engine_source="metrics:vllm"),
