@@ -54,7 +54,9 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
             ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash"),
         )
     if plain is None and plain_hash:
-        plain = _stored_plain(cell, plain_hash, job.run_id) or _plain_step_from_store(cell, plain_hash)
+        # a plain step is only reused from the same workload (prompt and output lengths set the step)
+        wl = (db_runs.get_run(cell.store, job.run_id) or {}).get("workload_sha256")
+        plain = _stored_plain(cell, plain_hash, job.run_id, wl) or _plain_step_from_store(cell, plain_hash, wl)
     if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
         plain = _boot_twin(
             job,
@@ -87,14 +89,17 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     d.update(result)
 
 
-def _stored_plain(cell: Cell, plain_hash: str, run_id: str) -> dict[str, Any] | None:
-    """The newest plain twin measurement of ``plain_hash`` on this host, stored by an earlier run's break-even."""
+def _stored_plain(cell: Cell, plain_hash: str, run_id: str, workload_sha256: str | None = None) -> dict[str, Any] | None:
+    """The newest plain twin measurement of ``plain_hash`` on this host, stored by an earlier run's break-even
+    on the same workload (``workload_sha256``; None = any, for runs that predate the column)."""
     import socket
 
     host = socket.gethostname()
     for r in db_runs.list_runs(cell.store, states=("completed", "failed"), limit=200):
         be = r.get("breakeven") or {}
         if r["id"] == run_id or be.get("plain_config_hash") != plain_hash or be.get("plain_host") != host:
+            continue
+        if workload_sha256 and r.get("workload_sha256") and r["workload_sha256"] != workload_sha256:
             continue
         if (
             be.get("plain_source") == "plain twin boot"
@@ -123,11 +128,15 @@ def _utc_iso(t: Any) -> str | None:
     return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
 
 
-def _plain_step_from_store(cell: Cell, plain_hash: str | None) -> dict[str, Any] | None:
-    """TPOT p50 at concurrency 1 of the plain config's own newest completed run, as a plain measurement."""
+def _plain_step_from_store(cell: Cell, plain_hash: str | None, workload_sha256: str | None = None,
+                           ) -> dict[str, Any] | None:
+    """TPOT p50 at concurrency 1 of the plain config's own newest completed run on the same workload
+    (``workload_sha256``; None = any), as a plain measurement."""
     if not plain_hash:
         return None
     for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
+        if workload_sha256 and r.get("workload_sha256") and r["workload_sha256"] != workload_sha256:
+            continue
         vals = [
             b["tpot_ms"].get("p50")
             for b in db_runs.bench_rows(cell.store, r["id"])
