@@ -284,7 +284,7 @@ def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell
         assert states == {"incumbent": "failed", "arm": "completed"}, gone
         gates = ex.judge(cell, "gone", store=False)["incumbent"]["gates"]
         assert any(f"boot {inc} (attached) does not answer /health" in g for g in gates), gates
-        row = next(r for r in boots.ps(cell) if r["id"] == inc)  # ps does not show it as if it answered
+        row = next(r for r in boots.reconcile_and_list(cell) if r["id"] == inc)  # ps does not show it as if it answered
         assert row["state_note"].startswith("not answering /health") and row["engine_alive"] is False
         with pytest.raises(UserError, match=f"boot:{inc}: boot {inc} is .*not ready"):
             ex.create_experiment(cell, "late", f"boot:{inc}", [f"boot:{arm}"], workload=workload)
