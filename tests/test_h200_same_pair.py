@@ -27,6 +27,24 @@ def _run_id(config: str, workload: str) -> str:
                 and b["state"] == "completed")
 
 
+@pytest.fixture(autouse=True)
+def fresh_cli_state():
+    """The CLI keeps its settings and store per process (``cli.common.state``); each test here
+    starts and ends without them, so the DYNOCELL_HOME it sets is the one used."""
+    from dynocell.cli.common import state
+
+    state.settings = state.cell = None
+    yield
+    state.settings = state.cell = None
+
+
+def _switch_home(monkeypatch, path) -> None:
+    from dynocell.cli.common import state
+
+    monkeypatch.setenv("DYNOCELL_HOME", str(path))
+    state.settings = state.cell = None
+
+
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
     shutil.copy(DATA / "dynocell.db", tmp_path / "dynocell.db")
@@ -93,26 +111,24 @@ def test_the_greedy_gap_between_engines_was_the_dtype(home):
     assert len(same) == 4, (vllm16, oracle)
 
 
-def test_the_kept_scrapes_of_each_vllm_class_give_its_stored_curve(home, tmp_path):
+def test_the_kept_scrapes_of_each_vllm_class_give_its_stored_curve(home, tmp_path, monkeypatch):
     """Real two-scrape evidence (issue 17): every class window of every vLLM speculative run kept
     its before/after /metrics scrapes; `dynocell import metrics` of each pair, into another store,
     gives the curve dynocell stored during the run."""
-    checked = 0
+    wanted = {}
     for b in BOOTS:
         scrapes = DATA / "boots" / b["boot_id"] / "scrapes"
-        if b["engine"] != "vllm" or not scrapes.is_dir():
-            continue
-        curves = {c["text_class"]: c for c in json.loads(_cli("show", b["run_id"], "--json"))["curves"]}
-        for cls, want in curves.items():
-            res = CliRunner().invoke(app, ["import", "metrics", str(scrapes / f"{cls}.before.prom"),
-                                           str(scrapes / f"{cls}.after.prom"), "--json"],
-                                     env={"DYNOCELL_HOME": str(tmp_path / "other")}, catch_exceptions=False)
-            assert res.exit_code == 0, res.output
-            got = json.loads(res.output)["acceptance"]
-            assert got["tau"] == pytest.approx(want["tau"], abs=1e-4)
-            assert got["p"] == pytest.approx([pt["p"] for pt in want["points"]], abs=1e-4)
-            checked += 1
-    assert checked == 5 * 5  # draft graph (T0.5, greedy), draft eager, draft bf16, ngram: 5 classes each
+        if b["engine"] == "vllm" and scrapes.is_dir():
+            for c in json.loads(_cli("show", b["run_id"], "--json"))["curves"]:
+                wanted[(scrapes, c["text_class"])] = c
+    assert len(wanted) == 5 * 5  # draft graph (T0.5, greedy), draft eager, draft bf16, ngram: 5 classes each
+    _switch_home(monkeypatch, tmp_path / "other")
+    for (scrapes, cls), want in wanted.items():
+        got = json.loads(_cli("import", "metrics", str(scrapes / f"{cls}.before.prom"),
+                              str(scrapes / f"{cls}.after.prom"), "--json"))["acceptance"]
+        assert got["tau"] == pytest.approx(want["tau"], abs=1e-4)
+        assert got["p"] == pytest.approx([pt["p"] for pt in want["points"]], abs=1e-4)
+    assert len(json.loads(_cli("runs", "--json", "-n", "100"))) == 25  # one import per class window, other store
 
 
 def test_sglang_ngram_crash_is_named_from_its_log():
@@ -139,6 +155,10 @@ def test_compare_needs_two_runs_and_names_an_unknown_one(home):
         CliRunner().invoke(app, ["compare", plain], catch_exceptions=False)
     with pytest.raises(NotFound, match="ffffffffff"):
         CliRunner().invoke(app, ["compare", plain, "ffffffffff"], catch_exceptions=False)
+    with pytest.raises(UserError, match="given twice"):
+        CliRunner().invoke(app, ["compare", plain, plain], catch_exceptions=False)
+    with pytest.raises(UserError, match="empty run id"):
+        CliRunner().invoke(app, ["compare", plain, ""], catch_exceptions=False)
 
 
 def _oracle_curves() -> list[dict]:
@@ -175,12 +195,10 @@ def test_import_metrics_refuses_the_same_scrape_twice_and_an_empty_window(tmp_pa
     from dynocell.errors import UserError
 
     scrapes = DATA / "boots" / next(b["boot_id"] for b in BOOTS if b["config"] == "h200-vllm-ngram") / "scrapes"
-    env = {"DYNOCELL_HOME": str(tmp_path)}
     with pytest.raises(UserError, match="the same scrape given twice"):
-        CliRunner().invoke(app, ["import", "metrics", str(scrapes / "code.after.prom"), str(scrapes / "code.after.prom")],
-                           env=env, catch_exceptions=False)
+        CliRunner().invoke(app, ["import", "metrics", str(scrapes / "code.after.prom"),
+                                 str(scrapes / "code.after.prom")], catch_exceptions=False)
     with pytest.raises(UserError, match="no speculative draft between"):
         CliRunner().invoke(app, ["import", "metrics", str(scrapes / "arithmetic.after.prom"),
-                                 str(scrapes / "chinese.before.prom")], env=env, catch_exceptions=False)
-    listed = CliRunner().invoke(app, ["runs", "--json"], env=env, catch_exceptions=False)
-    assert json.loads(listed.output or "[]") == []
+                                 str(scrapes / "chinese.before.prom")], catch_exceptions=False)
+    assert json.loads(_cli("runs", "--json")) == []

@@ -177,7 +177,13 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
     hosts of different hardware (CPU, GPU names/memory/driver, CUDA), else None. Raises UserError with
     fewer than two runs.
     """
-    ids = [r for r in dict.fromkeys(x.strip() for x in run_ids) if r]
+    given = [x.strip() for x in run_ids]
+    if "" in given:
+        raise UserError("compare: an empty run id was given", "pick two or more runs (ids or prefixes): dynocell runs")
+    ids = list(dict.fromkeys(given))
+    if len(ids) < len(given):
+        twice = next(x for i, x in enumerate(given) if x in given[:i])
+        raise UserError(f"compare: run {twice!r} was given twice", "pick two or more different runs")
     if len(ids) < 2:
         raise UserError("compare needs at least two runs", "pick two or more runs (ids or prefixes)")
     runs = listings.runs_data(cell.store, ids)

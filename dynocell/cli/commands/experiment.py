@@ -46,11 +46,11 @@ def _progress(msg: str, data: dict[str, Any]) -> None:
 def create_cmd(
     name: str = typer.Argument(..., help="Experiment name (letters, digits, . _ + -)."),
     incumbent: str = typer.Option(..., "--incumbent", "-i",
-                                  help="The config serving production (name, hash or TOML), or boot:ID "
+                                  help="The config serving production (name, hash or TOML), or boot:BOOT_ID "
                                   "(a boot already up, e.g. attached)."),
     arm: List[str] = typer.Option(..., "--arm", "-a",
-                                  help="A config to compare (repeat for several arms), or boot:ID: a boot already "
-                                  "up, e.g. an engine registered with `dynocell attach` (not booted or stopped)."),
+                                  help="A config to compare (repeat for several arms), or boot:BOOT_ID (a boot already "
+                                  "up, e.g. an engine registered with `dynocell attach`; not booted or stopped)."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: bundled)."),
     repeats: int = typer.Option(3, "--repeats", "-n", help="Runs per config (2 or more to get verdicts)."),
     lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check",
