@@ -110,71 +110,90 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSplit:
-    """Split the speculative steps of the trace at ``path`` (Chrome trace JSON, gzipped or not) by phase.
+@dataclass
+class _TraceEvents:
+    """The events of one trace that the split needs, gathered in one pass.
 
-    Raises :class:`TraceError` for a file that is not a trace (see :mod:`dynocell.engine.trace`).
+    ``ranges`` / ``envelopes``: {thread: phase ranges / step envelopes}; ``launches``: {correlation: (thread, ts)};
+    ``kernels``: [(correlation, dur, name)]; ``ops``: [(thread, ts, dur, name)] (CPU ops);
+    ``seen``: {phase: number of ranges}.
     """
-    tb = table or load_phase_table()
-    ranges: dict[Any, _Ranges] = {}
-    envelopes: dict[Any, _Ranges] = {}
-    launches: dict[Any, tuple[Any, float]] = {}
-    kernels: list[tuple[Any, float, str]] = []
-    ops: list[tuple[Any, float, float, str]] = []
-    seen: dict[str, int] = {}
-    for ev in _iter_events(Path(path)):
+
+    ranges: dict[Any, _Ranges] = field(default_factory=dict)
+    envelopes: dict[Any, _Ranges] = field(default_factory=dict)
+    launches: dict[Any, tuple[Any, float]] = field(default_factory=dict)
+    kernels: list[tuple[Any, float, str]] = field(default_factory=list)
+    ops: list[tuple[Any, float, float, str]] = field(default_factory=list)
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def add_annotation(self, tb: PhaseTable, tid: Any, ts: float, dur: float, name: str) -> None:
+        """Record a CPU-side ``user_annotation`` range: a phase range, a step envelope, or nothing."""
+        phase = next((ph for ph, rx in tb.ranges if rx.search(name)), None)
+        if phase is not None:
+            self.ranges.setdefault(tid, _Ranges()).items.append((ts, ts + dur, phase))
+            self.seen[phase] = self.seen.get(phase, 0) + 1
+        elif any(rx.search(name) for rx in tb.envelope):
+            self.envelopes.setdefault(tid, _Ranges()).items.append((ts, ts + dur, "envelope"))
+
+    def add(self, tb: PhaseTable, ev: Any) -> None:
+        """Record one trace event if it is a complete (``ph`` ``X``) event the split uses; ignore it otherwise."""
         if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
+            return
         ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
         if ts is None or dur is None:
-            continue
+            return
         cat, name, tid = str(ev.get("cat", "")), str(ev.get("name", "")), (ev.get("pid"), ev.get("tid"))
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        if cat == "user_annotation" or cat == "gpu_user_annotation":
-            if cat == "gpu_user_annotation":
-                continue
-            phase = next((ph for ph, rx in tb.ranges if rx.search(name)), None)
-            if phase is not None:
-                ranges.setdefault(tid, _Ranges()).items.append((ts, ts + dur, phase))
-                seen[phase] = seen.get(phase, 0) + 1
-            elif any(rx.search(name) for rx in tb.envelope):
-                envelopes.setdefault(tid, _Ranges()).items.append((ts, ts + dur, "envelope"))
+        if cat == "user_annotation":
+            self.add_annotation(tb, tid, ts, dur, name)
         elif cat in ("cuda_runtime", "cuda_driver"):
             corr = args.get("correlation")
             if corr is not None:
-                launches[corr] = (tid, ts)
+                self.launches[corr] = (tid, ts)
         elif cat == "kernel":
-            kernels.append((args.get("correlation"), dur, name))
+            self.kernels.append((args.get("correlation"), dur, name))
         elif cat == "cpu_op":
-            ops.append((tid, ts, dur, name))
-    for r in (*ranges.values(), *envelopes.values()):
-        r.finish()
-    out = PhaseSplit(ranges=seen)
-    any_env = bool(envelopes)
+            self.ops.append((tid, ts, dur, name))
 
-    def place(tid: Any, t: float, name: str) -> str:
-        r = ranges.get(tid)
-        ph = r.phase_at(t) if r else None
-        if ph is not None:
-            return ph
-        if any(rx.search(name) for _, rx in tb.kernels):
-            return next(p for p, rx in tb.kernels if rx.search(name))
-        env = envelopes.get(tid)
-        return "glue" if (not any_env or (env and env.phase_at(t))) else "outside"
+    def finish(self) -> None:
+        """Sort every thread's ranges and envelopes for the time look-ups."""
+        for r in (*self.ranges.values(), *self.envelopes.values()):
+            r.finish()
 
-    def add(ph: str, dur_us: float) -> None:
-        out.ms[ph] = out.ms.get(ph, 0.0) + dur_us / 1000.0
-        out.launches[ph] = out.launches.get(ph, 0) + 1
 
-    if kernels:
-        for corr, dur, name in kernels:
-            tid, t = launches.get(corr, (None, -1.0))
-            add(place(tid, t, name) if tid is not None else "outside", dur)
-        return out
-    out.source = "cpu"
-    # CPU only: the outermost ops of each thread (an op inside another op is the parent's time).
+def _place(tb: PhaseTable, evs: _TraceEvents, tid: Any, t: float, name: str) -> str:
+    """The phase of a kernel (or CPU op) ``name`` launched at ``t`` on thread ``tid``.
+
+    The innermost phase range containing the launch; else a kernel pattern's phase; else ``glue`` inside a
+    step envelope (or when the trace has no envelope at all), ``outside`` otherwise.
+    """
+    r = evs.ranges.get(tid)
+    ph = r.phase_at(t) if r else None
+    if ph is not None:
+        return ph
+    if any(rx.search(name) for _, rx in tb.kernels):
+        return next(p for p, rx in tb.kernels if rx.search(name))
+    env = evs.envelopes.get(tid)
+    return "glue" if (not evs.envelopes or (env and env.phase_at(t))) else "outside"
+
+
+def _add(out: PhaseSplit, ph: str, dur_us: float) -> None:
+    """Count one kernel (or CPU op) of ``dur_us`` microseconds in phase ``ph``."""
+    out.ms[ph] = out.ms.get(ph, 0.0) + dur_us / 1000.0
+    out.launches[ph] = out.launches.get(ph, 0) + 1
+
+
+def _split_kernels(tb: PhaseTable, evs: _TraceEvents, out: PhaseSplit) -> None:
+    """GPU split: each kernel in the phase of its launch (``outside`` when its launch is not in the trace)."""
+    for corr, dur, name in evs.kernels:
+        tid, t = evs.launches.get(corr, (None, -1.0))
+        _add(out, _place(tb, evs, tid, t, name) if tid is not None else "outside", dur)
+
+
+def _split_cpu_ops(tb: PhaseTable, evs: _TraceEvents, out: PhaseSplit) -> None:
+    """CPU-only split: the outermost ops of each thread (an op inside another op is the parent's time)."""
     by_tid: dict[Any, list[tuple[float, float, str]]] = {}
-    for tid, ts, dur, name in ops:
+    for tid, ts, dur, name in evs.ops:
         by_tid.setdefault(tid, []).append((ts, dur, name))
     for tid, lst in by_tid.items():
         lst.sort(key=lambda x: (x[0], -x[1]))
@@ -183,5 +202,23 @@ def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSpli
             if ts < end:
                 continue
             end = ts + dur
-            add(place(tid, ts, name), dur)
+            _add(out, _place(tb, evs, tid, ts, name), dur)
+
+
+def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSplit:
+    """Split the speculative steps of the trace at ``path`` (Chrome trace JSON, gzipped or not) by phase.
+
+    Raises :class:`TraceError` for a file that is not a trace (see :mod:`dynocell.engine.trace`).
+    """
+    tb = table or load_phase_table()
+    evs = _TraceEvents()
+    for ev in _iter_events(Path(path)):
+        evs.add(tb, ev)
+    evs.finish()
+    out = PhaseSplit(ranges=evs.seen)
+    if evs.kernels:
+        _split_kernels(tb, evs, out)
+        return out
+    out.source = "cpu"
+    _split_cpu_ops(tb, evs, out)
     return out
