@@ -186,14 +186,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
 
     if not paths:
         raise UserError("no log file given", "dynocell import log FILE [FILE…]")
-    ranks_given = [] if node_rank is None else [node_rank] if isinstance(node_rank, int) else list(node_rank)
-    if ranks_given and len(ranks_given) != len(paths):
-        raise UserError(f"--node-rank: {len(ranks_given)} rank(s) for {len(paths)} log file(s)",
-                        "give one --node-rank per file, in file order (a.log --node-rank 0 b.log --node-rank 1), "
-                        "or none to take each log's own rank")
-    if len(set(ranks_given)) != len(ranks_given):
-        raise UserError(f"--node-rank: rank {next(r for r in ranks_given if ranks_given.count(r) > 1)} given twice",
-                        "each node of one boot has its own rank")
+    ranks_given = _given_ranks(node_rank, len(paths))
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
@@ -222,40 +215,20 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     # never ready after reaching boot phases = a failed boot; a fragment without phases was serving
     failed = [r for r in reports if r.phases and not r.ready]
     sig = next((r.signature for r in reports if r.signature), None)
-    crashed = any(e.kind == "scheduler_exception" for r in reports for e in r.events)
-    # a known failure in a log that never shows the boot's phases (an excerpt of the failing lines) ended it
-    state = "failed" if failed else ("crashed" if crashed or (sig and not any(r.phases for r in reports))
-                                     else "stopped")
+    state = _log_boot_state(reports, failed, sig)
     if state == "failed" and sig is None:
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
     boot_dir = cell.settings.boots_dir / boot_id
-    events: list[dict[str, Any]] = []
-    node_phases: dict[int, dict[str, float]] = {}
-    for rank, rep in zip(ranks, reports, strict=False):
-        shift = (rep.first_ts - t0).total_seconds() if (rep.first_ts and t0) else 0.0
-        per: dict[str, float] = {}
-        for ph in rep.phases:
-            off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
-                           "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
-                           "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
-                                      "occurrence": ph["occurrence"]}})
-            if off is not None:
-                per.setdefault(ph["name"], off)
-        node_phases[rank] = per
-        for ev in rep.events:
-            off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
-                           "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
-                           "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
+    events, node_phases = _log_events(boot_id, ranks, reports, t0)
     # the boot is ready when its last node is (offsets on the shared clock)
     ready_s = None if failed else max((per["ready"] for per in node_phases.values() if "ready" in per), default=None)
     mismatch = _config_mismatch([r.config for r in reports])
     skew = _phase_skew(node_phases)
     boot = {
         "id": boot_id, "config_hash": config_hash, "engine": lead.engine, "hostname": "", "host": "",
-        "port": (observed.fields.get("port") if observed else None), "node_rank": None if len(reports) > 1 else ranks[0],
+        "port": (observed.fields.get("port") if observed else None),
+        "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
         "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
         "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or _now(), "ready_s": ready_s,
@@ -265,26 +238,15 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
                            if sig else None),
         "kind": "imported", "source_sha256": key,
     }
-    curves, acc_summary = [], None
-    for rank, rep in zip(ranks, reports, strict=False):
-        a = rep.acceptance
-        if not a or a.get("curve") is None:
-            continue
-        label = "log" if len(reports) == 1 else f"log-node{rank}"
-        taus = [t for t in a.get("engine_tau") or [] if t is not None]
-        engine_tau = sum(taus) / len(taus) if taus and a["format"] != "sglang-decode" else None
-        curves.append({**curve_row(a["curve"], label, engine_tau=engine_tau,
-                                   engine_source=f"log:{a['format']}" if engine_tau else None,
-                                   warning=None), "run_id": run_id})
-        acc_summary = {"format": a["format"], "samples": a["samples"], "tau": round(a["curve"].tau, 4),
-                       "p": [round(x, 4) for x in a["curve"].p], "num_drafts": a["curve"].num_drafts}
+    curves, acc_summary = _log_curves(run_id, ranks, reports)
     run = {"id": run_id, "kind": "import", "config_hash": config_hash, "boot_id": boot_id, "state": "completed",
            "step": "import", "started_at": boot["started_at"], "ended_at": boot["ended_at"],
            "options": {"source": "log", "files": [f["path"] for f in files]}}
     summary = {
         "kind": "log", "boot_id": boot_id, "run_id": run_id, "config_hash": config_hash,
         "observed": cfg_row is not None, "engine": lead.engine, "state": state,
-        "files": [{"path": f["path"], "sha256": f["sha256"], "node_rank": r} for f, r in zip(files, ranks, strict=False)],
+        "files": [{"path": f["path"], "sha256": f["sha256"], "node_rank": r}
+                  for f, r in zip(files, ranks, strict=False)],
         "nodes": {str(r): node_phases[r] for r in ranks}, "phase_skew_s": skew,
         "ready_s": ready_s, "signature": sig, "acceptance": acc_summary,
         "events": [{"node_rank": r, "kind": e.kind, "line": e.line, "text": e.text}
@@ -308,6 +270,83 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec["summary"], "import_id": rec["id"], "created": False}
     return {**summary, "import_id": rec["id"], "created": True}
+
+
+def _given_ranks(node_rank: int | Sequence[int] | None, n_files: int) -> list[int]:
+    """The ``--node-rank`` values as a list (empty when none given), checked against the ``n_files`` logs.
+
+    Raises UserError for a count other than one per file, or a rank given twice.
+    """
+    ranks_given = [] if node_rank is None else [node_rank] if isinstance(node_rank, int) else list(node_rank)
+    if ranks_given and len(ranks_given) != n_files:
+        raise UserError(f"--node-rank: {len(ranks_given)} rank(s) for {n_files} log file(s)",
+                        "give one --node-rank per file, in file order (a.log --node-rank 0 b.log --node-rank 1), "
+                        "or none to take each log's own rank")
+    if len(set(ranks_given)) != len(ranks_given):
+        raise UserError(f"--node-rank: rank {next(r for r in ranks_given if ranks_given.count(r) > 1)} given twice",
+                        "each node of one boot has its own rank")
+    return ranks_given
+
+
+def _log_boot_state(reports: Sequence[Any], failed: Sequence[Any], sig: dict[str, Any] | None) -> str:
+    """The imported boot's state: ``failed`` (a node never ready after its boot phases), ``crashed``, or ``stopped``.
+
+    A scheduler exception, or a known failure in a log that never shows the boot's phases (an excerpt of the
+    failing lines), is a crash.
+    """
+    crashed = any(e.kind == "scheduler_exception" for r in reports for e in r.events)
+    return "failed" if failed else ("crashed" if crashed or (sig and not any(r.phases for r in reports))
+                                    else "stopped")
+
+
+def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
+                t0: Any) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    """The boot's event rows (phases and notes of every node, offsets on the shared clock from ``t0``).
+
+    Returns ``(events, node_phases)``; ``node_phases``: {rank: {phase: first offset (s)}}.
+    """
+    events: list[dict[str, Any]] = []
+    node_phases: dict[int, dict[str, float]] = {}
+    for rank, rep in zip(ranks, reports, strict=False):
+        shift = (rep.first_ts - t0).total_seconds() if (rep.first_ts and t0) else 0.0
+        per: dict[str, float] = {}
+        for ph in rep.phases:
+            off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
+                           "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
+                           "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
+                                      "occurrence": ph["occurrence"]}})
+            if off is not None:
+                per.setdefault(ph["name"], off)
+        node_phases[rank] = per
+        for ev in rep.events:
+            off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
+                           "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
+                           "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
+    return events, node_phases
+
+
+def _log_curves(run_id: str, ranks: Sequence[int],
+                reports: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Acceptance-curve rows of the nodes whose log has one, and the summary of the last such curve.
+
+    Returns ``(curves, acceptance summary or None)``.
+    """
+    curves, acc_summary = [], None
+    for rank, rep in zip(ranks, reports, strict=False):
+        a = rep.acceptance
+        if not a or a.get("curve") is None:
+            continue
+        label = "log" if len(reports) == 1 else f"log-node{rank}"
+        taus = [t for t in a.get("engine_tau") or [] if t is not None]
+        engine_tau = sum(taus) / len(taus) if taus and a["format"] != "sglang-decode" else None
+        curves.append({**curve_row(a["curve"], label, engine_tau=engine_tau,
+                                   engine_source=f"log:{a['format']}" if engine_tau else None,
+                                   warning=None), "run_id": run_id})
+        acc_summary = {"format": a["format"], "samples": a["samples"], "tau": round(a["curve"].tau, 4),
+                       "p": [round(x, 4) for x in a["curve"].p], "num_drafts": a["curve"].num_drafts}
+    return curves, acc_summary
 
 
 def _config_mismatch(configs: list[ObservedConfig | None]) -> list[str]:
