@@ -246,8 +246,11 @@ def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     if exp.check_speculative:
         def norm_alg(v: Any) -> str | None:
             # SGLang 0.5.17 resolves NEXTN to EAGLE before it stores the server args
-            # (arg_groups/speculative_hook.py: `if speculative_algorithm == "NEXTN" or ... == "EAGLE": return "EAGLE"`).
-            return {"NEXTN": "EAGLE"}.get(str(v).upper(), str(v).upper()) if v not in (None, "", "NONE", "none") else None
+            # (arg_groups/speculative_hook.py:
+            # `if speculative_algorithm == "NEXTN" or ... == "EAGLE": return "EAGLE"`).
+            if v in (None, "", "NONE", "none"):
+                return None
+            return {"NEXTN": "EAGLE"}.get(str(v).upper(), str(v).upper())
 
         if norm_alg(info.get("speculative_algorithm")) != norm_alg(exp.speculative_algorithm):
             bad.append(f"speculative_algorithm: expected {exp.speculative_algorithm!r}, "

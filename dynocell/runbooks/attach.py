@@ -44,7 +44,8 @@ def parse_engine_url(url: str) -> tuple[str, str, int]:
     try:
         u = httpx.URL(text)
     except Exception:  # noqa: BLE001 - httpx raises several types for a bad URL
-        raise UserError(f"URL: {text!r} is not a URL", "give the engine's API root, e.g. http://127.0.0.1:30000") from None
+        raise UserError(f"URL: {text!r} is not a URL",
+                        "give the engine's API root, e.g. http://127.0.0.1:30000") from None
     if u.scheme not in ("http", "https"):
         raise UserError(f"URL: scheme {u.scheme or '(none)'!r} is not http or https",
                         "give the engine's API root, e.g. http://127.0.0.1:30000")

@@ -25,7 +25,13 @@ MAX_SCRAPE_BYTES = 64 << 20
 MAX_SAMPLES, MAX_SAMPLE_CHARS = 32, 4000
 
 
-def _run_row(run_id: str, config_hash: str, source: str, files: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+def _run_row(
+    run_id: str,
+    config_hash: str,
+    source: str,
+    files: list[dict[str, Any]],
+    summary: dict[str, Any],
+) -> dict[str, Any]:
     now = _now()
     return {"id": run_id, "kind": "import", "config_hash": config_hash, "state": "completed", "step": "import",
             "started_at": now, "ended_at": now, "options": {"source": source, "files": [f["path"] for f in files]},
@@ -79,7 +85,9 @@ def _first_bad_line(text: str) -> int:
 def _observed_from_labels(snap: Any, source: str) -> ObservedConfig | None:
     """Engine and served model from the metric families' own names and ``model_name`` labels."""
     names = snap.names()
-    engine = "vllm" if any(n.startswith("vllm:") for n in names) else ("sglang" if any(n.startswith("sglang:") for n in names) else None)
+    engine = ("vllm" if any(n.startswith("vllm:") for n in names)
+              else "sglang" if any(n.startswith("sglang:") for n in names)
+              else None)
     if engine is None:
         return None
     model = None
@@ -119,7 +127,8 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
         raise UserError(f"{twice}: the same scrape given twice: a window between a scrape and itself is empty",
                         "give scrapes taken at different times (before and after the traffic), oldest first")
     snaps = [_scrape(Path(p)) for p in paths]
-    for (pa, a), (pb, b) in zip(zip(paths, snaps, strict=False), list(zip(paths, snaps, strict=False))[1:], strict=False):
+    pairs = list(zip(paths, snaps, strict=False))
+    for (pa, a), (pb, b) in zip(pairs, pairs[1:], strict=False):
         restarted = m.restarted_between(a, b)
         if restarted:
             raise UserError(f"{pb}: {restarted[0]} changed since {pa}: the engine restarted between the scrapes "
@@ -148,7 +157,8 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
         curves.append({**curve_row(curve, "metrics", engine_tau=figs["engine_tau"], engine_source="metrics:vllm"),
                        "run_id": run_id})
         acc = {"source": "vllm per-position counters", "tau": round(curve.tau, 4), "engine_tau": figs["engine_tau"],
-               "p": [round(x, 4) for x in curve.p], "drafts": figs["drafts"], "accepted_tokens": figs["accepted_tokens"]}
+               "p": [round(x, 4) for x in curve.p], "drafts": figs["drafts"],
+               "accepted_tokens": figs["accepted_tokens"]}
     else:
         sc = m.position_curve(window)
         if sc is not None:
@@ -157,13 +167,20 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
             acc = {"source": "sglang per-position counters", "tau": round(sc.tau, 4),
                    "p": [round(x, 4) for x in sc.p], "drafts": sc.steps}
     gauges = {
-        "running": last.sum("vllm:num_requests_running") if last.sum("vllm:num_requests_running") is not None else m.num_running_reqs(last),
-        "waiting": last.sum("vllm:num_requests_waiting") if last.sum("vllm:num_requests_waiting") is not None else m.num_queue_reqs(last),
-        "kv_usage": last.mean("vllm:kv_cache_usage_perc") if last.mean("vllm:kv_cache_usage_perc") is not None else last.mean("sglang:token_usage"),
+        "running": (last.sum("vllm:num_requests_running")
+                    if last.sum("vllm:num_requests_running") is not None
+                    else m.num_running_reqs(last)),
+        "waiting": (last.sum("vllm:num_requests_waiting")
+                    if last.sum("vllm:num_requests_waiting") is not None
+                    else m.num_queue_reqs(last)),
+        "kv_usage": (last.mean("vllm:kv_cache_usage_perc")
+                     if last.mean("vllm:kv_cache_usage_perc") is not None
+                     else last.mean("sglang:token_usage")),
     }
     gen = window.sum("vllm:generation_tokens_total")
     summary = {"kind": "metrics", "run_id": run_id, "config_hash": config_hash, "observed": cfg_row is not None,
-               "scrapes": len(snaps), "window": "delta first→last scrape" if len(snaps) > 1 else "since the engine started",
+               "scrapes": len(snaps),
+               "window": "delta first→last scrape" if len(snaps) > 1 else "since the engine started",
                "generation_tokens": gen if gen is not None else m.generation_tokens(window),
                "acceptance": acc, "gauges_last": gauges,
                "files": [{"path": f["path"], "sha256": f["sha256"]} for f in files]}

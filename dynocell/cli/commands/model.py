@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
                                  "with one MTP layer: run it with NEXTN / EAGLE, draft path = model path)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
-        """Train an EAGLE (or --kind eagle3 / mtp) draft head for the target, in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
+        """Train an EAGLE (or --kind eagle3 / mtp) draft head for the target,
+        in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.
 
         Example: dynocell model make-eagle /tmp/eagle --steps 20
         """

@@ -303,7 +303,8 @@ def train_head(head: EagleHead, target, data: torch.Tensor, recipe: dict, seed: 
         now = time.monotonic()
         if progress and (step == 0 or step == steps - 1 or now - last >= 5.0):
             last = now
-            progress(f"{getattr(head, 'architecture', 'head')}: step {step + 1}/{steps} loss {loss_v:.3f} (reg {float(reg.detach()):.3f}, "
+            progress(f"{getattr(head, 'architecture', 'head')}: step {step + 1}/{steps} loss {loss_v:.3f} "
+                     f"(reg {float(reg.detach()):.3f}, "
                      f"kl {float(kl.detach()):.3f}; {now - t0:.0f} s)")
     head.eval()
     return loss_v, time.monotonic() - t0

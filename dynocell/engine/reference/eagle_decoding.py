@@ -164,7 +164,7 @@ class EagleGeneration(Generation):
             base = len(cands)
             scores = []
             outs = []
-            for b, (cand, tok, feat, cache, score) in enumerate(branches):
+            for _b, (cand, tok, feat, cache, score) in enumerate(branches):
                 g, lg = self._head_step(tok, feat, n - 1 + (i - 1), cache)
                 cp, ci = torch.topk(torch.softmax(lg, dim=-1), k)
                 outs.append((g, cache))

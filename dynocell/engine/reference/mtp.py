@@ -155,7 +155,8 @@ def _mimo_config(target_cfg: dict) -> dict:
             "rms_norm_eps", "rope_parameters", "rope_theta", "vocab_size")
     cfg = {k: target_cfg[k] for k in keep if k in target_cfg}
     cfg.update({"architectures": ["MiMoForCausalLM"], "model_type": "qwen2", "num_nextn_predict_layers": 1,
-                "tie_word_embeddings": False, "use_sliding_window": False, "max_window_layers": cfg["num_hidden_layers"],
+                "tie_word_embeddings": False, "use_sliding_window": False,
+                "max_window_layers": cfg["num_hidden_layers"],
                 "attention_dropout": 0.0, "torch_dtype": "float32", "dtype": "float32", "use_cache": True})
     return cfg
 
@@ -222,14 +223,16 @@ def make_mtp_target(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict
         torch.set_num_threads(prev)
     total = time.monotonic() - t_start
     (out_dir / "README.md").write_text(
-        f"# MTP-capable target (MiMo layout) from `{target_dir.name}`\n\nMade by `dynocell model make-eagle --kind mtp` "
+        f"# MTP-capable target (MiMo layout) from `{target_dir.name}`\n\n"
+        f"Made by `dynocell model make-eagle --kind mtp` "
         f"(`dynocell.engine.reference.mtp.make_mtp_target`), no network, seed {seed}.\n\n"
         f"- Trunk: the Llama target's weights as `MiMoForCausalLM` (`model_type` qwen2: Qwen2 = Llama + q/k/v biases, "
         f"here zero, so the same function); `num_nextn_predict_layers` 1.\n"
         f"- `model.mtp_layers.0`: token/hidden norms, `input_proj` [2H → H] over [norm(target feature) ; "
         f"norm(embedding)], a Qwen2 decoder layer, final norm; embedding and LM head shared (SGLang `MiMoMTP`).\n"
-        f"- Recipe: {recipe['steps']} AdamW steps (lr {recipe['lr']}), batch {recipe['batch']} × {recipe['seq']}, target "
-        f"frozen, KL(target ‖ MTP) of the token after next; final loss {loss:.3f}; {secs:.0f} s training, {total:.0f} s.\n"
+        f"- Recipe: {recipe['steps']} AdamW steps (lr {recipe['lr']}), batch {recipe['batch']} × {recipe['seq']}, "
+        f"target frozen, KL(target ‖ MTP) of the token after next; final loss {loss:.3f}; "
+        f"{secs:.0f} s training, {total:.0f} s.\n"
         f"- SGLang: `--speculative-algorithm EAGLE` (or NEXTN) with `--speculative-draft-model-path` = this folder.\n")
     if progress:
         progress(f"MTP target saved to {out_dir} (loss {loss:.3f}, {total:.0f} s)")

@@ -89,7 +89,12 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     d.update(result)
 
 
-def _stored_plain(cell: Cell, plain_hash: str, run_id: str, workload_sha256: str | None = None) -> dict[str, Any] | None:
+def _stored_plain(
+    cell: Cell,
+    plain_hash: str,
+    run_id: str,
+    workload_sha256: str | None = None,
+) -> dict[str, Any] | None:
     """The newest plain twin measurement of ``plain_hash`` on this host, stored by an earlier run's break-even
     on the same workload (``workload_sha256``; None = any, for runs that predate the column)."""
     import socket
