@@ -100,11 +100,12 @@ def check_layout3(head_dir, target_cfg: dict) -> None:
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["num_hidden_layers"] == 1
     ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     # SGLang captures the input of layer id + 1: it must exist and not be layer 0 (residual None there).
-    assert all(0 <= i and 1 <= i + 1 < target_cfg["num_hidden_layers"] for i in ids), ids
+    assert all(i >= 0 and 1 <= i + 1 < target_cfg["num_hidden_layers"] for i in ids), ids
     h, inter, vd = cfg["hidden_size"], cfg["intermediate_size"], cfg["draft_vocab_size"]
     dims = {"H": h, "2H": 2 * h, "3H": 3 * h, "AH": len(ids) * h, "I": inter, "2I": 2 * inter, "Vd": vd}
     with safe_open(str(head_dir / "model.safetensors"), "pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        names = f.keys()  # a safetensors file handle: not iterable itself
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
         d2t, t2d = f.get_tensor("d2t"), f.get_tensor("t2d")
     params, buffers = sglang_load(shapes)
     assert params == {k: tuple(dims[x] for x in v) for k, v in SGLANG_PARAMS.items()}

@@ -115,7 +115,8 @@ def _check_layout(head_dir) -> None:
     assert cfg["architectures"] == ["LlamaForCausalLMEagle"] and cfg["num_hidden_layers"] == 1
     assert cfg["tie_word_embeddings"] is False  # else SGLang would alias lm_head to embed_tokens
     with safe_open(str(head_dir / "model.safetensors"), "pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        names = f.keys()  # a safetensors file handle: not iterable itself
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
     assert not any("input_layernorm" in k or k.startswith("norm.") or "lm_head" in k for k in shapes), shapes
     d = _dims(cfg)
     loaded = sglang_load(shapes)
@@ -308,7 +309,8 @@ def test_cli_make_eagle_short_run_and_a_bad_kind(cli_env, model_pair, tmp_path):
     import shutil
     import subprocess
 
-    exe = shutil.which("dynocell") or str(__import__("pathlib").Path(__import__("sys").executable).with_name("dynocell"))
+    exe = (shutil.which("dynocell")
+           or str(__import__("pathlib").Path(__import__("sys").executable).with_name("dynocell")))
     out = tmp_path / "head"
     r = subprocess.run([exe, "model", "make-eagle", str(out), "--target", str(model_pair.target), "--steps", "2",
                         "--json"], env=cli_env, capture_output=True, text=True, timeout=600)

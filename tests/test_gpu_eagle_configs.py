@@ -15,7 +15,10 @@ from dynocell.engine.config import load_config, parse_config
 from dynocell.engine.reference.args import parse as reference_parse
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted([*(REPO / "gpu" / "configs").glob("h200-eagle*.toml"), *(REPO / "gpu" / "configs").glob("h200-mtp*.toml")])
+CONFIGS = sorted([
+    *(REPO / "gpu" / "configs").glob("h200-eagle*.toml"),
+    *(REPO / "gpu" / "configs").glob("h200-mtp*.toml"),
+])
 ARCH = {"EAGLE": "LlamaForCausalLMEagle", "EAGLE3": "LlamaForCausalLMEagle3", "NEXTN": "MiMoForCausalLM"}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from alembic import command
 from sqlalchemy import text
 

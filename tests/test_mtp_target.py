@@ -109,7 +109,8 @@ def check_mimo_layout(folder) -> None:
     assert cfg["architectures"] == ["MiMoForCausalLM"] and cfg["num_nextn_predict_layers"] == 1
     assert cfg["model_type"] == "qwen2"  # transformers' AutoConfig knows it; SGLang picks the class by architectures
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        names = f.keys()  # a safetensors file handle: not iterable itself
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
     d = {"H": h, "2H": 2 * h, "3H": 3 * h, "I": i, "2I": 2 * i, "V": cfg["vocab_size"]}
     assert sglang_mtp_load(shapes) == {k: tuple(d[x] for x in v) for k, v in MTP_PARAMS.items()}

@@ -90,9 +90,11 @@ def test_cli_applies_the_table(cell, cli_env):
     assert r.returncode == 0 and json.loads(r.stdout)["boot"]["id"] == BOOT
     # a prefix naming a run and a boot is refused, naming both and their kinds
     r = _cli(["show", "ab12"], cli_env)
-    assert r.returncode == 2 and f"boot {BOOT}" in r.stdout + r.stderr and f"run {RUN_A}" in r.stdout + r.stderr, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and f"boot {BOOT}" in out and f"run {RUN_A}" in out, out
     r = _cli(["show", "zzzz9999"], cli_env)
-    assert r.returncode == 2 and "no run or boot matches 'zzzz9999'" in r.stdout + r.stderr and "dynocell runs" in r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "no run or boot matches 'zzzz9999'" in out and "dynocell runs" in out
     # configs: a label, a 4-hex prefix, too short
     for ref in ("prod", "c0ffee12"):
         r = _cli(["config", "show", ref, "--json"], cli_env)
