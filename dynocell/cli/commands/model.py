@@ -52,7 +52,12 @@ def register(app: typer.Typer) -> None:
         else:
             Console().print(f"target: {pair.target}\ndraft:  {pair.draft}\n({out['seconds']} s)")
 
-    @model_app.command("make-eagle")
+    @model_app.command(
+        "make-eagle",
+        # the docstring's first sentence on one line in the command list (the docstring wraps it)
+        short_help="Train an EAGLE (or --kind eagle3 / mtp) draft head for the target, "
+                   "in SGLang 0.5.17's LlamaForCausalLMEagle layout, offline.",
+    )
     def make_eagle_cmd(
         dir: Path = typer.Argument(..., help="Output folder of the EAGLE head."),
         target: Path | None = typer.Option(None, "--target", help="Target model folder (default: the reference "
