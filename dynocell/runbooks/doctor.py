@@ -20,7 +20,7 @@ Rules (id — shape):
 - ``no_net_win`` — τ fine but speculative decode ≤ plain; the verify-step cost and break-even τ
   (accounting suspected only when engine counters and client histograms disagree).
 - ``definitions_mismatch`` — engine-reported τ vs client histogram > 2 % apart.
-- ``independence`` — τ vs (1 − p^(D+1)) / (1 − p) with p = p_1.
+- ``independence`` — per-position p_i vs the best single p (Σ p^i = τ − 1): a shape no one p explains.
 - ``garbage_output`` — generations dominated by one token or a handful of tokens.
 - ``engine_vs_oracle`` — engine curve vs the reference engine's on the same prompts
   (greedy within 2 % per position; sampled only against the engine's proposal mode).
@@ -113,7 +113,8 @@ class DoctorInputs:
       without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
       ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
       break-even's noise band (fraction; a margin inside it is not a finding).
-    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run.
+    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run, of the same workload
+      (sampling settings) its curves come from; ``outputs_of`` says whose (e.g. ``run samples``).
     - ``oracle``: reference curves; ``sampling``: greedy | sampled;
       ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
       SGLang with eagle_topk 1, sampled otherwise).
@@ -130,6 +131,7 @@ class DoctorInputs:
     breakeven_noise: float | None = None
     output_ids: list[list[int]] = field(default_factory=list)
     output_texts: list[str] = field(default_factory=list)
+    outputs_of: str | None = None
     oracle: list[OracleCurve] = field(default_factory=list)
     sampling: str = "greedy"
     proposal_mode: str = "top1"
@@ -187,20 +189,75 @@ def _judged(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
     return [c for c in inp.curves if c.curve.steps is None or c.curve.steps >= min_steps]
 
 
+#: Speculative algorithms by what their drafter reads (SGLang ``--speculative-algorithm`` and vLLM
+#: ``speculative_config.method`` names, upper-cased). The causes a rule names depend on it: an n-gram
+#: proposer has no hidden state, KV or parallel config of its own; a draft model has no hidden state.
+ALGORITHM_FAMILIES = {
+    "NGRAM": "ngram", "PROMPT_LOOKUP": "ngram", "LOOKAHEAD": "ngram", "SUFFIX": "ngram",
+    "STANDALONE": "draft_model", "DRAFT_MODEL": "draft_model",
+    "EAGLE": "hidden_state", "EAGLE3": "hidden_state", "NEXTN": "hidden_state", "MTP": "hidden_state",
+    "DFLASH": "hidden_state", "MEDUSA": "hidden_state",
+}
+#: What a drafter of each family reads, i.e. what can be wrong when τ is pinned near one.
+_WRONG_INPUTS = {
+    "hidden_state": "hidden states (EAGLE / NEXTN aux layers), positions, the KV it attends to, the parallel "
+                    "config it was built with, a captured graph's static buffers",
+    "draft_model": "positions, the draft model's own KV cache, its tokenizer / vocabulary, the parallel config it "
+                   "was built with, a captured graph's static buffers",
+    None: "hidden state, positions, KV, parallel config, a captured graph's static buffers",
+}
+
+
+def algorithm_family(knobs: dict[str, Any]) -> str | None:
+    """``ngram`` | ``draft_model`` | ``hidden_state`` for the run's ``speculative.algorithm``; None when unknown."""
+    alg = str(knobs.get("speculative.algorithm") or "").upper()
+    return ALGORITHM_FAMILIES.get(alg)
+
+
+def _is_repetition(text_class: str) -> bool:
+    return "repet" in text_class.lower() or "verbatim" in text_class.lower()
+
+
+def _pinned_ngram(inp: DoctorInputs, cs: list[ClassCurve], t: dict[str, Any]) -> list[Finding]:
+    """An n-gram proposer can only propose text it has seen (prompt + output so far): τ near one on fresh
+    text is its nature, and under sampling even a repeated passage is not followed token for token. Only
+    a greedy run whose verbatim-repetition class stays pinned says the proposer matches nothing."""
+    rep = [c for c in cs if _is_repetition(c.text_class)]
+    if inp.sampling != "greedy" or not rep or any(c.curve.tau > t["ngram_repetition_tau_max"] for c in rep):
+        return []
+    taus = {c.text_class: _r(c.curve.tau) for c in rep}
+    msg = (f"n-gram proposer: τ ≤ {t['ngram_repetition_tau_max']} on verbatim repetition under greedy decoding "
+           f"({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}, D = {rep[0].curve.num_drafts}): the continuation "
+           "is in the prompt, so the proposer matches nothing — its token history (prompt + output) is not fed, or "
+           "its match window (prompt_lookup_min / prompt_lookup_max, ngram sizes) cannot match.")
+    return [Finding("pinned_near_one", "error", msg,
+                    {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": rep[0].curve.num_drafts,
+                     "tau_max": t["ngram_repetition_tau_max"], "repetition_class": True, "algorithm_family": "ngram"})]
+
+
 def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """τ ≤ ``tau_max`` on every class with D ≥ ``min_drafts``: the drafter (or the target) reads wrong inputs.
+
+    Algorithm-aware (issue 22): for an n-gram proposer only a greedy verbatim-repetition class counts
+    (:func:`_pinned_ngram`); for a draft model or a hidden-state drafter the causes named are the inputs
+    that family reads (:data:`_WRONG_INPUTS`).
+    """
     t = th["pinned_near_one"]
     cs = [c for c in _judged(inp, th) if c.curve.num_drafts >= t["min_drafts"]]
+    family = algorithm_family(inp.knobs)
+    if family == "ngram":
+        return _pinned_ngram(inp, cs, t)
     if not cs or any(c.curve.tau > t["tau_max"] for c in cs):
         return []
-    has_rep = any("repet" in c.text_class.lower() or "verbatim" in c.text_class.lower() for c in cs)
+    has_rep = any(_is_repetition(c.text_class) for c in cs)
     taus = {c.text_class: _r(c.curve.tau) for c in cs}
     msg = (f"τ ≤ {t['tau_max']} on every class ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}) with "
            f"D = {cs[0].curve.num_drafts}" + (", verbatim repetition included" if has_rep else "")
-           + ": the draft (or, with garbled output, the target's verify step) sees wrong or zero inputs (hidden state, "
-           "positions, KV, parallel config, a captured graph's static buffers) — not a weak drafter.")
+           + f": the draft (or, with garbled output, the target's verify step) sees wrong or zero inputs "
+           f"({_WRONG_INPUTS[family]}) — not a weak drafter.")
     return [Finding("pinned_near_one", "error", msg,
                     {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
-                     "tau_max": t["tau_max"], "repetition_class": has_rep})]
+                     "tau_max": t["tau_max"], "repetition_class": has_rep, "algorithm_family": family})]
 
 
 def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -424,10 +481,39 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                 f"{c.engine_tau:.2f} vs histogram τ {c.curve.tau:.2f}): audit the acceptance accounting as well.")
         ev["engine_tau"], ev["histogram_tau"] = _r(c.engine_tau), _r(c.curve.tau)
     else:
-        msg += (" Engine counters and client histograms do not disagree, so treat the acceptance as real: per-token "
-                "work that grows with the tokens verified (pointwise glue, expert traffic under offload) is the "
-                "usual cost.")
+        msg += (" Engine counters and client histograms do not disagree, so treat the acceptance as real; the "
+                f"likely cost: {step_cost_causes(inp.knobs, d)}.")
     return [Finding("no_net_win", "warn", msg, ev)]
+
+
+def _extra_args_text(knobs: dict[str, Any]) -> str:
+    extra = knobs.get("extra_args") or ()
+    return " ".join(str(a) for a in (extra if isinstance(extra, (list, tuple)) else [extra])).lower()
+
+
+def step_cost_causes(knobs: dict[str, Any], num_drafts: int) -> str:
+    """What makes a verify step expensive, named only where the config says it can apply (issue 22).
+
+    Always: per-token work that grows with the D + 1 positions verified (norms, activations, sampling).
+    Expert traffic only with expert parallelism or MoE flags; offload only with an offload flag; collectives
+    only with tp/pp/dcp > 1; the drafter's own forward passes only for a draft model or a hidden-state drafter.
+    """
+    extra = _extra_args_text(knobs)
+    causes = [f"per-token work that grows with the {num_drafts + 1} positions verified per step (norms, "
+              "activations, sampling — pointwise glue)"]
+    family = algorithm_family(knobs)
+    steps = knobs.get("speculative.num_steps")
+    if family in ("draft_model", "hidden_state"):
+        causes.append(f"the drafter's own {steps or num_drafts} forward pass(es) per step")
+    if (knobs.get("parallel.ep_size") or 1) > 1 or "expert" in extra or "moe" in extra:
+        causes.append(f"expert dispatch for every verified token (ep_size {knobs.get('parallel.ep_size') or 1})")
+    if "offload" in extra:
+        causes.append("weights moved by offload on each verify step")
+    par = {k.split(".")[1]: v for k, v in knobs.items() if k in ("parallel.tp_size", "parallel.pp_size",
+                                                                 "parallel.dcp_size") and (v or 1) > 1}
+    if par:
+        causes.append("collectives over " + ", ".join(f"{k} {v}" for k, v in sorted(par.items())))
+    return "; ".join(causes)
 
 
 def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -459,7 +545,31 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
     return out
 
 
+def fit_single_p(tau: float, num_drafts: int) -> float:
+    """The one p whose independence curve has the measured τ: Σ_{i=1..D} p^i = τ − 1 (bisection, 60 steps).
+
+    Unlike p = p_1, this p also fits a drafter's ordinary decay with depth (a_i falling slowly), so only
+    a shape no single p explains is left as a deviation."""
+    target = min(max(tau - 1.0, 0.0), float(num_drafts))
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** i for i in range(1, num_drafts + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Per-position acceptance that no single p explains (issue 22: calibrated on healthy curves).
+
+    Fit p̂ with Σ p̂^i = τ − 1 (:func:`fit_single_p`) and compare every p_i with p̂^i. A finding needs the
+    largest gap to be both large (≥ ``abs_dev_min``; healthy curves from the reference engine, SGLang 0.5.17
+    and vLLM 0.26.0 reach 0.14) and real (≥ ``z_min`` standard errors of a proportion over N steps; curves
+    without a step count are judged on the gap alone). Later positions below the fit → warn (they fail
+    abnormally); above it → info (acceptance comes in bursts).
+    """
     from dynocell.engine.acceptance import expected_tau_independent
 
     t = th["independence"]
@@ -468,19 +578,25 @@ def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         cv = c.curve
         if cv.num_drafts < t["min_drafts"] or not cv.p or cv.p[0] <= 0:
             continue
-        pred = expected_tau_independent(cv.p[0], cv.num_drafts)
-        rel = (cv.tau - pred) / pred
-        if -t["low_rel"] <= rel <= t["high_rel"]:
+        ph = fit_single_p(cv.tau, cv.num_drafts)
+        devs = [cv.p[i] - ph ** (i + 1) for i in range(cv.num_drafts)]
+        i = max(range(len(devs)), key=lambda j: abs(devs[j]))
+        q = ph ** (i + 1)
+        z = abs(devs[i]) / math.sqrt(max(q * (1 - q), 1e-9) / cv.steps) if cv.steps else None
+        if abs(devs[i]) < t["abs_dev_min"] or (z is not None and z < t["z_min"]):
             continue
-        low = rel < 0
+        low = devs[-1] < 0
+        pred = expected_tau_independent(cv.p[0], cv.num_drafts)
         out.append(Finding(
             "independence", "warn" if low else "info",
-            f"{c.text_class}: τ {cv.tau:.2f} vs {pred:.2f} predicted by one p = p_1 = {cv.p[0]:.2f} "
-            f"((1 − p^(D+1)) / (1 − p), D = {cv.num_drafts}); {abs(rel) * 100:.0f} % "
-            + ("below: later positions fail far more often than the first — read a_i position by position."
-               if low else "above: acceptance comes in long bursts; one p does not describe this curve."),
+            f"{c.text_class}: no single p explains the curve p = {', '.join(f'{x:.2f}' for x in cv.p)} "
+            f"(τ {cv.tau:.2f}): the best single p = {ph:.2f} predicts p_{i + 1} = {q:.2f}, measured {cv.p[i]:.2f} "
+            f"({devs[i]:+.2f}" + (f", {z:.1f} standard errors" if z is not None else "") + "); "
+            + ("later positions fail far more often than the first — read a_i position by position."
+               if low else "acceptance comes in long bursts."),
             {"text_class": c.text_class, "tau": _r(cv.tau), "tau_independent": _r(pred), "p1": _r(cv.p[0]),
-             "rel_diff": _r(rel), "num_drafts": cv.num_drafts}))
+             "p_fit": _r(ph), "position": i + 1, "deviation": _r(devs[i]), "z": _r(z, 2),
+             "num_drafts": cv.num_drafts}))
     return out
 
 
@@ -524,12 +640,15 @@ def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     tau = inp.overall_tau()
     healthy = tau is not None and tau >= t["healthy_tau"]
-    msg = (f"generated output is degenerate: {reason} ({n} {unit}, {len(counts)} distinct)."
-           + (f" Acceptance τ {tau:.2f} looks healthy only because target and draft agree on degenerate text "
-              "(dummy or broken weights)." if healthy else ""))
+    msg = (f"generated output{f' ({inp.outputs_of})' if inp.outputs_of else ''} is degenerate: {reason} "
+           f"({n} {unit}, {len(counts)} distinct)."
+           + (f" Acceptance τ {tau:.2f} looks healthy only because target and draft agree on degenerate text: "
+              "compare with the plain twin's output on the same prompts — degenerate there too means the weights "
+              "(dummy or broken), clean there means the speculative path garbles the target." if healthy else ""))
     return [Finding("garbage_output", "error" if healthy else "warn", msg,
                     {"tokens": n, "distinct": len(counts), "top1_share": _r(top1_share), "topk_share": _r(topk_share),
-                     "zero_id_share": _r(zero_share), "tau": _r(tau), "top_tokens": [str(k) for k, _ in top]})]
+                     "zero_id_share": _r(zero_share), "tau": _r(tau), "top_tokens": [str(k) for k, _ in top],
+                     "outputs_of": inp.outputs_of})]
 
 
 def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -653,6 +772,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
         breakeven_noise=d.get("breakeven_noise"),
         output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
+        outputs_of=d.get("outputs_of"),
         oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
     )
@@ -748,10 +868,13 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
                 inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve))
     # The run's own generations (kept by the bench step at the workload's sampling settings) say
     # what the engine serves; the plain twin's greedy goldens are the fallback for older runs.
+    # The plain twin's goldens are greedy: they speak about this run's curves only when its workload was
+    # greedy too (issue 22: a tiny model repeating a space under greedy said nothing about a sampled τ).
     samples = [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
     if samples:
-        inp.output_texts = samples
-    elif plain_hash:
+        inp.output_texts, inp.outputs_of = samples, "run samples"
+    elif plain_hash and "temperature" in opts and temp in (0, 0.0):
+        inp.outputs_of = "plain twin greedy goldens"
         inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
         if not inp.output_ids:
             inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]
