@@ -35,114 +35,21 @@ import json
 import math
 import tomllib
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from dynocell.errors import NotFound
+from dynocell.runbooks.doctor_compare import COMPARE_RULES
+from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
+from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
+from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
+    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
+)
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")
 #: Flattened config fields that never change what an engine computes (ignored when comparing siblings).
 NOISE_FIELDS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One doctor finding.
-
-    ``rule``: rule id; ``severity``: info | warn | error; ``message``: one or two
-    sentences with the numbers; ``evidence``: the numbers (τ, p_i, sizes, tok/s …;
-    plus a few names such as ``text_class`` or ``knob``); ``entries``: linked runbook slugs.
-    """
-
-    rule: str
-    severity: str
-    message: str
-    evidence: dict[str, Any]
-    entries: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ClassCurve:
-    """The curve of one text class (or one rung of a length ladder).
-
-    ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
-    prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
-    own τ for the same requests and ``engine_source`` where it came from.
-    """
-
-    text_class: str
-    curve: Any
-    prompt_tokens: float | None = None
-    engine_tau: float | None = None
-    engine_source: str | None = None
-
-
-@dataclass(frozen=True)
-class Sibling:
-    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ."""
-
-    label: str
-    knobs: dict[str, Any]
-    tau: float
-
-
-@dataclass(frozen=True)
-class OracleCurve:
-    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics)."""
-
-    text_class: str
-    mode: str
-    curve: Any
-
-
-@dataclass
-class DoctorInputs:
-    """Everything the rules look at, as plain values (all optional except ``curves``).
-
-    - ``curves``: per class; ``ladder``: per prompt length (defaults to the curves
-      that carry ``prompt_tokens``).
-    - ``knobs``: this run's flattened config (:func:`flatten_config`); ``siblings``:
-      other measured configs (for parallel-size and graph/eager comparisons).
-    - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
-      without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
-      ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
-      break-even's noise band (fraction; a margin inside it is not a finding).
-    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run, of the same workload
-      (sampling settings) its curves come from; ``outputs_of`` says whose (e.g. ``run samples``).
-    - ``oracle``: reference curves; ``sampling``: greedy | sampled;
-      ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
-      SGLang with eagle_topk 1, sampled otherwise).
-    """
-
-    curves: list[ClassCurve] = field(default_factory=list)
-    ladder: list[ClassCurve] = field(default_factory=list)
-    knobs: dict[str, Any] = field(default_factory=dict)
-    siblings: list[Sibling] = field(default_factory=list)
-    spec_decode_tok_s: float | None = None
-    plain_decode_tok_s: float | None = None
-    spec_step_ms: float | None = None
-    plain_step_ms: float | None = None
-    breakeven_noise: float | None = None
-    output_ids: list[list[int]] = field(default_factory=list)
-    output_texts: list[str] = field(default_factory=list)
-    outputs_of: str | None = None
-    oracle: list[OracleCurve] = field(default_factory=list)
-    sampling: str = "greedy"
-    proposal_mode: str = "top1"
-
-    def overall_tau(self) -> float | None:
-        """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
-        cs = [c.curve for c in self.curves]
-        if not cs:
-            return None
-        w = [c.steps if c.steps else 1 for c in cs]
-        return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
 
 
 def load_thresholds(path: Path = THRESHOLDS_PATH) -> dict[str, dict[str, float]]:
@@ -176,10 +83,6 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
     keys = set(a) | set(b)
     return {k for k in keys if a.get(k) != b.get(k)
             and k.split(".")[0] not in NOISE_FIELDS and not k.startswith("meta.")}
-
-
-def _r(x: float | None, n: int = 4) -> float | None:
-    return None if x is None else round(float(x), n)
 
 
 # ------------------------------------------------------------------ rules
@@ -348,6 +251,10 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     if _zero_boundary(pts, th["zero_past_length"]) is not None:
         return []  # the sharper zero_past_length finding explains it
+    from dynocell.runbooks.doctor_outputs import rule_length_cliff
+
+    if rule_length_cliff(inp, th):
+        return []  # a cliff at one boundary is a bug, not the drafter's natural decay (length_cliff says so)
     # Mean τ per distinct length (classes at the same rung are averaged).
     by_len = {L: [c.curve.tau for c in pts if c.prompt_tokens == L] for L in lengths}
     taus = [sum(v) / len(v) for v in by_len.values()]
@@ -701,6 +608,10 @@ RULES = {
     "garbage_output": rule_garbage_output,
     "engine_vs_oracle": rule_engine_vs_oracle,
 }
+# Issue 22's shapes, one module per family (each rule documented there).
+RULES.update(COMPARE_RULES)
+RULES.update(OUTPUT_RULES)
+RULES.update(RUNTIME_RULES)
 
 
 def _entry_fits(entry: Any, knobs: dict[str, Any]) -> bool:
@@ -756,7 +667,10 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
     ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
     ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``, ``breakeven_noise``,
-    ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``.
+    ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``; issue 22: ``baselines`` (``{label, build,
+    curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
+    (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
+    margin}``), ``mode_outputs``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -775,6 +689,18 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         outputs_of=d.get("outputs_of"),
         oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
+        baselines=[Baseline(x.get("label", f"baseline {i}"), x.get("build"),
+                            {c.get("text_class", "all"): curve_from_dict(c) for c in x.get("curves", [])},
+                            x.get("decode_tok_s")) for i, x in enumerate(d.get("baselines", []))],
+        others=[Sibling(x.get("label", f"other {i}"), dict(x.get("knobs", {})), float(x["tau"]),
+                        dict(x.get("tau_by_class", {})), x.get("decode_tok_s")) for i, x in enumerate(d.get("others", []))],
+        concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
+                     for x in d.get("concurrency", [])],
+        mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
+                             x.get("margin")) for x in d.get("mismatches", [])],
+        mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
+        engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
+        profile=dict(d.get("profile", {})),
     )
 
 
