@@ -804,6 +804,9 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
         inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
         if not inp.output_ids:
             inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]
+    from dynocell.runbooks.doctor_evidence import add_run_evidence
+
+    add_run_evidence(cell, run, inp)
     return inp
 
 
@@ -830,24 +833,43 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     if not boot_id:
         raise NotFound(f"no run or boot matches {ref!r}", "see dynocell runs / dynocell ps for ids")
     boot = dbk.get_boot(store, boot_id) or {}
-    findings = []
+    findings = _boot_runtime_findings(cell, boot, kn)
     sig = boot.get("failure_signature")
+    if sig == "nccl_timeout_startup" and any(f.rule == "nccl_serving_timeout" for f in findings):
+        sig = None  # the timeout came while serving (issue 22): nccl_serving_timeout says so, not the start-up id
     if sig:
         slugs = kn.for_signature(sig)
         log_hits = _log_hits(kn, boot.get("log_path"))
         for s in log_hits:
             if s not in slugs:
                 slugs.append(s)
-        findings.append(Finding("boot_failure", "error",
+        findings.insert(0, Finding("boot_failure", "error",
                                 f"boot {boot_id} failed with signature {sig!r}"
                                 + (f": {boot['failure_detail'].get('line')}" if boot.get("failure_detail", {}).get("line") else ""),
                                 {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
                                 slugs))
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
+    said = {(f.rule, f.message) for f in findings}
     for rid in dbk.runs_of_boot(store, boot_id):
-        findings.extend(diagnose(cell, rid, store_findings=store_findings))
+        findings.extend(f for f in diagnose(cell, rid, store_findings=store_findings) if (f.rule, f.message) not in said)
     return findings
+
+
+def _boot_runtime_findings(cell: Any, boot: dict[str, Any], kn: Any) -> list[Finding]:
+    """The runtime rules (issue 22, shape 9) over a boot's own log and config."""
+    from dynocell.runbooks.doctor_evidence import boot_inputs
+
+    if not boot:
+        return []
+    inp = boot_inputs(cell, boot)
+    th = load_thresholds()
+    out = []
+    for rule, fn in RUNTIME_RULES.items():
+        for f in fn(inp, th):
+            slugs = [s for s in kn.for_rule(rule) if _entry_fits(kn.entries[s], inp.knobs)]
+            out.append(Finding(f.rule, f.severity, f.message, f.evidence, slugs))
+    return out
 
 
 def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[str]:

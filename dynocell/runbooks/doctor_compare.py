@@ -85,7 +85,7 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
-    """Several knobs differ and τ moved: name the candidates and the confounders instead of refusing."""
+    """Several knobs differ and τ is lower here: name the candidates and the confounders instead of refusing."""
     t = th["confounded_comparison"]
     tau = inp.overall_tau()
     if tau is None or not inp.knobs:
@@ -94,8 +94,8 @@ def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
     for o in inp.others:
         diff = _diff(inp.knobs, o.knobs)
         rel = (tau - o.tau) / o.tau if o.tau else 0.0
-        if len(diff) < t["min_knobs"] or abs(rel) < t["tau_rel_min"]:
-            continue
+        if len(diff) < t["min_knobs"] or -rel < t["tau_rel_min"]:
+            continue  # spoken on the run that got worse; the better one has nothing to fix
         cands = [k for k in diff if k.startswith(ACCEPTANCE_KNOBS)]
         confs = [k for k in diff if k not in cands]
         desc = ", ".join(f"{k} {o.knobs.get(k)!r}→{inp.knobs.get(k)!r}" for k in diff)
