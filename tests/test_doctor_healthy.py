@@ -11,7 +11,6 @@ one H200) and ``tests/data/sglang-0.5.17-tp2/dynocell-2xh200`` (TP 2). Real curv
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,9 +32,11 @@ STORES = {
 #: plain decoding (tiny models on an H200 / the CPU reference: the verify step costs more than τ plain
 #: steps). Checked below against the numbers, not just listed.
 TRUE_FINDINGS = {
-    "2d8a3ffa5459": {"no_net_win", "concurrency_loss"},  # h200-standalone-pair: 1822 vs 2279 tok/s; 1.11× at c=1, 0.80× at c=4
+    # h200-standalone-pair: 1822 vs 2279 tok/s; 1.11× plain at c=1, 0.80× at c=4
+    "2d8a3ffa5459": {"no_net_win", "concurrency_loss"},
     "ee7392c4a055": {"no_net_win"},   # h200-ngram: 948 vs 2279 tok/s
-    "628b589d0b94": {"no_net_win", "concurrency_loss"},  # h200-standalone-self: verify 3.14 vs plain 1.37 ms; 1.24× → 0.78×
+    # h200-standalone-self: verify 3.14 vs plain 1.37 ms; 1.24× plain at c=1, 0.78× at c=4
+    "628b589d0b94": {"no_net_win", "concurrency_loss"},
     "e74f634ecd56": {"no_net_win"},   # h200-tp2-standalone-pair: verify 5.27 ms vs plain 2.68 ms, τ 1.81
     "0110d9b7f46b": {"no_net_win"},   # reference default: verify 18.56 ms vs plain 5.26 ms, τ 1.76
 }
@@ -165,17 +166,21 @@ def test_no_net_win_names_experts_and_offload_only_where_they_exist():
     assert "drafter's own" not in msg
 
 
-def _healthy_curves() -> list[tuple[str, Curve]]:
-    """Every healthy per-position curve with D ≥ 2 shipped in tests/data, from every engine."""
+def _store_curves() -> list[tuple[str, Curve]]:
     import sqlite3
 
-    out: list[tuple[str, Curve]] = []
+    out = []
     for name, d in STORES.items():
         con = sqlite3.connect(d / "dynocell.db")
         for rid, cls, h in con.execute("select run_id, text_class, histogram from acceptance_curves"):
             if h:
                 out.append((f"{name}:{rid}:{cls}", Curve.from_histogram(json.loads(h))))
         con.close()
+    return out
+
+
+def _result_curves() -> list[tuple[str, Curve]]:
+    out: list[tuple[str, Curve]] = []
 
     def walk(o, name):
         if isinstance(o, dict):
@@ -190,6 +195,12 @@ def _healthy_curves() -> list[tuple[str, Curve]]:
 
     for f in sorted(DATA.glob("sglang-0.5.17*/**/*.result.json")):
         walk(json.loads(f.read_text()), f.name)
+    return out
+
+
+def _healthy_curves() -> list[tuple[str, Curve]]:
+    """Every healthy per-position curve with D ≥ 2 shipped in tests/data, from every engine."""
+    out = _store_curves() + _result_curves()
     for f in sorted((DATA / "vllm-0.26.0").glob("*.metrics.txt")):
         r = vllm_position_curve(parse_metrics(f.read_text()))
         if r:

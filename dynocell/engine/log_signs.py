@@ -47,7 +47,8 @@ _SGL_CAPTURE = re.compile(r"Capture (?:cuda|CUDA) graph bs \[([\d,\s]*)\]")
 _PROF_START = re.compile(r"(?i)profiling starts|starting profiler|start_profile")
 _PROF_SAVED = re.compile(r"(?i)traces? (?:are |is |was |were )?(?:saved|written|dumped) (?:to|at|in)")
 # (not "Torch profiler disabled for CUDA graph capture": vLLM 0.26.0 prints it on every healthy graph boot)
-_PROF_OFF = re.compile(r"(?i)profiler is not enabled|profiler_config is not set|torch profiler (?:is )?not (?:enabled|configured)")
+_PROF_OFF = re.compile(r"(?i)profiler is not enabled|profiler_config is not set|"
+                       r"torch profiler (?:is )?not (?:enabled|configured)")
 
 
 def _rank(line: str) -> int | None:

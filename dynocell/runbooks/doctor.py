@@ -693,7 +693,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
                             {c.get("text_class", "all"): curve_from_dict(c) for c in x.get("curves", [])},
                             x.get("decode_tok_s")) for i, x in enumerate(d.get("baselines", []))],
         others=[Sibling(x.get("label", f"other {i}"), dict(x.get("knobs", {})), float(x["tau"]),
-                        dict(x.get("tau_by_class", {})), x.get("decode_tok_s")) for i, x in enumerate(d.get("others", []))],
+                        dict(x.get("tau_by_class", {})), x.get("decode_tok_s"))
+                for i, x in enumerate(d.get("others", []))],
         concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
                      for x in d.get("concurrency", [])],
         mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),

@@ -98,9 +98,9 @@ def rule_lossless_near_tie(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     worst = max(m.margin for m in ms if m.margin is not None)
     first = min(ms, key=lambda m: m.position)
     return [Finding("lossless_near_tie", "info",
-                    f"lossless: near-tie (margin {worst:.3f}) — {len(ms)} greedy prompt(s) diverge from plain (first at "
-                    f"token {first.position}), each where the top two tokens are within {t['margin_max']} nats: "
-                    "reduced-precision rounding in different batch shapes, not corruption.",
+                    f"lossless: near-tie (margin {worst:.3f}) — {len(ms)} greedy prompt(s) diverge from plain "
+                    f"(first at token {first.position}), each where the top two tokens are within "
+                    f"{t['margin_max']} nats: reduced-precision rounding in different batch shapes, not corruption.",
                     {"mismatches": len(ms), "max_margin": r(worst), "first_position": first.position,
                      "margin_max": t["margin_max"]})]
 
@@ -150,9 +150,10 @@ def rule_rate_above_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     x = bad[0]
     return [Finding("rate_above_one", "error",
-                    f"the engine reports {x['name']} = {float(x['value']):.3f}: a rate is accepted / proposed and cannot "
-                    "exceed 1, so dynocell refuses it as a rate. It is probably an accept length (τ, bonus token "
-                    "included) or accepted tokens / steps under another name; read the engine version's definition "
+                    f"the engine reports {x['name']} = {float(x['value']):.3f}: a rate is accepted / proposed and "
+                    "cannot exceed 1, so dynocell refuses it as a rate. It is probably an accept length (τ, bonus "
+                    "token included) or accepted tokens / steps under another name; read the engine version's "
+                    "definition "
                     f"({x.get('definition') or 'not given'}) before comparing.",
                     {"name": x["name"], "value": r(float(x["value"])), "definition": x.get("definition"),
                      "refused": len(bad)})]
@@ -177,7 +178,8 @@ def rule_skipped_steps_average(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
                                    {"text_class": c.text_class, "engine_tau": r(c.engine_tau), "corrected_tau": None}))
             continue
         skipped = 1.0 + sum(k * x for k, x in enumerate(h)) / (sum(h) - h[0])
-        if relative_diff(c.curve.tau, c.engine_tau) <= t["rel_diff_min"] or relative_diff(skipped, c.engine_tau) > t["match"]:
+        if (relative_diff(c.curve.tau, c.engine_tau) <= t["rel_diff_min"]
+                or relative_diff(skipped, c.engine_tau) > t["match"]):
             continue
         out.append(Finding("skipped_steps_average", "warn",
                            f"{c.text_class}: the engine's τ {c.engine_tau:.3f} is the average over the {sum(h) - h[0]} "

@@ -107,8 +107,9 @@ def rule_nccl_startup_skew(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     timeout_s = (e.get("timeout_ms") or 0) / 1000
     return [Finding("nccl_startup_skew", "error",
                     f"NCCL watchdog timeout before the server was ready, and weight loading differed by "
-                    f"{skew:.0f} s between ranks/nodes ({', '.join(f'{k}: {v:.0f} s' for k, v in sorted(loads.items()))}"
-                    f"{'' if loads else 'phase skew'}): the fast ranks waited in their first collective for the slow "
+                    f"{skew:.0f} s between ranks/nodes ("
+                    f"{', '.join(f'{k}: {v:.0f} s' for k, v in sorted(loads.items())) or 'phase skew'}): "
+                    "the fast ranks waited in their first collective for the slow "
                     f"ones{f' past the {timeout_s:.0f} s timeout' if timeout_s else ''}. Pre-stage the weights on "
                     "every node's local disk (or warm the page cache), or raise the distributed timeout "
                     "(SGLang --dist-timeout; vLLM/torch the process-group timeout).",
@@ -158,7 +159,8 @@ def rule_graph_launches_missing(inp: DoctorInputs, th: dict[str, Any]) -> list[F
                     f"the trace holds {p.get('launches')} kernel launches and 0 CUDA-graph launches although the "
                     "config has CUDA graphs on: the profiled steps ran eager. Check the batch against the captured "
                     "sizes (cuda_graph.max_bs, capture sizes × spec width) and the log for a capture fallback.",
-                    {"launches": p.get("launches"), "graph_launches": 0, "cuda_graph_mode": inp.knobs.get("cuda_graph.mode")})]
+                    {"launches": p.get("launches"), "graph_launches": 0,
+                     "cuda_graph_mode": inp.knobs.get("cuda_graph.mode")})]
 
 
 def spec_width(knobs: dict[str, Any]) -> int | None:
@@ -215,7 +217,8 @@ def rule_config_smell(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     k = inp.knobs
     chain = th["config_smell"]["chain_topk"]
     smells = []
-    topk, ndt, steps = k.get("speculative.eagle_topk"), k.get("speculative.num_draft_tokens"), k.get("speculative.num_steps")
+    topk, steps = k.get("speculative.eagle_topk"), k.get("speculative.num_steps")
+    ndt = k.get("speculative.num_draft_tokens")
     if k.get("speculative.algorithm") and (topk in (None, chain)) and ndt and steps and ndt != steps + 1:
         smells.append(("num_draft_tokens", f"eagle_topk 1 (a chain) with num_draft_tokens {ndt} ≠ num_steps + 1 = "
                        f"{steps + 1}: SGLang runs {steps + 1} draft tokens (it rewrites the knob), so this config "

@@ -1,0 +1,114 @@
+"""Issue 22's shapes through the store and the engine: what the JSON cases of tests/data/curves cannot show.
+
+- the lossless step's top-2 margin at the first divergent token, asked of the real reference engine;
+- ``lossless: near-tie (margin …)`` in the run report and the doctor's near-tie vs corruption;
+- a same-config baseline recorded in the store (``baseline_regression``);
+- the config_hash decision for ``eagle_topk`` 1 with ``num_draft_tokens`` ≠ ``num_steps`` + 1 (``config_smell``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_divergence_margin_is_the_engines_top2_gap(model_pair, tmp_path):
+    from dynocell.engine.client import EngineClient
+    from dynocell.engine.reference.launch import start_engine
+    from dynocell.runbooks.run import _divergence_margin
+
+    eng = start_engine(model_pair.target, [], tmp_path / "server.log")
+    try:
+        prompt = "The quick brown fox jumps over the lazy dog. It was"
+        body = {"text": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+                "return_logprob": True, "top_logprobs_num": 2}
+        ref = httpx.post(eng.url + "/generate", json=body, timeout=120).json()
+        ids, tops = ref["output_ids"], ref["meta_info"]["output_top_logprobs"]
+        other = [t + 1 for t in ids]
+        got = _divergence_margin(EngineClient(eng.url), prompt, ids, other, 5, 120.0)
+        assert got["spec_token"] == ids[5] and got["plain_token"] == ids[5] + 1
+        assert got["margin"] == pytest.approx(tops[5][0][0] - tops[5][1][0], abs=1e-5) and got["margin"] >= 0
+        # an engine that cannot answer gives no margin, never an error
+        assert _divergence_margin(EngineClient("http://127.0.0.1:9"), prompt, ids, other, 5, 2.0)["margin"] is None
+    finally:
+        eng.stop()
+
+
+def _stored(cell, cfg: Path, run_id: str, hist: dict[str, list[int]], **run_fields) -> str:
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.acceptance import Curve
+    from dynocell.runbooks.configs import add_config
+
+    h = add_config(cell, cfg).hash
+    db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=h, state="completed", **run_fields)
+    for cls, hh in hist.items():
+        c = Curve.from_histogram(hh)
+        db_runs.add_curve(cell.store, [(i + 1, c.p[i], c.a[i]) for i in range(c.num_drafts)], run_id=run_id,
+                          text_class=cls, num_drafts=c.num_drafts, steps=c.steps, tau=c.tau,
+                          accept_rate=c.accept_rate, histogram=list(hh), completion_tokens=192)
+    return run_id
+
+
+HEALTHY = {"code": [14, 6, 6, 133], "prose": [40, 20, 15, 80]}
+
+
+@pytest.mark.parametrize("margins,rule,lossless", [([0.031, 0.004], "lossless_near_tie", "near-tie (margin 0.031)"),
+                                                    ([0.031, 2.31], "corrupt_output", "no")])
+def test_lossless_mismatch_near_tie_or_corruption(settings, margins, rule, lossless):
+    from dynocell.cli.render import lossless_text
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+    from dynocell.runbooks.run import _near_ties
+
+    cell = open_cell(settings)
+    mms = [{"prompt": f"p{i}", "first_diverging_index": 17, "unit": "token", "speculative": "a", "plain": "b",
+            "spec_token": 311, "plain_token": 279, "margin": m} for i, m in enumerate(margins)]
+    near = _near_ties(mms)
+    detail = {"prompts": 5, "mismatches": mms, **({"max_margin": max(margins)} if near else {})}
+    _stored(cell, DATA / "configs/bisect-good.toml", "runmm0001", HEALTHY,
+            lossless="near-tie" if near else "no", lossless_detail=detail)
+    fs = diagnose(cell, "runmm0001")
+    assert rule in [f.rule for f in fs]
+    f = next(f for f in fs if f.rule == rule)
+    assert "lossless-near-tie-logprob-margin" in f.entries
+    assert lossless_text(dbk.get_run(cell.store, "runmm0001")).plain.startswith(f"lossless: {lossless}")
+    assert "top-2 margin 0.031 nats" in lossless_text(dbk.get_run(cell.store, "runmm0001")).plain
+
+
+def test_baseline_regression_from_the_store(settings):
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+
+    cell = open_cell(settings)
+    cfg = DATA / "configs/bisect-good.toml"
+    _stored(cell, cfg, "runbase001", HEALTHY)
+    _stored(cell, cfg, "runnew0001", {"code": [60, 20, 10, 69], "prose": [70, 25, 15, 45]})
+    fs = {f.rule: f for f in diagnose(cell, "runnew0001")}
+    f = fs["baseline_regression"]
+    assert f.evidence["baseline"] == "runbase001" and f.evidence["drop"] > 0.15 and f.severity == "error"
+    assert "regression-against-recorded-baseline" in f.entries
+    assert "baseline_regression" not in [f.rule for f in diagnose(cell, "runbase001")]  # the better run is quiet
+
+
+def test_chain_with_extra_draft_tokens_keeps_its_hash_and_is_a_smell(settings, tmp_path):
+    """Decision (issue 22, shape 8): config_hash names the config as written, so num_draft_tokens 6 and 4 with
+    eagle_topk 1 and num_steps 3 hash differently although SGLang runs 4; config_smell says so."""
+    from dynocell.engine.config import load_config
+    from dynocell.runbooks.doctor import diagnose_inputs, flatten_config
+
+    base = (DATA / "configs/bisect-good.toml").read_text()
+    assert "num_draft_tokens = 4" in base and "num_steps = 3" in base
+    (tmp_path / "six.toml").write_text(base.replace("num_draft_tokens = 4", "num_draft_tokens = 6"))
+    four, six = load_config(DATA / "configs/bisect-good.toml"), load_config(tmp_path / "six.toml")
+    assert four.config_hash != six.config_hash
+    from dynocell.runbooks.doctor import DoctorInputs
+
+    smell = [f for f in diagnose_inputs(DoctorInputs(knobs=flatten_config(six))) if f.rule == "config_smell"]
+    assert smell and smell[0].evidence["effective_num_draft_tokens"] == 4
+    assert "spec-chain-num-draft-tokens-rewritten" in smell[0].entries
+    assert not [f for f in diagnose_inputs(DoctorInputs(knobs=flatten_config(four))) if f.rule == "config_smell"]
