@@ -35,6 +35,8 @@ TRUE_FINDINGS = {
     # h200-standalone-pair: 1822 vs 2279 tok/s; 1.11× plain at c=1, 0.80× at c=4
     "2d8a3ffa5459": {"no_net_win", "concurrency_loss"},
     "ee7392c4a055": {"no_net_win"},   # h200-ngram: 948 vs 2279 tok/s
+    # h200-standalone-pair-patched (no lossless twin; the plain config of the same model): 1.16× at c=1, 0.79× at c=4
+    "716d5c0555aa": {"concurrency_loss"},
     # h200-standalone-self: verify 3.14 vs plain 1.37 ms; 1.24× plain at c=1, 0.78× at c=4
     "628b589d0b94": {"no_net_win", "concurrency_loss"},
     "e74f634ecd56": {"no_net_win"},   # h200-tp2-standalone-pair: verify 5.27 ms vs plain 2.68 ms, τ 1.81
@@ -160,7 +162,7 @@ def test_no_net_win_names_experts_and_offload_only_where_they_exist():
     moe = {**base, "knobs": {"engine": "vllm", "speculative.algorithm": "MTP", "parallel.tp_size": 4,
                              "parallel.ep_size": 4, "extra_args": ["--enable-expert-offload"]}}
     msg = next(f for f in diagnose_inputs(inputs_from_dict(moe)) if f.rule == "no_net_win").message
-    assert "expert dispatch" in msg and "offload" in msg and "collectives over tp_size 4" in msg
+    assert "expert routing and dispatch" in msg and "offload" in msg and "collectives over tp_size 4" in msg
     ngram = {**base, "knobs": {"engine": "sglang", "speculative.algorithm": "NGRAM"}}
     msg = next(f for f in diagnose_inputs(inputs_from_dict(ngram)) if f.rule == "no_net_win").message
     assert "drafter's own" not in msg
@@ -272,3 +274,11 @@ def test_run_e_profile_window_without_trace_links_its_entry():
     f = next(f for f in diagnose_inputs(DoctorInputs(knobs=knobs, log=signs)) if f.rule == "profile_no_trace")
     assert f.evidence["traces"] == 0 and f.evidence["windows"] >= 1
     assert "profile-standalone-graph-no-trace" in f.entries
+
+
+def test_no_net_win_names_experts_for_an_moe_model_by_name():
+    base = json.loads((DATA / "curves/public/report-004-mtp4-flat-decode.json").read_text())["inputs"]
+    for model, moe in (("Qwen/Qwen3-30B-A3B", True), ("Qwen/Qwen3-8B", False), ("deepseek-ai/DeepSeek-R1", True)):
+        d = {**base, "knobs": {"engine": "sglang", "model_path": model, "speculative.algorithm": "EAGLE3"}}
+        msg = next(f for f in diagnose_inputs(inputs_from_dict(d)) if f.rule == "no_net_win").message
+        assert ("an MoE model" in msg) is moe, (model, msg)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -398,6 +399,10 @@ def _extra_args_text(knobs: dict[str, Any]) -> str:
     return " ".join(str(a) for a in (extra if isinstance(extra, (list, tuple)) else [extra])).lower()
 
 
+#: Model names that say mixture-of-experts (Qwen "30B-A3B", Mixtral, DeepSeek V2+/R1, gpt-oss, GLM 4.5+, Kimi K2).
+_MOE_NAME = re.compile(r"(?i)\bmoe\b|-a\d+(?:\.\d+)?b\b|mixtral|deepseek-(?:v[2-9]|r1)|gpt-oss|glm-(?:4\.5|4\.6|5)|kimi-k2")
+
+
 def step_cost_causes(knobs: dict[str, Any], num_drafts: int) -> str:
     """What makes a verify step expensive, named only where the config says it can apply (issue 22).
 
@@ -412,8 +417,10 @@ def step_cost_causes(knobs: dict[str, Any], num_drafts: int) -> str:
     steps = knobs.get("speculative.num_steps")
     if family in ("draft_model", "hidden_state"):
         causes.append(f"the drafter's own {steps or num_drafts} forward pass(es) per step")
-    if (knobs.get("parallel.ep_size") or 1) > 1 or "expert" in extra or "moe" in extra:
-        causes.append(f"expert dispatch for every verified token (ep_size {knobs.get('parallel.ep_size') or 1})")
+    moe_name = bool(_MOE_NAME.search(str(knobs.get("model_path") or "")))
+    if (knobs.get("parallel.ep_size") or 1) > 1 or "expert" in extra or "moe" in extra or moe_name:
+        causes.append(f"expert routing and dispatch for every verified token ({'an MoE model, ' if moe_name else ''}"
+                      f"ep_size {knobs.get('parallel.ep_size') or 1})")
     if "offload" in extra:
         causes.append("weights moved by offload on each verify step")
     par = {k.split(".")[1]: v for k, v in knobs.items() if k in ("parallel.tp_size", "parallel.pp_size",
@@ -670,7 +677,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``; issue 22: ``baselines`` (``{label, build,
     curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
     (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
-    margin}``), ``mode_outputs``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
+    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -700,6 +707,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
                              x.get("margin")) for x in d.get("mismatches", [])],
         mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
+        mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
         profile=dict(d.get("profile", {})),
     )

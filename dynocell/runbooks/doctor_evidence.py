@@ -97,6 +97,26 @@ def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in knobs.items() if k.startswith("speculative.") or k == "model_path"}
 
 
+#: Knobs that select a serving mode of the same model (graphs, overlap / spec-v2, parallel sizes): outputs
+#: that differ between such runs point at the mode (corrupt_output).
+MODE_KNOBS = ("cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule", "parallel.")
+_NOISE = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_NOISE))
+
+
+def _samples(store: Any, run_id: str) -> list[str]:
+    from dynocell.db import knowledge as dbk
+
+    return [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
+
+
+def _mode(knobs: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{k}={knobs.get(k)!r}" for k in keys)
+
+
 def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
     """Baselines (same config and workload) and others (same model, speculation and workload, other knobs)."""
     from dynocell.db import knowledge as dbk
@@ -121,25 +141,47 @@ def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
         knobs = flatten_config(other["canonical_json"])
         if not inp.knobs or _speculation(knobs) != _speculation(inp.knobs):
             continue
+        diff = _diff(inp.knobs, knobs)
+        if diff and all(k.startswith(MODE_KNOBS) for k in diff) and inp.output_texts:
+            theirs = _samples(store, other["id"])
+            if theirs:
+                inp.mode_texts.setdefault(_mode(inp.knobs, diff), list(inp.output_texts))
+                inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
         w = [c.steps or 1 for c in curves.values()]
         tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
         inp.others.append(Sibling(other["id"], knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
 
 
-def _concurrency(store: Any, run: dict[str, Any]) -> list[ConcurrencyPoint]:
+def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any] | None:
+    """The latest run of the plain twin: the lossless step's plain config, else the config equal to this one
+    with speculation off (an imported plain arm of the same model)."""
     from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import flatten_config
 
     plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
-    if not plain_hash:
-        return []
-    plain_run = next((o for o in dbk.completed_runs_with_configs(store, exclude_run=run["id"])
-                      if o["config_hash"] == plain_hash), None)
+    mine = {k: v for k, v in knobs.items() if not k.startswith("speculative.")}
+    for o in dbk.completed_runs_with_configs(store, exclude_run=run["id"]):
+        if plain_hash and o["config_hash"] == plain_hash:
+            return o
+        if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run["config_hash"]:
+            theirs = flatten_config(o["canonical_json"])
+            if not theirs.get("speculative.algorithm") and not _diff(
+                    mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")}):
+                return o
+    return None
+
+
+def _concurrency(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> list[ConcurrencyPoint]:
+    from dynocell.db import knowledge as dbk
+
+    plain_run = _plain_twin_run(store, run, knobs)
     if plain_run is None:
         return []
 
     def by_c(run_id: str) -> dict[int, float]:
-        return {b["concurrency"]: b["output_tok_s"] for b in dbk.bench_of_run(store, run_id)
-                if not b["text_class"] and b["concurrency"] and b["output_tok_s"]}
+        rows = [b for b in dbk.bench_of_run(store, run_id) if b["concurrency"] and b["output_tok_s"]]
+        ladder = [b for b in rows if not b["text_class"] or (b.get("extra") or {}).get("tool")]
+        return {b["concurrency"]: b["output_tok_s"] for b in ladder}
 
     mine, plain = by_c(run["id"]), by_c(plain_run["id"])
     return [ConcurrencyPoint(c, mine[c], plain[c]) for c in sorted(set(mine) & set(plain))]
@@ -152,8 +194,36 @@ def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
     inp.gauges = _gauges(store, run["id"])
     inp.profile = _profile(store, run["id"])
     _comparisons(cell, run, inp)
-    inp.concurrency = _concurrency(store, run)
+    inp.concurrency = _concurrency(store, run, inp.knobs)
+    if inp.concurrency and inp.plain_decode_tok_s is None:
+        low = inp.concurrency[0]  # no plain twin measured by a run: the lowest shared concurrency speaks
+        inp.spec_decode_tok_s, inp.plain_decode_tok_s = low.spec_tok_s, low.plain_tok_s
+    if not inp.curves:
+        inp.curves = _bench_tau_curves(store, run["id"], inp.knobs)
     for i, m in enumerate((run.get("lossless_detail") or {}).get("mismatches") or []):
         if m.get("unit", "token") == "token" and m.get("first_diverging_index") is not None:
             inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), m.get("spec_token"),
                                            m.get("plain_token"), m.get("margin")))
+
+
+def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:
+    """A summary curve (τ only) per imported bench level that reported an accept length, when the run has
+    no acceptance curve (bench tools print τ, not a histogram)."""
+    from dynocell.db import knowledge as dbk
+    from dynocell.engine.acceptance import AcceptanceError, Curve
+    from dynocell.runbooks.doctor_model import ClassCurve
+
+    out = []
+    steps, ndt = knobs.get("speculative.num_steps"), knobs.get("speculative.num_draft_tokens")
+    d = (ndt - 1) if ndt else steps
+    for b in dbk.bench_of_run(store, run_id):
+        tau = (b.get("extra") or {}).get("accept_length")
+        if tau is None:
+            continue
+        try:
+            curve = Curve.from_summary(float(tau), None, d)
+        except (AcceptanceError, ValueError, TypeError):
+            continue
+        out.append(ClassCurve(f"{b['text_class'] or 'bench'}-c{b['concurrency']}", curve,
+                              engine_source="bench accept_length"))
+    return out

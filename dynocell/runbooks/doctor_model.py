@@ -93,8 +93,8 @@ class DoctorInputs:
       per-class τ and throughput where known) — comparisons and contradictions.
     - ``concurrency``: decode throughput with and without speculation per concurrency.
     - ``mismatches``: greedy lossless mismatches (first divergent position, the two tokens and the
-      top-2 log-probability margin there when fetched); ``mode_outputs``: token ids per serving
-      mode (``cuda_graph=full`` …) on the same greedy prompts.
+      top-2 log-probability margin there when fetched); ``mode_outputs`` / ``mode_texts``: token ids /
+      texts per serving mode (``cuda_graph=full`` …) on the same prompts, this run's mode first.
     - ``engine_rates``: rates the engine reported (``{name, value, definition}``).
     - ``log``: runtime signs from the engine log (:func:`dynocell.engine.log_signs.scan_lines`);
       ``gauges``: the last ``/metrics`` gauges (``running``, ``waiting``, ``kv_usage``);
@@ -121,6 +121,7 @@ class DoctorInputs:
     concurrency: list[ConcurrencyPoint] = field(default_factory=list)
     mismatches: list[Mismatch] = field(default_factory=list)
     mode_outputs: dict[str, list[list[int]]] = field(default_factory=dict)
+    mode_texts: dict[str, list[str]] = field(default_factory=dict)
     engine_rates: list[dict[str, Any]] = field(default_factory=list)
     log: dict[str, Any] = field(default_factory=dict)
     gauges: dict[str, Any] = field(default_factory=dict)

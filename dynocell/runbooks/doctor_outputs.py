@@ -49,13 +49,21 @@ def _corrupt_in(ids_lists: list[list[int]], texts: list[str], t: dict[str, Any])
     return None
 
 
+def _broken_texts(texts: list[str], t: dict[str, Any]) -> str | None:
+    """Why a mode's texts are broken: all empty (tokens generated that decode to nothing) or a burst."""
+    if texts and all(not x.strip() for x in texts):
+        return f"{len(texts)} empty output(s): the tokens generated decode to nothing (placeholder ids)"
+    return _corrupt_in([], texts, t)
+
+
 def _mode_diff(inp: DoctorInputs, t: dict[str, Any]) -> tuple[str, str, str] | None:
     """(broken mode, clean mode, why) when one serving mode's outputs are corrupt and another's are not."""
     judged = {m: _corrupt_in(ids, [], t) for m, ids in inp.mode_outputs.items()}
-    broken = [m for m, why in judged.items() if why]
+    judged.update({m: _broken_texts(txts, t) for m, txts in inp.mode_texts.items() if m not in judged})
     clean = [m for m, why in judged.items() if not why]
-    if broken and clean:
-        return broken[0], clean[0], judged[broken[0]] or ""
+    first = next(iter(judged), None)
+    if first is not None and judged[first] and clean:
+        return first, clean[0], judged[first] or ""  # spoken on the broken mode's run (listed first)
     return None
 
 
