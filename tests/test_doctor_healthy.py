@@ -282,3 +282,14 @@ def test_no_net_win_names_experts_for_an_moe_model_by_name():
         d = {**base, "knobs": {"engine": "sglang", "model_path": model, "speculative.algorithm": "EAGLE3"}}
         msg = next(f for f in diagnose_inputs(inputs_from_dict(d)) if f.rule == "no_net_win").message
         assert ("an MoE model" in msg) is moe, (model, msg)
+
+
+def test_profile_window_cut_by_the_excerpt_is_not_judged():
+    """A log that ends right inside a profile window says nothing about the trace (run E's own first lines)."""
+    from dynocell.engine.log_signs import scan_lines
+
+    lines = (DATA / "sglang-0.5.17/E.server.log").read_text().splitlines()
+    start = next(i for i, x in enumerate(lines) if "Profiling starts" in x)
+    signs = scan_lines(lines[:start + 2])
+    assert "profile_no_trace" not in [f.rule for f in diagnose_inputs(DoctorInputs(knobs={"engine": "sglang"},
+                                                                                   log=signs))]

@@ -44,7 +44,7 @@ _LOAD_SGL = re.compile(r"Load weight end\. elapsed=\s*([\d.]+)\s*s")
 _LOAD_VLLM = re.compile(r"Loading weights took\s*([\d.]+)\s*seconds|Model loading took .*? and ([\d.]+) seconds")
 _TRUNC = re.compile(r"Truncating max_cudagraph_capture_size to (\d+)")
 _SGL_CAPTURE = re.compile(r"Capture (?:cuda|CUDA) graph bs \[([\d,\s]*)\]")
-_PROF_START = re.compile(r"(?i)profiling starts|starting profiler|start_profile")
+_PROF_START = re.compile(r"(?i)profiling starts|starting profiler")
 _PROF_SAVED = re.compile(r"(?i)traces? (?:are |is |was |were )?(?:saved|written|dumped) (?:to|at|in)")
 # (not "Torch profiler disabled for CUDA graph capture": vLLM 0.26.0 prints it on every healthy graph boot)
 _PROF_OFF = re.compile(r"(?i)profiler is not enabled|profiler_config is not set|"
@@ -112,3 +112,5 @@ def _scan_boot(line: str, i: int, out: dict[str, Any]) -> None:
         prof["saved"] += 1
     elif _PROF_START.search(line):
         prof["started"] += 1
+        prof["last_start_line"] = i
+    prof["last_line"] = i

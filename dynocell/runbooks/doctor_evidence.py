@@ -224,6 +224,7 @@ def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[An
             curve = Curve.from_summary(float(tau), None, d)
         except (AcceptanceError, ValueError, TypeError):
             continue
-        out.append(ClassCurve(f"{b['text_class'] or 'bench'}-c{b['concurrency']}", curve,
+        prompt = b["prompt_tokens"] / b["num_requests"] if b.get("prompt_tokens") and b.get("num_requests") else None
+        out.append(ClassCurve(f"{b['text_class'] or 'bench'}-c{b['concurrency']}", curve, prompt,
                               engine_source="bench accept_length"))
     return out

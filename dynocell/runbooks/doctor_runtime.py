@@ -123,6 +123,9 @@ def rule_profile_no_trace(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
     vLLM's profiler config fixed at launch)."""
     t = th["profile_no_trace"]
     prof_log = inp.log.get("profile") or {}
+    after = prof_log.get("last_line", 0) - (prof_log.get("last_start_line") or 0)
+    if prof_log.get("last_start_line") and after < t["min_lines_after"]:
+        prof_log = {**prof_log, "started": int(prof_log.get("started") or 0) - 1}  # the excerpt ends in the window
     started = int(prof_log.get("started") or 0) + (1 if inp.profile.get("requested") else 0)
     traces = inp.profile.get("traces")
     disabled = prof_log.get("disabled") or []
@@ -171,6 +174,13 @@ def spec_width(knobs: dict[str, Any]) -> int | None:
     return int(ndt) if ndt else (int(steps) + 1 if steps else None)
 
 
+def vllm_kept_capture_max(max_capture: int) -> int:
+    """The largest CUDA-graph capture size vLLM keeps for ``max_cudagraph_capture_size`` = ``max_capture`` when
+    no explicit sizes are given: its default list is 1, 2, 4 and then every multiple of 8 up to the maximum, so
+    a maximum off that list is truncated (``Truncating max_cudagraph_capture_size to 40`` for 42)."""
+    return max(s for s in [1, 2, 4, *range(8, max_capture + 1, 8)] if s <= max_capture)
+
+
 def rule_capture_size_miss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Capture-size arithmetic: vLLM counts tokens, so capture sizes must reach max_num_seqs × (k + 1)
     (the non-fatal ``Truncating max_cudagraph_capture_size to N`` warning lowers the largest one). SGLang
@@ -181,8 +191,10 @@ def rule_capture_size_miss(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     running = inp.knobs.get("memory.max_running_requests")
     truncs = inp.log.get("capture_truncations") or []
     sizes = list(inp.knobs.get("cuda_graph.capture_sizes") or ())
-    largest = min([t["to"] for t in truncs] + ([max(sizes)] if sizes else [])
-                  + ([inp.knobs["cuda_graph.max_bs"]] if inp.knobs.get("cuda_graph.max_bs") else []), default=None)
+    max_bs = inp.knobs.get("cuda_graph.max_bs")
+    kept = vllm_kept_capture_max(max_bs) if (max_bs and not sizes and inp.knobs.get("engine") == "vllm") else max_bs
+    largest = min([t["to"] for t in truncs] + ([max(sizes)] if sizes else []) + ([kept] if kept else []),
+                  default=None)
     if width is None or not running or largest is None or inp.knobs.get("cuda_graph.disable"):
         return []
     per_tokens = inp.knobs.get("engine") != "sglang"
@@ -195,6 +207,8 @@ def rule_capture_size_miss(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     msg = (f"max running requests {running} × (drafts + 1 = {width}) = {running * width} verify tokens"
            if per_tokens else f"max running requests {running}")
     msg += f" but the largest captured size is {largest} {unit}"
+    if kept != max_bs and kept == largest:
+        msg += f" (vLLM keeps {kept} of the stated maximum {max_bs}: its sizes step by 8)"
     if truncs:
         msg += f" (the engine truncated its capture size to {truncs[0]['to']}, log line {truncs[0]['line']})"
     msg += (": batches beyond it fall off the captured graphs and run eager, so speculation slows down as load "
