@@ -25,6 +25,17 @@ Rules (id — shape):
 - ``engine_vs_oracle`` — engine curve vs the reference engine's on the same prompts
   (greedy within 2 % per position; sampled only against the engine's proposal mode).
 
+Issue 22's shapes live in one module per family, merged into :data:`RULES`:
+:mod:`~dynocell.runbooks.doctor_compare` (``baseline_regression``, ``confounded_comparison``,
+``tau_up_throughput_down``, ``spread_collapse``, ``concurrency_loss``),
+:mod:`~dynocell.runbooks.doctor_outputs` (``corrupt_output``, ``lossless_near_tie``, ``length_cliff``,
+``rate_above_one``, ``skipped_steps_average``) and :mod:`~dynocell.runbooks.doctor_runtime`
+(``health_lies``, ``stalled_queue``, ``nccl_startup_skew``, ``nccl_serving_timeout``, ``profile_no_trace``,
+``graph_launches_missing``, ``capture_size_miss``, ``config_smell``); their inputs are the plain shapes of
+:mod:`~dynocell.runbooks.doctor_model`, read from the store by :mod:`~dynocell.runbooks.doctor_evidence`.
+Rules know the speculative algorithm (:func:`algorithm_family`): an n-gram proposer is judged on
+greedy verbatim repetition only, and causes are named only where the config has them.
+
 :func:`diagnose_inputs` is pure (plain inputs → findings); :func:`diagnose`
 loads a run's (or boot's) rows from the store, runs the rules and stores the findings.
 """
