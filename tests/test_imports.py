@@ -559,3 +559,54 @@ def test_cli_import_of_bad_json_is_an_error_with_a_hint(cli_env, tmp_path, kind,
     bad = _run(cli_env, "import", kind, str(f), ok=False)
     assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and says in bad.stderr
     assert "\nhint: " in bad.stderr and "Traceback" not in bad.stderr
+
+
+
+def test_cut_config_line_with_a_given_config_imports_the_rest(cell, tmp_path):
+    """The refusal's hint says 'or pass --config': with a config named, a config line cut short (as
+    reports paste it) is not read and the rest of the real SGLang log still imports."""
+    from dynocell.runbooks.imports import import_log
+
+    lines = (SGL / "C.server.log").read_text().splitlines(keepends=True)
+    i = next(n for n, l in enumerate(lines) if "server_args=ServerArgs(" in l)
+    lines[i] = lines[i][: len(lines[i]) // 2] + "\n"
+    cut = tmp_path / "C.cut.server.log"
+    cut.write_text("".join(lines))
+    with pytest.raises(LogReadError, match="cut short"):
+        import_log(cell, [cut])
+    res = import_log(cell, [cut], config_ref=EXAMPLE)
+    assert res["created"] and res["state"] == "stopped" and res["ready_s"] > 0
+    assert res["acceptance"]["format"] == "sglang-decode" and not res["observed"]
+
+
+def test_imported_responses_keep_their_texts_for_the_doctor(cell):
+    """The generated texts of imported responses are the run's samples (what the doctor's output
+    rules judge), as a bench level's are: the 12 completions of the real vLLM probe file."""
+    import json as _json
+
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import inputs_for_run
+
+    res = import_requests_and_check(cell, VLLM / "C_draft_graph.result.json", config_ref=EXAMPLE)
+    probe = _json.loads((VLLM / "C_draft_graph.result.json").read_text())
+    texts = [r["response"]["choices"][0]["text"] for run in probe["acceptance"] for r in run["requests"]]
+    (bench,) = dbk.bench_of_run(cell.store, res["run_id"])
+    assert bench["extra"]["samples"] == texts and len(texts) == 12
+    assert inputs_for_run(cell, res["run_id"]).output_texts == texts
+
+
+def test_bench_accept_length_per_level_becomes_a_curve_at_its_prompt_length(cell):
+    """A bench level with the tool's accept length (no per-position rates) gets a τ-only curve with the
+    config's draft count, paired with its own bench row, so the doctor sees τ by prompt length (the
+    EAGLE3 context-length table of vllm-project/speculators PR 684, case 23 of the corpus)."""
+    from dynocell.runbooks.doctor import inputs_for_run
+    from dynocell.runbooks.evidence import import_bench
+
+    case = DATA / "cases" / "23-vllm-eagle3-acceptance-by-context-length"
+    res = import_bench(cell, case / "eagle3.bench.jsonl", config_ref=str(case / "config.toml"))
+    curves = inputs_for_run(cell, res["run_id"]).curves
+    assert [c.prompt_tokens for c in curves] == [2000.0 * k for k in range(1, 11)]
+    assert curves[0].curve.tau == 2.295 and curves[-1].curve.tau == 1.084
+    assert {c.curve.num_drafts for c in curves} == {3}
+    plain = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)  # no accept length
+    assert inputs_for_run(cell, plain["run_id"]).curves == []

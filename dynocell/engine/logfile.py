@@ -207,13 +207,15 @@ def _timestamp(line: str, year: int) -> datetime | None:
 
 
 def read_log(path: str | Path, *, engine: str | None = None, year: int | None = None,
-             node_rank: int | None = None) -> LogReport:
+             node_rank: int | None = None, config_given: bool = False) -> LogReport:
     """Read one engine log file into a :class:`LogReport`.
 
     ``engine`` forces the engine (else detected); ``year`` places vLLM's
-    year-less stamps; ``node_rank`` overrides the rank the log states. Raises
-    :class:`LogReadError` (file, line, reason) for a missing, binary, empty or
-    foreign file and for a config line that is cut short.
+    year-less stamps; ``node_rank`` overrides the rank the log states;
+    ``config_given`` (the caller names the config) lets a config line that is cut
+    short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
+    missing, binary, empty or foreign file and, unless ``config_given``, for a
+    config line that is cut short.
     """
     p = Path(path)
     if engine is not None and engine not in ENGINES:
@@ -264,6 +266,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                     if vargs is not None:
                         rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
             except ObservedConfigError as exc:
+                if config_given:  # the config comes from --config; the rest of the log still counts
+                    continue
                 if i == len(lines) and truncated:
                     raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
                 raise LogReadError(exc.message, exc.hint) from None
@@ -331,14 +335,16 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
                                     rep.config.native, rep.config.source)
     if node_rank is not None:
         rep.node_rank = node_rank
-    if rep.config is None and not rep.phases and not (v1 or v0 or summary or decode_tp or rounds or lcpp
-                                                      or rep.events):
-        raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line or decode line found in "
-                           f"{len(lines)} lines of a {eng} log", "is this the engine's server log (stdout/stderr)?")
     if rules_engine:
         match, _last, _ready = classify_log(lines, engine=rules_engine)
         if match.known:
             rep.signature = match.as_dict()
+    # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
+    if rep.config is None and not rep.phases and rep.signature is None and not (
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events):
+        raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
+                           f"found in {len(lines)} lines of a {eng} log",
+                           "is this the engine's server log (stdout/stderr)?")
     rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp)
     if decode_tp:
         rep.decode = {"samples": len(decode_tp), "gen_throughput_max": max(decode_tp),

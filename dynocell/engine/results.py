@@ -302,6 +302,23 @@ class RequestsReport:
     engine_tau: float | None
     model: str | None
     per_request_tau: list[float | None] = field(default_factory=list)
+    #: the generated text of each successful response (SGLang ``text``; OpenAI ``choices[0].text`` or
+    #: ``choices[0].message.content``), so the doctor can judge what the engine served
+    texts: list[str] = field(default_factory=list)
+
+
+def _text(r: Mapping[str, Any]) -> str | None:
+    if isinstance(r.get("text"), str):
+        return r["text"]
+    choices = r.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        c = choices[0]
+        if isinstance(c.get("text"), str):
+            return c["text"]
+        msg = c.get("message")
+        if isinstance(msg, Mapping) and isinstance(msg.get("content"), str):
+            return msg["content"]
+    return None
 
 
 def _response(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -328,7 +345,7 @@ def read_requests(path: str | Path) -> RequestsReport:
                 records.extend((line, r) for r in (run.get("requests") or []) if isinstance(run, Mapping))
         else:
             records.append((line, obj))
-    metas, vhists, e2e, per_tau = [], [], [], []
+    metas, vhists, e2e, per_tau, texts = [], [], [], [], []
     fmt = None
     failed = prompt = completion = 0
     model = None
@@ -340,6 +357,9 @@ def read_requests(path: str | Path) -> RequestsReport:
             failed += 1
             continue
         r = _response(rec)
+        text = _text(r)
+        if text is not None:
+            texts.append(text)
         if isinstance(r.get("meta_info"), Mapping):
             meta = r["meta_info"]
             fmt = fmt or "sglang-meta_info"
@@ -379,4 +399,4 @@ def read_requests(path: str | Path) -> RequestsReport:
         steps = sum(int(n or 0) for _t, n in taus)
         engine_tau = (sum(float(t) * int(n or 0) for t, n in taus if t is not None) / steps) if steps else None
     return RequestsReport(fmt or "unknown", len(records), failed, prompt, completion, e2e, curve, engine_tau, model,
-                          per_tau)
+                          per_tau, texts)

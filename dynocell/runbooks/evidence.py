@@ -21,6 +21,8 @@ from dynocell.runbooks.imports import _new_id, _now, curve_row, digest_files, re
 __all__ = ["import_bench", "import_metrics", "import_requests"]
 
 MAX_SCRAPE_BYTES = 64 << 20
+#: Imported responses keep at most this many generated texts (each cut to MAX_SAMPLE_CHARS) for the doctor.
+MAX_SAMPLES, MAX_SAMPLE_CHARS = 32, 4000
 
 
 def _run_row(run_id: str, config_hash: str, source: str, files: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +204,8 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
               "total_tok_s": (rep.prompt_tokens + rep.completion_tokens) / dur if dur else 0.0,
               "ttft_ms": _pcts([]), "tpot_ms": _pcts([]), "itl_ms": _pcts([]), "e2e_ms": e2e,
               "extra": {"source": rep.format, "per_request_tau": rep.per_request_tau,
+                        # what the engine served, judged by the doctor like a bench level's samples
+                        "samples": [t[:MAX_SAMPLE_CHARS] for t in rep.texts[:MAX_SAMPLES]],
                         "note": "concurrency unknown (0); duration = sum of request "
                         "latencies; TTFT/TPOT/ITL not in the responses"}}]
     curves, acc = [], None
@@ -222,6 +226,18 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
 
 # ---------------------------------------------------------------- benchmark tools
 
+def _config_drafts(cell: Cell, config_hash: str) -> int | None:
+    """Draft tokens per verify step D of a stored config (vLLM's k, SGLang's chain length), or None
+    when the config has no speculation or does not say (an observed config)."""
+    from dynocell.errors import DynocellError
+    from dynocell.runbooks.configs import config_by_hash
+
+    try:
+        return config_by_hash(cell, config_hash).speculative.num_speculative_tokens
+    except (DynocellError, ValueError):  # an observed config may not make a runtime config
+        return None
+
+
 def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None) -> dict[str, Any]:
     """Import a benchmark tool's result file (SGLang bench_serving, vLLM bench serve, AIPerf,
     GuideLLM) as one bench row per level; returns the import summary with, per level,
@@ -240,20 +256,31 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(path))
     run_id = _new_id()
     bench, curves = [], []
+    drafts = _config_drafts(cell, config_hash)
     for lv in levels:
-        bench.append({"run_id": run_id, "text_class": tool, "concurrency": lv.concurrency,
+        # A level that carries acceptance gets a curve with its own class, paired with its bench row
+        # (so the doctor sees its prompt length): per-position rates, else the tool's accept length
+        # with the config's draft count D (a summary curve: τ only).
+        curve = None
+        if lv.position_rates:
+            from dynocell.engine.acceptance import Curve
+
+            curve = Curve.from_positions(lv.position_rates, steps=lv.spec_drafts)
+        elif lv.accept_length is not None and lv.accept_length >= 1.0 and drafts:
+            from dynocell.engine.acceptance import Curve
+
+            curve = Curve.from_summary(lv.accept_length, None, drafts)
+        cls = f"{tool}-c{lv.concurrency}" if curve is not None else tool
+        bench.append({"run_id": run_id, "text_class": cls, "concurrency": lv.concurrency,
                       "num_requests": lv.num_requests, "num_failed": lv.num_failed, "duration_s": lv.duration_s,
                       "prompt_tokens": lv.prompt_tokens, "completion_tokens": lv.completion_tokens,
                       "request_throughput": lv.request_throughput, "output_tok_s": lv.output_tok_s,
                       "total_tok_s": lv.total_tok_s, "ttft_ms": lv.ttft_ms, "tpot_ms": lv.tpot_ms,
                       "itl_ms": lv.itl_ms, "e2e_ms": lv.e2e_ms,
                       "extra": {"tool": tool, "label": lv.label, "accept_length": lv.accept_length, "lost": lv.lost}})
-        if lv.position_rates:
-            from dynocell.engine.acceptance import Curve
-
-            curves.append({**curve_row(Curve.from_positions(lv.position_rates, steps=lv.spec_drafts),
-                                       f"{tool}-c{lv.concurrency}",
-                                       engine_tau=lv.accept_length, engine_source=tool), "run_id": run_id})
+        if curve is not None:
+            curves.append({**curve_row(curve, cls, engine_tau=lv.accept_length, engine_source=tool),
+                           "run_id": run_id})
     summary = {"kind": "bench", "tool": tool, "run_id": run_id, "config_hash": config_hash,
                "observed": cfg_row is not None,
                "levels": [{"concurrency": lv.concurrency, "requests": lv.num_requests, "failed": lv.num_failed,

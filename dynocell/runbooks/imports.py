@@ -192,7 +192,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     found = db_imports.find_import(cell.store, "log", key)
     if found:
         return {**found["summary"], "import_id": found["id"], "created": False}
-    reports = [read_log(p, engine=engine, node_rank=node_rank) for p in paths]
+    reports = [read_log(p, engine=engine, node_rank=node_rank, config_given=config_ref is not None) for p in paths]
     ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
     if len(set(ranks)) != len(ranks):
         ranks = list(range(len(reports)))
@@ -210,7 +210,9 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     failed = [r for r in reports if r.phases and not r.ready]
     sig = next((r.signature for r in reports if r.signature), None)
     crashed = any(e.kind == "scheduler_exception" for r in reports for e in r.events)
-    state = "failed" if failed else ("crashed" if crashed else "stopped")
+    # a known failure in a log that never shows the boot's phases (an excerpt of the failing lines) ended it
+    state = "failed" if failed else ("crashed" if crashed or (sig and not any(r.phases for r in reports))
+                                     else "stopped")
     if state == "failed" and sig is None:
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
