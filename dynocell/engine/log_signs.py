@@ -11,7 +11,9 @@
 - ``nccl``: PyTorch NCCL watchdog timeouts (``WorkNCCL(SeqNum=…, OpType=…, … Timeout(ms)=…) ran for N
   milliseconds``, ``ProcessGroupNCCL.cpp``) with the rank and whether they came before or after ready;
 - ``weight_load_s``: seconds each rank took to load weights (SGLang ``Load weight end. elapsed=…``;
-  vLLM ``Loading weights took … seconds`` / ``Model loading took … and … seconds``);
+  vLLM ``Loading weights took … seconds`` / ``Model loading took … and … seconds``); ``shard_load_s``: the
+  elapsed time of the checkpoint-shard progress bar; ``rank_load_wait``: SGLang's "rank N could finish the
+  model loading, but there are other ranks that didn't finish loading" (a start-up waiting on a slow rank);
 - ``capture_truncations``: vLLM ``Truncating max_cudagraph_capture_size to N`` (non-fatal) and the
   sizes SGLang captured (``Capture cuda graph bs [1, 2, 4]``);
 - ``profile``: profiler windows started, traces reported saved, and profiler-disabled errors (SGLang
@@ -42,6 +44,10 @@ _TIMEOUT = re.compile(r"Timeout\(ms\)=(\d+)")
 _RANK = re.compile(r"\[(?:Rank|rank)\s*(\d+)\]|\[rank(\d+)\]:|\bTP(\d+)\b|Worker_TP(\d+)")
 _LOAD_SGL = re.compile(r"Load weight end\. elapsed=\s*([\d.]+)\s*s")
 _LOAD_VLLM = re.compile(r"Loading weights took\s*([\d.]+)\s*seconds|Model loading took .*? and ([\d.]+) seconds")
+# SGLang (model_runner): a rank finished loading while others had not — the start-up waits on the slowest rank
+_RANK_WAIT = re.compile(r"rank (\d+) could finish the model loading, but there are other ranks that didn't finish")
+# tqdm progress of checkpoint shards: "[31:48<00:40, …" or "[1:02:03<…" (elapsed before '<')
+_SHARDS = re.compile(r"Loading \S+ checkpoint shards:.*?\[(?:(\d+):)?(\d+):(\d+)<")
 _TRUNC = re.compile(r"Truncating max_cudagraph_capture_size to (\d+)")
 _SGL_CAPTURE = re.compile(r"Capture (?:cuda|CUDA) graph bs \[([\d,\s]*)\]")
 _PROF_START = re.compile(r"(?i)profiling starts|starting profiler")
@@ -62,7 +68,8 @@ def scan_lines(lines: Iterable[str]) -> dict[str, Any]:
     """The runtime signs of one log (see the module doc); line numbers are 1-based."""
     out: dict[str, Any] = {"ready_line": None, "exceptions": [], "health_ok_after_exception": 0, "stalls": [],
                            "busy_stats": 0, "nccl": [], "weight_load_s": {}, "capture_truncations": [],
-                           "captured_bs": None, "profile": {"started": 0, "saved": 0, "disabled": []}}
+                           "captured_bs": None, "profile": {"started": 0, "saved": 0, "disabled": []},
+                           "rank_load_wait": None, "shard_load_s": None}
     for i, line in enumerate(lines, 1):
         if out["ready_line"] is None and _READY.search(line):
             out["ready_line"] = i
@@ -99,6 +106,12 @@ def _scan_boot(line: str, i: int, out: dict[str, Any]) -> None:
         secs = float(next(g for g in ld.groups() if g is not None))
         rank = _rank(line)
         out["weight_load_s"][str(rank if rank is not None else len(out["weight_load_s"]))] = secs
+    sh = _SHARDS.search(line)
+    if sh:
+        out["shard_load_s"] = int(sh.group(1) or 0) * 3600 + int(sh.group(2)) * 60 + int(sh.group(3))
+    rw = _RANK_WAIT.search(line)
+    if rw:
+        out["rank_load_wait"] = {"line": i, "rank": int(rw.group(1))}
     tr = _TRUNC.search(line)
     if tr:
         out["capture_truncations"].append({"line": i, "to": int(tr.group(1))})

@@ -733,7 +733,12 @@ def _curve_from_row(row: dict[str, Any]) -> Any:
         return Curve.from_histogram(row["histogram"])
     if row.get("p"):
         return Curve.from_positions(row["p"], steps=row.get("steps"))
-    return Curve.from_summary(row["tau"], row.get("accept_rate"), row.get("num_drafts"))
+    curve = Curve.from_summary(row["tau"], row.get("accept_rate"), row.get("num_drafts"))
+    if row.get("steps"):
+        import dataclasses
+
+        curve = dataclasses.replace(curve, steps=int(row["steps"]))  # how much evidence, when the source said
+    return curve
 
 
 def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:

@@ -118,7 +118,8 @@ def _mode(knobs: dict[str, Any], keys: list[str]) -> str:
 
 
 def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
-    """Baselines (same config and workload) and others (same model, speculation and workload, other knobs)."""
+    """Baselines (same config and workload), others (same model, speculation and workload, other knobs) and
+    the outputs of runs that differ only in a serving mode (``mode_texts``)."""
     from dynocell.db import knowledge as dbk
     from dynocell.runbooks.doctor import flatten_config
 
@@ -128,28 +129,34 @@ def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
         if other.get("workload_sha256") != run.get("workload_sha256") or other.get("kind") != run.get("kind"):
             continue
         curves = _curves_by_class(store, other["id"])
-        if not curves:
-            continue
         tok_s = (other.get("summary") or {}).get("decode_tok_s")
         if other["config_hash"] == run["config_hash"]:
             build = (other.get("summary") or {}).get("build") or str(other.get("started_at") or "")[:10] or None
-            inp.baselines.append(Baseline(other["id"], build, curves, tok_s))
+            if curves:
+                inp.baselines.append(Baseline(other["id"], build, curves, tok_s))
             continue
-        if other["config_hash"] in seen:
+        if other["config_hash"] in seen or not inp.knobs:
             continue
         seen.add(other["config_hash"])
         knobs = flatten_config(other["canonical_json"])
-        if not inp.knobs or _speculation(knobs) != _speculation(inp.knobs):
+        if _speculation(knobs) != _speculation(inp.knobs):
             continue
-        diff = _diff(inp.knobs, knobs)
-        if diff and all(k.startswith(MODE_KNOBS) for k in diff) and inp.output_texts:
-            theirs = _samples(store, other["id"])
-            if theirs:
-                inp.mode_texts.setdefault(_mode(inp.knobs, diff), list(inp.output_texts))
-                inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
-        w = [c.steps or 1 for c in curves.values()]
-        tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
-        inp.others.append(Sibling(other["id"], knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
+        _add_mode(store, other["id"], inp, knobs)
+        if curves:
+            w = [c.steps or 1 for c in curves.values()]
+            tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
+            inp.others.append(Sibling(other["id"], knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
+
+
+def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any]) -> None:
+    """Outputs of another run whose config differs from this one only in serving-mode knobs."""
+    diff = _diff(inp.knobs, knobs)
+    if not diff or not all(k.startswith(MODE_KNOBS) for k in diff) or not inp.output_texts:
+        return
+    theirs = _samples(store, other_id)
+    if theirs:
+        inp.mode_texts.setdefault(_mode(inp.knobs, diff), list(inp.output_texts))
+        inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
 
 
 def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any] | None:

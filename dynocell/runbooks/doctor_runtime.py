@@ -94,26 +94,34 @@ def rule_nccl_serving_timeout(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
 
 
 def rule_nccl_startup_skew(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
-    """NCCL timeout before ready with ranks/nodes loading weights at very different speeds."""
+    """A start-up that timed out waiting for slow ranks: an NCCL timeout before ready with the ranks' (or
+    nodes') weight loading ``skew_min_s`` or more apart, or SGLang's "rank N could finish the model loading,
+    but there are other ranks that didn't finish" after a long shard load."""
     t = th["nccl_startup_skew"]
     evs = [e for e in inp.log.get("nccl") or [] if not _nccl_serving(e, inp.log, th["nccl_serving_timeout"])]
     loads = {k: float(v) for k, v in (inp.log.get("weight_load_s") or {}).items()}
     skew = inp.log.get("phase_skew_s")
     if skew is None and len(loads) >= 2:
         skew = max(loads.values()) - min(loads.values())
-    if not evs or skew is None or skew < t["skew_min_s"]:
+    wait, shards = inp.log.get("rank_load_wait"), inp.log.get("shard_load_s")
+    if wait is None and (not evs or skew is None or skew < t["skew_min_s"]):
         return []
-    e = evs[0]
+    e = evs[0] if evs else {}
     timeout_s = (e.get("timeout_ms") or 0) / 1000
+    if wait is not None:
+        what = (f"rank {wait['rank']} finished loading the weights while other ranks had not (log line {wait['line']})"
+                + (f", after {shards / 60:.0f} min of checkpoint shards" if shards else ""))
+    else:
+        what = (f"NCCL watchdog timeout before the server was ready, and weight loading differed by {skew:.0f} s "
+                f"between ranks/nodes ("
+                f"{', '.join(f'{k}: {v:.0f} s' for k, v in sorted(loads.items())) or 'phase skew'})")
     return [Finding("nccl_startup_skew", "error",
-                    f"NCCL watchdog timeout before the server was ready, and weight loading differed by "
-                    f"{skew:.0f} s between ranks/nodes ("
-                    f"{', '.join(f'{k}: {v:.0f} s' for k, v in sorted(loads.items())) or 'phase skew'}): "
-                    "the fast ranks waited in their first collective for the slow "
-                    f"ones{f' past the {timeout_s:.0f} s timeout' if timeout_s else ''}. Pre-stage the weights on "
-                    "every node's local disk (or warm the page cache), or raise the distributed timeout "
-                    "(SGLang --dist-timeout; vLLM/torch the process-group timeout).",
-                    {"skew_s": r(skew, 1), "weight_load_s": loads or None, "seqnum": e.get("seqnum"),
+                    f"{what}: the fast ranks waited in their first collective for the slow ones"
+                    f"{f' past the {timeout_s:.0f} s timeout' if timeout_s else ''}. Pre-stage the weights on every "
+                    "node's local disk (or warm the page cache), or raise the distributed timeout (SGLang "
+                    "--dist-timeout; vLLM/torch the process-group timeout).",
+                    {"skew_s": r(skew, 1), "weight_load_s": loads or None, "shard_load_s": shards,
+                     "waiting_rank_line": wait["line"] if wait else None, "seqnum": e.get("seqnum"),
                      "timeout_ms": e.get("timeout_ms"), "op": e.get("op")})]
 
 
