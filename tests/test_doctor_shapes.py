@@ -112,3 +112,30 @@ def test_chain_with_extra_draft_tokens_keeps_its_hash_and_is_a_smell(settings, t
     assert smell and smell[0].evidence["effective_num_draft_tokens"] == 4
     assert "spec-chain-num-draft-tokens-rewritten" in smell[0].entries
     assert not [f for f in diagnose_inputs(DoctorInputs(knobs=flatten_config(four))) if f.rule == "config_smell"]
+
+
+def test_v0_rate_above_one_is_refused_through_import(settings, tmp_path):
+    """A vLLM V0 line whose 'Draft acceptance rate' exceeds 1 (a count passed off as a rate): the import keeps
+    it, and the doctor refuses it with a message instead of judging τ 1.00 as pinned near one."""
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+    from dynocell.runbooks.imports import import_log
+
+    line = ("INFO 02-06 03:05:53 metrics.py:475] Speculative metrics: Draft acceptance rate: 1.300, System efficiency: "
+            "0.167, Number of speculative tokens: 5, Number of accepted tokens: 130, Number of draft tokens: 100, "
+            "Number of emitted tokens: 20.")
+    (tmp_path / "server.log").write_text(line + "\n")
+    cell = open_cell(settings)
+    res = import_log(cell, [tmp_path / "server.log"], config_ref=str(DATA / "configs/bisect-good.toml"))
+    rules = {f.rule: f for f in diagnose(cell, res["run_id"])}
+    assert "rate_above_one" in rules and "pinned_near_one" not in rules
+    assert rules["rate_above_one"].evidence["value"] == 1.3 and "refuses" in rules["rate_above_one"].message
+
+
+def test_v0_curve_knows_its_steps():
+    from dynocell.engine.logfile import parse_v0_spec_line
+
+    s = parse_v0_spec_line("INFO 02-06 03:18:09 metrics.py:475] Speculative metrics: Draft acceptance rate: 0.067, "
+                           "System efficiency: 0.167, Number of speculative tokens: 5, Number of accepted tokens: 1, "
+                           "Number of draft tokens: 15, Number of emitted tokens: 3.")
+    assert s.to_curve().steps == 3

@@ -100,8 +100,12 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
 # ------------------------------------------------------------------ rules
 
 def _judged(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+    """Curves with enough verify steps to judge; a curve whose accept rate exceeds 1 is refused
+    (``rate_above_one`` says so) and judged by no other rule."""
     min_steps = th["general"]["min_steps"]
-    return [c for c in inp.curves if c.curve.steps is None or c.curve.steps >= min_steps]
+    lim = th["rate_above_one"]["max_rate"]
+    return [c for c in inp.curves if (c.curve.steps is None or c.curve.steps >= min_steps)
+            and c.curve.accept_rate <= lim]
 
 
 #: Speculative algorithms by what their drafter reads (SGLang ``--speculative-algorithm`` and vLLM

@@ -153,7 +153,10 @@ RATE_NAMES = ("accept_rate", "acceptance_rate", "draft_acceptance_rate", "system
 
 def rule_rate_above_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     lim = th["rate_above_one"]["max_rate"]
-    bad = [x for x in inp.engine_rates if str(x.get("name")) in RATE_NAMES and float(x.get("value") or 0) > lim]
+    rates = list(inp.engine_rates) + [{"name": "accept_rate", "value": c.curve.accept_rate,
+                                       "definition": c.engine_source or f"{c.text_class}'s reported accept rate"}
+                                      for c in inp.curves if c.curve.accept_rate > lim]
+    bad = [x for x in rates if str(x.get("name")) in RATE_NAMES and float(x.get("value") or 0) > lim]
     if not bad:
         return []
     x = bad[0]
