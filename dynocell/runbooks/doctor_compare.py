@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dynocell.runbooks.doctor_model import DoctorInputs, Finding, r
+from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
 
 #: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
 #: differing knob (topology, memory, versions …) moves speed, and confounds a τ comparison.
 ACCEPTANCE_KNOBS = ("speculative.", "parallel.", "cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule",
                     "dtype", "memory.kv_cache_dtype", "model_path", "memory.context_length", "engine")
-_IGNORED = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
 
 
 def _weighted_tau(curves: dict[str, Any]) -> float | None:
@@ -79,11 +78,6 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
     return out
 
 
-def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_IGNORED)
-                  and k.split(".")[0] not in _IGNORED)
-
-
 def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Several knobs differ and τ is lower here: name the candidates and the confounders instead of refusing."""
     t = th["confounded_comparison"]
@@ -92,7 +86,7 @@ def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
         return []
     out = []
     for o in inp.others:
-        diff = _diff(inp.knobs, o.knobs)
+        diff = differing_knobs(inp.knobs, o.knobs)
         rel = (tau - o.tau) / o.tau if o.tau else 0.0
         if len(diff) < t["min_knobs"] or -rel < t["tau_rel_min"]:
             continue  # spoken on the run that got worse; the better one has nothing to fix

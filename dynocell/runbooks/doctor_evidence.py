@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dynocell.runbooks.doctor_model import Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling
+from dynocell.runbooks.doctor_model import (
+    Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling, differing_knobs,
+)
 
 #: Bytes of an engine log the doctor reads (boot lines are at the start; a longer log is read head + tail).
 MAX_LOG_READ = 16 << 20
@@ -100,13 +102,6 @@ def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
 #: Knobs that select a serving mode of the same model (graphs, overlap / spec-v2, parallel sizes): outputs
 #: that differ between such runs point at the mode (corrupt_output).
 MODE_KNOBS = ("cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule", "parallel.")
-_NOISE = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
-
-
-def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_NOISE))
-
-
 def _samples(store: Any, run_id: str) -> list[str]:
     from dynocell.db import knowledge as dbk
 
@@ -150,7 +145,7 @@ def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
 
 def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any]) -> None:
     """Outputs of another run whose config differs from this one only in serving-mode knobs."""
-    diff = _diff(inp.knobs, knobs)
+    diff = differing_knobs(inp.knobs, knobs)
     if not diff or not all(k.startswith(MODE_KNOBS) for k in diff) or not inp.output_texts:
         return
     theirs = _samples(store, other_id)
@@ -172,7 +167,7 @@ def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> d
             return o
         if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run["config_hash"]:
             theirs = flatten_config(o["canonical_json"])
-            if not theirs.get("speculative.algorithm") and not _diff(
+            if not theirs.get("speculative.algorithm") and not differing_knobs(
                     mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")}):
                 return o
     return None

@@ -10,6 +10,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+#: Flattened config fields that never change what an engine computes, nor how it is measured (ignored by
+#: comparisons of issue 22's rules): addresses, names, node lists, patches, labels and environment.
+IGNORED_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
+
+
+def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Flattened config fields whose values differ between ``a`` and ``b`` (sorted), :data:`IGNORED_KNOBS` left out."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(IGNORED_KNOBS))
+
+
 def r(x: float | None, n: int = 4) -> float | None:
     """``x`` rounded to ``n`` places (None stays None): evidence numbers."""
     return None if x is None else round(float(x), n)
