@@ -139,3 +139,19 @@ def test_v0_curve_knows_its_steps():
                            "System efficiency: 0.167, Number of speculative tokens: 5, Number of accepted tokens: 1, "
                            "Number of draft tokens: 15, Number of emitted tokens: 3.")
     assert s.to_curve().steps == 3
+
+
+def test_gradual_decay_by_length_gives_the_break_even_crossover():
+    """Shape 5: a drafter's natural decay is depth_decay (gate by length), with the length where τ falls
+    below the measured break-even; the same data with a one-step cliff is length_cliff instead."""
+    from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict
+
+    ladder = [(512, [0.8, 0.7, 0.7]), (1024, [0.75, 0.6, 0.55]), (2048, [0.7, 0.5, 0.4]), (4096, [0.6, 0.4, 0.3]),
+              (8192, [0.5, 0.3, 0.2])]
+    d = {"curves": [{"text_class": f"len{L}", "p": p, "steps": 200, "prompt_tokens": L} for L, p in ladder],
+         "spec_step_ms": 2.1, "plain_step_ms": 1.0}
+    fs = {f.rule: f for f in diagnose_inputs(inputs_from_dict(d))}
+    assert "length_cliff" not in fs
+    f = fs["depth_decay"]
+    assert f.evidence["breakeven_tau"] == 2.1 and f.evidence["crossover_length"] == 8192.0  # τ 2.3 at 4096, 2.0 at 8192
+    assert "gate speculation by length" in f.message and "from 8192 tokens on" in f.message

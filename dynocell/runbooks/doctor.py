@@ -282,8 +282,27 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         "depth_decay", "warn",
         f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
         f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): the draft loses the context as it grows "
-        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache).",
-        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho)})]
+        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache) — a gradual "
+        "decay, no cliff: gate speculation by length" + _crossover_text(inp, lengths, taus) + ".",
+        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
+         **_crossover(inp, lengths, taus)})]
+
+
+def _crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> dict[str, Any]:
+    """With measured step times: the break-even τ (verify step / plain step) and the first prompt length whose
+    τ falls below it (speculation stops paying there); {} without step times."""
+    if not (inp.spec_step_ms and inp.plain_step_ms):
+        return {}
+    be = inp.spec_step_ms / inp.plain_step_ms
+    cross = next((L for L, x in zip(lengths, taus) if x < be), None)
+    return {"breakeven_tau": _r(be), "crossover_length": _r(cross, 1) if cross is not None else None}
+
+
+def _crossover_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> str:
+    c = _crossover(inp, lengths, taus)
+    if c.get("crossover_length") is None:
+        return ""
+    return f" (from {c['crossover_length']:.0f} tokens on τ is below the break-even {c['breakeven_tau']:.2f})"
 
 
 def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:

@@ -117,7 +117,7 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """τ by context length: a cliff (one step ≥ ``step_drop_min`` carrying ≥ ``share_min`` of the fall) is a
     bug at a boundary (draft max length, rope scaling, a cache window); a gradual fall is the drafter's
     nature (``depth_decay``'s policy: gate speculation by length)."""
-    from dynocell.runbooks.doctor import _ladder, _zero_boundary
+    from dynocell.runbooks.doctor import _crossover, _ladder, _zero_boundary
 
     t = th["length_cliff"]
     pts = _ladder(inp, th)
@@ -137,12 +137,11 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
            f"{lengths[i]:.0f} and {lengths[i + 1]:.0f} tokens ({steps[i] * 100:.0f} % in one step), not a gradual "
            "decay — a boundary in the drafter (its max position / context length, rope scaling, a sliding window "
            "or cache size) stops there.")
-    if inp.spec_step_ms and inp.plain_step_ms:
-        be = inp.spec_step_ms / inp.plain_step_ms
-        cross = next((L for L, x in zip(lengths, taus) if x < be), None)
-        ev.update(breakeven_tau=r(be), crossover_length=r(cross, 1) if cross is not None else None)
-        if cross is not None:
-            msg += f" Speculation stops paying from {cross:.0f} tokens (τ below the break-even {be:.2f})."
+    cross = _crossover(inp, lengths, taus)
+    ev.update(cross)
+    if cross.get("crossover_length") is not None:
+        msg += (f" Speculation stops paying from {cross['crossover_length']:.0f} tokens (τ below the break-even "
+                f"{cross['breakeven_tau']:.2f}).")
     return [Finding("length_cliff", "error", msg, ev)]
 
 
