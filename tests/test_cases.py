@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 
 CASES = Path(__file__).parent / "data" / "cases"
 CASE_DIRS = sorted(p for p in CASES.iterdir() if p.is_dir())
-_REF = re.compile(r"\{(?P<step>[\w-]+)\.(?P<key>boot_id|run_id|profile_id)\}")
+_REF = re.compile(r"\{(?P<path>[\w-]+(?:\.[\w-]+)+)\}")  # {step.key[.key…]} of an earlier step's JSON
 
 
 def _load(case_dir: Path) -> dict[str, Any]:
@@ -45,8 +45,15 @@ def _invoke(args: list[str]) -> Any:
     return CliRunner().invoke(build_app(), args, catch_exceptions=False)
 
 
+def _lookup(done: dict[str, Any], path: str) -> str:
+    value: Any = done
+    for key in path.split("."):
+        value = value[key]
+    return str(value)
+
+
 def _subst(arg: str, done: dict[str, dict[str, Any]]) -> str:
-    return _REF.sub(lambda m: str(done[m.group("step")][m.group("key")]), arg)
+    return _REF.sub(lambda m: _lookup(done, m.group("path")), arg)
 
 
 def _finding_ids(findings: list[dict[str, Any]]) -> set[str]:
@@ -85,8 +92,8 @@ def test_case_is_complete(case_dir: Path):
     """Every case names a public source, the engine and version, what happened, its evidence files
     (each present, logs with their source line) and what must and must not be found."""
     case = _load(case_dir)
-    # a public thread, or one of the project's own GPU artifacts (the healthy runs)
-    assert case["sources"] and all(s.startswith(("https://", "artifacts/")) for s in case["sources"])
+    # a public thread, one of the project's own GPU artifacts, or the reference engine (the healthy runs)
+    assert case["sources"] and all(s.startswith(("https://", "artifacts/", "reference engine")) for s in case["sources"])
     assert case["engine"] in ("sglang", "vllm", "llamacpp", "trtllm", "specforge", "reference")
     assert case["engine_version"] and case["summary"] and case["evidence_note"]
     assert case["step"] and case["expect"]["diagnose"]

@@ -257,18 +257,16 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
     run_id = _new_id()
     bench, curves = [], []
     drafts = _config_drafts(cell, config_hash)
+    from dynocell.engine.acceptance import Curve
+
     for lv in levels:
         # A level that carries acceptance gets a curve with its own class, paired with its bench row
         # (so the doctor sees its prompt length): per-position rates, else the tool's accept length
         # with the config's draft count D (a summary curve: τ only).
         curve = None
         if lv.position_rates:
-            from dynocell.engine.acceptance import Curve
-
             curve = Curve.from_positions(lv.position_rates, steps=lv.spec_drafts)
         elif lv.accept_length is not None and lv.accept_length >= 1.0 and drafts:
-            from dynocell.engine.acceptance import Curve
-
             curve = Curve.from_summary(lv.accept_length, None, drafts)
         cls = f"{tool}-c{lv.concurrency}" if curve is not None else tool
         bench.append({"run_id": run_id, "text_class": cls, "concurrency": lv.concurrency,
