@@ -215,7 +215,7 @@ def rule_capture_size_miss(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     msg = (f"max running requests {running} × (drafts + 1 = {width}) = {running * width} verify tokens"
            if per_tokens else f"max running requests {running}")
     msg += f" but the largest captured size is {largest} {unit}"
-    if kept != max_bs and kept == largest:
+    if kept != max_bs and kept == largest and not truncs:
         msg += f" (vLLM keeps {kept} of the stated maximum {max_bs}: its sizes step by 8)"
     if truncs:
         msg += f" (the engine truncated its capture size to {truncs[0]['to']}, log line {truncs[0]['line']})"
