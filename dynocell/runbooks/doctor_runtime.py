@@ -35,10 +35,11 @@ def rule_health_lies(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     return [Finding("health_lies", "error",
                     f"the scheduler hit an exception at log line {exc[0]} and /health still answered 200 "
-                    f"{ok} time(s) after it: that 200 did not come from a generation (SGLang's /health generates one "
-                    "token unless SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0; vLLM's /health checks the engine process "
-                    "only) or another server holds the port. Judge liveness by a generation (/health_generate, "
-                    "dynocell's health oracle) and restart this engine.",
+                    f"{ok} time(s) after it: the health check did not prove a generation — SGLang counts any "
+                    "detokenizer output inside its window as healthy, so other requests can answer for a dead "
+                    "scheduler (sglang #6624), SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 skips the generation, vLLM's "
+                    "/health checks the engine process only — or another server holds the port. Judge liveness by "
+                    "one generation of your own (dynocell's health oracle) and restart this engine.",
                     {"exception_line": exc[0], "exceptions": len(exc), "health_200_after": ok})]
 
 
