@@ -155,3 +155,20 @@ def test_gradual_decay_by_length_gives_the_break_even_crossover():
     f = fs["depth_decay"]
     assert f.evidence["breakeven_tau"] == 2.1 and f.evidence["crossover_length"] == 8192.0  # τ 2.3 at 4096, 2.0 at 8192
     assert "gate speculation by length" in f.message and "from 8192 tokens on" in f.message
+
+
+def test_idle_spec_windows_do_not_pull_the_curve_down(tmp_path):
+    """Shape 7: a vLLM stats window with nothing drafted (an idle or prefill-only interval) is dropped, not
+    averaged in as zeros. The busy line is the real first line of tests/data/vllm-0.26.0/C_draft_graph.server.log;
+    the idle one is that line with every count at zero."""
+    from dynocell.engine.logfile import read_log
+
+    real = next(x for x in (DATA / "vllm-0.26.0/C_draft_graph.server.log").read_text().splitlines()
+                if "SpecDecoding metrics" in x)
+    idle = (real.split("SpecDecoding metrics:")[0] + "SpecDecoding metrics: Mean acceptance length: 0.00, Accepted "
+            "throughput: 0.00 tokens/s, Drafted throughput: 0.00 tokens/s, Accepted: 0 tokens, Drafted: 0 tokens, "
+            "Per-position acceptance rate: 0.000, 0.000, 0.000, Avg Draft acceptance rate: 0.0%")
+    (tmp_path / "busy.log").write_text(real + "\n")
+    (tmp_path / "idle.log").write_text(real + "\n" + idle + "\n" + idle + "\n")
+    busy, with_idle = (read_log(tmp_path / n, engine="vllm").acceptance["curve"] for n in ("busy.log", "idle.log"))
+    assert with_idle.p == pytest.approx(busy.p) and with_idle.tau == pytest.approx(busy.tau)
