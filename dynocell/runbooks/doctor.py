@@ -940,6 +940,10 @@ NEXT_COMMANDS: dict[str, str] = {
     "definitions_mismatch": "dynocell engine build --patch spec-per-position-metrics  (per-position counters from the engine)",
     "garbage_output": "dynocell show {ref}  (read the samples; then boot the plain twin and compare)",
     "boot_failure": "dynocell logs <boot id>  (from the last phase on; `dynocell show {ref}` names the boot)",
+    "confounded_comparison": "dynocell bisect plan <the other config> <this config>  (one knob at a time)",
+    "config_smell": "dynocell config show <this config> --toml  (write num_draft_tokens = num_steps + 1)",
+    "health_lies": "dynocell health <boot id>  (the oracle's generation check, not /health alone)",
+    "stalled_queue": "dynocell health <boot id>  (a generation of its own; then the log around the stall)",
 }
 
 
