@@ -142,8 +142,8 @@ def rule_profile_no_trace(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
     if not disabled and (started < t["min_windows"] or saved > 0 or (traces is None and not prof_log.get("started"))):
         return []
     engine = inp.knobs.get("engine")
-    fix = ("vLLM fixes its profiler at launch: boot with the profiler configured (--profiler-config / "
-           "VLLM_TORCH_PROFILER_DIR) and a directory the server can write"
+    fix = ("vLLM fixes its profiler at launch: boot with --profiler-config (torch profiler, a torch_profiler_dir "
+           "the server can write; VLLM_TORCH_PROFILER_DIR no longer exists in 0.26)"
            if engine == "vllm" else
            "SGLang writes where SGLANG_TORCH_PROFILER_DIR (or start_profile's output_dir) points, on the server's "
            "host and filesystem: give a directory the server process can see and write")
