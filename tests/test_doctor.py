@@ -217,12 +217,14 @@ def test_diagnose_stored_runs_and_store_findings(settings):
     # dcp 1 + eager (good) vs dcp 4 + graph (bad): two knobs differ, so they are not parallel-only siblings.
     assert diagnose(cell, good) == []
     fs = diagnose(cell, "runbad")  # a unique prefix works
-    assert [f.rule for f in fs] == ["pinned_near_one"]
+    # issue 22: the two-knob comparison is named (both knobs are candidates), not refused
+    assert [f.rule for f in fs] == ["pinned_near_one", "confounded_comparison"]
+    assert fs[1].evidence["candidates"] == ["cuda_graph.disable", "parallel.dcp_size"]
     stored = dbk.list_findings(cell.store, run_id=bad)
-    assert [s["rule"] for s in stored] == ["pinned_near_one"]
+    assert [s["rule"] for s in stored] == ["pinned_near_one", "confounded_comparison"]
     assert "pinned-near-one-wrong-inputs" in stored[0]["entries"]
     diagnose(cell, bad)  # re-diagnosing replaces, not duplicates
-    assert len(dbk.list_findings(cell.store, run_id=bad)) == 1
+    assert len(dbk.list_findings(cell.store, run_id=bad)) == 2
 
 
 def test_diagnose_stored_parallel_sibling(settings, tmp_path):

@@ -342,3 +342,30 @@ def test_log_lines_in_sglang_shapes(standalone):
                 r"accept rate: [\d.]+, cuda graph: False, gen throughput \(token/s\): [\d.]+, #queue-req: \d+$"):
         assert re.search(ts + pat, log, re.M), pat
     assert len(re.findall(ts + "Load weight end", log, re.M)) == 2
+
+
+def test_return_logprob_top2_as_sglang(plain, standalone):
+    """Issue 22, shape 3: SGLang's ``return_logprob`` + ``top_logprobs_num`` request shape (output_token_logprobs
+    / output_top_logprobs as [logprob, token_id, text]); the chosen greedy token is the top-1, and plain and
+    speculative engines give the same numbers (the same target, one teacher-forced pass)."""
+    import math
+
+    def lp(eng, k):
+        body = {"text": PROMPTS[2], "sampling_params": {"max_new_tokens": 12, "temperature": 0},
+                "return_logprob": True, "top_logprobs_num": k}
+        r = httpx.post(eng.url + "/generate", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    a, b = lp(plain, 2), lp(standalone, 2)
+    m = a["meta_info"]
+    assert len(m["output_token_logprobs"]) == len(m["output_top_logprobs"]) == len(a["output_ids"]) == 12
+    for tok, chosen, top in zip(a["output_ids"], m["output_token_logprobs"], m["output_top_logprobs"]):
+        assert chosen[1] == tok == top[0][1] and len(top) == 2
+        assert top[0][0] >= top[1][0] and chosen[0] <= 0 and math.isclose(chosen[0], top[0][0], abs_tol=1e-6)
+    assert a["output_ids"] == b["output_ids"]
+    for x, y in zip(m["output_top_logprobs"], b["meta_info"]["output_top_logprobs"]):
+        assert [t[1] for t in x] == [t[1] for t in y] and abs(x[0][0] - y[0][0]) < 1e-4
+    bad = httpx.post(plain.url + "/generate", json={"text": "x", "return_logprob": True, "top_logprobs_num": 99},
+                     timeout=30)
+    assert bad.status_code == 400 and "top_logprobs_num" in bad.json()["message"]

@@ -209,9 +209,14 @@ def lossless_text(run: dict[str, Any]) -> Text | None:
     if not run.get("lossless"):
         return None
     t = Text("lossless: ", style="bold")
-    t.append(run["lossless"], style="green" if run["lossless"] == "yes" else "red")
-    for mm in (run.get("lossless_detail") or {}).get("mismatches", [])[:3]:
-        t.append(f"\n  first diverging {mm['unit']} {mm['first_diverging_index']}: "
+    detail = run.get("lossless_detail") or {}
+    if run["lossless"] == "near-tie" and detail.get("max_margin") is not None:
+        t.append(f"near-tie (margin {detail['max_margin']:.3f})", style="yellow")
+    else:
+        t.append(run["lossless"], style="green" if run["lossless"] == "yes" else "red")
+    for mm in detail.get("mismatches", [])[:3]:
+        margin = f" (top-2 margin {mm['margin']:.3f} nats)" if mm.get("margin") is not None else ""
+        t.append(f"\n  first diverging {mm['unit']} {mm['first_diverging_index']}{margin}: "
                  f"speculative {mm['speculative'][:60]!r} vs plain {mm['plain'][:60]!r}")
     return t
 

@@ -104,10 +104,17 @@ class V0SpecSample:
     emitted: int | None
 
     def to_curve(self) -> Curve:
-        """:meth:`Curve.from_summary` with τ = efficiency · (k + 1) (or 1 + α·k without efficiency)."""
+        """:meth:`Curve.from_summary` with τ = efficiency · (k + 1) (or 1 + α·k without efficiency); its
+        ``steps`` = draft tokens / k when the line prints the count (V0 proposes k tokens per step), so the
+        doctor knows how much evidence there is (issue 22: 15 draft tokens are 3 steps, too few to judge)."""
+        import dataclasses
+
         tau = (self.system_efficiency * (self.k + 1) if self.system_efficiency is not None
                else 1.0 + self.draft_acceptance_rate * self.k)
-        return Curve.from_summary(max(1.0, tau), self.draft_acceptance_rate, self.k)
+        curve = Curve.from_summary(max(1.0, tau), self.draft_acceptance_rate, self.k)
+        if self.draft_tokens is not None and self.k:
+            curve = dataclasses.replace(curve, steps=self.draft_tokens // self.k)
+        return curve
 
 
 def parse_v0_spec_line(line: str) -> V0SpecSample | None:
@@ -163,6 +170,16 @@ class LogReport:
         if self.first_ts and self.last_ts:
             return (self.last_ts - self.first_ts).total_seconds()
         return None
+
+
+def _runtime_signs(lines: list[str]) -> bool:
+    """Whether the doctor's runtime rules find something in these lines (an NCCL timeout, a truncated
+    capture size, a rank that waited for the others' weights …): such an excerpt is evidence too."""
+    from dynocell.engine.log_signs import scan_lines
+
+    s = scan_lines(lines)
+    return bool(s["nccl"] or s["capture_truncations"] or s["rank_load_wait"] or s["weight_load_s"]
+                or s["profile"]["disabled"])
 
 
 def _printable(text: str, limit: int = 200) -> str:
@@ -407,7 +424,7 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
             rep.signature = match.as_dict()
     # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
     if rep.config is None and not rep.phases and rep.signature is None and not (
-            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events):
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(lines):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")

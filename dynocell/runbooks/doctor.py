@@ -20,10 +20,21 @@ Rules (id — shape):
 - ``no_net_win`` — τ fine but speculative decode ≤ plain; the verify-step cost and break-even τ
   (accounting suspected only when engine counters and client histograms disagree).
 - ``definitions_mismatch`` — engine-reported τ vs client histogram > 2 % apart.
-- ``independence`` — τ vs (1 − p^(D+1)) / (1 − p) with p = p_1.
+- ``independence`` — per-position p_i vs the best single p (Σ p^i = τ − 1): a shape no one p explains.
 - ``garbage_output`` — generations dominated by one token or a handful of tokens.
 - ``engine_vs_oracle`` — engine curve vs the reference engine's on the same prompts
   (greedy within 2 % per position; sampled only against the engine's proposal mode).
+
+Issue 22's shapes live in one module per family, merged into :data:`RULES`:
+:mod:`~dynocell.runbooks.doctor_compare` (``baseline_regression``, ``confounded_comparison``,
+``tau_up_throughput_down``, ``spread_collapse``, ``concurrency_loss``),
+:mod:`~dynocell.runbooks.doctor_outputs` (``corrupt_output``, ``lossless_near_tie``, ``length_cliff``,
+``rate_above_one``, ``skipped_steps_average``) and :mod:`~dynocell.runbooks.doctor_runtime`
+(``health_lies``, ``stalled_queue``, ``nccl_startup_skew``, ``nccl_serving_timeout``, ``profile_no_trace``,
+``graph_launches_missing``, ``capture_size_miss``, ``config_smell``); their inputs are the plain shapes of
+:mod:`~dynocell.runbooks.doctor_model`, read from the store by :mod:`~dynocell.runbooks.doctor_evidence`.
+Rules know the speculative algorithm (:func:`algorithm_family`): an n-gram proposer is judged on
+greedy verbatim repetition only, and causes are named only where the config has them.
 
 :func:`diagnose_inputs` is pure (plain inputs → findings); :func:`diagnose`
 loads a run's (or boot's) rows from the store, runs the rules and stores the findings.
@@ -33,114 +44,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from dynocell.errors import NotFound
+from dynocell.runbooks.doctor_compare import COMPARE_RULES
+from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
+from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
+from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
+    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
+)
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")
 #: Flattened config fields that never change what an engine computes (ignored when comparing siblings).
 NOISE_FIELDS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One doctor finding.
-
-    ``rule``: rule id; ``severity``: info | warn | error; ``message``: one or two
-    sentences with the numbers; ``evidence``: the numbers (τ, p_i, sizes, tok/s …;
-    plus a few names such as ``text_class`` or ``knob``); ``entries``: linked runbook slugs.
-    """
-
-    rule: str
-    severity: str
-    message: str
-    evidence: dict[str, Any]
-    entries: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ClassCurve:
-    """The curve of one text class (or one rung of a length ladder).
-
-    ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
-    prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
-    own τ for the same requests and ``engine_source`` where it came from.
-    """
-
-    text_class: str
-    curve: Any
-    prompt_tokens: float | None = None
-    engine_tau: float | None = None
-    engine_source: str | None = None
-
-
-@dataclass(frozen=True)
-class Sibling:
-    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ."""
-
-    label: str
-    knobs: dict[str, Any]
-    tau: float
-
-
-@dataclass(frozen=True)
-class OracleCurve:
-    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics)."""
-
-    text_class: str
-    mode: str
-    curve: Any
-
-
-@dataclass
-class DoctorInputs:
-    """Everything the rules look at, as plain values (all optional except ``curves``).
-
-    - ``curves``: per class; ``ladder``: per prompt length (defaults to the curves
-      that carry ``prompt_tokens``).
-    - ``knobs``: this run's flattened config (:func:`flatten_config`); ``siblings``:
-      other measured configs (for parallel-size and graph/eager comparisons).
-    - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
-      without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
-      ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
-      break-even's noise band (fraction; a margin inside it is not a finding).
-    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run.
-    - ``oracle``: reference curves; ``sampling``: greedy | sampled;
-      ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
-      SGLang with eagle_topk 1, sampled otherwise).
-    """
-
-    curves: list[ClassCurve] = field(default_factory=list)
-    ladder: list[ClassCurve] = field(default_factory=list)
-    knobs: dict[str, Any] = field(default_factory=dict)
-    siblings: list[Sibling] = field(default_factory=list)
-    spec_decode_tok_s: float | None = None
-    plain_decode_tok_s: float | None = None
-    spec_step_ms: float | None = None
-    plain_step_ms: float | None = None
-    breakeven_noise: float | None = None
-    output_ids: list[list[int]] = field(default_factory=list)
-    output_texts: list[str] = field(default_factory=list)
-    oracle: list[OracleCurve] = field(default_factory=list)
-    sampling: str = "greedy"
-    proposal_mode: str = "top1"
-
-    def overall_tau(self) -> float | None:
-        """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
-        cs = [c.curve for c in self.curves]
-        if not cs:
-            return None
-        w = [c.steps if c.steps else 1 for c in cs]
-        return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
 
 
 def load_thresholds(path: Path = THRESHOLDS_PATH) -> dict[str, dict[str, float]]:
@@ -176,31 +97,86 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
             and k.split(".")[0] not in NOISE_FIELDS and not k.startswith("meta.")}
 
 
-def _r(x: float | None, n: int = 4) -> float | None:
-    return None if x is None else round(float(x), n)
-
-
 # ------------------------------------------------------------------ rules
 
 def _judged(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+    """Curves with enough verify steps to judge; a curve whose accept rate exceeds 1 is refused
+    (``rate_above_one`` says so) and judged by no other rule."""
     min_steps = th["general"]["min_steps"]
-    return [c for c in inp.curves if c.curve.steps is None or c.curve.steps >= min_steps]
+    lim = th["rate_above_one"]["max_rate"]
+    return [c for c in inp.curves if (c.curve.steps is None or c.curve.steps >= min_steps)
+            and c.curve.accept_rate <= lim]
+
+
+#: Speculative algorithms by what their drafter reads (SGLang ``--speculative-algorithm`` and vLLM
+#: ``speculative_config.method`` names, upper-cased). The causes a rule names depend on it: an n-gram
+#: proposer has no hidden state, KV or parallel config of its own; a draft model has no hidden state.
+ALGORITHM_FAMILIES = {
+    "NGRAM": "ngram", "PROMPT_LOOKUP": "ngram", "LOOKAHEAD": "ngram", "SUFFIX": "ngram",
+    "STANDALONE": "draft_model", "DRAFT_MODEL": "draft_model",
+    "EAGLE": "hidden_state", "EAGLE3": "hidden_state", "NEXTN": "hidden_state", "MTP": "hidden_state",
+    "DFLASH": "hidden_state", "MEDUSA": "hidden_state",
+}
+#: What a drafter of each family reads, i.e. what can be wrong when τ is pinned near one.
+_WRONG_INPUTS = {
+    "hidden_state": "hidden states (EAGLE / NEXTN aux layers), positions, the KV it attends to, the parallel "
+                    "config it was built with, a captured graph's static buffers",
+    "draft_model": "positions, the draft model's own KV cache, its tokenizer / vocabulary, the parallel config it "
+                   "was built with, a captured graph's static buffers",
+    None: "hidden state, positions, KV, parallel config, a captured graph's static buffers",
+}
+
+
+def algorithm_family(knobs: dict[str, Any]) -> str | None:
+    """``ngram`` | ``draft_model`` | ``hidden_state`` for the run's ``speculative.algorithm``; None when unknown."""
+    alg = str(knobs.get("speculative.algorithm") or "").upper()
+    return ALGORITHM_FAMILIES.get(alg)
+
+
+def _is_repetition(text_class: str) -> bool:
+    return "repet" in text_class.lower() or "verbatim" in text_class.lower()
+
+
+def _pinned_ngram(inp: DoctorInputs, cs: list[ClassCurve], t: dict[str, Any]) -> list[Finding]:
+    """An n-gram proposer can only propose text it has seen (prompt + output so far): τ near one on fresh
+    text is its nature, and under sampling even a repeated passage is not followed token for token. Only
+    a greedy run whose verbatim-repetition class stays pinned says the proposer matches nothing."""
+    rep = [c for c in cs if _is_repetition(c.text_class)]
+    if inp.sampling != "greedy" or not rep or any(c.curve.tau > t["ngram_repetition_tau_max"] for c in rep):
+        return []
+    taus = {c.text_class: _r(c.curve.tau) for c in rep}
+    msg = (f"n-gram proposer: τ ≤ {t['ngram_repetition_tau_max']} on verbatim repetition under greedy decoding "
+           f"({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}, D = {rep[0].curve.num_drafts}): the continuation "
+           "is in the prompt, so the proposer matches nothing — its token history (prompt + output) is not fed, or "
+           "its match window (prompt_lookup_min / prompt_lookup_max, ngram sizes) cannot match.")
+    return [Finding("pinned_near_one", "error", msg,
+                    {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": rep[0].curve.num_drafts,
+                     "tau_max": t["ngram_repetition_tau_max"], "repetition_class": True, "algorithm_family": "ngram"})]
 
 
 def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """τ ≤ ``tau_max`` on every class with D ≥ ``min_drafts``: the drafter (or the target) reads wrong inputs.
+
+    Algorithm-aware (issue 22): for an n-gram proposer only a greedy verbatim-repetition class counts
+    (:func:`_pinned_ngram`); for a draft model or a hidden-state drafter the causes named are the inputs
+    that family reads (:data:`_WRONG_INPUTS`).
+    """
     t = th["pinned_near_one"]
     cs = [c for c in _judged(inp, th) if c.curve.num_drafts >= t["min_drafts"]]
+    family = algorithm_family(inp.knobs)
+    if family == "ngram":
+        return _pinned_ngram(inp, cs, t)
     if not cs or any(c.curve.tau > t["tau_max"] for c in cs):
         return []
-    has_rep = any("repet" in c.text_class.lower() or "verbatim" in c.text_class.lower() for c in cs)
+    has_rep = any(_is_repetition(c.text_class) for c in cs)
     taus = {c.text_class: _r(c.curve.tau) for c in cs}
     msg = (f"τ ≤ {t['tau_max']} on every class ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}) with "
            f"D = {cs[0].curve.num_drafts}" + (", verbatim repetition included" if has_rep else "")
-           + ": the draft (or, with garbled output, the target's verify step) sees wrong or zero inputs (hidden state, "
-           "positions, KV, parallel config, a captured graph's static buffers) — not a weak drafter.")
+           + f": the draft (or, with garbled output, the target's verify step) sees wrong or zero inputs "
+           f"({_WRONG_INPUTS[family]}) — not a weak drafter.")
     return [Finding("pinned_near_one", "error", msg,
                     {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
-                     "tau_max": t["tau_max"], "repetition_class": has_rep})]
+                     "tau_max": t["tau_max"], "repetition_class": has_rep, "algorithm_family": family})]
 
 
 def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -291,6 +267,10 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     if _zero_boundary(pts, th["zero_past_length"]) is not None:
         return []  # the sharper zero_past_length finding explains it
+    from dynocell.runbooks.doctor_outputs import rule_length_cliff
+
+    if rule_length_cliff(inp, th):
+        return []  # a cliff at one boundary is a bug, not the drafter's natural decay (length_cliff says so)
     # Mean τ per distinct length (classes at the same rung are averaged).
     by_len = {L: [c.curve.tau for c in pts if c.prompt_tokens == L] for L in lengths}
     taus = [sum(v) / len(v) for v in by_len.values()]
@@ -302,8 +282,27 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         "depth_decay", "warn",
         f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
         f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): the draft loses the context as it grows "
-        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache).",
-        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho)})]
+        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache) — a gradual "
+        "decay, no cliff: gate speculation by length" + _crossover_text(inp, lengths, taus) + ".",
+        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
+         **_crossover(inp, lengths, taus)})]
+
+
+def _crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> dict[str, Any]:
+    """With measured step times: the break-even τ (verify step / plain step) and the first prompt length whose
+    τ falls below it (speculation stops paying there); {} without step times."""
+    if not (inp.spec_step_ms and inp.plain_step_ms):
+        return {}
+    be = inp.spec_step_ms / inp.plain_step_ms
+    cross = next((L for L, x in zip(lengths, taus) if x < be), None)
+    return {"breakeven_tau": _r(be), "crossover_length": _r(cross, 1) if cross is not None else None}
+
+
+def _crossover_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> str:
+    c = _crossover(inp, lengths, taus)
+    if c.get("crossover_length") is None:
+        return ""
+    return f" (from {c['crossover_length']:.0f} tokens on τ is below the break-even {c['breakeven_tau']:.2f})"
 
 
 def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:
@@ -424,10 +423,45 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                 f"{c.engine_tau:.2f} vs histogram τ {c.curve.tau:.2f}): audit the acceptance accounting as well.")
         ev["engine_tau"], ev["histogram_tau"] = _r(c.engine_tau), _r(c.curve.tau)
     else:
-        msg += (" Engine counters and client histograms do not disagree, so treat the acceptance as real: per-token "
-                "work that grows with the tokens verified (pointwise glue, expert traffic under offload) is the "
-                "usual cost.")
+        msg += (" Engine counters and client histograms do not disagree, so treat the acceptance as real; the "
+                f"likely cost: {step_cost_causes(inp.knobs, d)}.")
     return [Finding("no_net_win", "warn", msg, ev)]
+
+
+def _extra_args_text(knobs: dict[str, Any]) -> str:
+    extra = knobs.get("extra_args") or ()
+    return " ".join(str(a) for a in (extra if isinstance(extra, (list, tuple)) else [extra])).lower()
+
+
+#: Model names that say mixture-of-experts (Qwen "30B-A3B", Mixtral, DeepSeek V2+/R1, gpt-oss, GLM 4.5+, Kimi K2).
+_MOE_NAME = re.compile(r"(?i)\bmoe\b|-a\d+(?:\.\d+)?b\b|mixtral|deepseek-(?:v[2-9]|r1)|gpt-oss|glm-(?:4\.5|4\.6|5)|kimi-k2")
+
+
+def step_cost_causes(knobs: dict[str, Any], num_drafts: int) -> str:
+    """What makes a verify step expensive, named only where the config says it can apply (issue 22).
+
+    Always: per-token work that grows with the D + 1 positions verified (norms, activations, sampling).
+    Expert traffic only with expert parallelism or MoE flags; offload only with an offload flag; collectives
+    only with tp/pp/dcp > 1; the drafter's own forward passes only for a draft model or a hidden-state drafter.
+    """
+    extra = _extra_args_text(knobs)
+    causes = [f"per-token work that grows with the {num_drafts + 1} positions verified per step (norms, "
+              "activations, sampling — pointwise glue)"]
+    family = algorithm_family(knobs)
+    steps = knobs.get("speculative.num_steps")
+    if family in ("draft_model", "hidden_state"):
+        causes.append(f"the drafter's own {steps or num_drafts} forward pass(es) per step")
+    moe_name = bool(_MOE_NAME.search(str(knobs.get("model_path") or "")))
+    if (knobs.get("parallel.ep_size") or 1) > 1 or "expert" in extra or "moe" in extra or moe_name:
+        causes.append(f"expert routing and dispatch for every verified token ({'an MoE model, ' if moe_name else ''}"
+                      f"ep_size {knobs.get('parallel.ep_size') or 1})")
+    if "offload" in extra:
+        causes.append("weights moved by offload on each verify step")
+    par = {k.split(".")[1]: v for k, v in knobs.items() if k in ("parallel.tp_size", "parallel.pp_size",
+                                                                 "parallel.dcp_size") and (v or 1) > 1}
+    if par:
+        causes.append("collectives over " + ", ".join(f"{k} {v}" for k, v in sorted(par.items())))
+    return "; ".join(causes)
 
 
 def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -459,7 +493,31 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
     return out
 
 
+def fit_single_p(tau: float, num_drafts: int) -> float:
+    """The one p whose independence curve has the measured τ: Σ_{i=1..D} p^i = τ − 1 (bisection, 60 steps).
+
+    Unlike p = p_1, this p also fits a drafter's ordinary decay with depth (a_i falling slowly), so only
+    a shape no single p explains is left as a deviation."""
+    target = min(max(tau - 1.0, 0.0), float(num_drafts))
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** i for i in range(1, num_drafts + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Per-position acceptance that no single p explains (issue 22: calibrated on healthy curves).
+
+    Fit p̂ with Σ p̂^i = τ − 1 (:func:`fit_single_p`) and compare every p_i with p̂^i. A finding needs the
+    largest gap to be both large (≥ ``abs_dev_min``; healthy curves from the reference engine, SGLang 0.5.17
+    and vLLM 0.26.0 reach 0.14) and real (≥ ``z_min`` standard errors of a proportion over N steps; curves
+    without a step count are judged on the gap alone). Later positions below the fit → warn (they fail
+    abnormally); above it → info (acceptance comes in bursts).
+    """
     from dynocell.engine.acceptance import expected_tau_independent
 
     t = th["independence"]
@@ -468,19 +526,25 @@ def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         cv = c.curve
         if cv.num_drafts < t["min_drafts"] or not cv.p or cv.p[0] <= 0:
             continue
-        pred = expected_tau_independent(cv.p[0], cv.num_drafts)
-        rel = (cv.tau - pred) / pred
-        if -t["low_rel"] <= rel <= t["high_rel"]:
+        ph = fit_single_p(cv.tau, cv.num_drafts)
+        devs = [cv.p[i] - ph ** (i + 1) for i in range(cv.num_drafts)]
+        i = max(range(len(devs)), key=lambda j: abs(devs[j]))
+        q = ph ** (i + 1)
+        z = abs(devs[i]) / math.sqrt(max(q * (1 - q), 1e-9) / cv.steps) if cv.steps else None
+        if abs(devs[i]) < t["abs_dev_min"] or (z is not None and z < t["z_min"]):
             continue
-        low = rel < 0
+        low = devs[-1] < 0
+        pred = expected_tau_independent(cv.p[0], cv.num_drafts)
         out.append(Finding(
             "independence", "warn" if low else "info",
-            f"{c.text_class}: τ {cv.tau:.2f} vs {pred:.2f} predicted by one p = p_1 = {cv.p[0]:.2f} "
-            f"((1 − p^(D+1)) / (1 − p), D = {cv.num_drafts}); {abs(rel) * 100:.0f} % "
-            + ("below: later positions fail far more often than the first — read a_i position by position."
-               if low else "above: acceptance comes in long bursts; one p does not describe this curve."),
+            f"{c.text_class}: no single p explains the curve p = {', '.join(f'{x:.2f}' for x in cv.p)} "
+            f"(τ {cv.tau:.2f}): the best single p = {ph:.2f} predicts p_{i + 1} = {q:.2f}, measured {cv.p[i]:.2f} "
+            f"({devs[i]:+.2f}" + (f", {z:.1f} standard errors" if z is not None else "") + "); "
+            + ("later positions fail far more often than the first — read a_i position by position."
+               if low else "acceptance comes in long bursts."),
             {"text_class": c.text_class, "tau": _r(cv.tau), "tau_independent": _r(pred), "p1": _r(cv.p[0]),
-             "rel_diff": _r(rel), "num_drafts": cv.num_drafts}))
+             "p_fit": _r(ph), "position": i + 1, "deviation": _r(devs[i]), "z": _r(z, 2),
+             "num_drafts": cv.num_drafts}))
     return out
 
 
@@ -524,12 +588,15 @@ def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     tau = inp.overall_tau()
     healthy = tau is not None and tau >= t["healthy_tau"]
-    msg = (f"generated output is degenerate: {reason} ({n} {unit}, {len(counts)} distinct)."
-           + (f" Acceptance τ {tau:.2f} looks healthy only because target and draft agree on degenerate text "
-              "(dummy or broken weights)." if healthy else ""))
+    msg = (f"generated output{f' ({inp.outputs_of})' if inp.outputs_of else ''} is degenerate: {reason} "
+           f"({n} {unit}, {len(counts)} distinct)."
+           + (f" Acceptance τ {tau:.2f} looks healthy only because target and draft agree on degenerate text: "
+              "compare with the plain twin's output on the same prompts — degenerate there too means the weights "
+              "(dummy or broken), clean there means the speculative path garbles the target." if healthy else ""))
     return [Finding("garbage_output", "error" if healthy else "warn", msg,
                     {"tokens": n, "distinct": len(counts), "top1_share": _r(top1_share), "topk_share": _r(topk_share),
-                     "zero_id_share": _r(zero_share), "tau": _r(tau), "top_tokens": [str(k) for k, _ in top]})]
+                     "zero_id_share": _r(zero_share), "tau": _r(tau), "top_tokens": [str(k) for k, _ in top],
+                     "outputs_of": inp.outputs_of})]
 
 
 def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -582,6 +649,10 @@ RULES = {
     "garbage_output": rule_garbage_output,
     "engine_vs_oracle": rule_engine_vs_oracle,
 }
+# Issue 22's shapes, one module per family (each rule documented there).
+RULES.update(COMPARE_RULES)
+RULES.update(OUTPUT_RULES)
+RULES.update(RUNTIME_RULES)
 
 
 def _entry_fits(entry: Any, knobs: dict[str, Any]) -> bool:
@@ -637,7 +708,10 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
     ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
     ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``, ``breakeven_noise``,
-    ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``.
+    ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``; issue 22: ``baselines`` (``{label, build,
+    curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
+    (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
+    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -653,8 +727,23 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
         breakeven_noise=d.get("breakeven_noise"),
         output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
+        outputs_of=d.get("outputs_of"),
         oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
+        baselines=[Baseline(x.get("label", f"baseline {i}"), x.get("build"),
+                            {c.get("text_class", "all"): curve_from_dict(c) for c in x.get("curves", [])},
+                            x.get("decode_tok_s")) for i, x in enumerate(d.get("baselines", []))],
+        others=[Sibling(x.get("label", f"other {i}"), dict(x.get("knobs", {})), float(x["tau"]),
+                        dict(x.get("tau_by_class", {})), x.get("decode_tok_s"))
+                for i, x in enumerate(d.get("others", []))],
+        concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
+                     for x in d.get("concurrency", [])],
+        mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
+                             x.get("margin")) for x in d.get("mismatches", [])],
+        mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
+        mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
+        engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
+        profile=dict(d.get("profile", {})),
     )
 
 
@@ -667,7 +756,12 @@ def _curve_from_row(row: dict[str, Any]) -> Any:
         return Curve.from_histogram(row["histogram"])
     if row.get("p"):
         return Curve.from_positions(row["p"], steps=row.get("steps"))
-    return Curve.from_summary(row["tau"], row.get("accept_rate"), row.get("num_drafts"))
+    curve = Curve.from_summary(row["tau"], row.get("accept_rate"), row.get("num_drafts"))
+    if row.get("steps"):
+        import dataclasses
+
+        curve = dataclasses.replace(curve, steps=int(row["steps"]))  # how much evidence, when the source said
+    return curve
 
 
 def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
@@ -748,13 +842,19 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
                 inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve))
     # The run's own generations (kept by the bench step at the workload's sampling settings) say
     # what the engine serves; the plain twin's greedy goldens are the fallback for older runs.
+    # The plain twin's goldens are greedy: they speak about this run's curves only when its workload was
+    # greedy too (issue 22: a tiny model repeating a space under greedy said nothing about a sampled τ).
     samples = [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
     if samples:
-        inp.output_texts = samples
-    elif plain_hash:
+        inp.output_texts, inp.outputs_of = samples, "run samples"
+    elif plain_hash and "temperature" in opts and temp in (0, 0.0):
+        inp.outputs_of = "plain twin greedy goldens"
         inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
         if not inp.output_ids:
             inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]
+    from dynocell.runbooks.doctor_evidence import add_run_evidence
+
+    add_run_evidence(cell, run, inp)
     return inp
 
 
@@ -780,24 +880,43 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
         return findings
     boot_id = found.key
     boot = db_boots.get_boot(store, boot_id) or {}
-    findings = []
+    findings = _boot_runtime_findings(cell, boot, kn)
     sig = boot.get("failure_signature")
+    if sig == "nccl_timeout_startup" and any(f.rule == "nccl_serving_timeout" for f in findings):
+        sig = None  # the timeout came while serving (issue 22): nccl_serving_timeout says so, not the start-up id
     if sig:
         slugs = kn.for_signature(sig)
         log_hits = _log_hits(kn, boot.get("log_path"))
         for s in log_hits:
             if s not in slugs:
                 slugs.append(s)
-        findings.append(Finding("boot_failure", "error",
+        findings.insert(0, Finding("boot_failure", "error",
                                 f"boot {boot_id} failed with signature {sig!r}"
                                 + (f": {boot['failure_detail'].get('line')}" if (boot.get("failure_detail") or {}).get("line") else ""),
                                 {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
                                 slugs))
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
+    said = {(f.rule, f.message) for f in findings}
     for rid in dbk.runs_of_boot(store, boot_id):
-        findings.extend(diagnose(cell, rid, store_findings=store_findings))
+        findings.extend(f for f in diagnose(cell, rid, store_findings=store_findings) if (f.rule, f.message) not in said)
     return findings
+
+
+def _boot_runtime_findings(cell: Any, boot: dict[str, Any], kn: Any) -> list[Finding]:
+    """The runtime rules (issue 22, shape 9) over a boot's own log and config."""
+    from dynocell.runbooks.doctor_evidence import boot_inputs
+
+    if not boot:
+        return []
+    inp = boot_inputs(cell, boot)
+    th = load_thresholds()
+    out = []
+    for rule, fn in RUNTIME_RULES.items():
+        for f in fn(inp, th):
+            slugs = [s for s in kn.for_rule(rule) if _entry_fits(kn.entries[s], inp.knobs)]
+            out.append(Finding(f.rule, f.severity, f.message, f.evidence, slugs))
+    return out
 
 
 def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[str]:
@@ -820,6 +939,10 @@ NEXT_COMMANDS: dict[str, str] = {
     "definitions_mismatch": "dynocell engine build --patch spec-per-position-metrics  (per-position counters from the engine)",
     "garbage_output": "dynocell show {ref}  (read the samples; then boot the plain twin and compare)",
     "boot_failure": "dynocell logs <boot id>  (from the last phase on; `dynocell show {ref}` names the boot)",
+    "confounded_comparison": "dynocell bisect plan <the other config> <this config>  (one knob at a time)",
+    "config_smell": "dynocell config show <this config> --toml  (write num_draft_tokens = num_steps + 1)",
+    "health_lies": "dynocell health <boot id>  (the oracle's generation check, not /health alone)",
+    "stalled_queue": "dynocell health <boot id>  (a generation of its own; then the log around the stall)",
 }
 
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -173,6 +174,18 @@ class _Routes:
         sp = self.sampling(sp_d)
         return await self.run(ids, sp, stream, body.get("rid") if isinstance(body.get("rid"), str) else None)
 
+    def add_logprobs(self, snap: dict, prompt_ids: list[int], k: Any) -> None:
+        """SGLang's ``return_logprob`` / ``top_logprobs_num``: the chosen token's and the top-k log-probabilities
+        of every output token (``meta_info.output_token_logprobs`` / ``output_top_logprobs``)."""
+        from dynocell.engine.reference.decoding import top_logprobs
+
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
+            raise BadRequest("'top_logprobs_num' must be a whole number 0..20")
+        engine = self.engine
+        chosen, top = engine.run_command(lambda: top_logprobs(engine.target, prompt_ids, snap["output_ids"], k or 1))
+        snap["meta_info"]["output_token_logprobs"] = chosen
+        snap["meta_info"]["output_top_logprobs"] = top if k else [None] * len(chosen)
+
     # ---- SGLang's native routes --------------------------------------------------------------
     async def health(self):
         return Response(status_code=200 if self.engine.ready else 503)
@@ -241,6 +254,8 @@ class _Routes:
         if not stream:
             snap = await _wait_done(req)
             snap["meta_info"]["e2e_latency"] = time.time() - req.received
+            if body.get("return_logprob"):
+                self.add_logprobs(snap, req.prompt_ids, body.get("top_logprobs_num"))
             return snap
 
         async def gen():

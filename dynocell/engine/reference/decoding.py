@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -100,6 +101,27 @@ def crop_cache(cache, length: int) -> None:
         cache.crop(-(cur - length))
     else:
         cache.crop(length)
+
+
+def top_logprobs(model: "LoadedModel", prompt_ids: list[int], output_ids: list[int], k: int,
+                 ) -> tuple[list[list[Any]], list[list[list[Any]]]]:
+    """SGLang's ``output_token_logprobs`` / ``output_top_logprobs`` for a finished generation.
+
+    One teacher-forced pass of the target over prompt + output: the log-softmax of the logits that
+    predicted output token i gives ``[logprob, token_id, None]`` for the chosen token and the ``k`` best
+    (``[[logprob, token_id, None], …]``, best first). Shapes follow SGLang's ``meta_info`` (the text slot
+    is None, as SGLang returns it without ``return_text_in_logprobs``). Log-probabilities are natural logs.
+    """
+    if not output_ids:
+        return [], []
+    ids = list(prompt_ids) + list(output_ids)
+    logits = model.forward(ids[:-1], model.new_cache())[len(prompt_ids) - 1:]
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = [[float(lp[i, t]), int(t), None] for i, t in enumerate(output_ids)]
+    vals, idx = torch.topk(lp, k=max(1, min(int(k), lp.shape[-1])), dim=-1)
+    top = [[[float(v), int(j), None] for v, j in zip(vals[i].tolist(), idx[i].tolist())]
+           for i in range(len(output_ids))]
+    return chosen, top
 
 
 def load_tokenizer(path: Path):

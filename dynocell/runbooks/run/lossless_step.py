@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 from dynocell.db import runs as db_runs
+from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
+from dynocell.errors import DynocellError
 from dynocell.runbooks import boots
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.greedy import _greedy, _sha
+from dynocell.runbooks.run.greedy import _api_kw, _greedy, _sha
 from dynocell.runbooks.run.job import LOSSLESS_TOKENS, RunOptions, _Job, _now
 
 
@@ -74,6 +76,47 @@ def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: lis
             "run_id": job.run_id, "twin_boot_id": twin.boot_id}
 
 
+def _divergence_margin(client: EngineClient, prompt: str, spec_ids: list[int], plain_ids: list[int], idx: int,
+                       timeout_s: float, cfg: Any = None) -> dict[str, Any]:
+    """Top-2 log-probability margin (nats) at a greedy mismatch's first divergent token (issue 22, shape 3).
+
+    Asks the engine for ``idx + 1`` greedy tokens with log-probabilities (SGLang ``return_logprob`` +
+    ``top_logprobs_num`` 2; vLLM ``logprobs`` 2) and returns ``{spec_token, plain_token, margin}``; a margin
+    within bf16 rounding reads as a near-tie, a large one as corruption (the doctor decides). An engine
+    that does not answer log-probabilities gives ``{margin: None}`` — never an error of the run.
+    """
+    out: dict[str, Any] = {"spec_token": spec_ids[idx] if idx < len(spec_ids) else None,
+                           "plain_token": plain_ids[idx] if idx < len(plain_ids) else None, "margin": None}
+    try:
+        kw = _api_kw(cfg)
+        if kw:
+            resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": idx + 1, "temperature": 0,
+                                       "ignore_eos": True, "logprobs": 2}, timeout_s=timeout_s)
+            tops = (((resp.body or {}).get("choices") or [{}])[0].get("logprobs") or {}).get("top_logprobs") or []
+            vals = sorted((tops[idx] or {}).values(), reverse=True) if idx < len(tops) else []
+        else:
+            resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": idx + 1,
+                                                                         "ignore_eos": True},
+                                    "return_logprob": True, "top_logprobs_num": 2}, timeout_s=timeout_s)
+            body = resp.body[0] if isinstance(resp.body, list) else resp.body
+            tops = ((body or {}).get("meta_info") or {}).get("output_top_logprobs") or []
+            vals = sorted((x[0] for x in (tops[idx] or [])), reverse=True) if idx < len(tops) else []
+    except (DynocellError, OSError, ValueError, TypeError, AttributeError, IndexError, KeyError):
+        return out
+    if resp.ok and len(vals) >= 2:
+        out["margin"] = round(float(vals[0]) - float(vals[1]), 6)
+    return out
+
+
+def _near_ties(mismatches: list[dict[str, Any]]) -> bool:
+    """Every mismatch diverges where the top two tokens are within ``lossless_near_tie.margin_max`` nats
+    (doctor_thresholds.toml): numerical near-ties, reported as ``lossless: near-tie (margin …)``."""
+    from dynocell.runbooks.doctor import load_thresholds
+
+    lim = load_thresholds()["lossless_near_tie"]["margin_max"]
+    return bool(mismatches) and all(m.get("margin") is not None and m["margin"] <= lim for m in mismatches)
+
+
 def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
               d: dict[str, Any]) -> dict[str, Any] | None:
     """Greedy outputs of the speculative engine vs a plain boot of the same target.
@@ -109,22 +152,20 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
             )
             unit = "character"
         if not same:
-            mismatches.append(
-                {
-                    "prompt": p[:80],
-                    "first_diverging_index": idx,
-                    "unit": unit,
-                    "speculative": a_txt[:200],
-                    "plain": b_txt[:200],
-                }
-            )
-    lossless = "yes" if not mismatches else "no"
+            mm = {"prompt": p[:80], "first_diverging_index": idx, "unit": unit,
+                  "speculative": a_txt[:200], "plain": b_txt[:200]}
+            if unit == "token":
+                mm.update(_divergence_margin(client, p, a_ids, b_ids, idx, cell.settings.request_timeout_s, live.cfg))
+            mismatches.append(mm)
+    lossless = "yes" if not mismatches else ("near-tie" if _near_ties(mismatches) else "no")
     detail = {
         "prompts": len(prompts),
         "max_new_tokens": LOSSLESS_TOKENS,
         "plain_config_hash": plain_hash,
         "mismatches": mismatches,
     }
+    if lossless == "near-tie":
+        detail["max_margin"] = max(m["margin"] for m in mismatches)
     db_runs.update_run(cell.store, job.run_id, lossless=lossless, lossless_detail=detail)
     d.update(lossless=lossless, mismatches=len(mismatches))
     if plain is not None:

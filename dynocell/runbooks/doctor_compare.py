@@ -1,0 +1,203 @@
+"""Doctor rules that compare this run with other measurements (issue 22, shapes 1, 2, 4 and 6).
+
+Rules (id — shape):
+
+- ``baseline_regression`` — against a recorded run of the SAME config (another engine build, version or
+  date): τ beyond the tolerance, or one position's p_i beyond the noise of two proportions, even when no
+  knob differs.
+- ``confounded_comparison`` — another config of the same model with τ far apart and several knobs
+  differing: which differences could explain a τ change and which changed along with them.
+- ``tau_up_throughput_down`` — two builds/configs without a plain baseline: τ up while decode tok/s falls.
+- ``spread_collapse`` — the spread of τ across text classes collapses to one value (accounting, not
+  drafting: real drafters accept verbatim repetition far more often than prose).
+- ``concurrency_loss`` — speculation wins at concurrency 1 and loses at ≥ 4 with acceptance unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
+
+#: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
+#: differing knob (topology, memory, versions …) moves speed, and confounds a τ comparison.
+ACCEPTANCE_KNOBS = ("speculative.", "parallel.", "cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule",
+                    "dtype", "memory.kv_cache_dtype", "model_path", "memory.context_length", "engine")
+
+
+def _weighted_tau(curves: dict[str, Any]) -> float | None:
+    cs = list(curves.values())
+    if not cs:
+        return None
+    w = [c.steps or 1 for c in cs]
+    return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
+
+
+def _p_gap(mine: Any, base: Any, t: dict[str, Any]) -> tuple[int, float, float] | None:
+    """The position whose p_i fell most beyond max(abs floor, z · SE of two proportions), or None."""
+    worst = None
+    for i in range(min(len(mine.p), len(base.p))):
+        pm, pb = mine.p[i], base.p[i]
+        nm, nb = mine.steps or 0, base.steps or 0
+        se = math.sqrt((pm * (1 - pm) / nm if nm else 0.25) + (pb * (1 - pb) / nb if nb else 0.25))
+        tol = max(t["p_abs_floor"], t["z"] * se)
+        if pb - pm > tol and (worst is None or pb - pm - tol > worst[1] - worst[2]):
+            worst = (i + 1, pb - pm, tol)
+    return worst
+
+
+def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """τ or per-position p below a recorded baseline of the same config (config_hash equal)."""
+    t = th["baseline_regression"]
+    mine = {c.text_class: c.curve for c in inp.curves}
+    tau = inp.overall_tau()
+    out = []
+    for b in inp.baselines:
+        common = sorted(set(mine) & set(b.curves))
+        if tau is None or not common:
+            continue
+        btau = _weighted_tau({k: b.curves[k] for k in common})
+        mtau = _weighted_tau({k: mine[k] for k in common})
+        drop = 1 - mtau / btau if btau else 0.0
+        gaps = {k: g for k in common if (g := _p_gap(mine[k], b.curves[k], t))}
+        if drop < t["tau_rel_drop"] and not gaps:
+            continue
+        cls, (pos, gap, tol) = next(iter(gaps.items())) if gaps else (None, (None, 0.0, 0.0))
+        msg = (f"same config, {b.build or b.label}: τ {mtau:.2f} vs the recorded {btau:.2f} ({drop * 100:.1f} % lower)"
+               if drop >= t["tau_rel_drop"] else f"same config, {b.build or b.label}: τ {mtau:.2f} vs {btau:.2f}")
+        if gaps:
+            msg += (f"; {cls}: p_{pos} {mine[cls].p[pos - 1]:.3f} vs {b.curves[cls].p[pos - 1]:.3f} "
+                    f"({gap:.3f} lower, tolerance {tol:.3f})")
+        msg += (". No knob differs, so the engine build, version or environment changed what the drafter sees: "
+                "bisect the builds (dynocell bisect) position by position.")
+        out.append(Finding("baseline_regression", "error" if drop >= t["error_rel_drop"] else "warn", msg,
+                           {"baseline": b.label, "build": b.build, "tau": r(mtau), "baseline_tau": r(btau),
+                            "drop": r(drop), "text_class": cls, "position": pos, "p_gap": r(gap) if gaps else None,
+                            "classes": common}))
+    return out
+
+
+def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Several knobs differ and τ is lower here: name the candidates and the confounders instead of refusing."""
+    t = th["confounded_comparison"]
+    tau = inp.overall_tau()
+    if tau is None or not inp.knobs:
+        return []
+    out = []
+    for o in inp.others:
+        diff = differing_knobs(inp.knobs, o.knobs)
+        rel = (tau - o.tau) / o.tau if o.tau else 0.0
+        if len(diff) < t["min_knobs"] or -rel < t["tau_rel_min"]:
+            continue  # spoken on the run that got worse; the better one has nothing to fix
+        cands = [k for k in diff if k.startswith(ACCEPTANCE_KNOBS)]
+        confs = [k for k in diff if k not in cands]
+        desc = ", ".join(f"{k} {o.knobs.get(k)!r}→{inp.knobs.get(k)!r}" for k in diff)
+        msg = (f"τ {tau:.2f} vs {o.tau:.2f} in {o.label} ({rel * 100:+.0f} %) with {len(diff)} knobs differing "
+               f"({desc}). Could explain a τ change: {', '.join(cands) or 'none of them (look at the build)'}; "
+               f"changed along with them: {', '.join(confs) or 'nothing else'}"
+               + (f" — {len(cands)} candidates confound each other" if len(cands) > 1 else "")
+               + ". Vary one at a time: dynocell bisect plan <one config> <the other>.")
+        out.append(Finding("confounded_comparison", "warn", msg,
+                           {"other": o.label, "tau": r(tau), "other_tau": r(o.tau), "rel_diff": r(rel),
+                            "knobs": diff, "candidates": cands, "confounders": confs}))
+    return out
+
+
+def _builds(inp: DoctorInputs) -> list[tuple[str, float | None, float | None, dict[str, float]]]:
+    """(label, τ, decode tok/s, τ by class) of every other build or config measured."""
+    rows = [(b.build or b.label, _weighted_tau(b.curves), b.decode_tok_s,
+             {k: c.tau for k, c in b.curves.items()}) for b in inp.baselines]
+    rows += [(o.label, o.tau, o.decode_tok_s, dict(o.tau_by_class)) for o in inp.others]
+    return rows
+
+
+def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """More tokens accepted per step but fewer tokens per second: the accounting (or the step cost)
+    changed, not the drafting — check with a plain baseline before believing either build."""
+    t = th["tau_up_throughput_down"]
+    tau, tok_s = inp.overall_tau(), inp.spec_decode_tok_s
+    if tau is None or not tok_s:
+        return []
+    out = []
+    for label, otau, otok, _ in _builds(inp):
+        if not otau or not otok:
+            continue
+        up, down = tau / otau - 1, 1 - tok_s / otok
+        if up < t["tau_rel_up"] or down < t["tok_s_rel_down"]:
+            continue
+        out.append(Finding("tau_up_throughput_down", "warn",
+                           f"τ {tau:.2f} vs {otau:.2f} in {label} (+{up * 100:.0f} %) while decode falls to "
+                           f"{tok_s:.1f} from {otok:.1f} tok/s (−{down * 100:.0f} %): accepted tokens per second fell "
+                           "although τ rose. Either the acceptance is counted differently (definitions, skipped "
+                           "steps) or each step got dearer; measure a plain baseline on both builds.",
+                           {"other": label, "tau": r(tau), "other_tau": r(otau), "decode_tok_s": r(tok_s, 2),
+                            "other_decode_tok_s": r(otok, 2), "tau_rel_up": r(up), "tok_s_rel_down": r(down)}))
+    return out
+
+
+def _spread(taus: list[float]) -> float:
+    return (max(taus) - min(taus)) / (sum(taus) / len(taus)) if taus else 0.0
+
+
+def rule_spread_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """τ identical across ≥ 3 text classes (repetition included) below the ceiling, or collapsed from a
+    wide spread in another build: one number is being reported for every request."""
+    t = th["spread_collapse"]
+    cs = [c for c in inp.curves if c.curve.steps is None or c.curve.steps >= th["general"]["min_steps"]]
+    if len(cs) < t["min_classes"]:
+        return []
+    taus = [c.curve.tau for c in cs]
+    d = max(c.curve.num_drafts for c in cs)
+    if sum(taus) / len(taus) >= t["ceiling_frac"] * (d + 1):
+        return []  # every class near D + 1: no room to spread
+    if max(taus) <= th["pinned_near_one"]["tau_max"]:
+        return []  # every class pinned near one: pinned_near_one's shape, nothing left to spread
+    mine = _spread(taus)
+    if mine > t["collapsed_max"]:
+        return []
+    others = [(label, _spread(list(by.values()))) for label, _, _, by in _builds(inp) if len(by) >= t["min_classes"]]
+    wide = [(label, s) for label, s in others if s >= t["healthy_min"]]
+    if others and not wide:
+        return []
+    msg = (f"τ is the same on every text class ({', '.join(f'{c.text_class} {c.curve.tau:.3f}' for c in cs)}; spread "
+           f"{mine * 100:.1f} %)")
+    msg += (f" while {wide[0][0]} spread {wide[0][1] * 100:.0f} %" if wide else "")
+    msg += (": real drafting accepts repetition far more often than prose, so one value for every class is "
+            "accounting (a configured or averaged figure reported per request), not drafting.")
+    return [Finding("spread_collapse", "warn", msg,
+                    {"tau_by_class": {c.text_class: r(c.curve.tau) for c in cs}, "spread": r(mine),
+                     "other": wide[0][0] if wide else None, "other_spread": r(wide[0][1]) if wide else None})]
+
+
+def rule_concurrency_loss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Speculation pays at concurrency 1 and stops paying at ≥ ``min_high_concurrency``: the verify
+    step's extra tokens compete with other requests for the batch (gate speculation by load)."""
+    t = th["concurrency_loss"]
+    pts = sorted(inp.concurrency, key=lambda p: p.concurrency)
+    noise = inp.breakeven_noise or t["noise"]
+    low = [p for p in pts if p.concurrency == 1 and p.plain_tok_s]
+    high = [p for p in pts if p.concurrency >= t["min_high_concurrency"] and p.plain_tok_s]
+    if not low or not high:
+        return []
+    s1 = low[0].spec_tok_s / low[0].plain_tok_s
+    losers = [(p, p.spec_tok_s / p.plain_tok_s) for p in high if p.spec_tok_s / p.plain_tok_s < 1 - noise]
+    if s1 <= 1 + noise or not losers:
+        return []
+    p, s = losers[0]
+    return [Finding("concurrency_loss", "warn",
+                    f"speculation is {s1:.2f}× plain at concurrency 1 but {s:.2f}× at {p.concurrency}: with "
+                    "acceptance unchanged, the verify step's extra tokens compete for the batch. Gate speculation "
+                    "by load (turn it off above the crossover) and check the capture sizes cover max running × "
+                    "(drafts + 1).",
+                    {"speedup_c1": r(s1), "concurrency": p.concurrency, "speedup": r(s),
+                     "speedups": {str(x.concurrency): r(x.spec_tok_s / x.plain_tok_s) for x in pts if x.plain_tok_s}})]
+
+
+COMPARE_RULES = {
+    "baseline_regression": rule_baseline_regression,
+    "confounded_comparison": rule_confounded_comparison,
+    "tau_up_throughput_down": rule_tau_up_throughput_down,
+    "spread_collapse": rule_spread_collapse,
+    "concurrency_loss": rule_concurrency_loss,
+}

@@ -1,0 +1,232 @@
+"""The store → :class:`~dynocell.runbooks.doctor_model.DoctorInputs` part of issue 22's rules.
+
+:func:`add_run_evidence` fills what the new rules read for a stored run: the engine log of its boot
+(:func:`dynocell.engine.log_signs.scan_lines`), the gauges of an imported ``/metrics`` scrape, its
+profile window, recorded runs of the same config and workload (``baselines``), other configs of the
+same model and speculation (``others``), throughput per concurrency with the plain twin's, and the
+lossless mismatches. :func:`boot_inputs` gives the inputs of a boot (its config and log) for the
+runtime rules. Reads only; the log is read from its start up to :data:`MAX_LOG_READ` bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dynocell.runbooks.doctor_model import (
+    Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling, differing_knobs,
+)
+
+#: Bytes of an engine log the doctor reads (boot lines are at the start; a longer log is read head + tail).
+MAX_LOG_READ = 16 << 20
+
+
+def log_lines(path: str | None) -> list[str]:
+    """The lines of a boot's log (head and tail of a very long one); [] when there is none."""
+    if not path or not Path(path).is_file():
+        return []
+    p = Path(path)
+    size = p.stat().st_size
+    with open(p, "rb") as fh:
+        if size <= MAX_LOG_READ:
+            data = fh.read()
+        else:
+            head = fh.read(MAX_LOG_READ // 2)
+            fh.seek(size - MAX_LOG_READ // 2)
+            data = head + b"\n" + fh.read()
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:
+    from dynocell.db import boots as db_boots
+    from dynocell.db import imports as dbi
+    from dynocell.engine.log_signs import scan_lines
+
+    if not boot_id:
+        return {}
+    boot = db_boots.get_boot(store, boot_id) or {}
+    signs = scan_lines(log_lines(boot.get("log_path")))
+    for rec in dbi.list_imports(store, limit=1000):
+        if rec.get("boot_id") == boot_id:
+            skew = (rec.get("summary") or {}).get("phase_skew_s") or {}
+            if skew.get("weights_end") is not None:
+                signs["phase_skew_s"] = skew["weights_end"]
+    return signs
+
+
+def boot_inputs(cell: Any, boot: dict[str, Any]) -> DoctorInputs:
+    """Inputs of a boot for the runtime rules: its config's knobs and its log's runtime signs."""
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import flatten_config
+
+    inp = DoctorInputs()
+    cj = dbk.config_json(cell.store, boot["config_hash"]) if boot.get("config_hash") else None
+    if cj:
+        inp.knobs = flatten_config(cj)
+    inp.log = _log_signs(cell.store, boot.get("id"))
+    return inp
+
+
+def _gauges(store: Any, run_id: str) -> dict[str, Any]:
+    from dynocell.db import imports as dbi
+
+    for rec in dbi.list_imports(store, limit=1000):
+        if rec.get("run_id") == run_id and rec.get("kind") == "metrics":
+            return dict((rec.get("summary") or {}).get("gauges_last") or {})
+    return {}
+
+
+def _profile(store: Any, run_id: str) -> dict[str, Any]:
+    from dynocell.db import runs as dbr
+
+    profs = dbr.profiles(store, run_id=run_id)
+    if not profs:
+        return {}
+    p = profs[-1]
+    return {"requested": True, "traces": p.get("traces") or [], "graph_launches": p.get("graph_launches"),
+            "launches": p.get("launches"), "source": p.get("source"), "trace_dir": p.get("trace_dir"),
+            "state": p.get("state")}
+
+
+def _curves_by_class(store: Any, run_id: str) -> dict[str, Any]:
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import curve_from_dict
+
+    return {c["text_class"]: curve_from_dict(c) for c in dbk.curves_of_run(store, run_id)}
+
+
+def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in knobs.items() if k.startswith("speculative.") or k == "model_path"}
+
+
+#: Knobs that select a serving mode of the same model (graphs, overlap / spec-v2, parallel sizes): outputs
+#: that differ between such runs point at the mode (corrupt_output).
+MODE_KNOBS = ("cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule", "parallel.")
+def _samples(store: Any, run_id: str) -> list[str]:
+    from dynocell.db import knowledge as dbk
+
+    return [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
+
+
+def _mode(knobs: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{k}={knobs.get(k)!r}" for k in keys)
+
+
+def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
+    """Baselines (same config and workload), others (same model, speculation and workload, other knobs) and
+    the outputs of runs that differ only in a serving mode (``mode_texts``)."""
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import flatten_config
+
+    store = cell.store
+    seen: set[str] = set()
+    for other in dbk.completed_runs_with_configs(store, exclude_run=run["id"]):
+        if other.get("workload_sha256") != run.get("workload_sha256") or other.get("kind") != run.get("kind"):
+            continue
+        curves = _curves_by_class(store, other["id"])
+        tok_s = (other.get("summary") or {}).get("decode_tok_s")
+        if other["config_hash"] == run["config_hash"]:
+            build = (other.get("summary") or {}).get("build") or str(other.get("started_at") or "")[:10] or None
+            if curves:
+                inp.baselines.append(Baseline(other["id"], build, curves, tok_s))
+            continue
+        if other["config_hash"] in seen or not inp.knobs:
+            continue
+        seen.add(other["config_hash"])
+        knobs = flatten_config(other["canonical_json"])
+        if _speculation(knobs) != _speculation(inp.knobs):
+            continue
+        _add_mode(store, other["id"], inp, knobs)
+        if curves:
+            w = [c.steps or 1 for c in curves.values()]
+            tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
+            inp.others.append(Sibling(other["id"], knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
+
+
+def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any]) -> None:
+    """Outputs of another run whose config differs from this one only in serving-mode knobs."""
+    diff = differing_knobs(inp.knobs, knobs)
+    if not diff or not all(k.startswith(MODE_KNOBS) for k in diff) or not inp.output_texts:
+        return
+    theirs = _samples(store, other_id)
+    if theirs:
+        inp.mode_texts.setdefault(_mode(inp.knobs, diff), list(inp.output_texts))
+        inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
+
+
+def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any] | None:
+    """The latest run of the plain twin: the lossless step's plain config, else the config equal to this one
+    with speculation off (an imported plain arm of the same model)."""
+    from dynocell.db import knowledge as dbk
+    from dynocell.runbooks.doctor import flatten_config
+
+    plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
+    mine = {k: v for k, v in knobs.items() if not k.startswith("speculative.")}
+    for o in dbk.completed_runs_with_configs(store, exclude_run=run["id"]):
+        if plain_hash and o["config_hash"] == plain_hash:
+            return o
+        if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run["config_hash"]:
+            theirs = flatten_config(o["canonical_json"])
+            if not theirs.get("speculative.algorithm") and not differing_knobs(
+                    mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")}):
+                return o
+    return None
+
+
+def _concurrency(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> list[ConcurrencyPoint]:
+    from dynocell.db import knowledge as dbk
+
+    plain_run = _plain_twin_run(store, run, knobs)
+    if plain_run is None:
+        return []
+
+    def by_c(run_id: str) -> dict[int, float]:
+        rows = [b for b in dbk.bench_of_run(store, run_id) if b["concurrency"] and b["output_tok_s"]]
+        ladder = [b for b in rows if not b["text_class"] or (b.get("extra") or {}).get("tool")]
+        return {b["concurrency"]: b["output_tok_s"] for b in ladder}
+
+    mine, plain = by_c(run["id"]), by_c(plain_run["id"])
+    return [ConcurrencyPoint(c, mine[c], plain[c]) for c in sorted(set(mine) & set(plain))]
+
+
+def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
+    """Fill ``log``, ``gauges``, ``profile``, ``baselines``, ``others``, ``concurrency`` and ``mismatches``."""
+    store = cell.store
+    inp.log = _log_signs(store, run.get("boot_id"))
+    inp.gauges = _gauges(store, run["id"])
+    inp.profile = _profile(store, run["id"])
+    _comparisons(cell, run, inp)
+    inp.concurrency = _concurrency(store, run, inp.knobs)
+    if inp.concurrency and inp.plain_decode_tok_s is None:
+        low = inp.concurrency[0]  # no plain twin measured by a run: the lowest shared concurrency speaks
+        inp.spec_decode_tok_s, inp.plain_decode_tok_s = low.spec_tok_s, low.plain_tok_s
+    if not inp.curves:
+        inp.curves = _bench_tau_curves(store, run["id"], inp.knobs)
+    for i, m in enumerate((run.get("lossless_detail") or {}).get("mismatches") or []):
+        if m.get("unit", "token") == "token" and m.get("first_diverging_index") is not None:
+            inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), m.get("spec_token"),
+                                           m.get("plain_token"), m.get("margin")))
+
+
+def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:
+    """A summary curve (τ only) per imported bench level that reported an accept length, when the run has
+    no acceptance curve (bench tools print τ, not a histogram)."""
+    from dynocell.db import knowledge as dbk
+    from dynocell.engine.acceptance import AcceptanceError, Curve
+    from dynocell.runbooks.doctor_model import ClassCurve
+
+    out = []
+    steps, ndt = knobs.get("speculative.num_steps"), knobs.get("speculative.num_draft_tokens")
+    d = (ndt - 1) if ndt else steps
+    for b in dbk.bench_of_run(store, run_id):
+        tau = (b.get("extra") or {}).get("accept_length")
+        if tau is None:
+            continue
+        try:
+            curve = Curve.from_summary(float(tau), None, d)
+        except (AcceptanceError, ValueError, TypeError):
+            continue
+        prompt = b["prompt_tokens"] / b["num_requests"] if b.get("prompt_tokens") and b.get("num_requests") else None
+        out.append(ClassCurve(f"{b['text_class'] or 'bench'}-c{b['concurrency']}", curve, prompt,
+                              engine_source="bench accept_length"))
+    return out

@@ -1,0 +1,179 @@
+"""The doctor's plain-value shapes: what rules read (:class:`DoctorInputs`) and what they say (:class:`Finding`).
+
+Kept apart from the rules (``doctor.py`` and the ``doctor_*`` rule modules) so every rule module can
+import them without importing the others. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+#: Flattened config fields that never change what an engine computes, nor how it is measured (ignored by
+#: comparisons of issue 22's rules): addresses, names, node lists, patches, labels and environment.
+IGNORED_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
+
+
+def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Flattened config fields whose values differ between ``a`` and ``b`` (sorted), :data:`IGNORED_KNOBS` left out."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(IGNORED_KNOBS))
+
+
+def r(x: float | None, n: int = 4) -> float | None:
+    """``x`` rounded to ``n`` places (None stays None): evidence numbers."""
+    return None if x is None else round(float(x), n)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One doctor finding.
+
+    ``rule``: rule id; ``severity``: info | warn | error; ``message``: one or two
+    sentences with the numbers; ``evidence``: the numbers (τ, p_i, sizes, tok/s …;
+    plus a few names such as ``text_class`` or ``knob``); ``entries``: linked runbook slugs.
+    """
+
+    rule: str
+    severity: str
+    message: str
+    evidence: dict[str, Any]
+    entries: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClassCurve:
+    """The curve of one text class (or one rung of a length ladder).
+
+    ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
+    prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
+    own τ for the same requests and ``engine_source`` where it came from.
+    """
+
+    text_class: str
+    curve: Any
+    prompt_tokens: float | None = None
+    engine_tau: float | None = None
+    engine_source: str | None = None
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ."""
+
+    label: str
+    knobs: dict[str, Any]
+    tau: float
+    tau_by_class: dict[str, float] = field(default_factory=dict)
+    decode_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class OracleCurve:
+    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics)."""
+
+    text_class: str
+    mode: str
+    curve: Any
+
+
+@dataclass
+class DoctorInputs:
+    """Everything the rules look at, as plain values (all optional except ``curves``).
+
+    - ``curves``: per class; ``ladder``: per prompt length (defaults to the curves
+      that carry ``prompt_tokens``).
+    - ``knobs``: this run's flattened config (:func:`flatten_config`); ``siblings``:
+      other measured configs (for parallel-size and graph/eager comparisons).
+    - ``spec_decode_tok_s`` / ``plain_decode_tok_s``: decode throughput with and
+      without speculation at the same concurrency (tok/s); ``spec_step_ms`` /
+      ``plain_step_ms``: one verify step / one plain decode step (ms); ``breakeven_noise``: the
+      break-even's noise band (fraction; a margin inside it is not a finding).
+    - ``output_ids`` (token id lists) / ``output_texts``: generations of the run, of the same workload
+      (sampling settings) its curves come from; ``outputs_of`` says whose (e.g. ``run samples``).
+    - ``oracle``: reference curves; ``sampling``: greedy | sampled;
+      ``proposal_mode``: how the engine proposes drafts under sampling (top1 for
+      SGLang with eagle_topk 1, sampled otherwise).
+    - ``baselines``: recorded runs of the same config (other builds, versions, dates);
+      ``others``: every other measured config of the same model (any knobs differing, with τ,
+      per-class τ and throughput where known) — comparisons and contradictions.
+    - ``concurrency``: decode throughput with and without speculation per concurrency.
+    - ``mismatches``: greedy lossless mismatches (first divergent position, the two tokens and the
+      top-2 log-probability margin there when fetched); ``mode_outputs`` / ``mode_texts``: token ids /
+      texts per serving mode (``cuda_graph=full`` …) on the same prompts, this run's mode first.
+    - ``engine_rates``: rates the engine reported (``{name, value, definition}``).
+    - ``log``: runtime signs from the engine log (:func:`dynocell.engine.log_signs.scan_lines`);
+      ``gauges``: the last ``/metrics`` gauges (``running``, ``waiting``, ``kv_usage``);
+      ``profile``: the profile window (``requested``, ``traces``, ``graph_launches``, ``source``).
+    """
+
+    curves: list[ClassCurve] = field(default_factory=list)
+    ladder: list[ClassCurve] = field(default_factory=list)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    siblings: list[Sibling] = field(default_factory=list)
+    spec_decode_tok_s: float | None = None
+    plain_decode_tok_s: float | None = None
+    spec_step_ms: float | None = None
+    plain_step_ms: float | None = None
+    breakeven_noise: float | None = None
+    output_ids: list[list[int]] = field(default_factory=list)
+    output_texts: list[str] = field(default_factory=list)
+    outputs_of: str | None = None
+    oracle: list[OracleCurve] = field(default_factory=list)
+    sampling: str = "greedy"
+    proposal_mode: str = "top1"
+    baselines: list[Baseline] = field(default_factory=list)
+    others: list[Sibling] = field(default_factory=list)
+    concurrency: list[ConcurrencyPoint] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
+    mode_outputs: dict[str, list[list[int]]] = field(default_factory=dict)
+    mode_texts: dict[str, list[str]] = field(default_factory=dict)
+    engine_rates: list[dict[str, Any]] = field(default_factory=list)
+    log: dict[str, Any] = field(default_factory=dict)
+    gauges: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, Any] = field(default_factory=dict)
+
+    def overall_tau(self) -> float | None:
+        """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
+        cs = [c.curve for c in self.curves]
+        if not cs:
+            return None
+        w = [c.steps if c.steps else 1 for c in cs]
+        return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A recorded run of the SAME config: ``label`` (run id), ``build`` (engine build / version / date label),
+    ``curves``: ``{text_class: Curve}``, ``decode_tok_s`` its decode throughput (tok/s) when known."""
+
+    label: str
+    build: str | None
+    curves: dict[str, Any]
+    decode_tok_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ConcurrencyPoint:
+    """Decode throughput at one concurrency: ``spec_tok_s`` with speculation, ``plain_tok_s`` without (tok/s)."""
+
+    concurrency: int
+    spec_tok_s: float
+    plain_tok_s: float
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A greedy lossless mismatch: ``prompt`` index, first divergent ``position`` (token index of the output),
+    the ``spec_token`` / ``plain_token`` ids there and, when fetched, ``margin`` = top-1 minus top-2
+    log-probability (nats) of the plain engine at that position."""
+
+    prompt: int
+    position: int
+    spec_token: int | None = None
+    plain_token: int | None = None
+    margin: float | None = None
