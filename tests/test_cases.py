@@ -14,9 +14,9 @@ on the boot or run a step produced, and asserts:
 - no id in ``expect.unexpected`` is found;
 - with ``expect.quiet = true`` (healthy evidence): no warn or error finding at all.
 
-Cases whose finding needs a rule of issue 22 not merged yet fail until it is:
-``expect.waits_for`` says which (no skips). The table of cases is
-``tests/data/cases/README.md``; ``test_readme_lists_every_case`` keeps it whole.
+No case is skipped; an optional ``expect.waits_for`` (none today) names a rule a new case needs
+before it can pass. The table of cases is ``tests/data/cases/README.md``;
+``test_readme_lists_every_case`` keeps it whole.
 """
 
 from __future__ import annotations
