@@ -192,12 +192,15 @@ class Score:
 
 
 def _workspace(root: Path, t: Target) -> Path:
+    """The module's scratch copy under ``root``: made, or refreshed with the checkout's sources and
+    tests while its ``mutants/`` (mutmut's results) is kept, so an interrupted run resumes."""
     ws = root / t.name
-    ws.mkdir(parents=True)
+    ws.mkdir(parents=True, exist_ok=True)
     for item in COPY:
         src = REPO / item
         if src.is_dir():
-            shutil.copytree(src, ws / item, ignore=shutil.ignore_patterns("__pycache__", "*.db-wal", "*.db-shm"))
+            shutil.copytree(src, ws / item, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.db-wal", "*.db-shm"))
         else:
             shutil.copy2(src, ws / item)
     with open(ws / "pyproject.toml", "a", encoding="utf-8") as f:
@@ -213,13 +216,17 @@ def _workspace(root: Path, t: Target) -> Path:
 _RESULT = re.compile(r"^\s*(\S+__mutmut_\d+): (.+?)\s*$")
 
 
-def run_target(root: Path, t: Target, mutmut: str) -> Score:
-    """Mutate one module in a scratch copy and collect every mutant's status."""
+def run_target(root: Path, t: Target, mutmut: str, workers: int = 1) -> Score:
+    """Mutate one module in a scratch copy and collect every mutant's status.
+
+    ``workers``: mutmut's ``--max-children`` (forked pytest workers at a time). Mutants already
+    judged in a kept scratch copy (``--workdir``) keep their result; only the rest run.
+    """
     sc = Score(t)
     ws = _workspace(root, t)
     t0 = time.monotonic()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNOCELL_")}
-    run = subprocess.run([mutmut, "run", *t.only], cwd=ws, env=env, capture_output=True, text=True)
+    run = subprocess.run([mutmut, "run", "--max-children", str(workers), *t.only], cwd=ws, env=env, capture_output=True, text=True)
     sc.seconds = time.monotonic() - t0
     (ws / "mutmut-run.log").write_text(run.stdout + run.stderr)
     res = subprocess.run([mutmut, "results", "--all", "true"], cwd=ws, env=env, capture_output=True, text=True)
@@ -258,6 +265,10 @@ def main() -> int:
     ap.add_argument("modules", nargs="*", help=f"some of: {', '.join(t.name for t in TARGETS)} (default all)")
     ap.add_argument("--json", type=Path, help="write the per-module figures and survivors here")
     ap.add_argument("--keep", action="store_true", help="keep the scratch copies (mutmut show <name> there)")
+    ap.add_argument("--workdir", type=Path,
+                    help="scratch copies here, kept: a later run with the same --workdir resumes (judged mutants "
+                         "keep their result) and reports cached modules without re-running them")
+    ap.add_argument("--workers", type=int, default=1, help="mutmut workers per module (default 1: a shared machine)")
     args = ap.parse_args()
     known = {t.name: t for t in TARGETS}
     bad = [m for m in args.modules if m not in known]
@@ -268,18 +279,21 @@ def main() -> int:
     if not mutmut:
         print("Error: mutmut is not installed (pip install -e '.[bench]')", file=sys.stderr)
         return 2
-    root = Path(tempfile.mkdtemp(prefix="dynocell-mutation-"))
+    if args.workers < 1:
+        print(f"Error: --workers must be ≥ 1, got {args.workers}", file=sys.stderr)
+        return 2
+    root = args.workdir.resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="dynocell-mutation-"))
     scores: list[Score] = []
     try:
         for t in [known[m] for m in args.modules] or list(TARGETS):
             print(f"[{t.name}] mutating {t.path} against {', '.join(t.tests)} …", flush=True)
-            sc = run_target(root, t, mutmut)
+            sc = run_target(root, t, mutmut, args.workers)
             scores.append(sc)
             pct = f"{sc.score:.1%}" if sc.score is not None else "—"
             print(f"[{t.name}] {len(sc.status)} mutants, {sc.count('killed')} killed, {len(sc.survivors)} survived "
                   f"({pct}) in {sc.seconds:.0f} s" + (f"; {sc.error}" if sc.error else ""), flush=True)
     finally:
-        if args.keep:
+        if args.keep or args.workdir:
             print(f"scratch copies kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)

@@ -6,6 +6,7 @@ import gzip
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from dynocell.errors import UserError
 
 TRACES = Path(__file__).parent / "data" / "traces"
 REAL_A = Path(__file__).parent / "data" / "sglang-0.5.17" / "A.1796009075.4916983-TP-0.trace.json.gz"
+CPU_TRACE = TRACES / "torch-cpu.trace.json.gz"
 
 
 def test_array_form_union_and_warnings():
@@ -157,45 +159,80 @@ def test_rules_on_real_kernel_and_op_names():
         assert r.category(name) == cat, name
 
 
-@pytest.fixture(scope="session")
-def cpu_profile_trace(tmp_path_factory) -> Path:
-    """A real torch-profiler CPU trace of a tiny matmul loop, exported and gzipped."""
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile
+def cpu_reference(path: Path) -> dict[str, Any]:
+    """The CPU split computed the plain way: ``json`` loads the whole file; per thread, events sorted by
+    start (longest first) on a stack of open ops, each op's self time = its ``dur`` − its direct children's."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    per: dict[str, list[Any]] = {}
+    by_thread: dict[Any, list[dict[str, Any]]] = {}
+    for e in ops:
+        by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
+    for evs in by_thread.values():
+        stack: list[list[Any]] = []  # [end, name, dur, children]
 
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(64, 64)
-    x = torch.randn(8, 64)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(30):
-            y = torch.relu(lin(x))
-            y = torch.nn.functional.layer_norm(y, (64,))
-            y = torch.softmax(y @ y.T, dim=-1)
-    d = tmp_path_factory.mktemp("torch-trace")
-    raw = d / "cpu.trace.json"
-    prof.export_chrome_trace(str(raw))
-    gz = d / "cpu.trace.json.gz"
-    gz.write_bytes(gzip.compress(raw.read_bytes()))
-    return gz
+        def close(item: list[Any]) -> None:
+            a = per.setdefault(item[1], [0.0, 0])
+            a[0] += max(0.0, item[2] - item[3])
+            a[1] += 1
+
+        for e in sorted(evs, key=lambda e: (e["ts"], -e["dur"])):
+            while stack and stack[-1][0] <= e["ts"]:
+                close(stack.pop())
+            if stack:
+                stack[-1][3] += e["dur"]
+            stack.append([e["ts"] + e["dur"], e["name"], e["dur"], 0.0])
+        while stack:
+            close(stack.pop())
+    busy, cur = 0.0, None
+    for s_, e_ in sorted((e["ts"], e["ts"] + e["dur"]) for e in ops):
+        if cur is not None and s_ <= cur[1]:
+            cur[1] = max(cur[1], e_)
+            continue
+        if cur is not None:
+            busy += cur[1] - cur[0]
+        cur = [s_, e_]
+    busy += cur[1] - cur[0]
+    lo, hi = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+    spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    return {
+        "self_ms": {n: (d / 1000.0, k) for n, (d, k) in per.items()},
+        "device_ms": sum(d for d, _ in per.values()) / 1000.0, "launches": len(ops),
+        "window_ms": (hi - lo) / 1000.0, "busy_pct": 100.0 * busy / (hi - lo),
+        "trace_span_ms": (max(e["ts"] + e["dur"] for e in spans) - min(e["ts"] for e in spans)) / 1000.0,
+        "events": len(doc["traceEvents"]),
+    }
 
 
-def test_real_torch_cpu_trace(cpu_profile_trace):
-    s = analyze_trace(cpu_profile_trace)
-    assert s.source == "cpu_op"
-    assert s.category("gemm").ms > 0 and s.category("gemm").launches >= 60  # linear/addmm/matmul/mm
-    assert s.category("norm").ms > 0 and s.category("attention").ms > 0 and s.category("elementwise").ms > 0
-    assert s.graph_launches == 0
-    assert all(k.source == "cpu_op" for k in s.top)
-    # Self time: the categories sum to the CPU self time, never more than the busy window allows.
-    assert s.device_ms <= s.window_ms * 1.0001 + 1e-6
-    raw = json.loads(gzip.decompress(cpu_profile_trace.read_bytes()))
-    inclusive = sum(e["dur"] for e in raw["traceEvents"] if e.get("cat") == "cpu_op") / 1000
-    assert s.device_ms < inclusive  # nested ops are not double counted
-    # CPU mode (self times over per-thread stacks) alike from both readers; the fast one takes it.
+def test_real_torch_cpu_trace():
+    """A real torch-profiler CPU trace (traces/README.md): every number of the split against the plain reference."""
+    s = analyze_trace(CPU_TRACE, top=10**6)
+    ref = cpu_reference(CPU_TRACE)
+    assert s.source == "cpu_op" and s.graph_launches == 0 and s.warnings == ()
+    assert (s.launches, s.events) == (ref["launches"], ref["events"]) == (840, 851)
+    assert (s.device_ms, s.window_ms, s.busy_pct, s.trace_span_ms) == pytest.approx(
+        (ref["device_ms"], ref["window_ms"], ref["busy_pct"], ref["trace_span_ms"]), rel=1e-12)
+    assert s.busy_pct == pytest.approx(99.746376, abs=1e-5) and s.device_ms == pytest.approx(1808.410289, abs=1e-6)
+    assert {k.name: k.ms for k in s.top} == pytest.approx({n: ms for n, (ms, _) in ref["self_ms"].items()}, rel=1e-9)
+    assert {k.name: k.launches for k in s.top} == {n: k for n, (_, k) in ref["self_ms"].items()}
+    assert all(k.source == "cpu_op" for k in s.top) and len(s.top) == len(ref["self_ms"]) == 20
+    assert [k.ms for k in s.top] == sorted((k.ms for k in s.top), reverse=True)
+    assert all(k.pct == pytest.approx(100 * k.ms / s.device_ms) for k in s.top)
+    want = {"gemm": (1094.33717, 120), "attention": (348.646884, 60), "moe": (0.0, 0), "router_topk": (0.0, 0),
+            "elementwise": (0.780445, 60), "norm": (354.712988, 60), "communication": (0.0, 0),
+            "memcpy_gather": (0.315334, 30), "sampling": (0.0, 0), "other": (9.617468, 510)}
+    assert [c.category for c in s.categories] == list(want)
+    assert [c.ms for c in s.categories] == pytest.approx([ms for ms, _ in want.values()], abs=1e-6)
+    assert [c.launches for c in s.categories] == [n for _, n in want.values()]
+    assert sum(c.pct for c in s.categories) == pytest.approx(100.0)
+    # Self time: nested ops are not double counted (aten::linear's addmm, matmul's mm).
+    inclusive = sum(e["dur"] for e in json.loads(gzip.decompress(CPU_TRACE.read_bytes()))["traceEvents"]
+                    if e.get("cat") == "cpu_op") / 1000
+    assert s.device_ms < inclusive and s.device_ms <= s.window_ms
+    # Both readers alike, the fast one takes the file.
     from dynocell.engine.trace import _read_fast
-    _read_fast(cpu_profile_trace)
-    assert analyze_trace(cpu_profile_trace, top=10**6).as_dict() == \
-        analyze_trace(cpu_profile_trace, top=10**6, fast=False).as_dict()
+    _read_fast(CPU_TRACE)
+    assert s.as_dict() == analyze_trace(CPU_TRACE, top=10**6, fast=False).as_dict()
 
 
 def test_two_ranks_combined(tmp_path):
