@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -112,11 +113,16 @@ def test_analyze_ranks_refuses_duplicates_and_assigns_missing(tmp_path):
 
 
 def test_per_token():
+    """array-form.json: device 30 µs, 4 launches, window 50 µs (traces/README.md), over 10 tokens and 1."""
     s = analyze_trace(TRACES / "array-form.json")
-    pt = per_token(s, 10)
-    assert pt["ms_per_token"] == pytest.approx(0.003) and pt["launches_per_token"] == pytest.approx(0.4)
-    with pytest.raises(UserError):
+    assert per_token(s, 10) == pytest.approx(
+        {"ms_per_token": 0.003, "launches_per_token": 0.4, "window_ms_per_token": 0.005})
+    assert per_token(s, 1) == pytest.approx({"ms_per_token": 0.030, "launches_per_token": 4.0,
+                                             "window_ms_per_token": 0.050})
+    with pytest.raises(UserError) as exc:
         per_token(s, 0)
+    assert exc.value.message == "output tokens in the profile window must be > 0, got 0"
+    assert exc.value.hint == "the profile window saw no decode steps; profile under load"
 
 
 def test_bad_rules_file(tmp_path):
@@ -268,3 +274,200 @@ def test_two_ranks_combined(tmp_path):
     assert c["warnings"] == ["rank 0: 1 event(s) with negative duration skipped"]
     one = analyze_ranks([tmp_path / "n-TP-1.json"])
     assert one.rank_skew == 1.0 and one.combined.busy_pct == pytest.approx(87.5)
+
+
+TP2 = Path(__file__).parent / "data" / "sglang-0.5.17-tp2"  # real 2× H200 TP-2 traces (see its README)
+
+
+def test_real_tp2_per_rank_skew_and_combination():
+    """Run T (tp2/README.md): rank kernel time 37.7 ms vs 3.6 ms, skew ≈ 10×; 36 kernel names per rank."""
+    r = analyze_ranks([TP2 / "T.TP-1.trace.json.gz", TP2 / "T.TP-0.trace.json.gz"])
+    assert [(s.rank, Path(s.path).name, s.source) for s in r.ranks] == [
+        (0, "T.TP-0.trace.json.gz", "kernel"), (1, "T.TP-1.trace.json.gz", "kernel")]
+    assert [(s.device_ms, s.busy_pct, s.window_ms) for s in r.ranks] == [
+        pytest.approx((37.704658, 21.732351, 96.873468), abs=1e-6),
+        pytest.approx((3.639801, 3.384895, 96.799302), abs=1e-6)]
+    assert [len(s.top) for s in r.ranks] == [20, 20]  # of 36 kernel names each (the default top)
+    assert r.rank_skew == pytest.approx(37.704658 / 3.639801, rel=1e-9) and round(r.rank_skew, 3) == 10.359
+    c = r.combined
+    assert len(c.top) == 20 and c.rank is None
+    assert (c.device_ms, c.busy_pct, c.window_ms) == pytest.approx(
+        (37.704658 + 3.639801, (21.732351 + 3.384895) / 2, 96.873468), abs=1e-6)
+    assert c.category("communication").ms == pytest.approx(18.661423 + 0.895549, abs=1e-6)
+    assert (c.launches, c.graph_launches) == (1545 * 2, 38)  # 19 cudaGraphLaunch on each rank
+
+
+def test_analyze_ranks_passes_top_and_rules():
+    """``top`` and ``rules`` reach every rank's split."""
+    import re
+
+    from dynocell.engine.trace import Rules
+
+    everything_moe = Rules(((re.compile("."), "moe"),))
+    r = analyze_ranks([TP2 / "T.TP-0.trace.json.gz"], top=2, rules=everything_moe)
+    assert len(r.ranks[0].top) == 2 and len(r.combined.top) == 2
+    assert r.ranks[0].category("moe").pct == pytest.approx(100.0)
+    assert r.combined.category("moe").ms == pytest.approx(37.704658, abs=1e-6)
+
+
+def test_ranks_assigned_to_unnamed_files_in_order(tmp_path):
+    """Files without -TP-<n> take the next free ranks, skipping the named ones, each with its warning."""
+    for name in ("u1.json", "x-TP-0.json", "u2.json"):
+        shutil.copy(TRACES / "array-form.json", tmp_path / name)
+    r = analyze_ranks([tmp_path / "u1.json", tmp_path / "x-TP-0.json", tmp_path / "u2.json"])
+    assert [(s.rank, Path(s.path).name) for s in r.ranks] == [(0, "x-TP-0.json"), (1, "u1.json"), (2, "u2.json")]
+    assert [s.warnings[-1] for s in r.ranks[1:]] == ["no -TP-<n> in file name; rank 1 assumed",
+                                                     "no -TP-<n> in file name; rank 2 assumed"]
+    assert r.ranks[0].warnings == ("1 event(s) with negative duration skipped",)
+
+
+def test_duplicate_and_missing_ranks_name_the_fix(tmp_path):
+    paths = [tmp_path / n for n in ("b-TP-0.json", "c-TP-0.json", "d-TP-1.json")]
+    for p in paths:
+        shutil.copy(TRACES / "array-form.json", p)
+    with pytest.raises(TraceError) as exc:
+        analyze_ranks(paths)
+    assert exc.value.message == f"traces of the same rank given twice: rank(s) [0] in {paths[0]}, {paths[1]}, {paths[2]}"
+    assert exc.value.hint == "pass one trace per rank of one profile window"
+    with pytest.raises(TraceError) as exc:
+        analyze_ranks([])
+    assert (exc.value.message, exc.value.hint) == ("no trace files given", "a profile window writes one trace per rank")
+
+
+def test_ranks_without_device_time(tmp_path):
+    """A rank with no counted time: skew 1.0 alone, ∞ beside a busy rank; all-empty ranks give 0 % shares."""
+    for name in ("e-TP-0.json", "f-TP-1.json"):
+        (tmp_path / name).write_text('{"traceEvents": []}')
+    shutil.copy(TRACES / "array-form.json", tmp_path / "a-TP-1.json")
+    assert analyze_ranks([tmp_path / "e-TP-0.json"]).rank_skew == 1.0
+    assert analyze_ranks([tmp_path / "e-TP-0.json", tmp_path / "a-TP-1.json"]).rank_skew == math.inf
+    r = analyze_ranks([tmp_path / "e-TP-0.json", tmp_path / "f-TP-1.json"])
+    assert r.rank_skew == math.inf and r.combined.device_ms == 0.0 and r.combined.top == ()
+    assert [(c.ms, c.pct, c.launches) for c in r.combined.categories] == [(0.0, 0.0, 0)] * len(CATEGORIES)
+
+
+def test_ranks_of_different_sources_combine_as_mixed(tmp_path):
+    """A CPU-op rank (the stored torch trace) beside a GPU-kernel rank: the combination's source is 'mixed'."""
+    shutil.copy(CPU_TRACE, tmp_path / "c-TP-0.trace.json.gz")
+    shutil.copy(TRACES / "array-form.json", tmp_path / "a-TP-1.json")
+    r = analyze_ranks([tmp_path / "c-TP-0.trace.json.gz", tmp_path / "a-TP-1.json"], top=100)
+    assert [s.source for s in r.ranks] == ["cpu_op", "kernel"] and r.combined.source == "mixed"
+    assert {(k.name, k.source) for k in r.combined.top} >= {("aten::mm", "cpu_op"),
+                                                             ("nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN", "kernel")}
+
+
+def test_odd_cpu_events_read_by_the_ijson_reader():
+    """odd-cpu.json (traces/README.md): per-thread self times, skipped and unusable events, their warnings."""
+    from dynocell.engine.trace_chunks import NotFast
+    from dynocell.engine.trace import _read_fast
+
+    with pytest.raises(NotFast):
+        _read_fast(TRACES / "odd-cpu.json")
+    s = analyze_trace(TRACES / "odd-cpu.json", top=100)
+    assert (s.source, s.launches, s.graph_launches, s.events) == ("cpu_op", 12, 2, 23)
+    assert {k.name: (k.ms, k.launches) for k in s.top} == {
+        "aten::linear": (0.020, 1), "aten::addmm": (0.080, 1), "aten::copy_": (0.010, 1), "aten::mm": (0.040, 1),
+        "aten::relu": (0.005, 1), "aten::clamp_min": (0.004, 1), "aten::empty": (0.0, 1), "aten::view": (0.001, 1),
+        "None": (0.002, 1), "3": (0.004, 1), "aten::empty_like": (0.0, 1), "aten::last": (0.005, 1)}
+    assert (s.device_ms, s.window_ms, s.trace_span_ms) == pytest.approx((0.171, 0.195, 0.250))
+    assert s.busy_pct == pytest.approx(100 * 121 / 195)
+    assert s.warnings == ("2 event(s) with negative duration skipped",
+                          "3 event(s) with a non-numeric or non-finite ts/dur skipped",
+                          "2 CPU op(s) out of time order on their thread; self times approximate")
+
+
+def write_trace(tmp_path: Path, events: list[dict[str, Any]], name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events}))
+    return p
+
+
+def test_sub_microsecond_and_zero_length_kernels(tmp_path):
+    """Shares and busy % of a window under 1 µs; a zero-length window gives 0 %, never a division."""
+    tiny = analyze_trace(write_trace(tmp_path, [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 0.25},
+        {"ph": "X", "cat": "kernel", "ts": 10.25, "dur": 0.25}]))  # a kernel without a name: "None"
+    assert (tiny.device_ms, tiny.window_ms, tiny.busy_pct) == pytest.approx((0.0005, 0.0005, 100.0))
+    assert tiny.category("other").pct == pytest.approx(100.0)
+    assert [(k.name, k.pct) for k in tiny.top] == [("k", 50.0), ("None", 50.0)]
+    zero = analyze_trace(write_trace(tmp_path, [{"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 0}]))
+    assert (zero.launches, zero.device_ms, zero.window_ms, zero.busy_pct, zero.trace_span_ms) == (1, 0.0, 0.0, 0.0, 0.0)
+    assert [c.pct for c in zero.categories] == [0.0] * len(CATEGORIES)
+    assert analyze_trace(TRACES / "array-form.json", top=0).top == ()
+
+
+def test_busy_union_far_out_of_order():
+    """Past the union's horizon an early interval is clipped to what was already emitted, counted and warned
+    about. Horizon 2 here (65536 in a real split): [10, 20) is emitted when a third interval arrives; then
+    [10, 25) (same start: in order, extends it), [0, 5) (late, clipped to nothing), [5, 30) (late, clipped
+    to [10, 30)), [30, 35) (touching): union [10, 35) + [40, 50) + [60, 70) = 45 µs over [0, 70)."""
+    from dynocell.engine.trace import _Split
+    from dynocell.engine.trace_chunks import Event
+
+    split = _Split()
+    split.dev_union.horizon = 2
+    split.feed([Event(name="k", ph="X", cat="kernel", ts=float(s), dur=float(e - s))
+                for s, e in ((10, 20), (40, 50), (60, 70), (10, 25), (0, 5), (5, 30), (30, 35))])
+    s = split.result(Path("x.json"), 5, load_rules())
+    assert split.dev_union.late == 2
+    assert s.warnings == ("2 event(s) far out of time order; busy % approximate",)
+    assert s.window_ms == pytest.approx(0.070) and s.busy_pct == pytest.approx(100 * 45 / 70)
+
+
+def test_category_of_an_unknown_name_is_a_key_error():
+    s = analyze_trace(TRACES / "array-form.json")
+    with pytest.raises(KeyError, match="gpu_magic"):
+        s.category("gpu_magic")
+
+
+def test_rank_of_vllm_profiler_files():
+    """vLLM 0.26's --profiler-config torch profiler names (shared/gpu/artifacts/vllm-0.26.0-h200)."""
+    assert rank_of("A_graph.rank0.1796111742702098289.pt.trace.json.gz") == 0
+    assert rank_of("B_eager.rank3.1796111865556176715.pt.trace.json") == 3
+    assert rank_of("B_eager.rank3.pt.trace.json.gz") is None
+
+
+def test_empty_trace_prints_zeros(tmp_path):
+    s = analyze_trace(write_trace(tmp_path, []))
+    assert (s.device_ms, s.window_ms, s.busy_pct, s.trace_span_ms, s.launches, s.top) == (0.0, 0.0, 0.0, 0.0, 0, ())
+    assert [c.pct for c in s.categories] == [0.0] * len(CATEGORIES)
+    assert s.warnings == ("trace holds neither GPU kernels nor CPU ops",)
+
+
+def test_ijson_reader_depth_limit_is_exact(tmp_path):
+    """Nesting exactly MAX_DEPTH (64) levels is read; one more is refused (object 1, list 2, event 3, args …)."""
+    from dynocell.engine.trace import MAX_DEPTH
+
+    def doc(levels: int) -> Path:
+        args = "[" * (levels - 3) + "]" * (levels - 3)
+        return write_trace_text(tmp_path, '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, '
+                                          f'"dur": 2, "args": {args}}}]}}', f"d{levels}.json")
+
+    assert analyze_trace(doc(MAX_DEPTH), fast=False).device_ms == pytest.approx(0.002)
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(doc(MAX_DEPTH + 1), fast=False)
+    assert exc.value.message == f"{tmp_path / 'd65.json'}: JSON nested more than 64 levels deep; not a Chrome trace"
+
+
+def write_trace_text(tmp_path: Path, text: str, name: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_ijson_reader_event_size_limit(tmp_path, monkeypatch):
+    """The byte budget is per event (from the last one's end), not per file: with the limit set to 1 MiB, 3 MiB
+    of small events read, one event over 1 MiB is refused with the limit in MiB and the hint."""
+    from dynocell.engine import trace
+
+    monkeypatch.setattr(trace, "MAX_EVENT_BYTES", 1 << 20)
+    small = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 1, "args": {"pad": "x" * 300}}
+             for i in range(10_000)]
+    assert analyze_trace(write_trace(tmp_path, small, "many.json"), fast=False).launches == 10_000
+    big = [small[0], {"ph": "X", "cat": "kernel", "name": "k", "ts": 5, "dur": 1, "args": {"pad": "x" * (3 << 19)}}]
+    p = write_trace(tmp_path, big, "big.json")
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(p, fast=False)
+    assert exc.value.message == (f"{p}: one trace event (or value) is larger than 1 MiB; "
+                                 "refused before it could fill memory")
+    assert exc.value.hint == "a real profiler event is under 1 MB: is this file a trace, and is it intact?"
