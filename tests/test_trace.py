@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -471,3 +472,86 @@ def test_ijson_reader_event_size_limit(tmp_path, monkeypatch):
     assert exc.value.message == (f"{p}: one trace event (or value) is larger than 1 MiB; "
                                  "refused before it could fill memory")
     assert exc.value.hint == "a real profiler event is under 1 MB: is this file a trace, and is it intact?"
+
+
+_KINETO = "expected a torch profiler / Kineto trace (*.trace.json[.gz])"
+
+
+@pytest.mark.parametrize("text,message,hint", [
+    ("", "trace file is empty", "re-collect the trace; the profiler may not have written it yet"),
+    ('{"traceEvents": 5}', "'traceEvents' is a number, not a list of events", _KINETO),
+    ('{"traceEvents": {"ph": "X"}}', "'traceEvents' is an object, not a list of events", _KINETO),
+    ('{"traceEvents": true}', "'traceEvents' is a boolean, not a list of events", _KINETO),
+    ('{"a": [1], "b": {"traceEvents": []}}', "not a Chrome trace: no 'traceEvents' list", _KINETO),
+    ('{"traceEvents": [{"ph": "X"}, {"ph": ', "trace is not complete JSON (truncated?): parse error: premature EOF",
+     "re-collect the trace; a profile window still being written looks like this"),
+    ("not json at all", "trace is not valid JSON: lexical error: invalid string in json text.", _KINETO),
+])
+def test_trace_errors_word_for_word(tmp_path, text, message, hint):
+    """Each unreadable trace: the file, what is wrong, and what to do (the ijson reader's wording)."""
+    p = write_trace_text(tmp_path, text, "bad.json")
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(p)
+    assert (exc.value.message, exc.value.hint) == (f"{p}: {message}", hint)
+
+
+def test_truncated_gzip_and_a_directory_word_for_word(tmp_path):
+    p = TRACES / "truncated.trace.json.gz"
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(p)
+    assert exc.value.message.startswith(f"{p}: trace is truncated or not valid gzip: ")
+    assert exc.value.hint == "the profiler may still be writing it, or the copy was cut short"
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(tmp_path)
+    assert exc.value.message == f"{tmp_path}: cannot open trace: Is a directory"
+
+
+def read_guarded(data: bytes, sizes: Iterable[int], to_end: bool = True) -> Any:
+    """Feed ``data`` through the ijson reader's guard in reads of the given sizes (the last one repeated
+    to the end of ``data`` when ``to_end``)."""
+    import io
+
+    from dynocell.engine.trace import _Guard
+
+    g = _Guard(io.BytesIO(data), Path("g.json"))
+    sizes = list(sizes)
+    for n in sizes:
+        g.read(n)
+    while to_end and g.read(sizes[-1]):
+        pass
+    return g
+
+
+def test_guard_tracks_strings_and_escapes_across_any_read_size():
+    """Brackets inside strings (escaped quotes and backslashes included) are no nesting, wherever reads split."""
+    data = (b'{"traceEvents": [{"name": "a \\"[[[\\" \\\\", "args": {"s": "}}}\\\\\\"]]", "l": [[1, 2], []]}},'
+            b' {"name": "\\\\\\\\", "x": ["[", "]", "{"]}]}')
+    json.loads(data)  # valid JSON
+    for size in (1, 2, 3, 4, 5, 7, 11, len(data)):
+        g = read_guarded(data, [size])
+        assert (g.depth, g.in_str, g.escaped, g.total) == (0, False, False, len(data)), size
+    g = read_guarded(data, [len(data) - 2], to_end=False)  # stop inside the top-level list's last event
+    assert g.depth == 2 and not g.in_str
+
+
+def test_guard_value_length_limit_is_exact():
+    """A string (or number) of exactly MAX_VALUE_BYTES is read; one byte more is refused, as is a number."""
+    from dynocell.engine.trace import MAX_VALUE_BYTES
+
+    head = b'{"traceEvents": [{"name": "'
+    ok = head + b"x" * MAX_VALUE_BYTES + b'"}]}'
+    g = read_guarded(ok, [len(head) + MAX_VALUE_BYTES, 64])  # a read ends just before the closing quote
+    assert g.run == 0 and g.depth == 0
+    for data, n in ((head + b"x" * (MAX_VALUE_BYTES + 1) + b'"}]}', len(head) + MAX_VALUE_BYTES + 1),
+                    (b'{"traceEvents": [{"ts": ' + b"1" * (MAX_VALUE_BYTES + 1) + b"}]}", 24 + MAX_VALUE_BYTES + 1)):
+        with pytest.raises(TraceError) as exc:
+            read_guarded(data, [7, n - 7, 64])
+        assert exc.value.message == "g.json: one JSON string or number is longer than 4 MiB; not a profiler trace"
+        assert exc.value.hint == "a real trace's names and values are short: is this file a trace?"
+
+
+def test_guard_depth_limit_words_the_fix():
+    with pytest.raises(TraceError) as exc:
+        read_guarded(b"[" * 65 + b"]" * 65, [64, 1])  # 64 levels in the first read, the 65th in the next
+    assert exc.value.message == "g.json: JSON nested more than 64 levels deep; not a Chrome trace"
+    assert exc.value.hint == "a profiler trace nests about 6 levels: is this file a trace?"
