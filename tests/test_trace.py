@@ -482,6 +482,8 @@ _KINETO = "expected a torch profiler / Kineto trace (*.trace.json[.gz])"
     ('{"traceEvents": 5}', "'traceEvents' is a number, not a list of events", _KINETO),
     ('{"traceEvents": {"ph": "X"}}', "'traceEvents' is an object, not a list of events", _KINETO),
     ('{"traceEvents": true}', "'traceEvents' is a boolean, not a list of events", _KINETO),
+    ('{"traceEvents": "x"}', "'traceEvents' is a string, not a list of events", _KINETO),
+    ('{"traceEvents": null}', "'traceEvents' is null, not a list of events", _KINETO),
     ('{"a": [1], "b": {"traceEvents": []}}', "not a Chrome trace: no 'traceEvents' list", _KINETO),
     ('{"traceEvents": [{"ph": "X"}, {"ph": ', "trace is not complete JSON (truncated?): parse error: premature EOF",
      "re-collect the trace; a profile window still being written looks like this"),
@@ -555,3 +557,42 @@ def test_guard_depth_limit_words_the_fix():
         read_guarded(b"[" * 65 + b"]" * 65, [64, 1])  # 64 levels in the first read, the 65th in the next
     assert exc.value.message == "g.json: JSON nested more than 64 levels deep; not a Chrome trace"
     assert exc.value.hint == "a profiler trace nests about 6 levels: is this file a trace?"
+
+
+def test_ijson_reader_on_the_array_form_and_odd_lists(tmp_path):
+    """The ijson reader reads the bare array form (after leading whitespace) as the fast reader does; an empty
+    array is an empty trace, not an error; values in the list that are not objects count as events only."""
+    fast = analyze_trace(TRACES / "array-form.json").as_dict()
+    assert analyze_trace(TRACES / "array-form.json", fast=False).as_dict() == fast
+    text = (TRACES / "array-form.json").read_text()
+    assert analyze_trace(write_trace_text(tmp_path, " \n\t" + text, "ws.json"), fast=False).launches == 4
+    empty = analyze_trace(write_trace_text(tmp_path, "[]", "empty.json"), fast=False)
+    assert (empty.events, empty.warnings) == (0, ("trace holds neither GPU kernels nor CPU ops",))
+    odd = analyze_trace(write_trace_text(tmp_path, '{"traceEvents": [7, [1], {"ph": "X", "cat": "kernel", '
+                                                   '"name": "k", "ts": 0, "dur": 2}]}', "odd.json"))
+    assert (odd.events, odd.launches, odd.device_ms) == (3, 1, 0.002)
+
+
+def test_default_top_is_twenty(tmp_path):
+    evs = [{"ph": "X", "cat": "kernel", "name": f"k{i:02}", "ts": 10 * i, "dur": 1 + i} for i in range(25)]
+    s = analyze_trace(write_trace(tmp_path, evs))
+    assert [k.name for k in s.top] == [f"k{i:02}" for i in range(24, 4, -1)]
+
+
+def test_fast_reader_counts_events_over_many_blocks(monkeypatch):
+    """Blocks of 64 bytes (a setting of the fast reader): array-form.json's 6 events over many chunks."""
+    from dynocell.engine import trace_chunks
+
+    whole = analyze_trace(TRACES / "array-form.json").as_dict()
+    monkeypatch.setattr(trace_chunks, "BLOCK_BYTES", 64)
+    assert analyze_trace(TRACES / "array-form.json").as_dict() == whole and whole["events"] == 6
+
+
+def test_ijson_reader_event_budget_of_exactly_one_read(tmp_path, monkeypatch):
+    """ijson reads 64 KiB at a time and each event resets the budget: a limit of exactly 64 KiB still reads a
+    file of small events (the budget is exceeded only past the limit, never at it)."""
+    from dynocell.engine import trace
+
+    monkeypatch.setattr(trace, "MAX_EVENT_BYTES", 64 << 10)
+    evs = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 1} for i in range(5000)]
+    assert analyze_trace(write_trace(tmp_path, evs), fast=False).launches == 5000
