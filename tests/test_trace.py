@@ -527,11 +527,14 @@ def read_guarded(data: bytes, sizes: Iterable[int], to_end: bool = True) -> Any:
 def test_guard_tracks_strings_and_escapes_across_any_read_size():
     """Brackets inside strings (escaped quotes and backslashes included) are no nesting, wherever reads split."""
     data = (b'{"traceEvents": [{"name": "a \\"[[[\\" \\\\", "args": {"s": "}}}\\\\\\"]]", "l": [[1, 2], []]}},'
-            b' {"name": "\\\\\\\\", "x": ["[", "]", "{"]}]}')
+            b' {"name": "\\\\\\\\", "x": ["[", "]", "{"], "e": ["", "\\"[", "]\\""]}]}')
     json.loads(data)  # valid JSON
     for size in (1, 2, 3, 4, 5, 7, 11, len(data)):
         g = read_guarded(data, [size])
         assert (g.depth, g.in_str, g.escaped, g.total) == (0, False, False, len(data)), size
+    for cut in range(1, len(data)):  # two reads, split at every byte
+        g = read_guarded(data, [cut, len(data)])
+        assert (g.depth, g.in_str, g.escaped) == (0, False, False), cut
     g = read_guarded(data, [len(data) - 2], to_end=False)  # stop inside the top-level list's last event
     assert g.depth == 2 and not g.in_str
 
@@ -550,6 +553,24 @@ def test_guard_value_length_limit_is_exact():
             read_guarded(data, [7, n - 7, 64])
         assert exc.value.message == "g.json: one JSON string or number is longer than 4 MiB; not a profiler trace"
         assert exc.value.hint == "a real trace's names and values are short: is this file a trace?"
+
+
+def test_guard_value_length_counts_across_reads():
+    """A value's length runs on over reads that hold no delimiter (ijson reads 64 KiB at a time), is measured
+    inside a string from its opening quote only (spaces in a string are no delimiter), and counts a string's
+    escapes as the characters they stand for. (It is checked at the end of each read, so a value is refused
+    once it is still open past the limit.)"""
+    from dynocell.engine.trace import MAX_VALUE_BYTES
+
+    head = b'{"traceEvents": [{"name": '
+    over = MAX_VALUE_BYTES + (128 << 10)  # still open at the end of some 64 KiB read
+    for body in (b"x" * over, b"x " * (over // 2)):
+        with pytest.raises(TraceError, match="longer than 4 MiB"):
+            read_guarded(head + b'"' + body + b'"}]}', [64 << 10])
+    ok = read_guarded(head + b'"' + b"x" * MAX_VALUE_BYTES + b'"}]}', [len(head), MAX_VALUE_BYTES + 1, 64])
+    assert ok.depth == 0  # the opening quote first in a read: the value is the rest of that read
+    escaped = read_guarded(head + b'"' + b"\\n" * (MAX_VALUE_BYTES // 2) + b'"}]}', [64 << 10])
+    assert escaped.depth == 0 and not escaped.in_str
 
 
 def test_guard_depth_limit_words_the_fix():
