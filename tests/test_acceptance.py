@@ -259,6 +259,9 @@ def test_merge_pinned():
     assert (m.steps, m.histogram) == (4, None) and list(m.p) == pytest.approx([0.7, 0.3])
     m = merge([Curve.from_positions([0.8, 0.4], steps=0), Curve.from_positions([0.4, 0.0], steps=0)])
     assert (m.steps, list(m.p), m.tau) == (0, [0.0, 0.0], 1.0)
+    one = merge([Curve.from_positions([0.5, 0.25], steps=4)])  # one curve: itself
+    assert (one.steps, one.p) == (4, (0.5, 0.25))
+    assert merge([Curve.from_positions([0.5], steps=0)]).p == (0.0,)
     with pytest.raises(AcceptanceError):
         merge([Curve.from_positions([0.8], steps=None), Curve.from_positions([0.4], steps=1)])
 
@@ -305,7 +308,10 @@ def test_real_sglang_decode_lines_types_and_curve():
     c = got[0].to_curve(num_drafts=3)
     assert (c.num_drafts, c.tau, c.accept_rate) == (3, 4.0, 1.0)
     assert got[0].to_curve(num_drafts=6).num_drafts == 6 and got[0].to_curve().num_drafts == 3
+    assert got[0].to_curve(num_drafts=6).accept_rate == 1.0  # the engine's printed rate is kept, not (τ − 1) / D
     assert parse_decode_lines([]) == []
+    bare = parse_decode_line(lines[0].split("] ", 1)[1])  # no timestamp prefix (a log shipped without it)
+    assert bare.timestamp is None and bare.accept_len == 4.0
 
 
 def test_meta_info_objects_and_errors_word_for_word():
