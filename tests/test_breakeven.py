@@ -182,3 +182,75 @@ def test_doctor_no_net_win_accounting_suspect_and_boundaries():
     assert f.evidence["accounting_suspect"] is False
     # one throughput alone is no comparison: the step times decide (here a win: 1.5 × 10 / 8 = 1.875)
     assert _no_net_win(curves=[at_min], spec_decode_tok_s=1000.0, spec_step_ms=8.0, plain_step_ms=10.0) is None
+
+
+def _age_between(d: dict, before, after) -> None:
+    """plain_age_s: now − plain_measured_at in seconds, to 0.1 s, taken between ``before`` and ``after``."""
+    from datetime import datetime
+
+    at = datetime.fromisoformat(d["plain_measured_at"])
+    assert type(d["plain_age_s"]) is float and d["plain_age_s"] == round(d["plain_age_s"], 1)
+    assert round((before - at).total_seconds(), 1) - 0.1 <= d["plain_age_s"] <= round((after - at).total_seconds(), 1)
+
+
+def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
+    """Every field besides the arithmetic, for a given plain step and for one read from the store.
+
+    Noise band: √(n_spec² + n_plain²) of the two step medians' noise (floor 0.05): the speculative steps
+    alone (given plain step, no samples) 0.1124; with the plain run's six TPOT samples 0.1225.
+    """
+    from datetime import datetime, timezone
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    spec_samples = [21.4306, 21.2768, 18.5637, 17.467, 16.0524]
+    before = datetime.now(timezone.utc)
+    d: dict = {}
+    run_mod._breakeven(job, 5.2648, d)
+    _age_between(d, before, datetime.now(timezone.utc))
+    recorded_hash = db_runs.get_run(job.cell.store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
+        "noise_band": 0.1124, "verdict": "does NOT pay", "plain_source": "given", "plain_config_hash": recorded_hash,
+        "plain_host": None, "plain_run_id": None, "plain_samples": [], "spec_step_samples": spec_samples}
+    other = db_runs.get_run(job.cell.store, "fb0e80c99600")
+    db_runs.update_run(job.cell.store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
+    d = {}
+    before = datetime.now(timezone.utc)
+    run_mod._breakeven(job, None, d)
+    _age_between(d, before, datetime.now(timezone.utc))
+    assert d["plain_measured_at"] == "2026-11-30T08:37:57.542843+00:00" and d["plain_age_s"] > 100_000
+    assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
+        "noise_band": 0.1225, "verdict": "does NOT pay", "plain_source": "plain run fb0e80c99600 (TPOT p50, c=1)",
+        "plain_config_hash": other["config_hash"], "plain_host": None, "plain_run_id": "fb0e80c99600",
+        "plain_samples": pytest.approx([8.95823963493592, 7.240387015848509, 7.992909920623846, 8.511762428569787,
+                                        7.8989180476330345, 9.449894920642633]),
+        "spec_step_samples": spec_samples}
+
+
+def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_run_job):
+    """A plain twin measured (on this host, same plain config) by another run's break-even is read first; the
+    run's own earlier record is never its source."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    store = job.cell.store
+    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    host = socket.gethostname()
+
+    def twin(run_id: str, step: float) -> dict:
+        return {"plain_config_hash": plain_hash, "plain_host": host, "plain_source": "plain twin boot",
+                "plain_run_id": run_id, "plain_step_ms": step, "plain_samples": [step, step + 0.5],
+                "plain_measured_at": "2026-11-30T09:00:00+00:00"}
+
+    db_runs.update_run(store, RUN_ID, breakeven=twin(RUN_ID, 99.0))  # the run's own: never read back
+    with pytest.raises(run_mod._Skip, match="no plain step time"):
+        run_mod._breakeven(job, None, {})
+    db_runs.update_run(store, "fb0e80c99600", breakeven=twin("fb0e80c99600", 6.0))
+    d: dict = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_step_ms"], d["plain_source"], d["plain_run_id"], d["plain_host"], d["plain_samples"]) == (
+        6.0, "stored plain twin measurement (run fb0e80c99600)", "fb0e80c99600", host, [6.0, 6.5])
+    assert d["budget_ms"] == pytest.approx(1.7597 * 6.0, abs=1e-3)
