@@ -72,6 +72,12 @@ class ScriptedEngine:
     def metrics_text(self, *a, **kw):
         return self._answer("metrics_text", *a, **kw)
 
+    def models(self, *a, **kw):  # vLLM's OpenAI surface
+        return self._answer("models", *a, **kw)
+
+    def completions(self, *a, **kw):
+        return self._answer("completions", *a, **kw)
+
 
 def gone(kind="connect"):
     return EngineUnreachable("http://127.0.0.1:1", kind, "refused")
@@ -312,3 +318,76 @@ def test_judge_progress_reasons():
                                                           "(generated stays 100)", 4.0, 1.0)
     cur2, ok2, why2 = judge_progress(cur, ProgressSample(9.0, 100.0, 50.0, 1.0, 2.0), 5.0)
     assert (ok2, cur2.stalled_since, why2.startswith("no token progress for 8.0 s")) == (False, 1.0, True)
+
+
+# ---------------------------------------------------------------- vLLM's OpenAI surface (api="vllm")
+
+MODELS = ok({"object": "list", "data": [{"id": "m", "object": "model"}, "junk", {"id": "m-lora"}]})
+
+
+def vllm_engine(**answers):
+    return ScriptedEngine(**{"models": MODELS, "completions": ok({"choices": [{"text": " cba"}]}), **answers})
+
+
+def test_vllm_checks_in_order_with_payloads():
+    """Checks 3'-5': /v1/models serves the expected name, a 1-token completion, the canary (greedy)."""
+    eng = vllm_engine()
+    want = ExpectedServer(model_path="/models/tiny", served_model_name="m")
+    v = check_health(eng, process_alive=True, expected=want, canary=Canary("abc", " cba", 7), api="vllm",
+                     generate_timeout_s=12.0, now=5.0)
+    assert (v.verdict, v.reason) == ("healthy", "all checks passed")
+    assert checks(v) == [("process", True, None, "alive"), ("health", True, 1.5, "200"),
+                         ("models", True, 1.5, "serves ['m', 'm-lora']"), ("completion", True, 1.5, "1 token"),
+                         ("canary", True, 1.5, "golden continuation reproduced"),
+                         ("progress", True, 1.5, "baseline: 0 running, 0 queued")]
+    sent = [(a, kw) for n, a, kw in eng.calls if n == "completions"]
+    assert sent == [(({"prompt": "Hello", "max_tokens": 1, "temperature": 0.0, "model": "m"},), {"timeout_s": 12.0}),
+                    (({"prompt": "abc", "max_tokens": 7, "temperature": 0.0, "model": "m"},), {"timeout_s": 12.0})]
+    # No expectation: the first served name is the model asked for; no canary: one completion only.
+    eng = vllm_engine()
+    v = check_health(eng, process_alive=True, api="vllm")
+    assert [c.name for c in v.checks] == ["process", "health", "models", "completion", "progress"]
+    assert [a[0]["model"] for n, a, kw in eng.calls if n == "completions"] == ["m"]
+    assert [kw for n, a, kw in eng.calls if n == "completions"] == [{"timeout_s": 30.0}]
+    # Nothing served: no model field at all.
+    eng = vllm_engine(models=ok({"data": []}))
+    check_health(eng, process_alive=True, api="vllm")
+    assert [a[0] for n, a, kw in eng.calls if n == "completions"] == [
+        {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}]
+
+
+def test_vllm_check_failures_word_for_word():
+    def failed(**answers):
+        kw = answers.pop("kw", {})
+        v = check_health(vllm_engine(**answers), process_alive=True, api="vllm", **kw)
+        return v.verdict, [(c.name, c.ok, c.reason) for c in v.checks if not c.ok], v.reason
+
+    want = ExpectedServer(model_path="/models/tiny", served_model_name="other")
+    assert failed(kw={"expected": want}) == (
+        "degraded", [("models", False, "'other' not in ['m', 'm-lora']")],
+        "degraded: models ('other' not in ['m', 'm-lora'])")
+    assert failed(models=ok({"data": []}, status=503))[1] == [("models", False, "/v1/models answered 503")]
+    assert failed(models=ok("not json"))[1] == [("models", False, "/v1/models answered 200")]
+    assert failed(models=gone())[1][0] == ("models", False, GONE_MSG)
+    assert failed(completions=ok({"choices": []}))[1] == [("completion", False, "/v1/completions answered 200")]
+    assert failed(completions=ok({"choices": [{"text": "x"}]}, status=500))[1] == [
+        ("completion", False, "/v1/completions answered 500")]
+    assert failed(completions=ok("text"))[1] == [("completion", False, "/v1/completions answered 200")]
+    assert failed(completions=gone(), kw={"generate_timeout_s": 2.5})[1] == [
+        ("completion", False, f"no answer within 2.5 s: {GONE_MSG}")]
+    canary = Canary("abc", " xyz", 3)
+    assert failed(kw={"canary": canary})[1] == [("canary", False, "expected ' xyz', got ' cba'")]
+    assert failed(completions=ok({"choices": []}), kw={"canary": canary})[1][1] == (
+        "canary", False, "expected ' xyz', got None")
+    assert failed(completions=ok({"choices": [{"text": " xyz"}]}, status=500), kw={"canary": canary})[1][1] == (
+        "canary", False, "expected ' xyz', got None")
+    assert failed(completions=ok("text"), kw={"canary": canary})[1][1] == ("canary", False,
+                                                                          "expected ' xyz', got None")
+    assert failed(completions=gone(), kw={"canary": canary})[1][1] == ("canary", False, GONE_MSG)
+
+
+def test_api_of_configs_and_engine_names():
+    from dynocell.engine.health import api_of
+
+    assert [api_of(x) for x in ("vllm", "sglang", "reference", "VLLM")] == ["vllm", "sglang", "sglang", "sglang"]
+    assert api_of(SimpleNamespace(api="vllm")) == "vllm" and api_of(SimpleNamespace()) == "sglang"
