@@ -216,13 +216,12 @@ EQUIVALENT: dict[str, str] = {
     **{_H + f"x__timed__mutmut_{i}": "a scale of the time spent on a failed request (ms/1000, ×1001): only an "
                                      "assertion on elapsed time could tell, and tests never assert on timing"
        for i in (5, 7)},
-    **{_H + f"x_check_health__mutmut_{i}": "prometheus_client's parse errors are printable (values in repr) and "
-                                           "never empty, so the '?' replacement and the 'parse error' fallback "
-                                           "never act" for i in (265, 266, 267, 270, 271)},
-    _H + "x_check_health__mutmut_274": "an empty /metrics body parses (no families), so the head of an "
-                                       "unparsable body is never taken from an empty text",
-    _H + "x_check_health__mutmut_277": "an empty /metrics body parses (no families), so the empty-head branch is "
-                                       "unreachable",
+    **{_H + f"x__progress_check__mutmut_{i}": ("prometheus_client's parse errors are printable and never empty, "
+                                               "so the 'parse error' fallback never acts") for i in (35, 36)},
+    **{_H + f"x__progress_check__mutmut_{i}": ("an empty /metrics body parses (no families), so the head of an "
+                                               "unparsable body is never taken from an empty text") for i in (39, 42)},
+    **{_H + f"x_check_health__mutmut_{i}": ("the default api only has to differ from 'vllm': any other value takes "
+                                            "the SGLang checks") for i in (4, 5)},
     # engine/rules
     _R + "x_compile_safe__mutmut_16": "None and False are both falsy for inside_unbounded",
     _R + "x_match_text__mutmut_4": "the escape-sequence pattern needs \\x1b: without one, sub() changes nothing",

@@ -272,6 +272,8 @@ def test_expected_server_from_config():
         model_path="dynocell:tiny", tp_size=1, speculative_algorithm="STANDALONE", speculative_num_steps=3,
         speculative_eagle_topk=1, speculative_num_draft_tokens=4, check_speculative=True)
     assert ExpectedServer.from_config(cfg, model_path="/cache/tiny").model_path == "/cache/tiny"
+    vllm = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny-vllm.toml")
+    assert ExpectedServer.from_config(vllm).served_model_name == "m"  # what /v1/models must list
 
 
 def test_degraded_reason_lists_each_failed_check():
@@ -391,3 +393,27 @@ def test_api_of_configs_and_engine_names():
 
     assert [api_of(x) for x in ("vllm", "sglang", "reference", "VLLM")] == ["vllm", "sglang", "sglang", "sglang"]
     assert api_of(SimpleNamespace(api="vllm")) == "vllm" and api_of(SimpleNamespace()) == "sglang"
+
+
+def test_progress_from_a_real_vllm_scrape_summed_over_engines():
+    """vLLM 0.26's counters (tests/data/vllm-0.26.0/C_draft_graph.metrics.txt: 6032 generated, 402 prompt
+    tokens, 0 running, 0 waiting), plus a second engine core's lines: each counter sums over engines."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "vllm-0.26.0" / "C_draft_graph.metrics.txt").read_text()
+    s = progress_from_metrics(text, 3.0)
+    assert (s.t, s.generated, s.prompt, s.running, s.queued) == (3.0, 6032.0, 402.0, 0.0, 0.0)
+    two = text.replace('vllm:generation_tokens_total{engine="0",model_name="m"} 6032.0',
+                       'vllm:generation_tokens_total{engine="0",model_name="m"} 6032.0\n'
+                       'vllm:generation_tokens_total{engine="1",model_name="m"} 100.0')
+    two = two.replace('vllm:prompt_tokens_total{engine="0",model_name="m"} 402.0',
+                      'vllm:prompt_tokens_total{engine="0",model_name="m"} 402.0\n'
+                      'vllm:prompt_tokens_total{engine="1",model_name="m"} 8.0')
+    two = two.replace('vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+                      'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+                      'vllm:num_requests_running{engine="1",model_name="m"} 1.0')
+    two = two.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+                      'vllm:num_requests_waiting{engine="0",model_name="m"} 4.0\n'
+                      'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0')
+    s = progress_from_metrics(two, 3.0)
+    assert (s.generated, s.prompt, s.running, s.queued) == (6132.0, 410.0, 3.0, 5.0)
