@@ -198,7 +198,12 @@ EQUIVALENT: dict[str, str] = {
     _T + "x_analyze_trace__mutmut_2": ("both readers give the same split to the last bit (test_trace_reader.py); "
                                        "the default only picks the faster one"),
     # break-even, no_net_win, config hash, web auth
-    "dynocell.runbooks.run.x__breakeven__mutmut_111": _FLOAT_TIE + " (a speculative step exactly equal to the budget)",
+    "dynocell.runbooks.run.x__breakeven__mutmut_216": _FLOAT_TIE + " (a speculative step exactly equal to the budget)",
+    **{f"dynocell.runbooks.run.x__breakeven__mutmut_{i}": ("a given plain step has no samples: the band and the "
+                                                          "result read plain.get('samples') or [] either way")
+       for i in (63, 64)},
+    "dynocell.runbooks.run.x__breakeven__mutmut_176": ("neither '' nor 'XXXX' is an ISO time: fromisoformat raises the "
+                                                      "same ValueError on either"),
     "dynocell.engine.config.xǁEngineConfigǁcanonical_json__mutmut_4": "ensure_ascii=None is falsy like False",
     _A + "xǁSessionsǁ__init____mutmut_3": "secrets.token_bytes(None) draws the default 32 bytes, the same as 32",
     **{_A + f"xǁSessionsǁissue__mutmut_{i}": "token_urlsafe() never contains '.', so the replace() never acts"

@@ -254,3 +254,50 @@ def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_r
     assert (d["plain_step_ms"], d["plain_source"], d["plain_run_id"], d["plain_host"], d["plain_samples"]) == (
         6.0, "stored plain twin measurement (run fb0e80c99600)", "fb0e80c99600", host, [6.0, 6.5])
     assert d["budget_ms"] == pytest.approx(1.7597 * 6.0, abs=1e-3)
+    from dynocell.runbooks.configs import config_by_hash
+
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    d = {}
+    run_mod._breakeven(job, None, d, cfg=cfg)  # the lossless check on: still no twin boot, one is stored
+    assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")
+    old = twin("fb0e80c99600", 6.0)
+    del old["plain_measured_at"]  # a record without its time: the age is unknown, not made up
+    db_runs.update_run(store, "fb0e80c99600", breakeven=old)
+    d = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_age_s"], d["plain_measured_at"]) == (None, None)
+
+
+def test_breakeven_with_the_runs_config_and_no_lossless_check_boots_no_twin(real_run_job):
+    """Given the run's config, the plain twin is that config without speculation (the lossless check's plain
+    config, stored): nothing measured for it and ``--no-lossless-check``: skipped saying why, no twin booted."""
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.configs import config_by_hash
+
+    run_mod, job = real_run_job
+    row = db_runs.get_run(job.cell.store, RUN_ID)
+    cfg = config_by_hash(job.cell, row["config_hash"])
+    assert run_mod._plain_twin(job.cell, cfg)[1] == row["lossless_detail"]["plain_config_hash"]
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
+    assert str(skip.value) == ("no plain step time: none stored for this model, engine and host, and "
+                               "--no-lossless-check boots no plain twin (run once with the lossless check to measure it)")
+
+
+def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):
+    """Curves of no verify step give no τ (skipped, no division by zero); τ is kept to 4 decimals."""
+    import sqlite3
+
+    run_mod, job = real_run_job
+    con = sqlite3.connect(job.cell.settings.db_url.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE acceptance_curves SET tau = 1.23456 WHERE run_id = ?", (RUN_ID,))
+    d: dict = {}
+    run_mod._breakeven(job, 5.0, d)
+    assert d["tau"] == 1.2346 and d["budget_ms"] == round(1.23456 * 5.0, 4)
+    with con:
+        con.execute("UPDATE acceptance_curves SET steps = 0 WHERE run_id = ?", (RUN_ID,))
+    con.close()
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, 5.0, {})
+    assert str(skip.value) == "needs τ and the speculative step time"
