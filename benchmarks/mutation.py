@@ -236,9 +236,8 @@ EQUIVALENT: dict[str, str] = {
     _R + "x_phase_timeline__mutmut_39": "first and last are set together at the first timestamp: and/or agree",
     **{_R + f"x_classify_log__mutmut_{i}": "exit_code is recorded by callers, not used by classify()"
        for i in (19, 24)},
-    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_25": _NO_CURVES,
-    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_27": _NO_CURVES,
-    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_28": _NO_CURVES,
+    **{f"dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_{i}": _NO_CURVES for i in (30, 32, 33)},
+    "dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_27": _FLOAT_TIE + " (|speedup − 1| exactly the noise band)",
     "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_1": _JSON_NATIVE,
     "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_3": _JSON_NATIVE,
     "dynocell.engine.config.xǁEngineConfigǁcanonical__mutmut_5": _JSON_NATIVE,

@@ -184,6 +184,31 @@ def test_doctor_no_net_win_accounting_suspect_and_boundaries():
     assert _no_net_win(curves=[at_min], spec_decode_tok_s=1000.0, spec_step_ms=8.0, plain_step_ms=10.0) is None
 
 
+
+def test_doctor_no_net_win_messages_word_for_word():
+    """The three endings (measured step cost; step cost to measure; counters that disagree) in full, and one
+    step time alone (no comparison: the cost is τ / speedup, not measured)."""
+    near_max = {"text_class": "code", "histogram": [2, 18], "prompt_tokens": 128}  # D = 1, τ = 1.9
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0)
+    assert f.message == (
+        "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "
+        "must exceed 6.33 to pay. First measure one verify step against one plain step at this concurrency "
+        "(profile both, or compare step times): the break-even τ is their ratio. Engine counters and client "
+        "histograms do not disagree, so treat the acceptance as real: per-token work that grows with the tokens "
+        "verified (pointwise glue, expert traffic under offload) is the usual cost.")
+    f = _no_net_win(curves=[{**near_max, "engine_tau": 1.5}], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0)
+    assert f.message == (
+        "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "
+        "must exceed 6.33 to pay. First measure one verify step against one plain step at this concurrency "
+        "(profile both, or compare step times): the break-even τ is their ratio. The engine's counters and the "
+        "client histograms also disagree (code: engine τ 1.50 vs histogram τ 1.90): audit the acceptance "
+        "accounting as well.")
+    assert (f.evidence["engine_tau"], f.evidence["histogram_tau"]) == (1.5, 1.9)
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0, spec_step_ms=8.0)
+    assert f.evidence["step_cost_measured"] is False and f.evidence["step_cost_ratio"] == pytest.approx(6.3333)
+    assert _no_net_win(curves=[near_max], spec_step_ms=8.0) is None and _no_net_win(curves=[near_max],
+                                                                                    plain_step_ms=8.0) is None
+
 def _age_between(d: dict, before, after) -> None:
     """plain_age_s: now − plain_measured_at in seconds, to 0.1 s, taken between ``before`` and ``after``."""
     from datetime import datetime
