@@ -217,6 +217,8 @@ EQUIVALENT: dict[str, str] = {
                                                       "default is never used" for i in (9, 11)},
     _H + "x__server_info_mismatches__mutmut_32": "a missing model_path normalises to 'None' instead of None: still "
                                                  "unequal to any expected path",
+    _H + "xǁExpectedServerǁfrom_config__mutmut_21": ("served_model_name is an EngineConfig field (None when unset), so "
+                                                 "getattr's default is never used"),
     _H + "x__server_info_mismatches__mutmut_55": "both sides are normalised by the same function (upper or lower)",
     **{_H + f"x__timed__mutmut_{i}": "a scale of the time spent on a failed request (ms/1000, ×1001): only an "
                                      "assertion on elapsed time could tell, and tests never assert on timing"

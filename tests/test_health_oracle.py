@@ -371,6 +371,11 @@ def test_vllm_check_failures_word_for_word():
     assert failed(models=ok({"data": []}, status=503))[1] == [("models", False, "/v1/models answered 503")]
     assert failed(models=ok("not json"))[1] == [("models", False, "/v1/models answered 200")]
     assert failed(models=gone())[1][0] == ("models", False, GONE_MSG)
+    v = check_health(vllm_engine(models=ok({"object": "list"})), process_alive=True, api="vllm")  # no "data"
+    assert checks(v)[2] == ("models", True, 1.5, "serves []")
+    v = check_health(vllm_engine(models=ok({}, status=503), completions=gone()), process_alive=True, api="vllm")
+    assert checks(v)[2] == ("models", False, 1.5, "/v1/models answered 503")  # a failed check keeps its latency
+    assert v.checks[3].latency_ms is not None and v.checks[3].latency_ms >= 0
     assert failed(completions=ok({"choices": []}))[1] == [("completion", False, "/v1/completions answered 200")]
     assert failed(completions=ok({"choices": [{"text": "x"}]}, status=500))[1] == [
         ("completion", False, "/v1/completions answered 500")]
@@ -379,6 +384,9 @@ def test_vllm_check_failures_word_for_word():
         ("completion", False, f"no answer within 2.5 s: {GONE_MSG}")]
     canary = Canary("abc", " xyz", 3)
     assert failed(kw={"canary": canary})[1] == [("canary", False, "expected ' xyz', got ' cba'")]
+    eng = vllm_engine()
+    check_health(eng, process_alive=True, api="vllm", canary=Canary("abc", " cba", 2))  # 2 tokens: still the canary
+    assert [a[0]["prompt"] for n, a, kw in eng.calls if n == "completions"] == ["Hello", "abc"]
     assert failed(completions=ok({"choices": []}), kw={"canary": canary})[1][1] == (
         "canary", False, "expected ' xyz', got None")
     assert failed(completions=ok({"choices": [{"text": " xyz"}]}, status=500), kw={"canary": canary})[1][1] == (
