@@ -207,7 +207,9 @@ EQUIVALENT: dict[str, str] = {
     "dynocell.engine.config.xǁEngineConfigǁcanonical_json__mutmut_4": "ensure_ascii=None is falsy like False",
     _A + "xǁSessionsǁ__init____mutmut_3": "secrets.token_bytes(None) draws the default 32 bytes, the same as 32",
     **{_A + f"xǁSessionsǁissue__mutmut_{i}": "token_urlsafe() never contains '.', so the replace() never acts"
-       for i in (15, 16)},
+       for i in (11, 12)},
+    **{_A + f"xǁLoginBackoffǁreserve__mutmut_{i}": _FLOAT_TIE + " (a monotonic time exactly on the forget or "
+                                                   "wait boundary)" for i in (7, 9)},
     _A + "xǁSessionsǁverify__mutmut_18": _FLOAT_TIE + " (time.time() exactly on the expiry second)",
     _A + "xǁLoginLimiterǁ_prune__mutmut_4": _FLOAT_TIE + " (a failure exactly window_s old)",
     # engine/health
