@@ -206,6 +206,7 @@ EQUIVALENT: dict[str, str] = {
                                                       "same ValueError on either"),
     "dynocell.engine.config.xǁEngineConfigǁcanonical_json__mutmut_4": "ensure_ascii=None is falsy like False",
     _A + "xǁSessionsǁ__init____mutmut_3": "secrets.token_bytes(None) draws the default 32 bytes, the same as 32",
+    _A + "x_new_launch_token__mutmut_4": "secrets.token_urlsafe(None) draws the default 32 bytes, the same as 32",
     **{_A + f"xǁSessionsǁissue__mutmut_{i}": "token_urlsafe() never contains '.', so the replace() never acts"
        for i in (11, 12)},
     **{_A + f"xǁLoginBackoffǁreserve__mutmut_{i}": _FLOAT_TIE + " (a monotonic time exactly on the forget or "

@@ -145,6 +145,7 @@ def test_same_origin_names_the_host_and_port_the_request_went_to():
     for bad in ("null", "file:///etc/passwd", "ftp://127.0.0.1:8700", "http://", "http://[::1", "127.0.0.1:8700"):
         assert not same_origin(bad, "127.0.0.1:8700"), bad
     assert not same_origin("http://127.0.0.1:8700", None) and not same_origin("http://127.0.0.1:8700", "")
+    assert not same_origin("http://xxxx", None)  # no Host header matches no origin, whatever its host
 
 
 def test_launch_tokens_are_fresh_and_long():
