@@ -262,5 +262,75 @@ def test_merge_pinned():
     assert (m.steps, m.histogram) == (4, None) and list(m.p) == pytest.approx([0.7, 0.3])
     m = merge([Curve.from_positions([0.8, 0.4], steps=0), Curve.from_positions([0.4, 0.0], steps=0)])
     assert (m.steps, list(m.p), m.tau) == (0, [0.0, 0.0], 1.0)
+    one = merge([Curve.from_positions([0.5, 0.25], steps=4)])  # one curve: itself
+    assert (one.steps, one.p) == (4, (0.5, 0.25))
+    assert merge([Curve.from_positions([0.5], steps=0)]).p == (0.0,)
     with pytest.raises(AcceptanceError):
         merge([Curve.from_positions([0.8], steps=None), Curve.from_positions([0.4], steps=1)])
+
+
+# Real vLLM 0.26.0 lines (shared/gpu/artifacts/vllm-0.26.0-h200/*.server.log, EAGLE draft, D = 3): vLLM 0.26
+# prints no "Drafts:" count, so steps stay unknown.
+REAL_VLLM = [
+    "(APIServer pid=2034) INFO 12-01 08:00:02 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.07, "
+    "Accepted throughput: 83.32 tokens/s, Drafted throughput: 120.83 tokens/s, Accepted: 391 tokens, Drafted: 567 "
+    "tokens, Per-position acceptance rate: 0.825, 0.651, 0.593, Avg Draft acceptance rate: 69.0%",
+    "(APIServer pid=2034) INFO 12-01 08:00:03 [loggers.py:1] Engine 000: Avg prompt throughput: 0.0 tokens/s",
+    "(APIServer pid=2034) INFO 12-01 08:00:04 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.87, "
+    "Accepted throughput: 135.45 tokens/s, Drafted throughput: 469.34 tokens/s, Accepted: 271 tokens, Drafted: 939 "
+    "tokens, Per-position acceptance rate: 0.511, 0.233, 0.121, Avg Draft acceptance rate: 28.9%",
+]
+
+
+def test_real_vllm_lines_every_field():
+    from dynocell.engine.acceptance import parse_vllm_spec_lines
+
+    got = parse_vllm_spec_lines(REAL_VLLM)
+    assert [(s.mean_acceptance_length, s.accepted, s.drafted, s.drafts, s.curve.steps) for s in got] == [
+        (3.07, 391, 567, None, None), (1.87, 271, 939, None, None)]
+    assert [s.curve.p for s in got] == [(0.825, 0.651, 0.593), (0.511, 0.233, 0.121)]
+    assert [s.curve.tau for s in got] == pytest.approx([3.069, 1.865])  # 1 + Σ p: the printed mean, rounded
+    assert parse_vllm_spec_lines([]) == [] and parse_vllm_spec_lines(REAL_VLLM[1:2]) == []
+    with_drafts = parse_vllm_spec_line(REAL_VLLM[0].replace("Accepted: 391", "Drafts: 189, Accepted: 391"))
+    assert (with_drafts.drafts, with_drafts.curve.steps) == (189, 189)
+
+
+def test_real_sglang_decode_lines_types_and_curve():
+    """Real SGLang 0.5.17 lines (shared/gpu/artifacts/sglang-0.5.17-h200/A.server.log): counts are ints, the
+    curve of a line takes the engine's D when given."""
+    lines = ["[2026-11-30 03:25:43] Decode batch, #running-req: 1, #token: 20, token usage: 0.00, accept len: 4.00, "
+             "accept rate: 1.00, cuda graph: True, gen throughput (token/s): 1.54, #queue-req: 0",
+             "[2026-11-30 03:25:43] Prefill batch, #new-seq: 1, #new-token: 7",
+             "[2026-11-30 03:25:43] Decode batch, #running-req: 1, #token: 0, token usage: 0.00, accept len: 4.00, "
+             "accept rate: 1.00, cuda graph: True, gen throughput (token/s): 589.77, #queue-req: 0"]
+    got = parse_decode_lines(lines)
+    assert [(s.running_req, s.tokens, s.queue_req, s.gen_throughput) for s in got] == [(1, 20, 0, 1.54),
+                                                                                        (1, 0, 0, 589.77)]
+    assert all(type(v) is int for s in got for v in (s.running_req, s.tokens, s.queue_req))
+    assert all(type(v) is float for s in got for v in (s.accept_len, s.accept_rate, s.gen_throughput))
+    c = got[0].to_curve(num_drafts=3)
+    assert (c.num_drafts, c.tau, c.accept_rate) == (3, 4.0, 1.0)
+    assert got[0].to_curve(num_drafts=6).num_drafts == 6 and got[0].to_curve().num_drafts == 3
+    assert got[0].to_curve(num_drafts=6).accept_rate == 1.0  # the engine's printed rate is kept, not (τ − 1) / D
+    assert parse_decode_lines([]) == []
+    bare = parse_decode_line(lines[0].split("] ", 1)[1])  # no timestamp prefix (a log shipped without it)
+    assert bare.timestamp is None and bare.accept_len == 4.0
+
+
+def test_meta_info_objects_and_errors_word_for_word():
+    from dynocell.engine.meta import GenerationMeta
+
+    c = curve_from_meta_infos([GenerationMeta(spec_correct_drafts_histogram=(1, 0, 3)), GenerationMeta(),
+                               object()])
+    assert c.histogram == (1, 0, 3) and c.steps == 4
+    with pytest.raises(AcceptanceError) as err:
+        curve_from_meta_infos([{"spec_accept_histogram": [1, 1]}, {"spec_correct_drafts_histogram": [1, 1, 1]}])
+    assert str(err.value) == ("generations report histograms of different lengths (2 and 3) "
+                              "(one engine configuration has one draft count)")
+    with pytest.raises(AcceptanceError) as err:
+        expected_tau_independent(-0.1, 3)
+    assert str(err.value) == "acceptance probability p = -0.1 is outside [0, 1]"
+    with pytest.raises(AcceptanceError) as err:
+        expected_tau_independent(0.5, -1)
+    assert str(err.value) == "num_drafts must be ≥ 0, got -1"
+    assert expected_tau_independent(0.5, 0) == 1.0

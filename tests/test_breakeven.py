@@ -182,3 +182,147 @@ def test_doctor_no_net_win_accounting_suspect_and_boundaries():
     assert f.evidence["accounting_suspect"] is False
     # one throughput alone is no comparison: the step times decide (here a win: 1.5 × 10 / 8 = 1.875)
     assert _no_net_win(curves=[at_min], spec_decode_tok_s=1000.0, spec_step_ms=8.0, plain_step_ms=10.0) is None
+
+
+
+def test_doctor_no_net_win_messages_word_for_word():
+    """The three endings (measured step cost; step cost to measure; counters that disagree) in full, and one
+    step time alone (no comparison: the cost is τ / speedup, not measured)."""
+    near_max = {"text_class": "code", "histogram": [2, 18], "prompt_tokens": 128}  # D = 1, τ = 1.9
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0)
+    assert f.message == (
+        "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "
+        "must exceed 6.33 to pay. First measure one verify step against one plain step at this concurrency "
+        "(profile both, or compare step times): the break-even τ is their ratio. Engine counters and client "
+        "histograms do not disagree, so treat the acceptance as real: per-token work that grows with the tokens "
+        "verified (pointwise glue, expert traffic under offload) is the usual cost.")
+    f = _no_net_win(curves=[{**near_max, "engine_tau": 1.5}], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0)
+    assert f.message == (
+        "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "
+        "must exceed 6.33 to pay. First measure one verify step against one plain step at this concurrency "
+        "(profile both, or compare step times): the break-even τ is their ratio. The engine's counters and the "
+        "client histograms also disagree (code: engine τ 1.50 vs histogram τ 1.90): audit the acceptance "
+        "accounting as well.")
+    assert (f.evidence["engine_tau"], f.evidence["histogram_tau"]) == (1.5, 1.9)
+    f = _no_net_win(curves=[near_max], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0, spec_step_ms=8.0)
+    assert f.evidence["step_cost_measured"] is False and f.evidence["step_cost_ratio"] == pytest.approx(6.3333)
+    assert _no_net_win(curves=[near_max], spec_step_ms=8.0) is None and _no_net_win(curves=[near_max],
+                                                                                    plain_step_ms=8.0) is None
+
+def _age_between(d: dict, before, after) -> None:
+    """plain_age_s: now − plain_measured_at in seconds, to 0.1 s, taken between ``before`` and ``after``."""
+    from datetime import datetime
+
+    at = datetime.fromisoformat(d["plain_measured_at"])
+    assert type(d["plain_age_s"]) is float and d["plain_age_s"] == round(d["plain_age_s"], 1)
+    assert round((before - at).total_seconds(), 1) - 0.1 <= d["plain_age_s"] <= round((after - at).total_seconds(), 1)
+
+
+def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
+    """Every field besides the arithmetic, for a given plain step and for one read from the store.
+
+    Noise band: √(n_spec² + n_plain²) of the two step medians' noise (floor 0.05): the speculative steps
+    alone (given plain step, no samples) 0.1124; with the plain run's six TPOT samples 0.1225.
+    """
+    from datetime import datetime, timezone
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    spec_samples = [21.4306, 21.2768, 18.5637, 17.467, 16.0524]
+    before = datetime.now(timezone.utc)
+    d: dict = {}
+    run_mod._breakeven(job, 5.2648, d)
+    _age_between(d, before, datetime.now(timezone.utc))
+    recorded_hash = db_runs.get_run(job.cell.store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
+        "noise_band": 0.1124, "verdict": "does NOT pay", "plain_source": "given", "plain_config_hash": recorded_hash,
+        "plain_host": None, "plain_run_id": None, "plain_samples": [], "spec_step_samples": spec_samples}
+    other = db_runs.get_run(job.cell.store, "fb0e80c99600")
+    db_runs.update_run(job.cell.store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
+    d = {}
+    before = datetime.now(timezone.utc)
+    run_mod._breakeven(job, None, d)
+    _age_between(d, before, datetime.now(timezone.utc))
+    assert d["plain_measured_at"] == "2026-11-30T08:37:57.542843+00:00" and d["plain_age_s"] > 100_000
+    assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
+        "noise_band": 0.1225, "verdict": "does NOT pay", "plain_source": "plain run fb0e80c99600 (TPOT p50, c=1)",
+        "plain_config_hash": other["config_hash"], "plain_host": None, "plain_run_id": "fb0e80c99600",
+        "plain_samples": pytest.approx([8.95823963493592, 7.240387015848509, 7.992909920623846, 8.511762428569787,
+                                        7.8989180476330345, 9.449894920642633]),
+        "spec_step_samples": spec_samples}
+
+
+def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_run_job):
+    """A plain twin measured (on this host, same plain config) by another run's break-even is read first; the
+    run's own earlier record is never its source."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    store = job.cell.store
+    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    host = socket.gethostname()
+
+    def twin(run_id: str, step: float) -> dict:
+        return {"plain_config_hash": plain_hash, "plain_host": host, "plain_source": "plain twin boot",
+                "plain_run_id": run_id, "plain_step_ms": step, "plain_samples": [step, step + 0.5],
+                "plain_measured_at": "2026-11-30T09:00:00+00:00"}
+
+    db_runs.update_run(store, RUN_ID, breakeven=twin(RUN_ID, 99.0))  # the run's own: never read back
+    with pytest.raises(run_mod._Skip, match="no plain step time"):
+        run_mod._breakeven(job, None, {})
+    db_runs.update_run(store, "fb0e80c99600", breakeven=twin("fb0e80c99600", 6.0))
+    d: dict = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_step_ms"], d["plain_source"], d["plain_run_id"], d["plain_host"], d["plain_samples"]) == (
+        6.0, "stored plain twin measurement (run fb0e80c99600)", "fb0e80c99600", host, [6.0, 6.5])
+    assert d["budget_ms"] == pytest.approx(1.7597 * 6.0, abs=1e-3)
+    from dynocell.runbooks.configs import config_by_hash
+
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    d = {}
+    run_mod._breakeven(job, None, d, cfg=cfg)  # the lossless check on: still no twin boot, one is stored
+    assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")
+    old = twin("fb0e80c99600", 6.0)
+    del old["plain_measured_at"]  # a record without its time: the age is unknown, not made up
+    db_runs.update_run(store, "fb0e80c99600", breakeven=old)
+    d = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_age_s"], d["plain_measured_at"]) == (None, None)
+
+
+def test_breakeven_with_the_runs_config_and_no_lossless_check_boots_no_twin(real_run_job):
+    """Given the run's config, the plain twin is that config without speculation (the lossless check's plain
+    config, stored): nothing measured for it and ``--no-lossless-check``: skipped saying why, no twin booted."""
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.configs import config_by_hash
+
+    run_mod, job = real_run_job
+    row = db_runs.get_run(job.cell.store, RUN_ID)
+    cfg = config_by_hash(job.cell, row["config_hash"])
+    assert run_mod._plain_twin(job.cell, cfg)[1] == row["lossless_detail"]["plain_config_hash"]
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
+    assert str(skip.value) == ("no plain step time: none stored for this model, engine and host, and "
+                               "--no-lossless-check boots no plain twin (run once with the lossless check to measure it)")
+
+
+def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):
+    """Curves of no verify step give no τ (skipped, no division by zero); τ is kept to 4 decimals."""
+    import sqlite3
+
+    run_mod, job = real_run_job
+    con = sqlite3.connect(job.cell.settings.db_url.removeprefix("sqlite:///"))
+    with con:
+        con.execute("UPDATE acceptance_curves SET tau = 1.23456 WHERE run_id = ?", (RUN_ID,))
+    d: dict = {}
+    run_mod._breakeven(job, 5.0, d)
+    assert d["tau"] == 1.2346 and d["budget_ms"] == round(1.23456 * 5.0, 4)
+    with con:
+        con.execute("UPDATE acceptance_curves SET steps = 0 WHERE run_id = ?", (RUN_ID,))
+    con.close()
+    with pytest.raises(run_mod._Skip) as skip:
+        run_mod._breakeven(job, 5.0, {})
+    assert str(skip.value) == "needs τ and the speculative step time"

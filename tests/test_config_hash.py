@@ -273,3 +273,18 @@ def test_every_field_is_covered_by_mutations():
     covered = {p for p, _ in _mutations(cfg)} | {"speculative.num_steps", "nodes"}
     assert flat <= covered, flat - covered
     assert set(SPEC_ALGORITHMS) == {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"}
+
+
+def test_stated_later_fields_enter_the_canonical_form():
+    """examples/tiny-vllm.toml states serving.surface: it is hashed under "serving"; a stated cuda_graph.mode
+    and dtype (left out while unstated) are hashed too."""
+    from pathlib import Path
+
+    from dynocell.engine.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny-vllm.toml")
+    assert cfg.canonical()["serving"] == {"surface": "vllm"}
+    assert cfg.config_hash == "sha256:b5a367314c8fe77594a75c056f1282df6489f589906169c9b92d30c55d9c234b"
+    assert "mode" not in cfg.canonical()["cuda_graph"] and "dtype" not in cfg.canonical()
+    stated = cfg.with_changes(cuda_graph={"mode": "full"}, dtype="bfloat16")
+    assert stated.canonical()["cuda_graph"]["mode"] == "full" and stated.canonical()["dtype"] == "bfloat16"

@@ -72,6 +72,12 @@ class ScriptedEngine:
     def metrics_text(self, *a, **kw):
         return self._answer("metrics_text", *a, **kw)
 
+    def models(self, *a, **kw):  # vLLM's OpenAI surface
+        return self._answer("models", *a, **kw)
+
+    def completions(self, *a, **kw):
+        return self._answer("completions", *a, **kw)
+
 
 def gone(kind="connect"):
     return EngineUnreachable("http://127.0.0.1:1", kind, "refused")
@@ -266,6 +272,8 @@ def test_expected_server_from_config():
         model_path="dynocell:tiny", tp_size=1, speculative_algorithm="STANDALONE", speculative_num_steps=3,
         speculative_eagle_topk=1, speculative_num_draft_tokens=4, check_speculative=True)
     assert ExpectedServer.from_config(cfg, model_path="/cache/tiny").model_path == "/cache/tiny"
+    vllm = load_config(Path(__file__).resolve().parents[1] / "examples" / "tiny-vllm.toml")
+    assert ExpectedServer.from_config(vllm).served_model_name == "m"  # what /v1/models must list
 
 
 def test_degraded_reason_lists_each_failed_check():
@@ -312,3 +320,108 @@ def test_judge_progress_reasons():
                                                           "(generated stays 100)", 4.0, 1.0)
     cur2, ok2, why2 = judge_progress(cur, ProgressSample(9.0, 100.0, 50.0, 1.0, 2.0), 5.0)
     assert (ok2, cur2.stalled_since, why2.startswith("no token progress for 8.0 s")) == (False, 1.0, True)
+
+
+# ---------------------------------------------------------------- vLLM's OpenAI surface (api="vllm")
+
+MODELS = ok({"object": "list", "data": [{"id": "m", "object": "model"}, "junk", {"id": "m-lora"}]})
+
+
+def vllm_engine(**answers):
+    return ScriptedEngine(**{"models": MODELS, "completions": ok({"choices": [{"text": " cba"}]}), **answers})
+
+
+def test_vllm_checks_in_order_with_payloads():
+    """Checks 3'-5': /v1/models serves the expected name, a 1-token completion, the canary (greedy)."""
+    eng = vllm_engine()
+    want = ExpectedServer(model_path="/models/tiny", served_model_name="m")
+    v = check_health(eng, process_alive=True, expected=want, canary=Canary("abc", " cba", 7), api="vllm",
+                     generate_timeout_s=12.0, now=5.0)
+    assert (v.verdict, v.reason) == ("healthy", "all checks passed")
+    assert checks(v) == [("process", True, None, "alive"), ("health", True, 1.5, "200"),
+                         ("models", True, 1.5, "serves ['m', 'm-lora']"), ("completion", True, 1.5, "1 token"),
+                         ("canary", True, 1.5, "golden continuation reproduced"),
+                         ("progress", True, 1.5, "baseline: 0 running, 0 queued")]
+    sent = [(a, kw) for n, a, kw in eng.calls if n == "completions"]
+    assert sent == [(({"prompt": "Hello", "max_tokens": 1, "temperature": 0.0, "model": "m"},), {"timeout_s": 12.0}),
+                    (({"prompt": "abc", "max_tokens": 7, "temperature": 0.0, "model": "m"},), {"timeout_s": 12.0})]
+    # No expectation: the first served name is the model asked for; no canary: one completion only.
+    eng = vllm_engine()
+    v = check_health(eng, process_alive=True, api="vllm")
+    assert [c.name for c in v.checks] == ["process", "health", "models", "completion", "progress"]
+    assert [a[0]["model"] for n, a, kw in eng.calls if n == "completions"] == ["m"]
+    assert [kw for n, a, kw in eng.calls if n == "completions"] == [{"timeout_s": 30.0}]
+    # Nothing served: no model field at all.
+    eng = vllm_engine(models=ok({"data": []}))
+    check_health(eng, process_alive=True, api="vllm")
+    assert [a[0] for n, a, kw in eng.calls if n == "completions"] == [
+        {"prompt": "Hello", "max_tokens": 1, "temperature": 0.0}]
+
+
+def test_vllm_check_failures_word_for_word():
+    def failed(**answers):
+        kw = answers.pop("kw", {})
+        v = check_health(vllm_engine(**answers), process_alive=True, api="vllm", **kw)
+        return v.verdict, [(c.name, c.ok, c.reason) for c in v.checks if not c.ok], v.reason
+
+    want = ExpectedServer(model_path="/models/tiny", served_model_name="other")
+    assert failed(kw={"expected": want}) == (
+        "degraded", [("models", False, "'other' not in ['m', 'm-lora']")],
+        "degraded: models ('other' not in ['m', 'm-lora'])")
+    assert failed(models=ok({"data": []}, status=503))[1] == [("models", False, "/v1/models answered 503")]
+    assert failed(models=ok("not json"))[1] == [("models", False, "/v1/models answered 200")]
+    assert failed(models=gone())[1][0] == ("models", False, GONE_MSG)
+    v = check_health(vllm_engine(models=ok({"object": "list"})), process_alive=True, api="vllm")  # no "data"
+    assert checks(v)[2] == ("models", True, 1.5, "serves []")
+    v = check_health(vllm_engine(models=ok({}, status=503), completions=gone()), process_alive=True, api="vllm")
+    assert checks(v)[2] == ("models", False, 1.5, "/v1/models answered 503")  # a failed check keeps its latency
+    assert v.checks[3].latency_ms is not None and v.checks[3].latency_ms >= 0
+    assert failed(completions=ok({"choices": []}))[1] == [("completion", False, "/v1/completions answered 200")]
+    assert failed(completions=ok({"choices": [{"text": "x"}]}, status=500))[1] == [
+        ("completion", False, "/v1/completions answered 500")]
+    assert failed(completions=ok("text"))[1] == [("completion", False, "/v1/completions answered 200")]
+    assert failed(completions=gone(), kw={"generate_timeout_s": 2.5})[1] == [
+        ("completion", False, f"no answer within 2.5 s: {GONE_MSG}")]
+    canary = Canary("abc", " xyz", 3)
+    assert failed(kw={"canary": canary})[1] == [("canary", False, "expected ' xyz', got ' cba'")]
+    eng = vllm_engine()
+    check_health(eng, process_alive=True, api="vllm", canary=Canary("abc", " cba", 2))  # 2 tokens: still the canary
+    assert [a[0]["prompt"] for n, a, kw in eng.calls if n == "completions"] == ["Hello", "abc"]
+    assert failed(completions=ok({"choices": []}), kw={"canary": canary})[1][1] == (
+        "canary", False, "expected ' xyz', got None")
+    assert failed(completions=ok({"choices": [{"text": " xyz"}]}, status=500), kw={"canary": canary})[1][1] == (
+        "canary", False, "expected ' xyz', got None")
+    assert failed(completions=ok("text"), kw={"canary": canary})[1][1] == ("canary", False,
+                                                                          "expected ' xyz', got None")
+    assert failed(completions=gone(), kw={"canary": canary})[1][1] == ("canary", False, GONE_MSG)
+
+
+def test_api_of_configs_and_engine_names():
+    from dynocell.engine.health import api_of
+
+    assert [api_of(x) for x in ("vllm", "sglang", "reference", "VLLM")] == ["vllm", "sglang", "sglang", "sglang"]
+    assert api_of(SimpleNamespace(api="vllm")) == "vllm" and api_of(SimpleNamespace()) == "sglang"
+
+
+def test_progress_from_a_real_vllm_scrape_summed_over_engines():
+    """vLLM 0.26's counters (tests/data/vllm-0.26.0/C_draft_graph.metrics.txt: 6032 generated, 402 prompt
+    tokens, 0 running, 0 waiting), plus a second engine core's lines: each counter sums over engines."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "vllm-0.26.0" / "C_draft_graph.metrics.txt").read_text()
+    s = progress_from_metrics(text, 3.0)
+    assert (s.t, s.generated, s.prompt, s.running, s.queued) == (3.0, 6032.0, 402.0, 0.0, 0.0)
+    two = text.replace('vllm:generation_tokens_total{engine="0",model_name="m"} 6032.0',
+                       'vllm:generation_tokens_total{engine="0",model_name="m"} 6032.0\n'
+                       'vllm:generation_tokens_total{engine="1",model_name="m"} 100.0')
+    two = two.replace('vllm:prompt_tokens_total{engine="0",model_name="m"} 402.0',
+                      'vllm:prompt_tokens_total{engine="0",model_name="m"} 402.0\n'
+                      'vllm:prompt_tokens_total{engine="1",model_name="m"} 8.0')
+    two = two.replace('vllm:num_requests_running{engine="0",model_name="m"} 0.0',
+                      'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+                      'vllm:num_requests_running{engine="1",model_name="m"} 1.0')
+    two = two.replace('vllm:num_requests_waiting{engine="0",model_name="m"} 0.0',
+                      'vllm:num_requests_waiting{engine="0",model_name="m"} 4.0\n'
+                      'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0')
+    s = progress_from_metrics(two, 3.0)
+    assert (s.generated, s.prompt, s.running, s.queued) == (6132.0, 410.0, 3.0, 5.0)

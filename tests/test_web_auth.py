@@ -126,3 +126,40 @@ def test_backoff_defaults_and_forgetting_a_quiet_client():
     b._tries["c"].last -= 3601.0
     b._tries["c"].not_before = time.monotonic() + 100.0
     assert b.reserve("c") == 0.0 and b._tries["c"].failures == 1
+
+
+def test_host_name_of_host_headers():
+    from dynocell.web.auth import host_name
+
+    assert [host_name(h) for h in ("127.0.0.1:8700", "LocalHost", " a.example:80 ", "[::1]:8700", "[::1]",
+                                   "h:1:2", "", None)] == [
+        "127.0.0.1", "localhost", "a.example", "[::1]", "[::1]", "h:1", "", ""]
+
+
+def test_same_origin_names_the_host_and_port_the_request_went_to():
+    from dynocell.web.auth import same_origin
+
+    assert same_origin("http://127.0.0.1:8700", "127.0.0.1:8700")
+    assert same_origin(" HTTPS://Panel.Example:443/x?y ", "panel.example:443 ")
+    assert not same_origin("http://127.0.0.1:8701", "127.0.0.1:8700")
+    assert not same_origin("http://evil.example", "127.0.0.1:8700")
+    for bad in ("null", "file:///etc/passwd", "ftp://127.0.0.1:8700", "http://", "http://[::1", "127.0.0.1:8700"):
+        assert not same_origin(bad, "127.0.0.1:8700"), bad
+    assert not same_origin("http://127.0.0.1:8700", None) and not same_origin("http://127.0.0.1:8700", "")
+    assert not same_origin("http://xxxx", None)  # no Host header matches no origin, whatever its host
+
+
+def test_launch_tokens_are_fresh_and_long():
+    import re
+
+    from dynocell.web.auth import new_launch_token
+
+    a, b = new_launch_token(), new_launch_token()
+    assert a != b and re.fullmatch(r"dcl_[A-Za-z0-9_-]{43}", a) and re.fullmatch(r"dcl_[A-Za-z0-9_-]{43}", b)
+
+
+def test_backoff_waiting_is_zero_once_the_wait_is_over():
+    b = LoginBackoff(free_failures=1, base_s=0.01, max_s=0.01)
+    assert b.reserve("c") == 0.0  # the free attempt, a failure: the next one waits 0.01 s
+    time.sleep(0.05)
+    assert b.waiting("c") == 0.0
