@@ -27,6 +27,7 @@ STORES = {
     "real-run": DATA / "stores" / "real-run",
     "h200": DATA / "sglang-0.5.17" / "dynocell-h200",
     "2xh200": DATA / "sglang-0.5.17-tp2" / "dynocell-2xh200",
+    "vllm-sglang-h200": DATA / "vllm-0.26.0" / "dynocell-h200",
 }
 #: The findings that are TRUE on the shipped healthy runs, per run: speculation measured slower than
 #: plain decoding (tiny models on an H200 / the CPU reference: the verify step costs more than τ plain
@@ -41,6 +42,15 @@ TRUE_FINDINGS = {
     "628b589d0b94": {"no_net_win", "concurrency_loss"},
     "e74f634ecd56": {"no_net_win"},   # h200-tp2-standalone-pair: verify 5.27 ms vs plain 2.68 ms, τ 1.81
     "0110d9b7f46b": {"no_net_win"},   # reference default: verify 18.56 ms vs plain 5.26 ms, τ 1.76
+    # vllm-sglang-h200 (issue 21's session, tiny pair on one H200): speculation measured slower than plain
+    "85fbf2903cd6": {"no_net_win"},   # SGLang STANDALONE graph: 0.64× plain, verify 5.28 vs plain 1.98 ms
+    "1df9b0825866": {"no_net_win"},   # SGLang STANDALONE eager: 0.46× plain, verify 12.97 vs 5.54 ms
+    "6dc37772c577": {"no_net_win"},   # vLLM draft_model graph: 0.60× plain
+    "11cee15fe6e2": {"no_net_win"},   # vLLM draft_model graph, greedy: 0.75× plain
+    "1bed080560e5": {"no_net_win"},   # vLLM draft_model eager: 0.70× plain
+    # vLLM ngram: 0.60× plain; and its SpecDecoding log lines vs the class window's counters disagree by 2.4 %
+    # (repetition) and 4.9 % (chinese), over the 2 % the rule allows — measured, both figures are vLLM's own
+    "d5d69a41de8d": {"no_net_win", "definitions_mismatch"},
 }
 NGRAM_RUN = "fb0e80c99600"  # real-run: examples/tiny-ngram.toml on the reference engine (τ 1.08–1.20, sampled)
 
@@ -75,13 +85,15 @@ def test_no_untrue_error_or_warning_on_any_shipped_healthy_run(store):
         for f in fs:  # the true findings: speculation measured slower than plain (at c ≥ 4), outside any noise
             if f.rule == "concurrency_loss":
                 assert f.evidence["speedup_c1"] > 1.05 and f.evidence["speedup"] < 0.85, render_findings([f])
+            elif f.rule == "definitions_mismatch":
+                assert f.evidence["text_class"] in ("repetition", "chinese"), render_findings([f])
             else:
                 assert f.rule == "no_net_win" and f.evidence["speedup"] < 0.85, render_findings([f])
 
 
 def test_no_untrue_finding_on_any_shipped_boot(store):
     """Boots too (issue 22's runtime rules read their logs): only a real failure's signature is reported."""
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import boots as db_boots
     from dynocell.runbooks.doctor import _boot_runtime_findings, render_findings
     from dynocell.runbooks.knowledge import bundled_knowledge
 
@@ -91,7 +103,7 @@ def test_no_untrue_finding_on_any_shipped_boot(store):
         boots = [(b, st) for b, st in s.execute(text("select id, state from boots"))]
     assert boots
     for bid, state in boots:
-        fs = _boot_runtime_findings(store, dbk.get_boot(store.store, bid), bundled_knowledge())
+        fs = _boot_runtime_findings(store, db_boots.get_boot(store.store, bid), bundled_knowledge())
         assert fs == [], f"{bid} ({state}):\n{render_findings(fs)}"
 
 
@@ -175,7 +187,7 @@ def _store_curves() -> list[tuple[str, Curve]]:
     for name, d in STORES.items():
         con = sqlite3.connect(d / "dynocell.db")
         for rid, cls, h in con.execute("select run_id, text_class, histogram from acceptance_curves"):
-            if h:
+            if h and json.loads(h):  # vLLM curves come from counters and carry no histogram to fit
                 out.append((f"{name}:{rid}:{cls}", Curve.from_histogram(json.loads(h))))
         con.close()
     return out

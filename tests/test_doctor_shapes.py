@@ -19,7 +19,7 @@ DATA = Path(__file__).parent / "data"
 def test_divergence_margin_is_the_engines_top2_gap(model_pair, tmp_path):
     from dynocell.engine.client import EngineClient
     from dynocell.engine.reference.launch import start_engine
-    from dynocell.runbooks.run import _divergence_margin
+    from dynocell.runbooks.run.lossless_step import _divergence_margin
 
     eng = start_engine(model_pair.target, [], tmp_path / "server.log")
     try:
@@ -60,10 +60,10 @@ HEALTHY = {"code": [14, 6, 6, 133], "prose": [40, 20, 15, 80]}
                                                     ([0.031, 2.31], "corrupt_output", "no")])
 def test_lossless_mismatch_near_tie_or_corruption(settings, margins, rule, lossless):
     from dynocell.cli.render import lossless_text
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import runs as db_runs
     from dynocell.runbooks.cell import open_cell
     from dynocell.runbooks.doctor import diagnose
-    from dynocell.runbooks.run import _near_ties
+    from dynocell.runbooks.run.lossless_step import _near_ties
 
     cell = open_cell(settings)
     mms = [{"prompt": f"p{i}", "first_diverging_index": 17, "unit": "token", "speculative": "a", "plain": "b",
@@ -76,8 +76,8 @@ def test_lossless_mismatch_near_tie_or_corruption(settings, margins, rule, lossl
     assert rule in [f.rule for f in fs]
     f = next(f for f in fs if f.rule == rule)
     assert "lossless-near-tie-logprob-margin" in f.entries
-    assert lossless_text(dbk.get_run(cell.store, "runmm0001")).plain.startswith(f"lossless: {lossless}")
-    assert "top-2 margin 0.031 nats" in lossless_text(dbk.get_run(cell.store, "runmm0001")).plain
+    assert lossless_text(db_runs.get_run(cell.store, "runmm0001")).plain.startswith(f"lossless: {lossless}")
+    assert "top-2 margin 0.031 nats" in lossless_text(db_runs.get_run(cell.store, "runmm0001")).plain
 
 
 def test_baseline_regression_from_the_store(settings):

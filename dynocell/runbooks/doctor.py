@@ -794,6 +794,16 @@ def _run_tau(store: Any, run: dict[str, Any]) -> float | None:
     return sum(c["tau"] * c["steps"] for c in cs) / steps if steps else None
 
 
+def _other_workload(run: dict[str, Any], other: dict[str, Any]) -> bool:
+    """True when two runs measured different workloads: their stored workload sha256 differ, or
+    (for runs that predate the column) their sampling temperatures do. A graph-vs-eager or
+    parallel-size comparison across workloads compares the workloads, not the knob."""
+    a, b = run.get("workload_sha256"), other.get("workload_sha256")
+    if a and b:
+        return a != b
+    return (run.get("options") or {}).get("temperature") != (other.get("options") or {}).get("temperature")
+
+
 def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     """Build :class:`DoctorInputs` for a stored run: its curves (with prompt lengths from the acceptance
     bench rows), its config's knobs, sibling runs (latest completed run per other config), break-even
@@ -826,6 +836,8 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
             inp.plain_decode_tok_s = (other.get("summary") or {}).get("decode_tok_s")
         if h in seen:
             continue
+        if _other_workload(run, other):
+            continue  # siblings and oracles speak about this run only on the same workload (prompts, lengths, T)
         seen.add(h)
         knobs = flatten_config(other["canonical_json"])
         tau = _run_tau(store, other)
