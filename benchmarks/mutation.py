@@ -194,7 +194,8 @@ EQUIVALENT: dict[str, str] = {
        for i in (5, 7)},
     **{_T + f"x__open__mutmut_{i}": "GzipFile takes its file object's mode ('rb') when none is given"
        for i in (18, 20)},
-    _T + "x__read_fast__mutmut_10": "NotFast's message is never shown: the ijson reader reads the file and words any error",
+    _T + "x__read_fast__mutmut_10": ("NotFast's message is never shown: the ijson reader reads the file and words "
+                                     "any error"),
     _T + "x_analyze_trace__mutmut_2": ("both readers give the same split to the last bit (test_trace_reader.py); "
                                        "the default only picks the faster one"),
     # break-even, no_net_win, config hash, web auth

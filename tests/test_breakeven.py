@@ -84,7 +84,7 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
     store = job.cell.store
     with pytest.raises(run_mod._Skip) as skip:  # the plain config has no completed run to read
         run_mod._breakeven(job, None, {})
-    assert str(skip.value).startswith("no plain step time: none stored for this model, engine and host")
+    assert str(skip.value).startswith("no plain step time: none stored for this model, engine, host and workload")
     other = db_runs.get_run(store, "fb0e80c99600")
     db_runs.update_run(store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
     d: dict = {}
@@ -305,8 +305,9 @@ def test_breakeven_with_the_runs_config_and_no_lossless_check_boots_no_twin(real
     assert run_mod._plain_twin(job.cell, cfg)[1] == row["lossless_detail"]["plain_config_hash"]
     with pytest.raises(run_mod._Skip) as skip:
         run_mod._breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
-    assert str(skip.value) == ("no plain step time: none stored for this model, engine and host, and "
-                               "--no-lossless-check boots no plain twin (run once with the lossless check to measure it)")
+    assert str(skip.value) == ("no plain step time: none stored for this model, engine, host and workload, and "
+                               "--no-lossless-check boots no plain twin "
+                               "(run once with the lossless check to measure it)")
 
 
 def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):

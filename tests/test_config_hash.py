@@ -84,6 +84,8 @@ def configs(draw) -> dict[str, Any]:
     spec = _speculative(draw, engine)
     if spec:
         d["speculative"] = spec
+        if engine in (None, "sglang") and d.get("parallel", {}).get("pp_size", 1) > 1:
+            d["parallel"]["pp_size"] = 1  # SGLang 0.5.17 refuses pipeline stages with speculation (a ConfigError)
     mem = _memory(draw)
     if mem:
         d["memory"] = mem

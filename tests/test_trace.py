@@ -328,7 +328,8 @@ def test_duplicate_and_missing_ranks_name_the_fix(tmp_path):
         shutil.copy(TRACES / "array-form.json", p)
     with pytest.raises(TraceError) as exc:
         analyze_ranks(paths)
-    assert exc.value.message == f"traces of the same rank given twice: rank(s) [0] in {paths[0]}, {paths[1]}, {paths[2]}"
+    assert exc.value.message == (f"traces of the same rank given twice: rank(s) [0] in "
+                                 f"{paths[0]}, {paths[1]}, {paths[2]}")
     assert exc.value.hint == "pass one trace per rank of one profile window"
     with pytest.raises(TraceError) as exc:
         analyze_ranks([])

@@ -206,7 +206,8 @@ def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Findi
 def _ladder(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
     pts = inp.ladder or [c for c in inp.curves if c.prompt_tokens is not None]
     min_steps = th["general"]["min_steps"]
-    return sorted((c for c in pts if c.prompt_tokens is not None and (c.curve.steps is None or c.curve.steps >= min_steps)),
+    return sorted((c for c in pts
+                   if c.prompt_tokens is not None and (c.curve.steps is None or c.curve.steps >= min_steps)),
                   key=lambda c: c.prompt_tokens)
 
 
@@ -367,7 +368,8 @@ def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
 
 
 def _counters_disagree(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
-    """Classes whose engine-reported τ and client-histogram τ differ by more than ``definitions_mismatch.rel_diff_max``."""
+    """Classes whose engine-reported τ and client-histogram τ differ by more than
+    ``definitions_mismatch.rel_diff_max``."""
     from dynocell.engine.acceptance import relative_diff
 
     lim = th["definitions_mismatch"]["rel_diff_max"]
@@ -412,7 +414,8 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     msg = (f"τ {tau:.2f} but speculative decode is {speedup:.2f}× plain (margin {(speedup - 1) * 100:+.0f} %): "
            f"a verify step costs {step_cost:.2f} plain steps, so τ must exceed {step_cost:.2f} to pay.")
     if measured:
-        msg += (f" Measured: verify step {inp.spec_step_ms:.2f} ms vs plain step {inp.plain_step_ms:.2f} ms; the step's "
+        msg += (f" Measured: verify step {inp.spec_step_ms:.2f} ms vs plain step {inp.plain_step_ms:.2f} ms; "
+                "the step's "
                 "cost, not the acceptance, decides the win.")
     else:
         msg += (" First measure one verify step against one plain step at this concurrency (profile both, or "
@@ -434,7 +437,8 @@ def _extra_args_text(knobs: dict[str, Any]) -> str:
 
 
 #: Model names that say mixture-of-experts (Qwen "30B-A3B", Mixtral, DeepSeek V2+/R1, gpt-oss, GLM 4.5+, Kimi K2).
-_MOE_NAME = re.compile(r"(?i)\bmoe\b|-a\d+(?:\.\d+)?b\b|mixtral|deepseek-(?:v[2-9]|r1)|gpt-oss|glm-(?:4\.5|4\.6|5)|kimi-k2")
+_MOE_NAME = re.compile(r"(?i)\bmoe\b|-a\d+(?:\.\d+)?b\b|mixtral|deepseek-(?:v[2-9]|r1)|gpt-oss"
+                       r"|glm-(?:4\.5|4\.6|5)|kimi-k2")
 
 
 def step_cost_causes(knobs: dict[str, Any], num_drafts: int) -> str:
@@ -478,7 +482,8 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
         alts: dict[str, float] = {"no bonus token (τ − 1)": c.curve.tau - 1.0}
         h = c.curve.histogram
         if h and sum(h) > h[0]:
-            alts["skips verify steps with 0 accepted drafts"] = 1.0 + sum(k * x for k, x in enumerate(h)) / (sum(h) - h[0])
+            accepted = sum(k * x for k, x in enumerate(h))
+            alts["skips verify steps with 0 accepted drafts"] = 1.0 + accepted / (sum(h) - h[0])
         alts["accept rate × D + 1 over proposed positions"] = 1.0 + c.curve.accept_rate * c.curve.num_drafts
         explained = [name for name, v in alts.items() if relative_diff(v, c.engine_tau) <= t["alt_match"]]
         explained = [n for n in explained if not n.startswith("accept rate")]  # equals τ by definition
@@ -904,14 +909,16 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
                 slugs.append(s)
         findings.insert(0, Finding("boot_failure", "error",
                                 f"boot {boot_id} failed with signature {sig!r}"
-                                + (f": {boot['failure_detail'].get('line')}" if (boot.get("failure_detail") or {}).get("line") else ""),
+                                + (f": {boot['failure_detail'].get('line')}"
+                                   if (boot.get("failure_detail") or {}).get("line") else ""),
                                 {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
                                 slugs))
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
     said = {(f.rule, f.message) for f in findings}
     for rid in dbk.runs_of_boot(store, boot_id):
-        findings.extend(f for f in diagnose(cell, rid, store_findings=store_findings) if (f.rule, f.message) not in said)
+        findings.extend(f for f in diagnose(cell, rid, store_findings=store_findings)
+                        if (f.rule, f.message) not in said)
     return findings
 
 
@@ -945,10 +952,12 @@ def _log_hits(kn: Any, log_path: str | None, tail_bytes: int = 200_000) -> list[
 #: The command to run after a finding, per rule (``{ref}``: the run or boot diagnosed); a rule
 #: not listed here points at its first runbook entry, else at a search of the knowledge.
 NEXT_COMMANDS: dict[str, str] = {
-    "pinned_near_one": "dynocell show {ref}  (then compare the draft's inputs: dynocell runbook search \"pinned near one\")",
+    "pinned_near_one": ("dynocell show {ref}  (then compare the draft's inputs: "
+                        "dynocell runbook search \"pinned near one\")"),
     "graph_vs_eager": "dynocell bisect plan <eager config> <graph config>",
     "scales_with_parallel": "dynocell bisect plan <smaller config> <larger config>",
-    "definitions_mismatch": "dynocell engine build --patch spec-per-position-metrics  (per-position counters from the engine)",
+    "definitions_mismatch": ("dynocell engine build --patch spec-per-position-metrics  "
+                             "(per-position counters from the engine)"),
     "garbage_output": "dynocell show {ref}  (read the samples; then boot the plain twin and compare)",
     "boot_failure": "dynocell logs <boot id>  (from the last phase on; `dynocell show {ref}` names the boot)",
     "confounded_comparison": "dynocell bisect plan <the other config> <this config>  (one knob at a time)",

@@ -68,7 +68,7 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
         )
     if plain is None:
         raise _Skip(
-            "no plain step time: none stored for this model, engine and host, and --no-lossless-check "
+            "no plain step time: none stored for this model, engine, host and workload, and --no-lossless-check "
             "boots no plain twin (run once with the lossless check to measure it)"
         )
     age_s = None
