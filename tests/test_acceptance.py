@@ -323,9 +323,12 @@ def test_meta_info_objects_and_errors_word_for_word():
     c = curve_from_meta_infos([GenerationMeta(spec_correct_drafts_histogram=(1, 0, 3)), GenerationMeta(),
                                object()])
     assert c.histogram == (1, 0, 3) and c.steps == 4
+    # SGLang grows each request's histogram only up to the largest k it saw: shorter ones are padded
+    c = curve_from_meta_infos([{"spec_accept_histogram": [1, 1]}, {"spec_correct_drafts_histogram": [1, 1, 1]}])
+    assert c.histogram == (2, 2, 1)
     with pytest.raises(AcceptanceError) as err:
-        curve_from_meta_infos([{"spec_accept_histogram": [1, 1]}, {"spec_correct_drafts_histogram": [1, 1, 1]}])
-    assert str(err.value) == ("generations report histograms of different lengths (2 and 3) "
+        curve_from_meta_infos([{"spec_correct_drafts_histogram": [1, 1, 1]}], num_drafts=1)
+    assert str(err.value) == ("a generation reports 3 histogram buckets but D = 1 allows 2 "
                               "(one engine configuration has one draft count)")
     with pytest.raises(AcceptanceError) as err:
         expected_tau_independent(-0.1, 3)

@@ -194,8 +194,8 @@ def test_doctor_no_net_win_messages_word_for_word():
         "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "
         "must exceed 6.33 to pay. First measure one verify step against one plain step at this concurrency "
         "(profile both, or compare step times): the break-even τ is their ratio. Engine counters and client "
-        "histograms do not disagree, so treat the acceptance as real: per-token work that grows with the tokens "
-        "verified (pointwise glue, expert traffic under offload) is the usual cost.")
+        "histograms do not disagree, so treat the acceptance as real; the likely cost: per-token work that grows "
+        "with the 2 positions verified per step (norms, activations, sampling — pointwise glue).")
     f = _no_net_win(curves=[{**near_max, "engine_tau": 1.5}], spec_decode_tok_s=300.0, plain_decode_tok_s=1000.0)
     assert f.message == (
         "τ 1.90 but speculative decode is 0.30× plain (margin -70 %): a verify step costs 6.33 plain steps, so τ "

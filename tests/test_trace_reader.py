@@ -116,6 +116,8 @@ def test_real_trace_same_split_from_both_readers_and_the_reference(path):
     fast = analyze_trace(path, top=ALL)
     trace._read_fast(path)  # the fast reader takes every real trace
     assert fast.as_dict() == analyze_trace(path, top=ALL, fast=False).as_dict()
+    if fast.as_dict()["source"] == "cpu_op":  # a CPU-only torch trace: no device split to recompute here
+        return  # (its CPU split has its own plain reference: test_trace.py::test_real_torch_cpu_trace)
     assert as_reference(fast) == reference(path)  # exact floats: same additions, same order
 
 
