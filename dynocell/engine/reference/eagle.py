@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -324,6 +325,37 @@ def corpus_ids(tokenizer_path: Path, max_bytes: int) -> torch.Tensor:
                         dtype=torch.long)
 
 
+@contextmanager
+def frozen_target(out_dir: Path, target_dir: Path, command: str, threads: int) -> Iterator[tuple[object, dict]]:
+    """The preamble every head recipe shares: check ``out_dir``/``target_dir`` (UserError naming
+    ``command`` for an unusable one), limit torch to ``threads`` for the training, and yield
+    ``(target, target config.json)`` — the target in fp32 with every parameter frozen. The previous
+    thread count is restored on exit."""
+    from transformers import AutoModelForCausalLM
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory", f"choose another DIR for {command}")
+    if not (target_dir / "config.json").is_file():
+        raise UserError(f"{target_dir} holds no config.json", "give the target model's folder (--target)")
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+        for p in target.parameters():
+            p.requires_grad_(False)
+        yield target, json.loads((target_dir / "config.json").read_text())
+    finally:
+        torch.set_num_threads(prev)
+
+
+def copy_tokenizer(target_dir: Path, out_dir: Path, names: tuple[str, ...] = ("tokenizer.json",
+                                                                              "tokenizer_config.json")) -> None:
+    """Copy the target's tokenizer files (those present) beside a head, as SGLang loads them."""
+    for f in names:
+        if (target_dir / f).is_file():
+            (out_dir / f).write_bytes((target_dir / f).read_bytes())
+
+
 def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | None = None,
                max_bytes: int = 6_000_000, progress: Progress | None = None) -> Path:
     """Train an EAGLE head for the target in ``target_dir`` and save it to ``out_dir`` (SGLang layout).
@@ -334,22 +366,11 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
     Raises :class:`UserError` if ``out_dir`` is a file or ``target_dir`` holds no model.
     """
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
 
     recipe = {**EAGLE_HEAD, **(recipe or {})}
     out_dir, target_dir = Path(out_dir), Path(target_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory", "choose another DIR for make-eagle")
-    if not (target_dir / "config.json").is_file():
-        raise UserError(f"{target_dir} holds no config.json", "give the target model's folder (--target)")
     t_start = time.monotonic()
-    prev = torch.get_num_threads()
-    torch.set_num_threads(recipe["threads"])
-    try:
-        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-        for p in target.parameters():
-            p.requires_grad_(False)
-        tcfg = json.loads((target_dir / "config.json").read_text())
+    with frozen_target(out_dir, target_dir, "make-eagle", recipe["threads"]) as (target, tcfg):
         cfg = _head_config(tcfg)
         torch.manual_seed(seed)
         head = EagleHead(cfg)
@@ -364,11 +385,7 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
         tensors["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().contiguous().clone()
         save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            if (target_dir / f).is_file():
-                (out_dir / f).write_bytes((target_dir / f).read_bytes())
-    finally:
-        torch.set_num_threads(prev)
+        copy_tokenizer(target_dir, out_dir)
     total = time.monotonic() - t_start
     (out_dir / "README.md").write_text(
         f"# EAGLE head for `{target_dir.name}`\n\nMade by `dynocell model make-eagle` "

@@ -43,7 +43,8 @@ import torch
 from torch import nn
 
 from dynocell.engine.reference.eagle import (
-    KVCache, Progress, _Attn, _MLP, _head_config, _rms, _rope, corpus_ids, train_head,
+    KVCache, Progress, _Attn, _MLP, _head_config, _rms, _rope, copy_tokenizer, corpus_ids, frozen_target,
+    train_head,
 )
 from dynocell.errors import EngineError, UserError
 
@@ -192,22 +193,11 @@ def make_eagle3(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | N
     vocabulary is the ``draft_vocab`` most frequent corpus tokens (``d2t``/``t2d``), aux states of
     :data:`AUX_LAYER_IDS`. Raises :class:`UserError` for an unusable ``out_dir`` or ``target_dir``."""
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
 
     recipe = {**EAGLE3_HEAD, **(recipe or {})}
     out_dir, target_dir = Path(out_dir), Path(target_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory", "choose another DIR for make-eagle3")
-    if not (target_dir / "config.json").is_file():
-        raise UserError(f"{target_dir} holds no config.json", "give the target model's folder (--target)")
     t_start = time.monotonic()
-    prev = torch.get_num_threads()
-    torch.set_num_threads(recipe["threads"])
-    try:
-        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-        for p in target.parameters():
-            p.requires_grad_(False)
-        tcfg = json.loads((target_dir / "config.json").read_text())
+    with frozen_target(out_dir, target_dir, "make-eagle3", recipe["threads"]) as (target, tcfg):
         if tcfg["num_hidden_layers"] < max(AUX_LAYER_IDS) + 2:
             raise UserError(f"{target_dir} has {tcfg['num_hidden_layers']} layers; SGLang can capture the outputs "
                             f"of layers 0 … L − 2 only", "use a target of at least 3 layers")
@@ -249,11 +239,7 @@ def make_eagle3(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | N
         tensors["t2d"] = t2d
         save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            if (target_dir / f).is_file():
-                (out_dir / f).write_bytes((target_dir / f).read_bytes())
-    finally:
-        torch.set_num_threads(prev)
+        copy_tokenizer(target_dir, out_dir)
     total = time.monotonic() - t_start
     (out_dir / "README.md").write_text(
         f"# EAGLE-3 head for `{target_dir.name}`\n\nMade by `dynocell model make-eagle --kind eagle3` "

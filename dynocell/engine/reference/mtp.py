@@ -38,9 +38,10 @@ import torch
 from torch import nn
 
 from dynocell.engine.reference.eagle import (
-    KVCache, Progress, _MLP, _rms, _rope, corpus_ids, target_features, train_head,
+    KVCache, Progress, _MLP, _rms, _rope, copy_tokenizer, corpus_ids, frozen_target, target_features,
+    train_head,
 )
-from dynocell.errors import EngineError, UserError
+from dynocell.errors import EngineError
 
 #: Recipe of the MTP layer (the target is frozen): as the EAGLE head's (MTP loss = KL to the
 #: target's distribution two tokens ahead of the hidden state, plus the feature regression).
@@ -168,22 +169,11 @@ def make_mtp_target(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict
     next-next-token distribution, the MTP loss of a frozen trunk). Raises :class:`UserError` for an
     unusable ``out_dir`` or ``target_dir``."""
     from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
 
     recipe = {**MTP_HEAD, **(recipe or {})}
     out_dir, target_dir = Path(out_dir), Path(target_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory", "choose another DIR for make-eagle --kind mtp")
-    if not (target_dir / "config.json").is_file():
-        raise UserError(f"{target_dir} holds no config.json", "give the target model's folder (--target)")
     t_start = time.monotonic()
-    prev = torch.get_num_threads()
-    torch.set_num_threads(recipe["threads"])
-    try:
-        target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-        for p in target.parameters():
-            p.requires_grad_(False)
-        tcfg = json.loads((target_dir / "config.json").read_text())
+    with frozen_target(out_dir, target_dir, "make-eagle --kind mtp", recipe["threads"]) as (target, tcfg):
         cfg = _mimo_config(tcfg)
         torch.manual_seed(seed)
         head = MtpHead(cfg)
@@ -216,11 +206,7 @@ def make_mtp_target(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict
             tensors[f"model.mtp_layers.0.{k}"] = v.detach().contiguous().clone()
         save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-            if (target_dir / f).is_file():
-                (out_dir / f).write_bytes((target_dir / f).read_bytes())
-    finally:
-        torch.set_num_threads(prev)
+        copy_tokenizer(target_dir, out_dir, ("tokenizer.json", "tokenizer_config.json", "generation_config.json"))
     total = time.monotonic() - t_start
     (out_dir / "README.md").write_text(
         f"# MTP-capable target (MiMo layout) from `{target_dir.name}`\n\n"
