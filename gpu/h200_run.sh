@@ -10,6 +10,9 @@
 #                  deep_gemm, IPython; for vLLM the xgrammar one, .gpu/vllm-stubs).
 #   --install DIR  install every wheel of DIR into the site (skipped when already installed).
 #   --workload W   the workload of every RUN_SPEC that names none (`dynocell run -w W`).
+#   --keep-going   go on with the next RUN_SPEC after a failed boot (default: stop, since
+#                  configs of one engine usually fail alike; use it when they differ, e.g. heads).
+# A RUN_SPEC `bisect:GOOD.toml,BAD.toml[,flag,...]` runs `dynocell bisect run GOOD BAD flags --json`.
 # Before the runs it puts the model pair where the configs look (.gpu/models/pair/{target,draft}):
 # the pair that ships with dynocell (`dynocell model make-tiny --json` names it), copied. After
 # each config it packs the store, reports, engine logs, kept /metrics scrapes and traces so far
@@ -21,12 +24,14 @@ SITE=$HOME/.sglang-site
 STUBS=$HERE/.gpu/stubs
 WHEELS=()
 WL=""
+KEEP_GOING=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --site) SITE=$2; shift 2 ;;
     --stubs) STUBS=$2; shift 2 ;;
     --install) WHEELS+=("$2"); shift 2 ;;
     --workload) WL=$2; shift 2 ;;
+    --keep-going) KEEP_GOING=1; shift ;;
     --) shift; break ;;
     *) break ;;
   esac
@@ -66,6 +71,14 @@ pack() {  # the store, reports, engine logs, scrapes and traces so far, as one t
 }
 dc init >/dev/null || exit 1
 for spec in "$@"; do
+  if [ "${spec%%:*}" = "bisect" ]; then  # bisect:GOOD,BAD[,flags]: dynocell bisect run
+    IFS=, read -r -a bargs <<< "${spec#bisect:}"
+    name="bisect-$(basename "${bargs[0]}" .toml)"
+    echo "==== $name ($(date -u +%H:%M:%S)) ===="
+    dc bisect run "${bargs[@]}" --json > "$OUTDIR/$name.json" 2> "$OUTDIR/$name.progress.txt"
+    echo "exit $? ($(date -u +%H:%M:%S))"; tail -n 30 "$OUTDIR/$name.progress.txt"
+    pack "$name"; continue
+  fi
   cfg=${spec%%:*}; flags=""; [ "$spec" != "$cfg" ] && flags=${spec#*:}
   case ",$flags," in *,-w,*|*,--workload,*) ;; *) [ -n "$WL" ] && flags="-w,$WL${flags:+,$flags}" ;; esac
   name=$(basename "$cfg" .toml)
@@ -77,7 +90,7 @@ for spec in "$@"; do
   run=$(dc runs --json -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   [ -n "$run" ] && dc show "$run" --json > "$OUTDIR/$name.run.json"
   pack "$name"
-  if grep -q "^ *boot failed" "$OUTDIR/$name.progress.txt"; then  # the next configs would fail alike
+  if [ "$KEEP_GOING" = 0 ] && grep -q "^ *boot failed" "$OUTDIR/$name.progress.txt"; then  # the next would fail alike
     echo "boot failed: stopping here (engine log in the tarball)"; sed -n '1,400p' "$OUTDIR/$name.progress.txt" | tail -n 30
     ls "$DYNOCELL_HOME"/boots/*/engine.log >/dev/null 2>&1 && tail -n 40 "$(ls -t "$DYNOCELL_HOME"/boots/*/engine.log | head -1)"
     break

@@ -246,13 +246,16 @@ def bisect_search(p: BisectPlan, is_bad: Callable[[BisectStep], bool]) -> dict[s
 
 
 def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
-               progress: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               progress: Callable[[str, dict[str, Any]], None] | None = None,
+               options: Any = None) -> dict[str, Any]:
     """Run the main job on GOOD, BAD and the plan's steps; report which knob flips the verdict.
 
     A step is bad when its τ is more than ``tau_drop`` (relative) below GOOD's τ
-    or its lossless check failed. Returns ``{plan, good_run, bad_run, runs,
-    result}``; the experiment is recorded as a note on the BAD config.
-    Raises UserError when GOOD is not better than BAD (nothing to bisect).
+    or its lossless check failed. ``options`` (a :class:`~dynocell.runbooks.run.job.RunOptions`,
+    default: the main job's defaults) applies to every run, e.g. a shorter workload or
+    no profiler window. Returns ``{plan, good_run, bad_run, runs, result}``; the
+    experiment is recorded as a note on the BAD config. Raises UserError when GOOD is
+    not better than BAD (nothing to bisect).
     """
     from dynocell.db import knowledge as dbk, runs as db_runs
     from dynocell.runbooks.configs import resolve_config, store_config
@@ -266,7 +269,7 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
     def measure(cfg: Any, label: str) -> dict[str, Any]:
         h = store_config(cell, cfg)
         say(f"bisect: running {label}", {"config_hash": h})
-        rid = run_job(cell, h)
+        rid = run_job(cell, h, options=options, progress=progress)
         run = db_runs.get_run(cell.store, rid) or {}
         return {"label": label, "run_id": rid, "config_hash": h, "tau": (run.get("summary") or {}).get("tau"),
                 "lossless": run.get("lossless"), "state": run.get("state")}

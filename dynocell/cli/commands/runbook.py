@@ -254,18 +254,29 @@ def bisect_run_cmd(
     bad: str = typer.Argument(..., help="The bad config: TOML file, name or hash."),
     tau_drop: float = typer.Option(0.1, "--tau-drop",
                                    help="A step is bad when its τ is this fraction below GOOD's (or lossless fails)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w",
+                                           help="Workload TOML of every run (default: the bundled one)."),
+    lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check",
+                                  help="Compare greedy outputs with the plain twin in every run (slower: one more boot "
+                                       "per run); without it only τ decides."),
+    profile: bool = typer.Option(False, "--profile/--no-profile",
+                                 help="Open a profiler window in every run (off: bisect needs τ, not traces)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Run the main job on GOOD, BAD and each bisect step; report which knob flips τ or lossless.
 
     Example: dynocell bisect run eager.toml graph.toml
+    Per component of a speculative step (SGLang, patch spec-graph-switches):
+    dynocell bisect run gpu/configs/h200-eagle-bisect-good.toml gpu/configs/h200-eagle-bisect-bad.toml
     """
     from dynocell.runbooks.bisect import run_bisect
+    from dynocell.runbooks.run import RunOptions
 
     def show(msg: str, _d: dict[str, Any]) -> None:
         err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
 
-    res = run_bisect(get_cell(), good, bad, tau_drop=tau_drop, progress=show)
+    opts = RunOptions(workload=workload, lossless=lossless, profile=profile)
+    res = run_bisect(get_cell(), good, bad, tau_drop=tau_drop, progress=show, options=opts)
     if json_out:
         print_json(res)
         return
