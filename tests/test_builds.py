@@ -433,3 +433,77 @@ def test_cli_engine_build_list_show_verify(tmp_path, cli_env):
     assert p.returncode == 2 and p.stderr.startswith("Error: patch p1: sglang/mod.py has sha256"), p.stderr
     p = _cli(["engine", "show", "zzzz"], env)
     assert p.returncode == 2 and "not a build hash" in p.stderr
+
+
+# ---------------------------------------------------------------- per-component graph switches (issue 24)
+
+GRAPH_SWITCHES = ["spec-graph-switches", "planted-verify-graph-fault"]
+VERIFY_RUNNER = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+DRAFT_RUNNER = "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py"
+
+
+def test_graph_switch_patches_stack_on_the_real_wheel(cell, sglang_site):
+    """The two issue-24 patches build, stacked, from the pristine 0.5.17 files: the result hashes to
+    the manifests' values and still compiles; the planted fault alone (without its base) is refused."""
+    from dynocell.runbooks import builds
+
+    r = builds.build(cell, patches=GRAPH_SWITCHES, env={"PYTHONPATH": str(sglang_site)})
+    site = Path(r["pythonpath"])
+    verify_src = (site / VERIFY_RUNNER).read_text()
+    draft_src = (site / DRAFT_RUNNER).read_text()
+    compile(verify_src, VERIFY_RUNNER, "exec")
+    compile(draft_src, DRAFT_RUNNER, "exec")
+    assert verify_src.count('"DYNOCELL_DISABLE_TARGET_VERIFY_CUDA_GRAPH"') == 1
+    assert verify_src.count('"DYNOCELL_PLANT_VERIFY_GRAPH_FAULT"') == 1
+    assert draft_src.count('"DYNOCELL_DISABLE_DRAFT_DECODE_CUDA_GRAPH"') == 1
+    fault = eb.resolve_patches(["planted-verify-graph-fault"])[0]
+    assert eb.sha256_bytes(verify_src.encode()) == fault.files[0].patched_sha256
+    with pytest.raises(UserError, match="sha256|hash"):
+        builds.build(cell, patches=["planted-verify-graph-fault"], env={"PYTHONPATH": str(sglang_site)})
+
+
+def _can_run_graph(src: str, cls: str):
+    """The patched ``can_run_graph`` of ``cls`` from ``src``, its leading switch executed alone: the
+    method up to the engine's own checks, with a stand-in forward batch (no torch, no GPU here)."""
+    import ast
+    import textwrap
+
+    tree = ast.parse(src)
+    klass = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "can_run_graph")
+    lines = src.splitlines()[fn.lineno - 1:fn.end_lineno]
+    body = textwrap.dedent("\n".join(lines))
+    mark = body.index("ragged_layout") if "ragged_layout" in body else body.index("# Uniform-width")
+    cut = body.rfind("\n", 0, mark) + 1  # the start of the engine's own first check
+    ns: dict = {"ForwardBatch": object}
+    exec(body[:cut] + "    return True\n", ns)  # noqa: S102 - the engine's own code, read from the wheel
+    return ns["can_run_graph"]
+
+
+def test_graph_switches_gate_only_their_component(cell, sglang_site, monkeypatch):
+    """With the switch set, the target's TARGET_VERIFY forward (not its DECODE) and the draft's decode
+    refuse their captured graph; unset, "0" and "false" leave the engine as it was."""
+    from types import SimpleNamespace
+
+    from dynocell.runbooks import builds
+
+    site = Path(builds.build(cell, patches=GRAPH_SWITCHES, env={"PYTHONPATH": str(sglang_site)})["pythonpath"])
+    verify = _can_run_graph((site / VERIFY_RUNNER).read_text(), "DecodeCudaGraphRunner")
+    draft = _can_run_graph((site / DRAFT_RUNNER).read_text(), "EAGLEDraftCudaGraphRunner")
+
+    def batch(verify_mode: bool):
+        return SimpleNamespace(replace_embeds=None, spec_info=None,
+                               forward_mode=SimpleNamespace(is_target_verify=lambda: verify_mode))
+
+    for off in (None, "0", "false", ""):
+        for name in ("DYNOCELL_DISABLE_TARGET_VERIFY_CUDA_GRAPH", "DYNOCELL_DISABLE_DRAFT_DECODE_CUDA_GRAPH"):
+            if off is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, off)
+        assert verify(None, batch(True)) and draft(None, batch(False))
+    monkeypatch.setenv("DYNOCELL_DISABLE_TARGET_VERIFY_CUDA_GRAPH", "1")
+    assert verify(None, batch(True)) is False and verify(None, batch(False)) is True
+    assert draft(None, batch(False)) is True
+    monkeypatch.setenv("DYNOCELL_DISABLE_DRAFT_DECODE_CUDA_GRAPH", "1")
+    assert draft(None, batch(False)) is False

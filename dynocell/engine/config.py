@@ -160,6 +160,20 @@ class Speculative(_Section):
         return self.num_draft_tokens - 1
 
     @property
+    def accept_depth(self) -> int | None:
+        """Most drafts one verify step can accept on SGLang's EAGLE worker, or None when unknown.
+
+        EAGLE, EAGLE3, NEXTN and STANDALONE draft ``num_steps`` levels deep, chain or tree
+        (``eagle_topk`` > 1 widens the tree to ``num_draft_tokens`` nodes but not deeper), so a
+        request's ``spec_correct_drafts_histogram`` has at most ``num_steps`` + 1 buckets
+        (sglang 0.5.17 ``speculative/eagle_info.py`` verify: accept length ≤ ``spec_steps``).
+        NGRAM and configs without ``num_steps`` give None (the histogram's own width is used).
+        """
+        if self.algorithm in (None, "NGRAM") or self.num_steps is None:
+            return None
+        return self.num_steps
+
+    @property
     def num_speculative_tokens(self) -> int | None:
         """vLLM's k (``num_speculative_tokens``): ``num_steps``, else ``num_draft_tokens`` − 1, else None."""
         if self.algorithm is None:

@@ -49,7 +49,9 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             # A histogram that contradicts the rest of meta_info (Σ h ≠ spec_verify_ct …) is flagged, not
             # silently turned into a τ.
             problems = check_generations(metas)
-            curve = acc.curve_from_meta_infos(metas)
+            # A class whose requests never accepted all num_steps drafts reports shorter histograms:
+            # pad to the config's depth so D (and p_D = 0) is not read from the data.
+            curve = acc.curve_from_meta_infos(metas, num_drafts=live.cfg.speculative.accept_depth)
             if curve is None:
                 raise EngineError(f"class {text_class}: the engine returned no speculative histogram"
                                   + (f" ({problems[0]})" if problems else ""),
