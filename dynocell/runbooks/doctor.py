@@ -179,9 +179,50 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
                      "tau_max": t["tau_max"], "repetition_class": has_rep, "algorithm_family": family})]
 
 
+def _later_ratio(a: Sequence[float]) -> float | None:
+    """mean(a_2..a_D) / a_1 of a conditional-acceptance curve (None when a_1 is 0 or D < 2)."""
+    if len(a) < 2 or a[0] <= 0:
+        return None
+    return sum(a[1:]) / (len(a) - 1) / a[0]
+
+
+def _collapse_yardstick(inp: DoctorInputs, text_class: str, tau: float, t: dict[str, Any]) -> tuple[str, str, Any]:
+    """What a collapse of ``text_class`` is measured against: ``(verdict, why, value)``.
+
+    ``verdict``: ``"head"`` — the reference engine (this run, or its twin on the same prompts in the same
+    proposal mode) shows the same collapse, so it is the drafter's own decay (e.g. a head trained for one
+    step only); ``"engine"`` — the twin's later positions are healthy, or a sibling differing only in
+    parallel sizes / CUDA graphs reaches a τ ``sibling_tau_gain`` higher: the engine loses them;
+    ``"unknown"`` — nothing to compare with."""
+    if inp.knobs.get("engine") == "reference":
+        return "head", "this run is the reference engine (the yardstick itself)", None
+    want = "greedy" if inp.sampling == "greedy" else inp.proposal_mode
+    refs = [o for o in inp.oracle if o.text_class == text_class and o.mode == want]
+    if refs:
+        ratio = _later_ratio(list(refs[0].curve.a))
+        if ratio is not None and ratio <= t["later_ratio_max"] + t["oracle_ratio_slack"]:
+            return "head", f"the reference engine on the same head shows the same shape (ratio {ratio:.2f})", ratio
+        if ratio is not None:
+            return "engine", f"the reference engine on the same head keeps them (ratio {ratio:.2f})", ratio
+    better = [s for s in inp.siblings if s.tau >= tau * (1 + t["sibling_tau_gain"])]
+    if better:
+        b = max(better, key=lambda s: s.tau)
+        return "engine", f"sibling {b.label} (parallel sizes or CUDA graphs differ) reaches τ {b.tau:.2f}", b.tau
+    return "unknown", "", None
+
+
 def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """a_1 healthy but mean(a_2..a_D) ≤ ``later_ratio_max`` · a_1: later draft steps fail.
+
+    Whose fault decides the severity (calibrated on the H200 EAGLE / EAGLE-3 / tree runs of issue 24, whose
+    heads decay this way on the reference engine too): **error** when the reference twin keeps later
+    positions or a parallel/graph sibling reaches a higher τ (the engine loses them: a seed, position or
+    buffer from the wrong step); **info** when the reference engine shows the same shape (the head's own
+    decay — a head trained for the first step only, or a tree whose draft-token budget spends few nodes
+    below depth 1); **warn** with nothing to compare, naming the twin run that would tell."""
     t = th["recursive_collapse"]
     out = []
+    tree = (inp.knobs.get("speculative.eagle_topk") or 1) > 1
     for c in _judged(inp, th):
         cv = c.curve
         if cv.num_drafts < 2 or len(cv.a) < 2:
@@ -192,14 +233,31 @@ def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Findi
         if reach is not None and reach < t["min_reach"]:
             continue
         mean_later = sum(later) / len(later)
-        if a1 >= t["a1_min"] and mean_later <= t["later_ratio_max"] * a1:
-            out.append(Finding(
-                "recursive_collapse", "error",
-                f"{c.text_class}: a_1 = {a1:.2f} is healthy but a_2..a_{cv.num_drafts} average {mean_later:.2f} "
-                f"({mean_later / a1 * 100:.0f} % of a_1): draft steps after the first see the wrong context "
-                "(a seed, a position or a buffer taken from the wrong step).",
-                {"text_class": c.text_class, "a": [_r(x) for x in cv.a], "p": [_r(x) for x in cv.p],
-                 "a1": _r(a1), "mean_later_a": _r(mean_later), "ratio": _r(mean_later / a1)}))
+        if a1 < t["a1_min"] or mean_later > t["later_ratio_max"] * a1:
+            continue
+        verdict, why, value = _collapse_yardstick(inp, c.text_class, cv.tau, t)
+        head = (f"{c.text_class}: a_1 = {a1:.2f} is healthy but a_2..a_{cv.num_drafts} average {mean_later:.2f} "
+                f"({mean_later / a1 * 100:.0f} % of a_1)")
+        if verdict == "engine":
+            sev, msg = "error", (f"{head}, and {why}: draft steps after the first see the wrong context "
+                                 "(a seed, a position or a buffer taken from the wrong step).")
+        elif verdict == "head":
+            sev, msg = "info", (f"{head}; {why}: the drafter's own decay with depth (a head trained for the first "
+                                "step only" + (", or a tree whose draft tokens leave few nodes below depth 1" if tree
+                                               else "") + "), not an engine bug.")
+        else:
+            sev, msg = "warn", (f"{head}: either draft steps after the first see the wrong context (a seed, a "
+                                "position or a buffer from the wrong step) or the head decays this way on its own"
+                                + (" (a tree spends few draft tokens below depth 1)" if tree else "")
+                                + " — run the reference twin (the same config with engine = \"reference\", same "
+                                "workload): the same shape there is the head, healthy later positions there is the "
+                                "engine.")
+        out.append(Finding(
+            "recursive_collapse", sev, msg,
+            {"text_class": c.text_class, "a": [_r(x) for x in cv.a], "p": [_r(x) for x in cv.p],
+             "a1": _r(a1), "mean_later_a": _r(mean_later), "ratio": _r(mean_later / a1),
+             "cause": verdict, "yardstick": why or None, "yardstick_value": _r(value) if value is not None else None,
+             "tree": tree}))
     return out
 
 
@@ -540,17 +598,37 @@ def rule_independence(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
             continue
         low = devs[-1] < 0
         pred = expected_tau_independent(cv.p[0], cv.num_drafts)
+        same = _oracle_same_shape(inp, c.text_class, i, devs[i], t)
         out.append(Finding(
-            "independence", "warn" if low else "info",
+            "independence", "warn" if low and not same else "info",
             f"{c.text_class}: no single p explains the curve p = {', '.join(f'{x:.2f}' for x in cv.p)} "
             f"(τ {cv.tau:.2f}): the best single p = {ph:.2f} predicts p_{i + 1} = {q:.2f}, measured {cv.p[i]:.2f} "
             f"({devs[i]:+.2f}" + (f", {z:.1f} standard errors" if z is not None else "") + "); "
             + ("later positions fail far more often than the first — read a_i position by position."
-               if low else "acceptance comes in long bursts."),
+               if low else "acceptance comes in long bursts.")
+            + (f" {same[:1].upper()}{same[1:]}: the drafter's own shape, not the engine's." if same else ""),
             {"text_class": c.text_class, "tau": _r(cv.tau), "tau_independent": _r(pred), "p1": _r(cv.p[0]),
              "p_fit": _r(ph), "position": i + 1, "deviation": _r(devs[i]), "z": _r(z, 2),
-             "num_drafts": cv.num_drafts}))
+             "num_drafts": cv.num_drafts, "head_shape": same}))
     return out
+
+
+def _oracle_same_shape(inp: DoctorInputs, text_class: str, i: int, dev: float, t: dict[str, Any]) -> str | None:
+    """Why a deviation from one p is the drafter's own shape, or None: this run is the reference engine, or the
+    reference twin's curve (same class, same proposal mode) deviates the same way at the same position by at
+    least half ``abs_dev_min`` (issue 24: the H200 EAGLE-3 and tree heads decay like this on the CPU oracle)."""
+    if inp.knobs.get("engine") == "reference":
+        return "this run is the reference engine"
+    want = "greedy" if inp.sampling == "greedy" else inp.proposal_mode
+    for o in inp.oracle:
+        cv = o.curve
+        if o.text_class != text_class or o.mode != want or len(cv.p) <= i or cv.num_drafts < 1:
+            continue
+        ph = fit_single_p(cv.tau, cv.num_drafts)
+        odev = cv.p[i] - ph ** (i + 1)
+        if odev * dev > 0 and abs(odev) >= t["abs_dev_min"] / 2:
+            return f"the reference engine on the same head deviates the same way at p_{i + 1} ({odev:+.2f})"
+    return None
 
 
 def _tokens(inp: DoctorInputs, min_tokens: int = 16) -> tuple[list[Any], str]:

@@ -196,6 +196,8 @@ def rule_capture_size_miss(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
     counts requests (cuda_graph_max_bs) and multiplies by num_draft_tokens itself, so it is judged only on
     an engine truncation warning — max running above max_bs is its ordinary default."""
     t = th["capture_size_miss"]
+    if inp.knobs.get("engine") not in ("sglang", "vllm"):
+        return []  # the reference engine captures no CUDA graphs; imported logs name their engine
     width = spec_width(inp.knobs)
     running = inp.knobs.get("memory.max_running_requests")
     truncs = inp.log.get("capture_truncations") or []
