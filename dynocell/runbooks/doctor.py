@@ -13,6 +13,7 @@ Rules (id — shape):
 - ``pinned_near_one`` — τ ≤ 1.4 with D ≥ 3 on every class (repetition too):
   the draft sees wrong or zero inputs.
 - ``recursive_collapse`` — a_1 healthy, mean(a_2..a_D) collapses.
+- ``position_cliff`` — no verify step accepts more than k drafts on any class while p_k is healthy.
 - ``depth_decay`` — τ falls with prompt length across a length ladder.
 - ``zero_past_length`` — acceptance exactly 0 beyond a context length.
 - ``scales_with_parallel`` — configs differing only in a parallel size: τ drops with the size.
@@ -259,6 +260,44 @@ def rule_recursive_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Findi
              "cause": verdict, "yardstick": why or None, "yardstick_value": _r(value) if value is not None else None,
              "tree": tree}))
     return out
+
+
+def rule_position_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """A draft position that is tried often and (almost) never accepted, on every class: a cliff, not decay.
+
+    Natural decay leaves the conditional acceptance a_j = p_j / p_(j-1) well above zero. The rule looks
+    for the first position j ≥ 2 whose a_j, pooled over ≥ ``min_classes`` classes, is ≤ ``a_max`` with at
+    most ``a_class_max`` in any class, after ≥ ``min_reach`` tries per class (verify steps that accepted
+    j − 1 drafts), while a_(j-1) pooled is ≥ ``a_before_min``. Measured (issue 24, one H200): the planted
+    fault in SGLang 0.5.17's captured TARGET_VERIFY graph (odd verify rows' logits shifted) gave a_2 =
+    1 / 222 over five classes at temperature 0.5 (one sampled match); the healthy EAGLE tree's weakest
+    position gave a_3 = 11 / 123 — its depth-3 nodes are few, not wrong.
+    """
+    t = th["position_cliff"]
+    cs = [c for c in _judged(inp, th) if c.curve.num_drafts >= 2 and c.curve.steps]
+    if len(cs) < t["min_classes"]:
+        return []
+    for j in range(2, min(c.curve.num_drafts for c in cs) + 1):
+        tries = {c.text_class: c.curve.p[j - 2] * c.curve.steps for c in cs}
+        hits = {c.text_class: c.curve.p[j - 1] * c.curve.steps for c in cs}
+        before = sum(tries.values()) / sum((c.curve.p[j - 3] if j > 2 else 1.0) * c.curve.steps for c in cs)
+        if min(tries.values()) < t["min_reach"] or before < t["a_before_min"]:
+            return []  # later positions are tried even less often
+        pooled = sum(hits.values()) / sum(tries.values())
+        if pooled > t["a_max"] or any(hits[k] / tries[k] > t["a_class_max"] for k in tries):
+            continue
+        k = j - 1
+        msg = (f"draft position {j} was tried {round(sum(tries.values()))} times over {len(cs)} classes and accepted "
+               f"{round(sum(hits.values()))} time(s) (a_{j} {pooled:.3f}), although position {k} is accepted "
+               f"(a_{k} {before:.2f}): a cliff, not decay (decay leaves a_{j} well above zero). The verify step or the "
+               f"draft handles draft position {j} wrong — its row of the captured graph, its position id, the tree / "
+               "causal mask or the logits of that row. Bisect graph vs eager per component of the step "
+               "(dynocell bisect run).")
+        return [Finding("position_cliff", "error", msg,
+                        {"position": j, "a_pooled": _r(pooled), "a_before": _r(before),
+                         "tries": {c: round(v) for c, v in tries.items()},
+                         "accepted": {c: round(v) for c, v in hits.items()}, "classes": len(cs)})]
+    return []
 
 
 def _ladder(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
@@ -722,6 +761,7 @@ def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
 RULES = {
     "pinned_near_one": rule_pinned_near_one,
     "recursive_collapse": rule_recursive_collapse,
+    "position_cliff": rule_position_cliff,
     "zero_past_length": rule_zero_past_length,
     "depth_decay": rule_depth_decay,
     "scales_with_parallel": rule_scales_with_parallel,

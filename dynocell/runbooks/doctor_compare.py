@@ -112,6 +112,19 @@ def _builds(inp: DoctorInputs) -> list[tuple[str, float | None, float | None, di
     return rows
 
 
+#: Knobs that name a build of the same engine rather than a different way of running it.
+BUILD_KNOBS = frozenset({"patches"})
+#: Fields that change neither the build nor how it runs (addresses, names).
+_PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "meta.")
+
+
+def _build_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when two flattened configs differ in :data:`BUILD_KNOBS` at most — env variables count (an env
+    switch such as ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH`` changes how the build runs)."""
+    keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_PLACE_KNOBS)}
+    return keys <= BUILD_KNOBS
+
+
 def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """More tokens accepted per step but fewer tokens per second: the accounting (or the step cost)
     changed, not the drafting — check with a plain baseline before believing either build."""
@@ -119,8 +132,13 @@ def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[F
     tau, tok_s = inp.overall_tau(), inp.spec_decode_tok_s
     if tau is None or not tok_s:
         return []
+    # Other builds of the same config only: another config that differs in knobs which change the step's cost
+    # (CUDA graphs, env switches, parallel sizes …) is expected to trade τ for speed (confounded_comparison's job).
+    rows = [(b.build or b.label, _weighted_tau(b.curves), b.decode_tok_s) for b in inp.baselines]
+    rows += [(o.label, o.tau, o.decode_tok_s) for o in inp.others
+             if inp.knobs and _build_only(inp.knobs, o.knobs)]
     out = []
-    for label, otau, otok, _ in _builds(inp):
+    for label, otau, otok in rows:
         if not otau or not otok:
             continue
         up, down = tau / otau - 1, 1 - tok_s / otok
