@@ -394,8 +394,10 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                  output_tokens: int | None = None) -> dict[str, Any]:
     """Store a Chrome trace's profile split as a profile (no boot); returns the import summary.
 
-    ``output_tokens`` (when known) gives ms and launches per token. A re-import of the
-    same file returns the first record (``created`` False).
+    ``output_tokens`` (when known) gives ms and launches per token. A trace with speculative-phase
+    ranges (or of a speculative ``config_ref``) also gets its phase split
+    (:mod:`dynocell.runbooks.phase_split`). A re-import of the same file returns the first record
+    (``created`` False).
     """
     from dynocell.engine.trace import per_token, rank_of
 
@@ -405,6 +407,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
         return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
                 "created": False}
     from dynocell.engine.trace import analyze_trace
+    from dynocell.runbooks import phase_split
 
     sp = analyze_trace(Path(path))
     if sp.source == "cpu_op" and sp.launches == 0 and sp.device_ms == 0:
@@ -430,11 +433,12 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                    for c in sp.categories],
         "kernels": [{"rank": -1, "name": k.name, "category": k.category, "ms": k.ms, "launches": k.launches}
                     for k in sp.top],
+        "phase_split": phase_split.for_import(Path(path), run["config_hash"] if run else None, cell, output_tokens),
     }
     summary = {"kind": "trace", "file": files[0]["path"], "sha256": key, "run_id": run["id"] if run else None,
                "source": sp.source, "device_ms": sp.device_ms, "busy_pct": sp.busy_pct, "launches": sp.launches,
                "categories": [{"category": c.category, "ms": round(c.ms, 3), "pct": round(c.pct, 2)}
-                              for c in sp.categories]}
+                              for c in sp.categories], "phase_split": profile["phase_split"]}
     rec, created = db_imports.record_import(cell.store, kind="trace", sha256=key, files=files, summary=summary,
                                             run=run, profile=profile)
     return {**(summary if created else rec["summary"]), "import_id": rec["id"], "profile_id": rec["profile_id"],
