@@ -137,6 +137,23 @@ def test_imported_traces_get_their_split(cell):
     assert vllm["phase_split"]["state"] == "unavailable" and "vLLM 0.26.0" in vllm["phase_split"]["reason"]
 
 
+def test_a_trace_imported_before_the_split_gets_it_when_imported_again(cell):
+    from sqlalchemy import text
+
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.imports import import_trace
+
+    trace = H200 / "boots" / "5fa1a635a4b6" / "2d8a3ffa5459-TP-0.trace.json.gz"
+    first = import_trace(cell, trace)
+    with cell.store.engine.begin() as c:  # as an import made before 0008_s24phase_phases left it
+        c.execute(text("DELETE FROM profile_phases"))
+    assert db_runs.get_phases(cell.store, first["profile_id"]) is None
+    again = import_trace(cell, trace)
+    assert again["created"] is False and again["profile_id"] == first["profile_id"]
+    assert again["phase_split"]["phases"] == first["phase_split"]["phases"]
+    assert db_runs.get_phases(cell.store, first["profile_id"])["state"] == "split"
+
+
 def _cli(env, *args):
     proc = subprocess.run([sys.executable, "-m", "dynocell", *args], env=env, capture_output=True, text=True,
                           timeout=300)

@@ -397,17 +397,18 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     ``output_tokens`` (when known) gives ms and launches per token. A trace with speculative-phase
     ranges (or of a speculative ``config_ref``) also gets its phase split
     (:mod:`dynocell.runbooks.phase_split`). A re-import of the same file returns the first record
-    (``created`` False).
+    (``created`` False), with the phase split computed now if the first import predates it.
     """
     from dynocell.engine.trace import per_token, rank_of
 
     files, key = digest_files([path])
     found = db_imports.find_import(cell.store, "trace", key)
+    from dynocell.runbooks import phase_split
+
     if found:
         return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
-                "created": False}
+                "created": False, **phase_split.fill_import(cell, found, Path(path), output_tokens)}
     from dynocell.engine.trace import analyze_trace
-    from dynocell.runbooks import phase_split
 
     sp = analyze_trace(Path(path))
     if sp.source == "cpu_op" and sp.launches == 0 and sp.device_ms == 0:

@@ -4,7 +4,8 @@ Three ways in, one computation (:func:`dynocell.engine.spec_phases.phase_report`
 
 - the ``profile`` step of ``dynocell run`` (and ``dynocell profile BOOT``): right after the kernel split,
   from the window's trace files (:func:`record`);
-- ``dynocell import trace``: from the imported file (:func:`for_import`);
+- ``dynocell import trace``: from the imported file (:func:`for_import`; a file imported before the
+  split existed gets it when imported again, :func:`fill_import`);
 - ``dynocell reanalyze RUN``: for a run already in a store — one recorded before the split existed, or
   brought back from a GPU host — from its stored trace files (:func:`reanalyze`). The files are looked
   for where the store says they were written, then by their file name under ``--trace-dir``, under
@@ -74,6 +75,22 @@ def for_import(path: Path, config_hash: str | None, cell: Cell, output_tokens: i
     if not report:
         return None
     return {k: report.get(k) for k in ("state", "source", "total_ms", "phases", "ranks", "reason")}
+
+
+def fill_import(cell: Cell, found: dict[str, Any], path: Path, output_tokens: int | None) -> dict[str, Any]:
+    """For a trace imported again (``found``: its ``imports`` row): ``{"phase_split": …}`` — the stored
+    split, computed and stored now when the first import predates it — or ``{}`` when there is no profile
+    or nothing to say."""
+    pid = found.get("profile_id")
+    if not pid:
+        return {}
+    row = db_runs.get_phases(cell.store, pid)
+    if row is None:
+        report = for_import(path, found.get("config_hash"), cell, output_tokens)
+        row = db_runs.put_phases(cell.store, pid, report) if report else None
+    if row is None:
+        return {}
+    return {"phase_split": {k: row.get(k) for k in ("state", "source", "total_ms", "phases", "ranks", "reason")}}
 
 
 def _candidates(cell: Cell, stored: Path, boot_id: str | None, trace_dir: Path | None) -> list[Path]:
