@@ -226,3 +226,14 @@ def test_the_stores_under_tests_data_are_untouched():
             con.close()
         assert "profile_phases" not in names, data
     assert os.access(H200 / "dynocell.db", os.R_OK)
+
+
+def test_a_trace_the_phase_reader_refuses_is_reported_not_raised():
+    """The kernel split is stored before the phase split: a trace the phase reader refuses gives an
+    ``unavailable`` row naming the error, and the profile stays completed."""
+    from dynocell.runbooks.phase_split import compute
+
+    rep = compute([DATA / "traces" / "truncated.trace.json.gz"], engine="sglang", speculative=True,
+                  output_tokens=64)
+    assert rep["state"] == "unavailable" and rep["reason"].startswith("the trace could not be read")
+    assert "truncated.trace.json.gz" in rep["reason"]

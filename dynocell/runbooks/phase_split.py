@@ -45,16 +45,16 @@ def _config_facts(cell: Cell, config_hash: str | None) -> tuple[str | None, bool
 def compute(files: list[Path], *, engine: str | None, speculative: bool | None,
             output_tokens: int | None) -> dict[str, Any] | None:
     """The phase report of a window's trace files, or None when there is nothing to say (see
-    :func:`dynocell.engine.spec_phases.phase_report`). A trace the phase reader refuses gives an
-    ``unavailable`` report naming the error instead of raising: the kernel split already stored stays."""
+    :func:`dynocell.engine.spec_phases.phase_report`). A trace the phase reader refuses (or fails on) gives
+    an ``unavailable`` report naming the error instead of raising: the kernel split already stored stays."""
     from dynocell.engine.spec_phases import phase_report
-    from dynocell.engine.trace import TraceError
 
     try:
         return phase_report(files, engine=engine, speculative=speculative, output_tokens=output_tokens or None)
-    except TraceError as exc:
+    except Exception as exc:  # noqa: BLE001 - a refused or unreadable trace: say so, keep the profile
         return {"state": "unavailable", "source": None, "total_ms": None, "phases": [], "ranks": [],
-                "reason": f"the trace could not be read for the phase split: {exc}"}
+                "reason": f"the trace could not be read for the phase split "
+                          f"({', '.join(Path(f).name for f in files)}): {exc}"}
 
 
 def record(cell: Cell, profile_id: int, files: list[Path], cfg: Any,
