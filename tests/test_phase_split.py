@@ -84,6 +84,13 @@ def test_reanalyze_two_ranks_combines_them_and_keeps_each(cell):
         per_rank = [next(p for p in r["phases"] if p["phase"] == phase)["ms"] for r in ph["ranks"]]
         assert by[phase]["ms"] == pytest.approx(sum(per_rank))
     assert ph["total_ms"] == pytest.approx(sum(r["total_ms"] for r in ph["ranks"]))
+    from dynocell.cli.render import phases_text
+    from rich.console import Console
+
+    con = Console(width=80, record=True)
+    con.print(phases_text(ph))
+    text = con.export_text()
+    assert "2 ranks summed" in text and "  rank 1: draft 10 %, draft extend 41 %, verify 17 %" in text
 
 
 def test_reanalyze_a_vllm_run_says_why_there_is_no_split(cell):

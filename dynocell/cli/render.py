@@ -192,8 +192,9 @@ def phases_text(phases: dict[str, Any] | None, *, hint: str | None = None) -> Gr
     rows = [p for p in phases.get("phases") or [] if p.get("pct") is not None and p.get("ms")]
     parts: list[Any] = [
         Text("phases: " + ", ".join(f"{p['label']} {p['pct']:.0f} %" for p in rows), style="bold"),
-        Text(f"  ({phases.get('source')} time in steps {_ms(phases.get('total_ms'))} ms; per phase: ms, "
-             "launches, per output token)"),
+        Text(f"  ({phases.get('source')} time in steps {_ms(phases.get('total_ms'))} ms"
+             + (f", {len(phases['ranks'])} ranks summed" if phases.get("ranks") else "")
+             + "; per phase: ms, launches, per output token)"),
         PhaseLines([{"category": p["label"], "pct": p["pct"], "ms": p["ms"], "launches": p["launches"],
                      "per_token": p.get("launches_per_token")} for p in rows]),
     ]
