@@ -59,6 +59,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
                      "device_ms", "window_ms", "busy_pct", "launches", "graph_launches", "output_tokens",
                      "ms_per_token", "launches_per_token", "rank_skew", "warnings", "created_at"},
     "profile_splits": {"id", "profile_id", "rank", "category", "ms", "pct", "launches"},
+    "profile_phases": {"id", "profile_id", "state", "source", "total_ms", "phases", "ranks", "reason", "created_at"},
     "run_steps": {"id", "run_id", "name", "state", "started_at", "ended_at", "detail", "error"},
     "runbook_entries": {"slug", "title", "kind", "tags", "origin", "source_path", "sha256", "front_matter", "body",
                         "indexed_at"},

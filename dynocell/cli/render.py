@@ -136,8 +136,9 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     return Group(*parts)
 
 
-def profile_panel(profile: dict[str, Any] | None) -> Group | None:
-    """Profile split as bars with %, totals, and top kernels."""
+def profile_panel(profile: dict[str, Any] | None, phases_hint: str | None = None) -> Group | None:
+    """Profile split as bars with %, totals, the speculative step's phases (:func:`phases_text`; ``phases_hint``
+    when none is stored), and top kernels."""
     if not profile:
         return None
     if profile.get("state") == "failed":
@@ -154,6 +155,9 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
         parts.append(Text(f"  warning: {w}", style="yellow"))
     if profile.get("splits"):
         parts.append(SplitLines(profile["splits"]))
+    ph = phases_text(profile.get("phases"), hint=phases_hint)
+    if ph is not None:
+        parts.append(ph)
     ranks = profile.get("rank_splits") or []
     if len(ranks) > 1:
         t = _tbl("per rank (ms, % of the rank's device time)", "category",
@@ -173,6 +177,30 @@ def profile_panel(profile: dict[str, Any] | None) -> Group | None:
         for k in kernels[:20]:
             t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
         parts.append(t)
+    return Group(*parts)
+
+
+def phases_text(phases: dict[str, Any] | None, *, hint: str | None = None) -> Group | Text | None:
+    """The speculative step's phase split (``profile["phases"]``): a headline ``phases: verify 58 %, draft
+    27 %, …``, then per phase % with a bar, ms, kernel launches and launches per output token, and one
+    line per rank for several ranks; or why it is unavailable. With no split stored, ``hint`` (when
+    given) is printed instead."""
+    if not phases:
+        return Text(f"phases: {hint}", style="yellow") if hint else None
+    if phases.get("state") != "split":
+        return Text(f"phases: unavailable: {phases.get('reason') or '-'}", style="yellow")
+    rows = [p for p in phases.get("phases") or [] if p.get("pct") is not None and p.get("ms")]
+    parts: list[Any] = [
+        Text("phases: " + ", ".join(f"{p['label']} {p['pct']:.0f} %" for p in rows), style="bold"),
+        Text(f"  ({phases.get('source')} time in steps {_ms(phases.get('total_ms'))} ms"
+             + (f", {len(phases['ranks'])} ranks summed" if phases.get("ranks") else "")
+             + "; per phase: ms, launches, per output token)"),
+        PhaseLines([{"category": p["label"], "pct": p["pct"], "ms": p["ms"], "launches": p["launches"],
+                     "per_token": p.get("launches_per_token")} for p in rows]),
+    ]
+    for r in phases.get("ranks") or []:
+        parts.append(Text(f"  rank {r['rank']}: " + ", ".join(
+            f"{p['label']} {p['pct']:.0f} %" for p in r["phases"] if p.get("pct") is not None and p.get("ms"))))
     return Group(*parts)
 
 
@@ -202,6 +230,15 @@ class SplitLines:
                 yield Text(self._line(sp, 0))
             else:
                 yield Text(f"  {sp['category']}: {sp['pct']:.1f} %, {sp['ms']:.2f} ms, {sp['launches']} launches")
+
+
+class PhaseLines(SplitLines):
+    """:class:`SplitLines` of the phase split, each line ending in launches per output token."""
+
+    @staticmethod
+    def _line(sp: dict[str, Any], bar_w: int) -> str:
+        per = "" if sp.get("per_token") is None else f" {sp['per_token']:6.1f}/tok"
+        return SplitLines._line(sp, bar_w).replace(" launches", "") + per
 
 
 def lossless_text(run: dict[str, Any]) -> Text | None:
@@ -261,6 +298,11 @@ def steps_table(steps: list[dict[str, Any]]) -> FitTable:
     return t
 
 
+def _phases_hint(detail: dict[str, Any]) -> str | None:
+    """For a speculative run (it has acceptance curves) whose profile has no phase split stored: how to get one."""
+    return f"not computed for this profile: dynocell reanalyze {detail['run']['id']}" if detail.get("curves") else None
+
+
 def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]:
     """The whole report of a run, as renderables in reading order."""
     run = detail["run"]
@@ -270,7 +312,7 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
             if x is not None:
                 items.append(x)
     for x in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
-              lossless_text(run), profile_panel(detail.get("profile")), breakeven_text(run),
+              lossless_text(run), profile_panel(detail.get("profile"), _phases_hint(detail)), breakeven_text(run),
               findings_table(detail.get("findings") or [])):
         if x is not None:
             items.append(x)

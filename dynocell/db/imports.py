@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.boots import _row
 from dynocell.db.models import (
-    AcceptanceCurve, AcceptancePoint, BenchRun, Boot, BootEvent, Config, ImportRecord, ProfileKernel,
+    AcceptanceCurve, AcceptancePoint, BenchRun, Boot, BootEvent, Config, ImportRecord, ProfileKernel, ProfilePhases,
     ProfileRun, ProfileSplit, Run,
 )
 from dynocell.db.session import Store
@@ -57,7 +57,8 @@ def record_import(
     columns. ``events``: ``BootEvent`` columns. ``run``: ``Run`` columns.
     ``bench``: ``BenchRun`` columns (``run_id`` filled in). ``curves``:
     ``AcceptanceCurve`` columns plus ``points`` = ``[(position, p, a)]``.
-    ``profile``: ``ProfileRun`` columns plus ``splits`` / ``kernels`` lists.
+    ``profile``: ``ProfileRun`` columns plus ``splits`` / ``kernels`` lists and an optional
+    ``phase_split`` (``ProfilePhases`` columns: the speculative step's phase split).
     When ``(kind, sha256)`` is already stored nothing is written and the stored
     row is returned with ``created`` False.
     """
@@ -91,6 +92,7 @@ def record_import(
             if profile is not None:
                 prof = dict(profile)
                 splits, kernels = prof.pop("splits", ()), prof.pop("kernels", ())
+                phases = prof.pop("phase_split", None)
                 row = ProfileRun(**prof)
                 s.add(row)
                 s.flush()
@@ -99,6 +101,8 @@ def record_import(
                     s.add(ProfileSplit(profile_id=row.id, **sp))
                 for k in kernels:
                     s.add(ProfileKernel(profile_id=row.id, **k))
+                if phases:
+                    s.add(ProfilePhases(profile_id=row.id, **phases))
             rec = ImportRecord(kind=kind, sha256=sha256, files=files, summary=summary,
                                config_hash=config["config_hash"] if config else (run or {}).get("config_hash"),
                                boot_id=boots[0]["id"] if boots else (run or {}).get("boot_id"),

@@ -289,6 +289,9 @@ def _run_data(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
             per_rank.setdefault(x.rank, []).append(_row(x, ("category", "ms", "pct", "launches")))
         profile["rank_splits"] = [{"rank": rk, "device_ms": sum(x["ms"] or 0.0 for x in rows), "splits": rows}
                                   for rk, rows in sorted(per_rank.items())]
+        ph = s.scalars(select(m.ProfilePhases).where(m.ProfilePhases.profile_id == pr.id)).first()
+        profile["phases"] = None if ph is None else _row(ph, ("state", "source", "total_ms", "phases", "ranks",
+                                                               "reason", "created_at"))
         profile["kernels"] = [_row(x, ("name", "category", "ms", "launches")) for x in
                               s.scalars(select(m.ProfileKernel).where(m.ProfileKernel.profile_id == pr.id,
                                                                       m.ProfileKernel.rank == -1)
@@ -306,8 +309,9 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any]:
     ``curves``: per text class with ``points`` ``[{position, p, a}]``, ``tau``, ``engine_tau``.
     ``profile``: newest profile window of the run with ``splits`` (all ranks, ms/pct/launches),
     ``rank_splits`` (``[{rank, device_ms, splits}]``, one per rank; empty for single-rank traces
-    stored without per-rank rows) and top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
-    ``run_id``: an id or unique prefix (:mod:`dynocell.db.refs`). Raises NotFound.
+    stored without per-rank rows), top ``kernels`` and ``phases`` (the speculative step's split,
+    ``models.ProfilePhases`` columns, or None when never computed), or None. ``run.lossless`` /
+    ``run.breakeven`` as stored. ``run_id``: an id or unique prefix (:mod:`dynocell.db.refs`). Raises NotFound.
     """
     with store.session() as s:
         r = _resolve(s, m.Run, run_id, "run")

@@ -367,6 +367,28 @@ class ProfileKernel(Base):
     launches: Mapped[int]
 
 
+class ProfilePhases(Base):
+    """Where a profile window's speculative steps spent their time, per phase (issue 24 item 3;
+    :func:`dynocell.engine.spec_phases.phase_report`). One row per profile, rewritten when recomputed.
+
+    ``state``: ``split`` | ``unavailable`` (``reason`` says why: e.g. vLLM 0.26.0's traces carry no
+    phase ranges). ``source``: gpu | cpu | mixed. ``total_ms``: the steps' time (every phase but
+    ``outside``). ``phases``: ``[{phase, label, ms, pct, launches, launches_per_token, ranges}]``, the
+    ranks combined; ``ranks``: ``[{rank, total_ms, phases}]`` for a window of several ranks, else ``[]``.
+    """
+
+    __tablename__ = "profile_phases"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    profile_id: Mapped[int] = mapped_column(ForeignKey("profile_runs.id"), index=True, unique=True)
+    state: Mapped[str] = mapped_column(String(16))
+    source: Mapped[Optional[str]] = mapped_column(String(16))
+    total_ms: Mapped[Optional[float]] = mapped_column(Float)
+    phases: Mapped[list[Any]] = mapped_column(JSON)
+    ranks: Mapped[list[Any]] = mapped_column(JSON)
+    reason: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class RunbookEntry(Base):
     """An indexed runbook entry (markdown with front matter); FTS5 table ``runbook_fts`` mirrors it."""
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from dynocell.db.boots import _row
 from dynocell.db.models import (
-    AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfileRun, ProfileSplit,
+    AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfilePhases, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
 )
 from dynocell.db import rows
@@ -165,6 +165,34 @@ def profiles(store: Store, *, run_id: str | None = None, boot_id: str | None = N
                 .order_by(ProfileKernel.rank, ProfileKernel.ms.desc())).all()]
             out.append(row)
         return out
+
+
+def put_phases(store: Store, profile_id: int, report: dict[str, Any]) -> dict[str, Any]:
+    """Store (or replace) the phase split of profile ``profile_id``: ``report`` as
+    :func:`dynocell.engine.spec_phases.phase_report` returns it. Returns the row. Raises KeyError for
+    an unknown profile."""
+    with store.session() as s:
+        if s.get(ProfileRun, profile_id) is None:
+            raise KeyError(profile_id)
+        row = s.scalars(select(ProfilePhases).where(ProfilePhases.profile_id == profile_id)).first()
+        values = {"state": report["state"], "source": report.get("source"), "total_ms": report.get("total_ms"),
+                  "phases": list(report.get("phases") or []), "ranks": list(report.get("ranks") or []),
+                  "reason": report.get("reason"), "created_at": utcnow()}
+        if row is None:
+            row = ProfilePhases(profile_id=profile_id, **values)
+            s.add(row)
+        else:
+            for k, v in values.items():
+                setattr(row, k, v)
+        s.flush()
+        return _row(row)
+
+
+def get_phases(store: Store, profile_id: int) -> dict[str, Any] | None:
+    """The stored phase split of a profile, or None (never computed, or nothing to say)."""
+    with store.session() as s:
+        row = s.scalars(select(ProfilePhases).where(ProfilePhases.profile_id == profile_id)).first()
+        return _row(row) if row else None
 
 
 def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str,

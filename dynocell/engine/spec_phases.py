@@ -14,7 +14,13 @@ outermost ops, so nested ops are not counted twice.
 This is what HTA and trace viewers lack: the step's time per speculative phase, next to the kernel
 categories of :mod:`dynocell.engine.trace`.
 
-Public API: :class:`PhaseSplit`, :func:`split_phases`, :func:`load_phase_table`.
+What a run's report stores is :func:`phase_report`: the split of every rank's trace, combined (summed
+over ranks, like the kernel categories), with kernels per output token per phase — or, for a
+speculative run whose trace has no phase ranges, the reason the split is unavailable (the engine's
+own reason from the table's ``[[unavailable]]`` entries, e.g. vLLM 0.26.0, else the missing ranges).
+
+Public API: :class:`PhaseSplit`, :func:`split_phases`, :func:`load_phase_table`, :func:`combine`,
+:func:`phase_report`, :data:`LABELS`.
 """
 
 from __future__ import annotations
@@ -31,15 +37,24 @@ from dynocell.engine.trace import TraceError, _iter_events
 TABLE = Path(__file__).with_name("spec_phases.toml")
 #: Phases in report order; ``glue`` and ``outside`` are what no range or pattern claims.
 ORDER = ("draft_forward", "draft_extend", "target_verify", "sampling", "glue", "outside")
+#: The phases' names in reports (``verify 58 %, draft 27 %, …``).
+LABELS = {"draft_forward": "draft", "draft_extend": "draft extend", "target_verify": "verify",
+          "sampling": "sampling", "glue": "glue", "outside": "outside the steps"}
 
 
 @dataclass(frozen=True)
 class PhaseTable:
-    """Compiled ``spec_phases.toml``: ``ranges`` [(phase, regex)], ``kernels`` [(phase, regex)], ``envelope``."""
+    """Compiled ``spec_phases.toml``: ``ranges`` [(phase, regex)], ``kernels`` [(phase, regex)], ``envelope``;
+    ``unavailable`` [(engine, signature regex, reason)]: engines whose traces carry no phase ranges."""
 
     ranges: tuple[tuple[str, re.Pattern[str]], ...]
     kernels: tuple[tuple[str, re.Pattern[str]], ...]
     envelope: tuple[re.Pattern[str], ...]
+    unavailable: tuple[tuple[str, re.Pattern[str], str], ...] = ()
+
+    def reason_for(self, engine: str | None) -> str | None:
+        """The table's reason why ``engine``'s traces give no phase split, or None."""
+        return next((why for eng, _, why in self.unavailable if eng == engine), None)
 
 
 def load_phase_table(path: Path | None = None) -> PhaseTable:
@@ -50,9 +65,11 @@ def load_phase_table(path: Path | None = None) -> PhaseTable:
         ranges = tuple((ph["name"], re.compile(rx)) for ph in data["phase"] for rx in ph.get("ranges", []))
         kernels = tuple((ph["name"], re.compile(rx)) for ph in data["phase"] for rx in ph.get("kernels", []))
         env = tuple(re.compile(rx) for rx in data.get("envelope", []))
-    except (OSError, KeyError, TypeError, re.error, tomllib.TOMLDecodeError) as exc:
+        unavailable = tuple((u["engine"], re.compile(u["signature"]), " ".join(u["reason"].split()))
+                            for u in data.get("unavailable", []))
+    except (OSError, KeyError, TypeError, AttributeError, re.error, tomllib.TOMLDecodeError) as exc:
         raise TraceError(f"{p}: bad phase table: {exc}", "fix spec_phases.toml (see its header)") from None
-    return PhaseTable(ranges, kernels, env)
+    return PhaseTable(ranges, kernels, env, unavailable)
 
 
 @dataclass
@@ -61,13 +78,15 @@ class PhaseSplit:
 
     ``ms``: {phase: milliseconds} (GPU kernel time, or CPU op time when ``source`` is ``"cpu"``);
     ``launches``: {phase: kernels (or CPU ops) counted}; ``ranges``: {phase: number of CPU ranges seen};
-    ``source``: ``"gpu"`` | ``"cpu"``.
+    ``source``: ``"gpu"`` | ``"cpu"``; ``engines``: {engine: ranges seen matching an ``[[unavailable]]``
+    signature of the table} (e.g. ``{"vllm": 47}`` for a vLLM 0.26.0 trace).
     """
 
     ms: dict[str, float] = field(default_factory=dict)
     launches: dict[str, int] = field(default_factory=dict)
     ranges: dict[str, int] = field(default_factory=dict)
     source: str = "gpu"
+    engines: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_ms(self) -> float:
@@ -82,8 +101,7 @@ class PhaseSplit:
     def line(self) -> str:
         """One line for a report, e.g. ``verify 58 %, draft 27 %, sampling 9 %, glue 6 %``."""
         pct = self.percent()
-        short = {"target_verify": "verify", "draft_forward": "draft", "draft_extend": "draft extend"}
-        return ", ".join(f"{short.get(k, k)} {pct[k]:.0f} %" for k in ORDER if k in pct and self.ms.get(k))
+        return ", ".join(f"{LABELS[k]} {pct[k]:.0f} %" for k in ORDER if k in pct and self.ms.get(k))
 
 
 class _Ranges:
@@ -125,6 +143,7 @@ class _TraceEvents:
     kernels: list[tuple[Any, float, str]] = field(default_factory=list)
     ops: list[tuple[Any, float, float, str]] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
+    engines: dict[str, int] = field(default_factory=dict)
 
     def add_annotation(self, tb: PhaseTable, tid: Any, ts: float, dur: float, name: str) -> None:
         """Record a CPU-side ``user_annotation`` range: a phase range, a step envelope, or nothing."""
@@ -134,6 +153,10 @@ class _TraceEvents:
             self.seen[phase] = self.seen.get(phase, 0) + 1
         elif any(rx.search(name) for rx in tb.envelope):
             self.envelopes.setdefault(tid, _Ranges()).items.append((ts, ts + dur, "envelope"))
+        else:
+            engine = next((eng for eng, rx, _ in tb.unavailable if rx.search(name)), None)
+            if engine is not None:
+                self.engines[engine] = self.engines.get(engine, 0) + 1
 
     def add(self, tb: PhaseTable, ev: Any) -> None:
         """Record one trace event if it is a complete (``ph`` ``X``) event the split uses; ignore it otherwise."""
@@ -215,10 +238,75 @@ def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSpli
     for ev in _iter_events(Path(path)):
         evs.add(tb, ev)
     evs.finish()
-    out = PhaseSplit(ranges=evs.seen)
+    out = PhaseSplit(ranges=evs.seen, engines=evs.engines)
     if evs.kernels:
         _split_kernels(tb, evs, out)
         return out
     out.source = "cpu"
     _split_cpu_ops(tb, evs, out)
     return out
+
+
+def combine(splits: list[PhaseSplit]) -> PhaseSplit:
+    """The splits of one window's ranks summed phase by phase (ms, launches, ranges, engines), as the kernel
+    categories are combined (:func:`dynocell.engine.trace.analyze_ranks`). ``source``: the ranks' source,
+    ``"mixed"`` when they differ."""
+    out = PhaseSplit()
+    for sp in splits:
+        for attr in ("ms", "launches", "ranges", "engines"):
+            acc = getattr(out, attr)
+            for k, v in getattr(sp, attr).items():
+                acc[k] = acc.get(k, 0) + v
+    sources = {sp.source for sp in splits}
+    out.source = sources.pop() if len(sources) == 1 else "mixed"
+    return out
+
+
+def _rows(sp: PhaseSplit, output_tokens: int | None) -> list[dict[str, Any]]:
+    """One dict per phase present, in :data:`ORDER`: ``{phase, label, ms, pct, launches, launches_per_token,
+    ranges}``; ``pct`` is None for ``outside`` (not part of the steps), ``launches_per_token`` None without
+    output tokens."""
+    pct = sp.percent()
+    return [{"phase": ph, "label": LABELS[ph], "ms": sp.ms[ph], "pct": pct.get(ph),
+             "launches": sp.launches.get(ph, 0),
+             "launches_per_token": sp.launches.get(ph, 0) / output_tokens if output_tokens else None,
+             "ranges": sp.ranges.get(ph, 0)}
+            for ph in ORDER if ph in sp.ms]
+
+
+def _missing_ranges(tb: PhaseTable) -> str:
+    names = ", ".join(dict.fromkeys(rx.pattern for _, rx in tb.ranges))
+    return ("the trace holds none of the speculative-phase ranges spec_phases.toml names (regexes "
+            f"{names}; SGLang 0.5.17 records them under the torch profiler), so there is no phase split to give")
+
+
+def phase_report(paths: list[Path], *, engine: str | None = None, speculative: bool | None = None,
+                 output_tokens: int | None = None, table: PhaseTable | None = None) -> dict[str, Any] | None:
+    """The phase split of one profile window's traces (one file per rank), as stored with the profile.
+
+    Returns ``{state, source, total_ms, phases, reason, ranks}``: ``state`` ``"split"`` when any phase range
+    is in the traces (``phases``: :func:`_rows` of the ranks combined, ``total_ms`` the steps' time,
+    ``ranks``: ``[{rank, total_ms, phases}]`` when there are several files), or ``"unavailable"`` with
+    ``reason`` when the run is speculative (``speculative`` True), or unknown but the traces carry another
+    engine's step signature (``[[unavailable]]``), and no phase range is there. Returns None for a run
+    known not to be speculative, or an unknown one whose trace has neither: nothing to say. ``engine``:
+    the config's engine kind (``sglang``, ``vllm``, ``reference``) when known. ``output_tokens``: the
+    window's completion tokens (kernels per output token per phase). Raises :class:`TraceError` for a
+    file that is not a trace.
+    """
+    from dynocell.engine.trace import rank_of
+
+    tb = table or load_phase_table()
+    per = [(rank_of(p) if rank_of(p) is not None else i, split_phases(p, tb)) for i, p in enumerate(paths)]
+    both = combine([sp for _, sp in per])
+    head = {"source": both.source, "total_ms": None, "phases": [], "reason": None, "ranks": []}
+    if any(both.ranges.values()):
+        ranks = [{"rank": rk, "total_ms": sp.total_ms, "phases": _rows(sp, None)} for rk, sp in per] \
+            if len(per) > 1 else []
+        return {**head, "state": "split", "total_ms": both.total_ms, "phases": _rows(both, output_tokens),
+                "ranks": ranks}
+    seen = next(iter(both.engines), None)
+    if speculative is False or (speculative is None and seen is None):
+        return None
+    reason = tb.reason_for(engine) or tb.reason_for(seen) or _missing_ranges(tb)
+    return {**head, "state": "unavailable", "reason": reason}

@@ -3,7 +3,8 @@
 Builds on :func:`dynocell.runbooks.views.compare_runs` (throughput deltas, profile categories,
 hardware warning) and adds, per run, what an engine-vs-engine table needs: the config's name and
 engine, the boot's ready time and phase ends, the whole-workload throughput levels, τ and
-p_1..p_D per text class, the lossless verdict, break-even and the profile headline.
+p_1..p_D per text class, the lossless verdict, break-even and the profile headline (with the
+speculative step's phase split when stored).
 """
 
 from __future__ import annotations
@@ -59,7 +60,18 @@ def _profile(detail: dict[str, Any]) -> dict[str, Any] | None:
     top = sorted(prof.get("splits") or [], key=lambda s: -(s.get("pct") or 0))[:3]
     return {"device_ms": prof.get("device_ms"), "busy_pct": prof.get("busy_pct"),
             "launches_per_token": prof.get("launches_per_token"), "graph_launches": prof.get("graph_launches"),
-            "top": [{"category": s["category"], "pct": s["pct"]} for s in top]}
+            "top": [{"category": s["category"], "pct": s["pct"]} for s in top],
+            "phases": _phases(prof.get("phases"))}
+
+
+def _phases(ph: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The speculative step's split for the table: ``{state, reason, phases [{phase, label, pct,
+    launches_per_token}]}`` (the steps' phases only), or None when none is stored."""
+    if not ph:
+        return None
+    return {"state": ph["state"], "reason": ph.get("reason"),
+            "phases": [{k: p.get(k) for k in ("phase", "label", "pct", "launches_per_token")}
+                       for p in ph.get("phases") or [] if p.get("pct") is not None]}
 
 
 def compare(cell: Any, run_ids: list[str]) -> dict[str, Any]:
@@ -68,8 +80,8 @@ def compare(cell: Any, run_ids: list[str]) -> dict[str, Any]:
     [{concurrency, output_tok_s (aggregate), decode_tok_s (per request), tpot_ms_p50}],
     curves [{text_class, tau, steps, p [p_1..p_D]}], lossless, breakeven {margin, verdict,
     spec_step_ms, plain_step_ms} | None, profile {device_ms, busy_pct, launches_per_token,
-    graph_launches, top [{category, pct}]} | None``. Raises UserError with fewer than two runs
-    and NotFound for a reference that matches no run (from ``compare_runs``).
+    graph_launches, top [{category, pct}], phases (:func:`_phases`) | None} | None``. Raises UserError
+    with fewer than two runs and NotFound for a reference that matches no run (from ``compare_runs``).
     """
     base = views.compare_runs(cell, run_ids)
     table = []

@@ -394,16 +394,20 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                  output_tokens: int | None = None) -> dict[str, Any]:
     """Store a Chrome trace's profile split as a profile (no boot); returns the import summary.
 
-    ``output_tokens`` (when known) gives ms and launches per token. A re-import of the
-    same file returns the first record (``created`` False).
+    ``output_tokens`` (when known) gives ms and launches per token. A trace with speculative-phase
+    ranges (or of a speculative ``config_ref``) also gets its phase split
+    (:mod:`dynocell.runbooks.phase_split`). A re-import of the same file returns the first record
+    (``created`` False), with the phase split computed now if the first import predates it.
     """
     from dynocell.engine.trace import per_token, rank_of
 
     files, key = digest_files([path])
     found = db_imports.find_import(cell.store, "trace", key)
+    from dynocell.runbooks import phase_split
+
     if found:
         return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
-                "created": False}
+                "created": False, **phase_split.fill_import(cell, found, Path(path), output_tokens)}
     from dynocell.engine.trace import analyze_trace
 
     sp = analyze_trace(Path(path))
@@ -430,11 +434,12 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                    for c in sp.categories],
         "kernels": [{"rank": -1, "name": k.name, "category": k.category, "ms": k.ms, "launches": k.launches}
                     for k in sp.top],
+        "phase_split": phase_split.for_import(Path(path), run["config_hash"] if run else None, cell, output_tokens),
     }
     summary = {"kind": "trace", "file": files[0]["path"], "sha256": key, "run_id": run["id"] if run else None,
                "source": sp.source, "device_ms": sp.device_ms, "busy_pct": sp.busy_pct, "launches": sp.launches,
                "categories": [{"category": c.category, "ms": round(c.ms, 3), "pct": round(c.pct, 2)}
-                              for c in sp.categories]}
+                              for c in sp.categories], "phase_split": profile["phase_split"]}
     rec, created = db_imports.record_import(cell.store, kind="trace", sha256=key, files=files, summary=summary,
                                             run=run, profile=profile)
     return {**(summary if created else rec["summary"]), "import_id": rec["id"], "profile_id": rec["profile_id"],

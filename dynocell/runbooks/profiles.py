@@ -6,7 +6,9 @@ completion tokens. Traces (one per rank, ``…-TP-<rank>…trace.json.gz``; vLLM
 ``rank<N>.<id>.pt.trace.json.gz`` into the directory fixed at boot by ``--profiler-config``,
 :func:`dynocell.runbooks.boots.engine_profile_dir`, only the files new in this window counting)
 are written by the engine into the boot's artifact directory and parsed
-streaming (:func:`dynocell.engine.trace.analyze_ranks`). The profile row is
+streaming (:func:`dynocell.engine.trace.analyze_ranks`); a speculative window's phase split
+(draft, draft extend, verify, sampling, glue: :mod:`dynocell.runbooks.phase_split`) is stored with
+it. The profile row is
 written before the window opens and completed (or marked failed with the
 reason) after — a bad trace loses nothing else.
 """
@@ -141,6 +143,9 @@ def profile_window(
             output_tokens=tokens, ms_per_token=ms_tok, launches_per_token=launches_tok,
             rank_skew=ranked.rank_skew if len(ranked.ranks) > 1 else None, warnings=warnings,
         )
+        from dynocell.runbooks.phase_split import record as record_phases
+
+        record_phases(cell, row["id"], files, cfg, tokens)
     except BaseException as exc:
         error = (str(exc) or type(exc).__name__) + _disk_note(trace_dir)
         db_runs.finish_profile(cell.store, row["id"], state="failed", error=error)

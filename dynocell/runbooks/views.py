@@ -164,7 +164,9 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
     ``curves``: per text class with ``points`` ``[{position, p, a}]``, ``tau``, ``engine_tau``.
     ``profile``: newest profile window of the run with ``splits`` (all ranks, ms/pct/launches),
     ``rank_splits`` (``[{rank, device_ms, splits}]``, one per rank; empty for single-rank traces
-    stored without per-rank rows) and top ``kernels``, or None. ``run.lossless`` / ``run.breakeven`` as stored.
+    stored without per-rank rows), top ``kernels`` and ``phases`` (the speculative step's phase split,
+    :mod:`dynocell.runbooks.phase_split`; None when not computed), or None. ``run.lossless`` /
+    ``run.breakeven`` as stored.
     """
     return listings.run_detail(cell.store, run_id)
 

@@ -18,6 +18,16 @@ def _p(p: float) -> str:
     return f"{p:.2f}"[1:] if 0 <= p < 1 else f"{p:.1f}"
 
 
+def _phase_cell(profile: dict[str, Any] | None) -> str:
+    """``verify 37 %, draft 26 %, …`` (the step's phases, largest first), ``unavailable`` or ``-``."""
+    ph = (profile or {}).get("phases")
+    if not ph:
+        return "-"
+    if ph["state"] != "split":
+        return "unavailable"
+    return ", ".join(f"{p['label']} {p['pct']:.0f}%" for p in sorted(ph["phases"], key=lambda p: -p["pct"]))
+
+
 def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """(label, one cell per run) in reading order: identity, boot, throughput, acceptance, profile."""
     from dynocell.runbooks.compare import KEY_PHASES
@@ -55,6 +65,8 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     rows.append(("launches/tok (graphs)", [
         "-" if not t["profile"] else
         f"{_f(t['profile']['launches_per_token'])} ({t['profile']['graph_launches'] or 0})" for t in table]))
+    if any(t["profile"] and t["profile"].get("phases") for t in table):
+        rows.append(("spec step phases", [_phase_cell(t["profile"]) for t in table]))
     rows.append(("top categories", [
         "-" if not t["profile"] else ", ".join(f"{s['category']} {s['pct']:.0f}%" for s in t["profile"]["top"])
         for t in table]))

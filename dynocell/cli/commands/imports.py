@@ -120,6 +120,10 @@ def import_trace_cmd(
     out(f"profile #{res['profile_id']}: {res['source']} time {res['device_ms']:.3f} ms, busy {res['busy_pct']:.1f} %, "
         f"{res['launches']} launches")
     _categories(res["categories"])
+    if res.get("phase_split"):
+        from dynocell.cli.render import phases_text
+
+        out(phases_text(res["phase_split"]))
 
 
 def _categories(cats: list[dict[str, Any]]) -> None:

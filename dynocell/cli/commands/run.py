@@ -1,4 +1,4 @@
-"""``dynocell run | show | runs | bench | profile`` — the main job and its records."""
+"""``dynocell run | show | runs | bench | profile | reanalyze`` — the main job and its records."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
     app.command("runs")(runs_cmd)
     app.command("bench")(bench_cmd)
     app.command("profile")(profile_cmd)
+    app.command("reanalyze")(reanalyze_cmd)
 
 
 class _Live:
@@ -211,3 +212,33 @@ def profile_cmd(
         run_id = profile(get_cell(), boot, workload=workload, progress=live)
     _show(run_id, json_out)
     _exit_for(run_id)
+
+
+def reanalyze_cmd(
+    run: str = typer.Argument(..., help="A run with a profile window (id or unique prefix)."),
+    trace_dir: Optional[str] = typer.Option(None, "--trace-dir",
+                                            help="Folder holding the run's trace files when they moved."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Compute a stored run's speculative phase split from its trace files and store it.
+
+    The phases: draft, draft extend, target verify, sampling / accept, glue (GPU time and launches per
+    output token each), as `dynocell run` stores them for new runs. For runs recorded before the split
+    existed, or brought back from another host: the trace files are found where they were written,
+    under --trace-dir, or under the data directory's boots/<boot id>/, and used only when their sha256
+    is the stored one.
+
+    Example: dynocell reanalyze 7c1e
+    """
+    from dynocell.runbooks.phase_split import reanalyze
+
+    res = reanalyze(get_cell(), run, trace_dir)
+    if json_out:
+        print_json(res)
+        return
+    from dynocell.cli.render import phases_text
+
+    out(f"run {res['run_id']}, profile #{res['profile_id']}: {len(res['files'])} trace file(s)")
+    line = phases_text(res["phases"], hint=res["note"])
+    if line is not None:
+        out(line)

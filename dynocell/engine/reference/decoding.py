@@ -25,10 +25,17 @@ Conventions (shared with SGLang 0.5.17, see ``shared/gpu/artifacts``):
   fed by the next step); after a verify it is cropped to the accepted length
   (``DynamicCache.crop``). The draft cache is cropped to the longest prefix
   still valid.
+- Profiler ranges (:func:`span`, only while a torch profiler runs): a speculative step is a
+  ``scheduler.run_batch`` envelope, its target forward ``step[TARGET_VERIFY bs=1]``, and a STANDALONE
+  draft's forwards ``draft`` — SGLang 0.5.17's names (it runs STANDALONE through its EAGLE worker),
+  which ``dynocell/engine/spec_phases.toml`` splits by. Here the draft model catches up on the
+  accepted tokens inside its first draft forward, so ``draft`` holds what SGLang's separate
+  ``draft_extend`` pass does. NGRAM proposes on the CPU without a model: no ``draft`` range.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +44,17 @@ from typing import Any
 import torch
 
 GREEDY_EPS = 1e-5
+#: SGLang 0.5.17's range of the target's verify forward (``build_step_span_name``, batch size 1 here).
+VERIFY_SPAN = "step[TARGET_VERIFY bs=1]"
+
+
+def span(name: str):
+    """A ``torch.profiler.record_function`` range named as SGLang 0.5.17 names it, only while a profiler
+    runs (SGLang ``profile_range``): ``scheduler.run_batch``, ``draft``, ``draft_extend``,
+    ``step[TARGET_VERIFY bs=1]`` — the names ``dynocell/engine/spec_phases.toml`` splits by."""
+    if not torch.autograd._profiler_enabled():
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(name)
 
 
 @dataclass
@@ -285,9 +303,15 @@ class Generation:
         return drafts, qs
 
     def _spec_step(self) -> list[int]:
+        with span("scheduler.run_batch"):
+            return self._spec_step_in_span()
+
+    def _spec_step_in_span(self) -> list[int]:
         D = self.D
-        drafts, qs = self._propose()
-        logits = self.target.forward([self.tokens[-1]] + drafts, self.tcache)  # [D+1, V]
+        with span("draft") if self.algorithm == "STANDALONE" else contextlib.nullcontext():
+            drafts, qs = self._propose()
+        with span(VERIFY_SPAN):
+            logits = self.target.forward([self.tokens[-1]] + drafts, self.tcache)  # [D+1, V]
         k, extra = self._accept_chain(logits, drafts, qs)
         self._count(k, D)
         # Target cache: it now holds old_len + D + 1 entries; keep the accepted ones.

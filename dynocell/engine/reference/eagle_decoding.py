@@ -33,22 +33,8 @@ from __future__ import annotations
 
 import torch
 
-import contextlib
-
-from dynocell.engine.reference.decoding import Generation, SamplingParams, _sample, probs
+from dynocell.engine.reference.decoding import VERIFY_SPAN, Generation, SamplingParams, _sample, probs, span
 from dynocell.engine.reference.eagle import KVCache
-
-
-def span(name: str):
-    """A ``torch.profiler.record_function`` range named as SGLang 0.5.17 names it, only while a profiler
-    runs (SGLang ``profile_range``): ``scheduler.run_batch``, ``draft``, ``draft_extend``,
-    ``step[TARGET_VERIFY bs=1]`` — the names ``dynocell/engine/spec_phases.toml`` splits by."""
-    if not torch.autograd._profiler_enabled():
-        return contextlib.nullcontext()
-    return torch.profiler.record_function(name)
-
-
-VERIFY_SPAN = "step[TARGET_VERIFY bs=1]"
 
 
 def _target_step(gen: Generation, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
