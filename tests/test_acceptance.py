@@ -337,3 +337,25 @@ def test_meta_info_objects_and_errors_word_for_word():
         expected_tau_independent(0.5, -1)
     assert str(err.value) == "num_drafts must be ≥ 0, got -1"
     assert expected_tau_independent(0.5, 0) == 1.0
+
+
+def test_eagle_histograms_are_read_to_the_configs_depth():
+    """Issue 24, measured on the H200: an EAGLE tree class (3 steps, top-k 4, 8 draft tokens) whose requests
+    never accepted 3 drafts came back with 3-bucket histograms and was stored as D 2. The depth comes from
+    the config (num_steps for the EAGLE family, chain or tree), so that class is D 3 with p_3 = 0."""
+    from dynocell.engine.acceptance import curve_from_meta_infos
+    from dynocell.engine.config import EngineConfig
+
+    def spec(**kw):
+        return EngineConfig.model_validate({"engine": "sglang", "model_path": "/m", "speculative": kw}).speculative
+
+    tree = spec(algorithm="EAGLE", draft_model_path="/d", num_steps=3, eagle_topk=4, num_draft_tokens=8)
+    assert tree.accept_depth == 3 and tree.num_drafts == 7
+    assert spec(algorithm="EAGLE3", draft_model_path="/d", num_steps=3, eagle_topk=1, num_draft_tokens=4).accept_depth == 3
+    assert spec(algorithm="NGRAM", num_draft_tokens=4).accept_depth is None
+    metas = [{"spec_correct_drafts_histogram": [20, 25, 12]}, {"spec_correct_drafts_histogram": [15, 18, 12]}]
+    short = curve_from_meta_infos(metas)
+    assert short is not None and short.num_drafts == 2
+    deep = curve_from_meta_infos(metas, num_drafts=tree.accept_depth)
+    assert deep is not None and deep.num_drafts == 3 and deep.histogram == (35, 43, 24, 0)
+    assert deep.p[2] == 0 and deep.tau == pytest.approx(short.tau)
