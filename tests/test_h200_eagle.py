@@ -155,3 +155,41 @@ def test_compare_prints_the_closing_table(home):
     for row in ("boot ready s", "tok/s c=1", "tok/s c=4", "τ prose", "p1/p2/p3", "lossless", "break-even",
                 "spec step phases"):
         assert row in text, row
+
+
+EAGER = Path(__file__).parent / "data" / "sglang-0.5.17-eagle" / "dynocell-h200-eager"
+
+
+def _taus_in(store: Path, run_id: str, monkeypatch, tmp_path) -> dict[str, float]:
+    from dynocell.cli.common import state
+
+    home = tmp_path / store.name
+    home.mkdir(exist_ok=True)
+    shutil.copy(store / "dynocell.db", home / "dynocell.db")
+    monkeypatch.setenv("DYNOCELL_HOME", str(home))
+    state.settings = state.cell = None
+    return _taus(run_id)
+
+
+def test_greedy_eager_equals_greedy_graph_bit_for_bit(tmp_path, monkeypatch):
+    """The second lease (../dynocell-h200-eager): each head's greedy eager curve equals its greedy CUDA-graph
+    curve from the first lease class by class, exactly — no graph-only divergence in any component."""
+    eager = {"h200-eagle-eager": "0c91d2b7038b", "h200-mtp-eager": "e6c83de6bff7", "h200-eagle3-eager": "5340e7fda5b6"}
+    for cfg, rid in eager.items():
+        graph = _taus_in(DATA, _run(cfg.replace("eager", "graph"), GREEDY), monkeypatch, tmp_path)
+        assert _taus_in(EAGER, rid, monkeypatch, tmp_path) == graph, cfg
+
+
+def test_tree_eager_stored_its_phase_split_during_the_run(tmp_path, monkeypatch):
+    """The profile step itself (not reanalyze) stored the tree's phase split on the H200, eager: 0 graph
+    launches, draft the largest phase of a tree step (38 draft-forward launches per output token)."""
+    from dynocell.cli.common import state
+
+    shutil.copy(EAGER / "dynocell.db", tmp_path / "dynocell.db")
+    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
+    state.settings = state.cell = None
+    s = _show("2c2b06f2ebe4")
+    assert s["profile"]["graph_launches"] == 0 and s["run"]["lossless"] == "near-tie"
+    pct = {p["phase"]: p["pct"] for p in s["profile"]["phases"]["phases"] if p["pct"]}
+    assert max(pct, key=pct.get) == "draft_forward" and round(pct["draft_forward"]) == 36
+    assert all(c["num_drafts"] == 3 for c in s["curves"])
