@@ -351,7 +351,8 @@ def test_eagle_histograms_are_read_to_the_configs_depth():
 
     tree = spec(algorithm="EAGLE", draft_model_path="/d", num_steps=3, eagle_topk=4, num_draft_tokens=8)
     assert tree.accept_depth == 3 and tree.num_drafts == 7
-    assert spec(algorithm="EAGLE3", draft_model_path="/d", num_steps=3, eagle_topk=1, num_draft_tokens=4).accept_depth == 3
+    chain = spec(algorithm="EAGLE3", draft_model_path="/d", num_steps=3, eagle_topk=1, num_draft_tokens=4)
+    assert chain.accept_depth == 3
     assert spec(algorithm="NGRAM", num_draft_tokens=4).accept_depth is None
     metas = [{"spec_correct_drafts_histogram": [20, 25, 12]}, {"spec_correct_drafts_histogram": [15, 18, 12]}]
     short = curve_from_meta_infos(metas)

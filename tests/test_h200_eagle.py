@@ -98,7 +98,8 @@ def test_the_healthy_runs_raise_no_false_alarm(home):
     the tree spends few of its 8 draft tokens at depth 3), and the reference engine shows the same shape, so
     recursive_collapse and independence are info, not error/warn. The one warning left is true: on this tiny
     pair speculation does not pay (no_net_win)."""
-    for cfg, wl in [(c, "default") for c in HEALTHY] + [(f"h200-{c}-graph", GREEDY) for c in ("eagle", "eagle3", "mtp")]:
+    greedy = [(f"h200-{c}-graph", GREEDY) for c in ("eagle", "eagle3", "mtp")]
+    for cfg, wl in [(c, "default") for c in HEALTHY] + greedy:
         fs = json.loads(_cli("diagnose", _run(cfg, wl), "--json"))
         loud = {f["rule"] for f in fs if f["severity"] in ("error", "warn")}
         assert loud <= {"no_net_win"}, (cfg, wl, loud)

@@ -29,7 +29,8 @@ OPERATORS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "exists", "cont
 METRIC_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
 #: Doctor rule ids an entry may name in ``signatures.rules`` (see runbooks/doctor.py).
 DOCTOR_RULES = (
-    "pinned_near_one", "recursive_collapse", "position_cliff", "depth_decay", "zero_past_length", "scales_with_parallel",
+    "pinned_near_one", "recursive_collapse", "position_cliff", "depth_decay", "zero_past_length",
+    "scales_with_parallel",
     "graph_vs_eager", "no_net_win", "definitions_mismatch", "independence", "garbage_output",
     "engine_vs_oracle",
     # issue 22
