@@ -51,7 +51,8 @@ class ClassCurve:
 
     ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
     prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
-    own τ for the same requests and ``engine_source`` where it came from.
+    own τ for the same requests and ``engine_source`` where it came from; ``step_ms``: the median verify
+    step of these requests (ms), which sets a length bucket's own break-even τ (step_ms / plain step).
     """
 
     text_class: str
@@ -59,6 +60,7 @@ class ClassCurve:
     prompt_tokens: float | None = None
     engine_tau: float | None = None
     engine_source: str | None = None
+    step_ms: float | None = None
 
 
 @dataclass(frozen=True)

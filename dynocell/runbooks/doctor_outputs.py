@@ -141,7 +141,7 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     ev.update(cross)
     if cross.get("crossover_length") is not None:
         msg += (f" Speculation stops paying from {cross['crossover_length']:.0f} tokens (τ below the break-even "
-                f"{cross['breakeven_tau']:.2f}).")
+                f"{cross['crossover_breakeven_tau']:.2f}).")
     return [Finding("length_cliff", "error", msg, ev)]
 
 
