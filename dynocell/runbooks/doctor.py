@@ -765,7 +765,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``; issue 22: ``baselines`` (``{label, build,
     curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
     (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
-    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
+    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``, ``windows``
+    (``{target_context, target_source, draft_window, draft_source}``).
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -797,7 +798,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
         mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
-        profile=dict(d.get("profile", {})),
+        profile=dict(d.get("profile", {})), windows=dict(d.get("windows", {})),
     )
 
 

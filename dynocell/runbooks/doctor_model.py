@@ -111,6 +111,8 @@ class DoctorInputs:
     - ``log``: runtime signs from the engine log (:func:`dynocell.engine.log_signs.scan_lines`);
       ``gauges``: the last ``/metrics`` gauges (``running``, ``waiting``, ``kv_usage``);
       ``profile``: the profile window (``requested``, ``traces``, ``graph_launches``, ``source``).
+    - ``windows``: context windows in tokens (``target_context`` the target serves with and
+      ``target_source``, ``draft_window`` and ``draft_source``; ``*_unknown`` says why one could not be read).
     """
 
     curves: list[ClassCurve] = field(default_factory=list)
@@ -138,6 +140,7 @@ class DoctorInputs:
     log: dict[str, Any] = field(default_factory=dict)
     gauges: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
