@@ -240,7 +240,8 @@ def lossless_text(run: dict[str, Any]) -> Text | None:
     else:
         t.append(run["lossless"], style="green" if run["lossless"] == "yes" else "red")
     for mm in detail.get("mismatches", [])[:3]:
-        margin = f" (top-2 margin {mm['margin']:.3f} nats)" if mm.get("margin") is not None else ""
+        margin = (f" (top-2 margin {mm['margin']:.3f} nats)" if mm.get("margin") is not None
+                  else f" (margin unknown: {mm['margin_unknown']})" if mm.get("margin_unknown") else "")
         t.append(f"\n  first diverging {mm['unit']} {mm['first_diverging_index']}{margin}: "
                  f"speculative {mm['speculative'][:60]!r} vs plain {mm['plain'][:60]!r}")
     return t

@@ -794,7 +794,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
                      for x in d.get("concurrency", [])],
         mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
-                             x.get("margin")) for x in d.get("mismatches", [])],
+                             x.get("margin"), x.get("margin_unknown")) for x in d.get("mismatches", [])],
         mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
         mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),

@@ -239,9 +239,13 @@ def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
     if not inp.curves:
         inp.curves = _bench_tau_curves(store, run["id"], inp.knobs)
     for i, m in enumerate((run.get("lossless_detail") or {}).get("mismatches") or []):
-        if m.get("unit", "token") == "token" and m.get("first_diverging_index") is not None:
+        if m.get("first_diverging_index") is None:
+            continue
+        if m.get("unit", "token") == "token":
             inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), m.get("spec_token"),
-                                           m.get("plain_token"), m.get("margin")))
+                                           m.get("plain_token"), m.get("margin"), m.get("margin_unknown")))
+        elif m.get("margin_unknown"):  # found in characters: no token, no margin — said, never guessed
+            inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), margin_unknown=m["margin_unknown"]))
 
 
 def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:

@@ -175,10 +175,12 @@ class ConcurrencyPoint:
 class Mismatch:
     """A greedy lossless mismatch: ``prompt`` index, first divergent ``position`` (token index of the output),
     the ``spec_token`` / ``plain_token`` ids there and, when fetched, ``margin`` = top-1 minus top-2
-    log-probability (nats) of the plain engine at that position."""
+    log-probability (nats) of the plain engine at that position; ``margin_unknown``: why it could not be
+    fetched (the engine refused or ignored the log-probability request, or gave no token ids)."""
 
     prompt: int
     position: int
     spec_token: int | None = None
     plain_token: int | None = None
     margin: float | None = None
+    margin_unknown: str | None = None
