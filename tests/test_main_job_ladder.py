@@ -109,3 +109,59 @@ def test_web_run_page_shows_the_table_and_the_plot(ladder_run):
         assert series.count("<circle class='point'") == 3, name
     cross = shown["by_length"]["crossover_tokens"]
     assert ("data-tokens='%s'" % cross in svg) if cross is not None else "class='crossover'" not in svg
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not __import__("pathlib").Path("/usr/bin/chromium").exists(),
+                    reason="needs Debian chromium (apt-get install chromium)")
+def test_browser_shows_the_length_card(ladder_run):
+    """A real browser (Playwright + Debian chromium, as tests/test_web_browser.py) on uvicorn: the run page's
+    length card draws τ and the break-even τ with one point per bucket, and the table has one row per bucket."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    from playwright.sync_api import expect, sync_playwright
+
+    from dynocell.runbooks.views import open_view_cell, web_token_create
+    from dynocell.settings import load_settings
+    from dynocell.web.app import create_app, uvicorn_options
+
+    env, rid, shown = ladder_run
+    settings = load_settings(home=env["DYNOCELL_HOME"])
+    cell = open_view_cell(settings)
+    token = web_token_create(cell, "browser")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings, cell=cell, bind_host="127.0.0.1"), host="127.0.0.1",
+                                        port=port, log_level="warning", **uvicorn_options(settings)))
+    t = threading.Thread(target=srv.run, daemon=True)
+    t.start()
+    try:
+        for _ in range(200):
+            if srv.started:
+                break
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{port}"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(base + "/")
+            page.fill("input[name=token]", token)
+            page.click("button[type=submit]")
+            page.wait_for_url(base + "/")
+            page.goto(f"{base}/runs/{rid}")
+            card = page.locator("#by-length")
+            expect(card).to_be_visible()
+            assert card.locator("tr.length-bucket").count() == len(shown["by_length"]["buckets"]) == 3
+            chart = card.locator("svg.length-chart")
+            assert chart.locator("g.series[data-name='tau'] circle.point").count() == 3
+            assert chart.locator("g.series[data-name='breakeven'] circle.point").count() == 3
+            browser.close()
+    finally:
+        srv.should_exit = True
+        t.join(10)
