@@ -283,9 +283,10 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     return [Finding(
         "depth_decay", "warn",
         f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
-        f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): the draft loses the context as it grows "
-        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache) — a gradual "
-        "decay, no cliff: gate speculation by length" + _crossover_text(inp, lengths, taus) + ".",
+        f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): a gradual decay, no cliff and no zero past a boundary — "
+        "the drafter's nature (it predicts less well as the context it conditions on grows), not a bug: gate "
+        "speculation by length" + _crossover_text(inp, lengths, taus) + ". Only a decay much steeper than the "
+        "drafter's training data explains points at position scaling or a truncated draft cache.",
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
          **_crossover(inp, lengths, taus)})]
 
