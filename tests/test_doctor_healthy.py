@@ -43,8 +43,11 @@ TRUE_FINDINGS = {
     "e74f634ecd56": {"no_net_win"},   # h200-tp2-standalone-pair: verify 5.27 ms vs plain 2.68 ms, τ 1.81
     "0110d9b7f46b": {"no_net_win"},   # reference default: verify 18.56 ms vs plain 5.26 ms, τ 1.76
     # vllm-sglang-h200 (issue 21's session, tiny pair on one H200): speculation measured slower than plain
-    "85fbf2903cd6": {"no_net_win"},   # SGLang STANDALONE graph: 0.64× plain, verify 5.28 vs plain 1.98 ms
-    "1df9b0825866": {"no_net_win"},   # SGLang STANDALONE eager: 0.46× plain, verify 12.97 vs 5.54 ms
+    # SGLang STANDALONE graph: 0.64× plain, verify 5.28 vs plain 1.98 ms; eager: 0.46× plain, verify 12.97 vs 5.54
+    # ms. Both hold issue 22's measured mismatch (1 of 5 greedy prompts diverges from plain at token 17), stored
+    # before margins were fetched: "margin unknown" is true there
+    "85fbf2903cd6": {"no_net_win", "lossless_margin_unknown"},
+    "1df9b0825866": {"no_net_win", "lossless_margin_unknown"},
     "6dc37772c577": {"no_net_win"},   # vLLM draft_model graph: 0.60× plain
     "11cee15fe6e2": {"no_net_win"},   # vLLM draft_model graph, greedy: 0.75× plain
     "1bed080560e5": {"no_net_win"},   # vLLM draft_model eager: 0.70× plain
@@ -87,6 +90,8 @@ def test_no_untrue_error_or_warning_on_any_shipped_healthy_run(store):
                 assert f.evidence["speedup_c1"] > 1.05 and f.evidence["speedup"] < 0.85, render_findings([f])
             elif f.rule == "definitions_mismatch":
                 assert f.evidence["text_class"] in ("repetition", "chinese"), render_findings([f])
+            elif f.rule == "lossless_margin_unknown":
+                assert f.evidence["first_position"] == 17 and "not fetched" in f.evidence["why"], render_findings([f])
             else:
                 assert f.rule == "no_net_win" and f.evidence["speedup"] < 0.85, render_findings([f])
 

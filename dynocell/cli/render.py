@@ -136,6 +136,31 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     return Group(*parts)
 
 
+def length_panel(by_length: dict[str, Any] | None) -> Group | None:
+    """Acceptance by context length (issue 22, shape 5): per input-length bucket τ, p_i, the verify step, the
+    break-even τ and the speed-up, then where speculation stops paying (the length to gate it from)."""
+    if not by_length or not by_length.get("buckets"):
+        return None
+    t = FitTable("input tok", "prompt tok", "τ", "p_1..p_D", "verify ms", "τ break-even", "speed-up", "pays",
+                 title="acceptance by context length (all classes per length)")
+    for b in by_length["buckets"]:
+        t.add_row(str(b["input_tokens"]), _ms(b.get("prompt_tokens")), f"{b['tau']:.2f}",
+                  "/".join(f"{x:.2f}" for x in b.get("p") or []), _ms(b.get("verify_step_ms")),
+                  "-" if b.get("breakeven_tau") is None else f"{b['breakeven_tau']:.2f}",
+                  "-" if b.get("speedup") is None else f"{b['speedup']:.2f}×",
+                  "-" if b.get("pays") is None else ("yes" if b["pays"] else "NO"))
+    cross = by_length.get("crossover_tokens")
+    if cross is not None and cross == by_length["buckets"][0]["input_tokens"]:
+        line = Text("speculation pays at no length measured (see break-even)", style="red")
+    elif cross is not None:
+        line = Text(f"speculation stops paying from {cross} input tokens: gate it by length", style="red")
+    elif by_length.get("plain_step_ms"):
+        line = Text("speculation pays at every length measured", style="green")
+    else:
+        line = Text("speed-up unknown: no plain step time", style="yellow")
+    return Group(t, line, Text(f"  {by_length.get('note')}"))
+
+
 def profile_panel(profile: dict[str, Any] | None, phases_hint: str | None = None) -> Group | None:
     """Profile split as bars with %, totals, the speculative step's phases (:func:`phases_text`; ``phases_hint``
     when none is stored), and top kernels."""
@@ -252,7 +277,8 @@ def lossless_text(run: dict[str, Any]) -> Text | None:
     else:
         t.append(run["lossless"], style="green" if run["lossless"] == "yes" else "red")
     for mm in detail.get("mismatches", [])[:3]:
-        margin = f" (top-2 margin {mm['margin']:.3f} nats)" if mm.get("margin") is not None else ""
+        margin = (f" (top-2 margin {mm['margin']:.3f} nats)" if mm.get("margin") is not None
+                  else f" (margin unknown: {mm['margin_unknown']})" if mm.get("margin_unknown") else "")
         t.append(f"\n  first diverging {mm['unit']} {mm['first_diverging_index']}{margin}: "
                  f"speculative {mm['speculative'][:60]!r} vs plain {mm['plain'][:60]!r}")
     return t
@@ -312,7 +338,8 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
             if x is not None:
                 items.append(x)
     for x in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
-              lossless_text(run), profile_panel(detail.get("profile"), _phases_hint(detail)), breakeven_text(run),
+              length_panel(detail.get("by_length")), lossless_text(run),
+              profile_panel(detail.get("profile"), _phases_hint(detail)), breakeven_text(run),
               findings_table(detail.get("findings") or [])):
         if x is not None:
             items.append(x)

@@ -16,6 +16,7 @@ Rules (id — shape):
 - ``position_cliff`` — no verify step accepts more than k drafts on any class while p_k is healthy.
 - ``depth_decay`` — τ falls with prompt length across a length ladder.
 - ``zero_past_length`` — acceptance exactly 0 beyond a context length.
+- ``length_breakeven`` — τ holds up with length but the verify step grows: speculation stops paying from a length.
 - ``scales_with_parallel`` — configs differing only in a parallel size: τ drops with the size.
 - ``graph_vs_eager`` — the same config with CUDA graphs disabled gives a different τ.
 - ``no_net_win`` — τ fine but speculative decode ≤ plain; the verify-step cost and break-even τ
@@ -379,28 +380,76 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     return [Finding(
         "depth_decay", "warn",
         f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
-        f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): the draft loses the context as it grows "
-        "(position scaling, a seed or index taken from the wrong step, a truncated draft cache) — a gradual "
-        "decay, no cliff: gate speculation by length" + _crossover_text(inp, lengths, taus) + ".",
+        f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): a gradual decay, no cliff and no zero past a boundary — "
+        "the drafter's nature (it predicts less well as the context it conditions on grows), not a bug: gate "
+        "speculation by length" + _crossover_text(inp, lengths, taus) + ". Only a decay much steeper than the "
+        "drafter's training data explains points at position scaling or a truncated draft cache.",
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
          **_crossover(inp, lengths, taus)})]
 
 
+def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Speculation pays at short contexts and stops paying from some length on, while τ neither falls off
+    a cliff nor decays enough for ``depth_decay``: the verify step grows with the context faster than τ
+    pays for it (per length bucket: τ < verify step / plain step, :func:`_crossover`). Policy: gate
+    speculation by length. Needs a ladder (longest ≥ ``min_span`` × shortest) whose rungs carry their own verify
+    step (the acceptance step's length buckets): classes of a little different prompt length are no ladder, and
+    one run-wide step cannot show a step that grows. Silent when it pays at no length (``no_net_win`` speaks)
+    or at every one."""
+    t = th["length_breakeven"]
+    pts = _ladder(inp, th)
+    lengths = sorted({c.prompt_tokens for c in pts})
+    if (len(lengths) < t["min_points"] or lengths[-1] < t["min_span"] * lengths[0]
+            or not all(c.step_ms for c in pts) or _zero_boundary(pts, th["zero_past_length"]) is not None):
+        return []  # a real ladder with each rung's own verify step, or nothing to say
+    from dynocell.runbooks.doctor_outputs import rule_length_cliff
+
+    if rule_length_cliff(inp, th) or rule_depth_decay(inp, th):
+        return []  # those findings already carry the crossover
+    taus = [sum(c.curve.tau for c in pts if c.prompt_tokens == L) / sum(1 for c in pts if c.prompt_tokens == L)
+            for L in lengths]
+    c = _crossover(inp, lengths, taus)
+    cross = c.get("crossover_length")
+    if cross is None or cross <= lengths[0]:
+        return []
+    return [Finding(
+        "length_breakeven", "warn",
+        f"τ by prompt length {', '.join(f'{L:.0f}: {x:.2f}' for L, x in zip(lengths, taus))} holds up, but from "
+        f"{cross:.0f} tokens on it is below the break-even {c['crossover_breakeven_tau']:.2f} (verify step / plain "
+        "step): speculation stops paying there — the verify step grows with the context. A drafter's nature, not a "
+        f"bug: gate speculation by length (off from {cross:.0f} prompt tokens).",
+        {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], **c})]
+
+
 def _crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> dict[str, Any]:
-    """With measured step times: the break-even τ (verify step / plain step) and the first prompt length whose
-    τ falls below it (speculation stops paying there); {} without step times."""
-    if not (inp.spec_step_ms and inp.plain_step_ms):
+    """With measured step times: the break-even τ (verify step / plain step) and the prompt length from which
+    τ stays below it (speculation stops paying there; :func:`dynocell.engine.length_curve.with_breakeven`'s
+    crossover); {} without step times. A ladder rung that carries its own verify step (``step_ms``, the
+    acceptance step's length buckets) has its own break-even, since the verify step grows with the context;
+    ``breakeven_tau`` is then the list per length."""
+    if not inp.plain_step_ms:
         return {}
-    be = inp.spec_step_ms / inp.plain_step_ms
-    cross = next((L for L, x in zip(lengths, taus) if x < be), None)
-    return {"breakeven_tau": _r(be), "crossover_length": _r(cross, 1) if cross is not None else None}
+    own = {c.prompt_tokens: c.step_ms for c in inp.ladder if c.step_ms}
+    if not own and not inp.spec_step_ms:
+        return {}
+    bes = [(own.get(L) or inp.spec_step_ms or 0.0) / inp.plain_step_ms for L in lengths]
+    if not all(bes):
+        return {}
+    i = len(lengths)
+    while i > 0 and taus[i - 1] < bes[i - 1]:
+        i -= 1
+    out: dict[str, Any] = {"breakeven_tau": [_r(b) for b in bes] if own else _r(bes[0]),
+                           "crossover_length": _r(lengths[i], 1) if i < len(lengths) else None}
+    if i < len(lengths):
+        out["crossover_breakeven_tau"] = _r(bes[i])
+    return out
 
 
 def _crossover_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> str:
     c = _crossover(inp, lengths, taus)
     if c.get("crossover_length") is None:
         return ""
-    return f" (from {c['crossover_length']:.0f} tokens on τ is below the break-even {c['breakeven_tau']:.2f})"
+    return f" (from {c['crossover_length']:.0f} tokens on τ is below the break-even {c['crossover_breakeven_tau']:.2f})"
 
 
 def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:
@@ -764,6 +813,7 @@ RULES = {
     "position_cliff": rule_position_cliff,
     "zero_past_length": rule_zero_past_length,
     "depth_decay": rule_depth_decay,
+    "length_breakeven": rule_length_breakeven,
     "scales_with_parallel": rule_scales_with_parallel,
     "graph_vs_eager": rule_graph_vs_eager,
     "no_net_win": rule_no_net_win,
@@ -828,17 +878,18 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     """:class:`DoctorInputs` from plain JSON data (the shape of ``tests/data/curves/*.json``).
 
     Keys: ``curves`` / ``ladder`` (lists of ``{text_class, histogram | p + steps,
-    prompt_tokens, engine_tau, engine_source}``), ``knobs`` (flattened config),
+    prompt_tokens, engine_tau, engine_source, step_ms}``), ``knobs`` (flattened config),
     ``siblings`` (``{label, knobs, tau}``), ``oracle`` (``{text_class, mode, histogram | p}``),
     ``spec_decode_tok_s``, ``plain_decode_tok_s``, ``spec_step_ms``, ``plain_step_ms``, ``breakeven_noise``,
     ``output_ids``, ``output_texts``, ``sampling``, ``proposal_mode``; issue 22: ``baselines`` (``{label, build,
     curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
     (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
-    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``.
+    margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``, ``windows``
+    (``{target_context, target_source, draft_window, draft_source}``).
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
-                          x.get("engine_tau"), x.get("engine_source"))
+                          x.get("engine_tau"), x.get("engine_source"), x.get("step_ms"))
 
     return DoctorInputs(
         curves=[cc(x) for x in d.get("curves", [])],
@@ -862,11 +913,11 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
                      for x in d.get("concurrency", [])],
         mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
-                             x.get("margin")) for x in d.get("mismatches", [])],
+                             x.get("margin"), x.get("margin_unknown")) for x in d.get("mismatches", [])],
         mode_outputs={k: [list(ids) for ids in v] for k, v in d.get("mode_outputs", {}).items()},
         mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
-        profile=dict(d.get("profile", {})),
+        profile=dict(d.get("profile", {})), windows=dict(d.get("windows", {})),
     )
 
 
@@ -906,6 +957,18 @@ def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
     return out
 
 
+def _length_ladder(store: Any, run_id: str) -> list[ClassCurve]:
+    """The acceptance step's length buckets (issue 22, shape 5) as ladder rungs: one curve per input length
+    over every class, with its mean prompt length and verify step; [] for a run of one length."""
+    from dynocell.db import runs as db_runs
+
+    step = next((s for s in db_runs.steps(store, run_id) if s["name"] == "acceptance"), None)
+    rows = ((step or {}).get("detail") or {}).get("by_length") or []
+    return [ClassCurve(f"{b['input_tokens']} tokens", _curve_from_row(b),
+                       b.get("prompt_tokens") or float(b["input_tokens"]), step_ms=b.get("verify_step_ms"))
+            for b in rows]
+
+
 def _run_tau(store: Any, run: dict[str, Any]) -> float | None:
     from dynocell.db import knowledge as dbk
 
@@ -937,7 +1000,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     run = db_runs.get_run(store, run_id)
     if run is None:
         raise NotFound(f"no run {run_id!r}", "see dynocell runs")
-    inp = DoctorInputs(curves=_class_curves(store, run_id))
+    inp = DoctorInputs(curves=_class_curves(store, run_id), ladder=_length_ladder(store, run_id))
     cj = dbk.config_json(store, run["config_hash"])
     if cj:
         inp.knobs = flatten_config(cj)

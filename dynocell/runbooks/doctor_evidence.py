@@ -64,7 +64,41 @@ def boot_inputs(cell: Any, boot: dict[str, Any]) -> DoctorInputs:
     if cj:
         inp.knobs = flatten_config(cj)
     inp.log = _log_signs(cell.store, boot.get("id"))
+    inp.windows = model_windows(inp.knobs)
     return inp
+
+
+def model_windows(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The context the target serves with and the draft model's window, in tokens (issue 22, shape 8).
+
+    Target: the config's ``memory.context_length`` (SGLang ``--context-length``, vLLM ``--max-model-len``)
+    when set, else its folder's ``config.json`` window; draft: ``speculative.draft_model_path``'s
+    ``config.json`` window (:func:`dynocell.engine.model_window.model_window`, read as the config's engine
+    reads it). {} without a draft model; a folder that is not on this host (a hub id, ``dynocell:`` ids)
+    leaves its side unknown with the reason.
+    """
+    from dynocell.engine.model_window import model_window
+
+    draft = knobs.get("speculative.draft_model_path")
+    if not draft or str(draft).startswith("dynocell:"):
+        return {}
+    engine = knobs.get("engine")
+    out: dict[str, Any] = {}
+    d, why = model_window(draft, engine)
+    if d is None:
+        out["draft_unknown"] = why
+    else:
+        out["draft_window"], out["draft_source"] = d, why
+    ctx = knobs.get("memory.context_length")
+    if isinstance(ctx, int) and ctx > 0:
+        out["target_context"], out["target_source"] = ctx, "the config's memory.context_length"
+    elif not str(knobs.get("model_path") or "").startswith("dynocell:"):
+        t, why = model_window(knobs.get("model_path"), engine)
+        if t is None:
+            out["target_unknown"] = why
+        else:
+            out["target_context"], out["target_source"] = t, why
+    return out
 
 
 def _gauges(store: Any, run_id: str) -> dict[str, Any]:
@@ -190,11 +224,13 @@ def _concurrency(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> list
 
 
 def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
-    """Fill ``log``, ``gauges``, ``profile``, ``baselines``, ``others``, ``concurrency`` and ``mismatches``."""
+    """Fill ``log``, ``gauges``, ``profile``, ``windows``, ``baselines``, ``others``, ``concurrency`` and
+    ``mismatches``."""
     store = cell.store
     inp.log = _log_signs(store, run.get("boot_id"))
     inp.gauges = _gauges(store, run["id"])
     inp.profile = _profile(store, run["id"])
+    inp.windows = model_windows(inp.knobs)
     _comparisons(cell, run, inp)
     inp.concurrency = _concurrency(store, run, inp.knobs)
     if inp.concurrency and inp.plain_decode_tok_s is None:
@@ -203,9 +239,13 @@ def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
     if not inp.curves:
         inp.curves = _bench_tau_curves(store, run["id"], inp.knobs)
     for i, m in enumerate((run.get("lossless_detail") or {}).get("mismatches") or []):
-        if m.get("unit", "token") == "token" and m.get("first_diverging_index") is not None:
+        if m.get("first_diverging_index") is None:
+            continue
+        if m.get("unit", "token") == "token":
             inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), m.get("spec_token"),
-                                           m.get("plain_token"), m.get("margin")))
+                                           m.get("plain_token"), m.get("margin"), m.get("margin_unknown")))
+        elif m.get("margin_unknown"):  # found in characters: no token, no margin — said, never guessed
+            inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), margin_unknown=m["margin_unknown"]))
 
 
 def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:

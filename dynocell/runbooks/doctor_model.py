@@ -51,7 +51,8 @@ class ClassCurve:
 
     ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
     prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
-    own τ for the same requests and ``engine_source`` where it came from.
+    own τ for the same requests and ``engine_source`` where it came from; ``step_ms``: the median verify
+    step of these requests (ms), which sets a length bucket's own break-even τ (step_ms / plain step).
     """
 
     text_class: str
@@ -59,6 +60,7 @@ class ClassCurve:
     prompt_tokens: float | None = None
     engine_tau: float | None = None
     engine_source: str | None = None
+    step_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class DoctorInputs:
     - ``log``: runtime signs from the engine log (:func:`dynocell.engine.log_signs.scan_lines`);
       ``gauges``: the last ``/metrics`` gauges (``running``, ``waiting``, ``kv_usage``);
       ``profile``: the profile window (``requested``, ``traces``, ``graph_launches``, ``source``).
+    - ``windows``: context windows in tokens (``target_context`` the target serves with and
+      ``target_source``, ``draft_window`` and ``draft_source``; ``*_unknown`` says why one could not be read).
     """
 
     curves: list[ClassCurve] = field(default_factory=list)
@@ -136,6 +140,7 @@ class DoctorInputs:
     log: dict[str, Any] = field(default_factory=dict)
     gauges: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
+    windows: dict[str, Any] = field(default_factory=dict)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
@@ -170,10 +175,12 @@ class ConcurrencyPoint:
 class Mismatch:
     """A greedy lossless mismatch: ``prompt`` index, first divergent ``position`` (token index of the output),
     the ``spec_token`` / ``plain_token`` ids there and, when fetched, ``margin`` = top-1 minus top-2
-    log-probability (nats) of the plain engine at that position."""
+    log-probability (nats) of the plain engine at that position; ``margin_unknown``: why it could not be
+    fetched (the engine refused or ignored the log-probability request, or gave no token ids)."""
 
     prompt: int
     position: int
     spec_token: int | None = None
     plain_token: int | None = None
     margin: float | None = None
+    margin_unknown: str | None = None

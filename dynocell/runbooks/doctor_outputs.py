@@ -8,6 +8,7 @@ Rules (id — shape):
   margin is far from a tie. Never defaults to "dummy weights".
 - ``lossless_near_tie`` — every greedy mismatch sits on a numerical near-tie (top-2 log-probability margin
   ≤ ``margin_max``): ``lossless: near-tie (margin …)``, not corruption.
+- ``lossless_margin_unknown`` — a greedy mismatch whose margin could not be fetched: ``margin unknown: <why>``.
 - ``length_cliff`` — τ per context-length bucket with a cliff (one step carries most of the fall) rather
   than a drafter's gradual decay; with step costs, the length where speculation stops paying.
 - ``rate_above_one`` — an engine "rate" above 1 (accept length or a count passed off as a rate): refused.
@@ -113,6 +114,24 @@ def rule_lossless_near_tie(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
                      "margin_max": t["margin_max"]})]
 
 
+def rule_lossless_margin_unknown(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """A greedy mismatch whose top-2 margin could not be fetched: ``lossless: no — margin unknown: <why>``.
+    Without the margin a numerical near-tie cannot be told from corruption, so the finding says why and how
+    to get it rather than calling either (issue 22, shape 3)."""
+    unknown = [m for m in inp.mismatches if m.margin is None]
+    if len(unknown) < th["lossless_margin_unknown"]["min_mismatches"] or not unknown:
+        return []
+    m = min(unknown, key=lambda x: x.position)
+    why = m.margin_unknown or "the log-probabilities were not fetched"
+    return [Finding("lossless_margin_unknown", "warn",
+                    f"lossless: no — margin unknown: {why}. {len(unknown)} greedy prompt(s) diverge from plain (first "
+                    f"at position {m.position}) with no top-2 log-probability margin, so a numerical near-tie (reduced "
+                    "precision, verify and plain decode in different batch shapes) cannot be told from corruption. "
+                    "Let the engine answer log-probabilities (SGLang /generate return_logprob + top_logprobs_num; vLLM "
+                    "/v1/completions logprobs, allowed by --max-logprobs ≥ 2, and return_token_ids) and run again.",
+                    {"mismatches": len(unknown), "first_position": m.position, "why": why})]
+
+
 def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """τ by context length: a cliff (one step ≥ ``step_drop_min`` carrying ≥ ``share_min`` of the fall) is a
     bug at a boundary (draft max length, rope scaling, a cache window); a gradual fall is the drafter's
@@ -141,7 +160,7 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     ev.update(cross)
     if cross.get("crossover_length") is not None:
         msg += (f" Speculation stops paying from {cross['crossover_length']:.0f} tokens (τ below the break-even "
-                f"{cross['breakeven_tau']:.2f}).")
+                f"{cross['crossover_breakeven_tau']:.2f}).")
     return [Finding("length_cliff", "error", msg, ev)]
 
 
@@ -203,6 +222,7 @@ def rule_skipped_steps_average(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
 OUTPUT_RULES = {
     "corrupt_output": rule_corrupt_output,
     "lossless_near_tie": rule_lossless_near_tie,
+    "lossless_margin_unknown": rule_lossless_margin_unknown,
     "length_cliff": rule_length_cliff,
     "rate_above_one": rule_rate_above_one,
     "skipped_steps_average": rule_skipped_steps_average,

@@ -13,6 +13,7 @@ Rules (id — shape):
 - ``capture_size_miss`` — max running requests × (drafts + 1) beyond the largest CUDA-graph capture size
   (or the engine truncating its capture size): verify steps fall off the captured graphs.
 - ``config_smell`` — knobs the engine silently changes or that cannot work together.
+- ``draft_window_short`` — the draft model's window (config.json) shorter than the target's serving context.
 
 Each reads plain values of :class:`~dynocell.runbooks.doctor_model.DoctorInputs` (``log``,
 ``gauges``, ``profile``, ``knobs``); thresholds are in ``doctor_thresholds.toml``.
@@ -260,6 +261,25 @@ def rule_config_smell(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                      "num_draft_tokens" else None})]
 
 
+def rule_draft_window_short(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """The draft model's window (its config.json ``max_position_embeddings``, rope-scaled as the engine reads
+    it) is shorter than the context the target serves with (``context_length`` / ``max_model_len`` in the
+    config, else the target's own config.json): prompts past the draft's window put it beyond the positions
+    it was built for — acceptance drops to zero past the boundary (``zero_past_length``) or decays."""
+    w = inp.windows
+    d, t = w.get("draft_window"), w.get("target_context")
+    if not d or not t or t <= d * th["draft_window_short"]["max_ratio"]:
+        return []
+    return [Finding("draft_window_short", "warn",
+                    f"the draft's window is {d} tokens ({w.get('draft_source')}) but the target serves up to {t} "
+                    f"tokens ({w.get('target_source')}): prompts longer than {d} tokens put the draft past the "
+                    "positions it was built for — expect acceptance exactly 0 beyond that length (or a decay with "
+                    f"rope scaling). Serve with context_length ≤ {d}, gate speculation off above {d} tokens, or use a "
+                    "draft whose max_position_embeddings / rope_scaling match the target's.",
+                    {"draft_window": d, "target_context": t, "draft_source": w.get("draft_source"),
+                     "target_source": w.get("target_source")})]
+
+
 RUNTIME_RULES = {
     "health_lies": rule_health_lies,
     "stalled_queue": rule_stalled_queue,
@@ -269,4 +289,5 @@ RUNTIME_RULES = {
     "graph_launches_missing": rule_graph_launches_missing,
     "capture_size_miss": rule_capture_size_miss,
     "config_smell": rule_config_smell,
+    "draft_window_short": rule_draft_window_short,
 }

@@ -167,8 +167,27 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
     stored without per-rank rows), top ``kernels`` and ``phases`` (the speculative step's phase split,
     :mod:`dynocell.runbooks.phase_split`; None when not computed), or None. ``run.lossless`` /
     ``run.breakeven`` as stored.
+    ``by_length``: acceptance by context length (:func:`length_curve_of`), or None without a length ladder.
     """
-    return listings.run_detail(cell.store, run_id)
+    detail = listings.run_detail(cell.store, run_id)
+    detail["by_length"] = length_curve_of(detail)
+    return detail
+
+
+def length_curve_of(detail: dict[str, Any]) -> dict[str, Any] | None:
+    """Acceptance by context length of a run detail (issue 22, shape 5): the acceptance step's ``by_length``
+    buckets with the break-even per bucket against the run's plain step
+    (:func:`dynocell.engine.length_curve.with_breakeven`: ``{buckets, plain_step_ms, crossover_tokens, note}``;
+    each bucket ``{input_tokens, prompt_tokens, requests, tau, accept_rate, p, steps, verify_step_ms,
+    breakeven_tau, speedup, pays}``), or None when the run measured one length only."""
+    from dynocell.engine.length_curve import with_breakeven
+
+    step = next((s for s in detail.get("steps") or [] if s.get("name") == "acceptance"), None)
+    rows = ((step or {}).get("detail") or {}).get("by_length")
+    if not rows:
+        return None
+    plain = ((detail.get("run") or {}).get("breakeven") or {}).get("plain_step_ms")
+    return with_breakeven(rows, plain)
 
 def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
     """Side by side: ``{runs: [run_detail…], throughput: [...], splits: [...]}``; first run is the base.

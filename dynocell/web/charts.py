@@ -132,6 +132,75 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
     return Markup("".join(out))
 
 
+def length_chart(buckets: list[dict[str, Any]], *, crossover: int | None = None, width: int = 560,
+                 height: int = 300) -> Markup:
+    """Acceptance by context length (issue 22, shape 5): τ per input-length bucket and, where known, the
+    bucket's break-even τ (verify step / plain step) as a dashed line; speculation pays where τ is above it.
+
+    ``buckets``: :func:`dynocell.engine.length_curve.with_breakeven` rows (``input_tokens``, ``tau``,
+    ``breakeven_tau``). Buckets are spaced evenly (a ladder is roughly geometric) and labelled with their
+    input tokens; ``crossover``: the bucket from which speculation stops paying, marked
+    ``<g class='crossover' data-tokens=…>``. Series are ``<g class='series' data-name='tau'|'breakeven'>``.
+    """
+    title = "τ by context length (tokens per verify step)"
+    ml, mr, mt, mb = 56, 16, 34, 64
+    pw, ph = width - ml - mr, height - mt - mb
+    n = max(1, len(buckets))
+    vals = [b["tau"] for b in buckets] + [b["breakeven_tau"] for b in buckets if b.get("breakeven_tau") is not None]
+    hi = max([2.0, *vals]) * 1.1
+
+    def x(i: int) -> float:
+        return ml + (i + 0.5) * pw / n
+
+    def y(v: float) -> float:
+        return mt + (1 - (max(1.0, min(hi, v)) - 1.0) / (hi - 1.0)) * ph
+
+    out = [f"<svg class='chart length-chart' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
+           f"role='img' aria-label='{_e(title)}' xmlns='http://www.w3.org/2000/svg' {FONT}>",
+           f"<text x='{ml}' y='20' font-size='14' font-weight='600' fill='#111827'>{_e(title)}</text>"]
+    for t in _nice_ticks(1.0, hi, 4):
+        out.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{_f(y(t))}' y2='{_f(y(t))}' stroke='#e5e7eb'/>"
+                   f"<text x='{ml - 6}' y='{_f(y(t) + 4)}' font-size='11' text-anchor='end' fill='#374151'>"
+                   f"{t:.2f}</text>")
+    for i, b in enumerate(buckets):
+        out.append(f"<text x='{_f(x(i))}' y='{mt + ph + 17}' font-size='11' text-anchor='middle' fill='#374151'>"
+                   f"{_e(b['input_tokens'])}</text>")
+    out.append(f"<line x1='{ml}' x2='{ml + pw}' y1='{mt + ph}' y2='{mt + ph}' stroke='#6b7280'/>"
+               f"<line x1='{ml}' x2='{ml}' y1='{mt}' y2='{mt + ph}' stroke='#6b7280'/>"
+               f"<text x='{ml + pw / 2}' y='{height - 30}' font-size='12' text-anchor='middle' fill='#111827'>"
+               "input tokens (length bucket)</text>"
+               f"<text transform='translate(14 {mt + ph / 2}) rotate(-90)' font-size='12' text-anchor='middle' "
+               "fill='#111827'>τ</text>")
+    if crossover is not None:
+        i = next((k for k, b in enumerate(buckets) if b["input_tokens"] == crossover), None)
+        if i is not None:
+            x0 = x(i) - pw / n / 2
+            out.append(f"<g class='crossover' data-tokens='{_e(crossover)}'><rect x='{_f(x0)}' y='{mt}' "
+                       f"width='{_f(ml + pw - x0)}' height='{ph}' fill='#fee2e2' opacity='0.6'/>"
+                       f"<text x='{_f(x0 + 4)}' y='{mt + 12}' font-size='11' fill='#991b1b'>does not pay</text></g>")
+    lx = ml
+    for name, label, color, dash in (("tau", "τ measured", PALETTE[0], ""),
+                                     ("breakeven", "break-even τ (verify / plain step)", PALETTE[4],
+                                      " stroke-dasharray='6 3'")):
+        key = "tau" if name == "tau" else "breakeven_tau"
+        pts = [(i, b[key]) for i, b in enumerate(buckets) if b.get(key) is not None]
+        path = " ".join(f"{'M' if j == 0 else 'L'}{_f(x(i))},{_f(y(v))}" for j, (i, v) in enumerate(pts))
+        out.append(f"<g class='series' data-name='{name}'>")
+        if path:
+            out.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2.2'{dash}/>")
+        for i, v in pts:
+            out.append(f"<circle class='point' cx='{_f(x(i))}' cy='{_f(y(v))}' r='3.5' fill='{color}'>"
+                       f"<title>{_e(label)} at {_e(buckets[i]['input_tokens'])} tokens: {v:.3f}</title></circle>")
+        out.append("</g>")
+        if pts:
+            out.append(f"<g class='legend'><line x1='{lx}' x2='{lx + 18}' y1='{height - 14}' y2='{height - 14}' "
+                       f"stroke='{color}' stroke-width='3'{dash}/><text x='{lx + 22}' y='{height - 10}' "
+                       f"font-size='11' fill='#111827'>{_e(label)}</text></g>")
+            lx += 30 + 6.5 * len(label)
+    out.append("</svg>")
+    return Markup("".join(out))
+
+
 def profile_title(source: str | None) -> str:
     """Profile chart title by what the trace held: GPU kernels, or CPU ops when it had none (DESIGN.md)."""
     if source and "kernel" in source:

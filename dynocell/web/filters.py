@@ -124,6 +124,9 @@ def lossless_sentence(run: dict | None) -> str:
     what = f"{n} prompt(s)" + (f" × {tokens} greedy tokens" if tokens else "")
     mm = d.get("mismatches") or []
     count = mm if isinstance(mm, int) else len(mm)
+    if verdict == "near-tie":
+        return (f"lossless: near-tie (margin {d.get('max_margin', 0):.3f}) — {count} of {n} prompt(s) diverge from the "
+                f"plain twin ({what}), each only where its top two tokens are within rounding.")
     if verdict != "no":
         return f"lossless: the speculative outputs equal the plain twin's on {what} ({count} mismatches)."
     out = f"NOT lossless: {count} of {n} prompt(s) diverge from the plain twin ({what})"
@@ -131,6 +134,10 @@ def lossless_sentence(run: dict | None) -> str:
         first = mm[0]
         out += (f"; the first at {first.get('unit', 'token')} {first.get('first_diverging_index')}: speculative "
                 f"{str(first.get('speculative', ''))[:60]!r} vs plain {str(first.get('plain', ''))[:60]!r}")
+        if first.get("margin") is not None:
+            out += f", top-2 margin {first['margin']:.3f} nats"
+        elif first.get("margin_unknown"):
+            out += f", margin unknown: {first['margin_unknown']}"
     return out + "."
 
 

@@ -186,6 +186,36 @@ class _Routes:
         snap["meta_info"]["output_token_logprobs"] = chosen
         snap["meta_info"]["output_top_logprobs"] = top if k else [None] * len(chosen)
 
+    def completion_logprobs(self, prompt_ids: list[int], output_ids: list[int], k: Any, as_ids: bool) -> dict:
+        """vLLM's ``/v1/completions`` ``logprobs`` (OpenAI legacy shape, vLLM 0.2x
+        ``OpenAIServingCompletion._create_completion_logprobs``): ``tokens``, ``token_logprobs``,
+        ``top_logprobs`` (per token a dict of the chosen token and the ``k`` best, key → logprob) and
+        ``text_offset`` (cumulative length of the token strings); ``as_ids`` = ``return_tokens_as_token_ids``
+        (keys ``"token_id:N"``)."""
+        from dynocell.engine.reference.decoding import top_logprobs
+
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20:
+            raise BadRequest("'logprobs' must be a whole number 0..20")
+        engine = self.engine
+        chosen, top = engine.run_command(lambda: top_logprobs(engine.target, prompt_ids, output_ids, max(k, 1)))
+
+        def key(t: int) -> str:
+            return f"token_id:{t}" if as_ids else engine.tokenizer.decode([t], skip_special_tokens=False)
+
+        tokens = [key(t) for t in output_ids]
+        offsets, at = [], 0
+        for tok in tokens:
+            offsets.append(at)
+            at += len(tok)
+        tops = []
+        for c, best in zip(chosen, top):
+            d = {key(c[1]): max(c[0], -9999.0)}
+            for lp, t, _ in best[:k]:
+                d.setdefault(key(t), max(lp, -9999.0))
+            tops.append(d)
+        return {"text_offset": offsets, "token_logprobs": [max(c[0], -9999.0) for c in chosen], "tokens": tokens,
+                "top_logprobs": tops}
+
     # ---- SGLang's native routes --------------------------------------------------------------
     async def health(self):
         return Response(status_code=200 if self.engine.ready else 503)
@@ -314,6 +344,11 @@ class _Routes:
                                  "reasoning_content": None}
         else:
             choice["text"] = snap["text"]
+            if body.get("return_token_ids"):
+                choice["prompt_token_ids"], choice["token_ids"] = list(ids), list(snap["output_ids"])
+            if body.get("logprobs") is not None:
+                choice["logprobs"] = self.completion_logprobs(ids, snap["output_ids"], body.get("logprobs"),
+                                                              bool(body.get("return_tokens_as_token_ids")))
         return {"id": head["id"], "object": "chat.completion" if chat else "text_completion",
                 "created": head["created"], "model": head["model"], "choices": [choice], "usage": _usage(snap),
                 "metadata": {"weight_version": "default"}}

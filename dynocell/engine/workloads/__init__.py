@@ -37,7 +37,7 @@ from dynocell.errors import UserError
 
 HERE = Path(__file__).resolve().parent
 #: Names of the workload files shipped with dynocell (``<name>.toml`` next to this module).
-BUNDLED = ("default", "long")
+BUNDLED = ("default", "long", "ladder")
 #: Temperature used when neither the workload nor the reference engine says otherwise.
 FALLBACK_TEMPERATURE = 0.8
 #: Upper bounds that keep a typo (an extra zero or ten) from expanding into billions of requests or tokens.

@@ -37,7 +37,8 @@ DOCTOR_RULES = (
     "baseline_regression", "confounded_comparison", "tau_up_throughput_down", "spread_collapse", "concurrency_loss",
     "corrupt_output", "lossless_near_tie", "length_cliff", "rate_above_one", "skipped_steps_average",
     "health_lies", "stalled_queue", "nccl_startup_skew", "nccl_serving_timeout", "profile_no_trace",
-    "graph_launches_missing", "capture_size_miss", "config_smell",
+    "graph_launches_missing", "capture_size_miss", "config_smell", "length_breakeven", "draft_window_short",
+    "lossless_margin_unknown",
 )
 #: Derived (property) paths a selector may name besides model fields.
 DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")

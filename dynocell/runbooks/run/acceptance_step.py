@@ -32,6 +32,7 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
         return
     per_class: dict[str, list[Any]] = {}
     curves_out = []
+    by_length: list[tuple[int, Any]] = []  # (the workload's target input length, result): the length curve
     for level in levels:
         reqs = workload.requests(level.name, context_length)
         by_class: dict[str, list[Any]] = {}
@@ -44,6 +45,8 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             result = _run_level(job, live, level, creqs, warmup=0)
             after = _metrics(client, engine_metrics)
             _bench_row(job, live, result, text_class)
+            target = {r.index: r.input_tokens_target for r in creqs}
+            by_length += [(target[x.index], x) for x in result.results if x.index in target]
             metas = [r.meta_info for r in result.results if r.ok]
             per_class.setdefault(text_class, []).extend(metas)
             # A histogram that contradicts the rest of meta_info (Σ h ≠ spec_verify_ct …) is flagged, not
@@ -80,6 +83,23 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             curves_out.append({"class": text_class, "tau": round(curve.tau, 4),
                                "p": [round(x, 4) for x in curve.p]})
     d["curves"] = curves_out
+    _length_curve(job, by_length, d)
+
+
+def _length_curve(job: _Job, pairs: list[tuple[int, Any]], d: dict[str, Any]) -> None:
+    """Acceptance by context length (issue 22, shape 5): with a ladder of two or more input lengths in the
+    workload's ``[acceptance] input_tokens``, one curve per length over every class, kept in the step's
+    detail as ``by_length`` (:class:`dynocell.engine.length_curve.LengthBucket` dicts; the views add the
+    break-even per bucket once the run's plain step is known)."""
+    from dynocell.engine import length_curve
+
+    try:
+        rows = [b.as_dict() for b in length_curve.buckets(pairs)]
+    except acc.AcceptanceError as e:
+        job.warnings.append(f"acceptance by length: {e}")
+        return
+    if rows:
+        d["by_length"] = rows
 
 
 def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],

@@ -25,16 +25,23 @@ def _api_kw(cfg: Any) -> dict[str, Any]:
 def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0, cfg: Any = None) -> dict[str, Any]:
     """One greedy, non-streaming generation of ``n`` tokens; returns SGLang's body shape
     (``text``, ``meta_info.completion_tokens``; ``output_ids`` when the engine gives them).
-    vLLM's surface (``cfg.api == "vllm"``): ``/v1/completions`` with ``ignore_eos``, normalised."""
+    vLLM's surface (``cfg.api == "vllm"``): ``/v1/completions`` with ``ignore_eos`` and ``return_token_ids``
+    (vLLM's ``CompletionRequest``: the choice then carries ``token_ids``, kept as ``output_ids`` so a lossless
+    mismatch is located in tokens), normalised; an engine that ignores the key gives text only."""
     kw = _api_kw(cfg)
     if kw:
         resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": n, "temperature": 0,
-                                   "ignore_eos": True}, timeout_s=timeout_s)
+                                   "ignore_eos": True, "return_token_ids": True}, timeout_s=timeout_s)
         if not resp.ok or not isinstance(resp.body, dict) or not resp.body.get("choices"):
             raise EngineError(f"/v1/completions answered {resp.status}: {resp.text[:200]}", None)
         usage = resp.body.get("usage") or {}
-        return {"text": resp.body["choices"][0].get("text", ""),
-                "meta_info": {"completion_tokens": usage.get("completion_tokens")}}
+        choice = resp.body["choices"][0]
+        out: dict[str, Any] = {"text": choice.get("text", ""),
+                               "meta_info": {"completion_tokens": usage.get("completion_tokens")}}
+        ids = choice.get("token_ids")
+        if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            out["output_ids"] = ids  # vLLM's return_token_ids (CompletionResponseChoice.token_ids)
+        return out
     resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n,
                                                                  "ignore_eos": True}}, timeout_s=timeout_s)
     if not resp.ok:

@@ -80,32 +80,40 @@ def _divergence_margin(client: EngineClient, prompt: str, spec_ids: list[int], p
                        timeout_s: float, cfg: Any = None) -> dict[str, Any]:
     """Top-2 log-probability margin (nats) at a greedy mismatch's first divergent token (issue 22, shape 3).
 
-    Asks the engine for ``idx + 1`` greedy tokens with log-probabilities (SGLang ``return_logprob`` +
-    ``top_logprobs_num`` 2; vLLM ``logprobs`` 2) and returns ``{spec_token, plain_token, margin}``; a margin
-    within bf16 rounding reads as a near-tie, a large one as corruption (the doctor decides). An engine
-    that does not answer log-probabilities gives ``{margin: None}`` — never an error of the run.
+    Asks the speculative engine for ``idx + 1`` greedy tokens with the top-2 log-probabilities of each
+    (SGLang ``/generate`` with :data:`dynocell.engine.logprobs.SGLANG_BODY`; vLLM ``/v1/completions`` with
+    :data:`~dynocell.engine.logprobs.VLLM_BODY`) and returns ``{spec_token, plain_token, margin,
+    margin_unknown}``; a margin within bf16 rounding reads as a near-tie, a large one as corruption (the
+    doctor decides). An engine that refuses or ignores the request gives ``margin`` None and
+    ``margin_unknown`` saying why — never an error of the run.
     """
+    from dynocell.engine import logprobs as lp
+
     out: dict[str, Any] = {"spec_token": spec_ids[idx] if idx < len(spec_ids) else None,
-                           "plain_token": plain_ids[idx] if idx < len(plain_ids) else None, "margin": None}
+                           "plain_token": plain_ids[idx] if idx < len(plain_ids) else None, "margin": None,
+                           "margin_unknown": None}
+    kw = _api_kw(cfg)
     try:
-        kw = _api_kw(cfg)
         if kw:
             resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": idx + 1, "temperature": 0,
-                                       "ignore_eos": True, "logprobs": 2}, timeout_s=timeout_s)
-            tops = (((resp.body or {}).get("choices") or [{}])[0].get("logprobs") or {}).get("top_logprobs") or []
-            vals = sorted((tops[idx] or {}).values(), reverse=True) if idx < len(tops) else []
+                                       "ignore_eos": True, **lp.VLLM_BODY}, timeout_s=timeout_s)
         else:
             resp = client.generate({"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": idx + 1,
-                                                                         "ignore_eos": True},
-                                    "return_logprob": True, "top_logprobs_num": 2}, timeout_s=timeout_s)
-            body = resp.body[0] if isinstance(resp.body, list) else resp.body
-            tops = ((body or {}).get("meta_info") or {}).get("output_top_logprobs") or []
-            vals = sorted((x[0] for x in (tops[idx] or [])), reverse=True) if idx < len(tops) else []
-    except (DynocellError, OSError, ValueError, TypeError, AttributeError, IndexError, KeyError):
+                                                                         "ignore_eos": True}, **lp.SGLANG_BODY},
+                                   timeout_s=timeout_s)
+    except (DynocellError, OSError) as e:
+        out["margin_unknown"] = f"the log-probability request failed: {type(e).__name__}: {str(e)[:160]}"
         return out
-    if resp.ok and len(vals) >= 2:
-        out["margin"] = round(float(vals[0]) - float(vals[1]), 6)
+    if not resp.ok:
+        out["margin_unknown"] = lp.refusal(resp.status, resp.text)
+        return out
+    margin, why = (lp.openai_margin if kw else lp.sglang_margin)(resp.body, idx)
+    out["margin"], out["margin_unknown"] = margin, why
     return out
+
+
+#: Why a mismatch found in characters has no margin (the engine gave no token ids to locate a token).
+NO_TOKEN_IDS = "the engine returned no token ids, so the divergence is a character position with no log-probability"
 
 
 def _near_ties(mismatches: list[dict[str, Any]]) -> bool:
@@ -156,6 +164,8 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
                   "speculative": a_txt[:200], "plain": b_txt[:200]}
             if unit == "token":
                 mm.update(_divergence_margin(client, p, a_ids, b_ids, idx, cell.settings.request_timeout_s, live.cfg))
+            else:
+                mm.update(margin=None, margin_unknown=NO_TOKEN_IDS)
             mismatches.append(mm)
     lossless = "yes" if not mismatches else ("near-tie" if _near_ties(mismatches) else "no")
     detail = {

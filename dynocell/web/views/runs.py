@@ -86,7 +86,9 @@ def _run_charts(detail: dict[str, Any]) -> dict[str, Any]:
     if detail["profile"] and detail["profile"].get("splits"):
         prof = charts.profile_split_chart([{"label": "all ranks", "splits": detail["profile"]["splits"]}],
                                           title=charts.profile_title(detail["profile"].get("source")))
-    return {"acceptance_charts": acc, "profile_chart": prof}
+    bl = detail.get("by_length")
+    length = charts.length_chart(bl["buckets"], crossover=bl.get("crossover_tokens")) if bl else None
+    return {"acceptance_charts": acc, "profile_chart": prof, "length_chart": length}
 
 
 def _compare_charts(cmp: dict[str, Any]) -> dict[str, Any]:
