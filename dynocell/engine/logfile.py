@@ -41,7 +41,8 @@ from dynocell.engine.observed import (
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError
 
-__all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log"]
+__all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log",
+           "split_lines"]
 
 #: Engines whose logs are read (``--engine`` names one of these).
 ENGINES = ("sglang", "vllm", "llamacpp", "reference")
@@ -198,7 +199,24 @@ def _decode(path: Path, data: bytes) -> list[str]:
         first = text.index("\ufffd")
         raise LogReadError(f"{path}: line {text[:first].count(chr(10)) + 1}: not UTF-8 text "
                            f"({bad} undecodable bytes)", "give the engine's server log (text)")
-    return text.splitlines()
+    return split_lines(text)
+
+
+def split_lines(text: str) -> list[str]:
+    """The physical lines of a log's text: split on ``\\n`` only (a ``\\r\\n`` ending counts as one), so
+    line *n* is what ``sed -n np`` and ``grep -n`` show. ``str.splitlines`` also splits on a bare
+    ``\\r`` (tqdm progress bars rewrite one line with it), ``\\f``, ``\\x1c``… and so numbered the
+    lines after a progress bar too high (issue 22: a scheduler exception on line 66 reported as 141)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _segments(lines: list[str]) -> list[tuple[int, str]]:
+    """``(physical line number, text)`` of each ``\\r``-separated piece of each line: a progress bar's
+    redraws are read one by one, as the terminal showed them, under the line they are on."""
+    return [(i, seg) for i, line in enumerate(lines, start=1) for seg in line.split("\r")]
 
 
 def _detect(lines: list[str]) -> str | None:
@@ -400,8 +418,10 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
     rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
     scan = _Scan(p, rep, rules_engine, year or datetime.now().year, lines, config_given)
-    for i, raw in enumerate(lines, start=1):
+    segments = _segments(lines)
+    for i, raw in segments:
         scan.line(i, raw)
+    texts = [seg for _i, seg in segments]
     v1, v0, summary, rounds, lcpp, decode_tp = scan.v1, scan.v0, scan.summary, scan.rounds, scan.lcpp, scan.decode_tp
     last_ts, ready_seen, graph_mode, command = scan.last_ts, scan.ready_seen, scan.graph_mode, scan.command
     rep.last_ts = last_ts
@@ -419,12 +439,12 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     if node_rank is not None:
         rep.node_rank = node_rank
     if rules_engine:
-        match, _last, _ready = classify_log(lines, engine=rules_engine)
+        match, _last, _ready = classify_log(texts, engine=rules_engine)
         if match.known:
             rep.signature = match.as_dict()
     # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
     if rep.config is None and not rep.phases and rep.signature is None and not (
-            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(lines):
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(texts):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")

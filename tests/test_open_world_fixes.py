@@ -1,0 +1,55 @@
+"""The open-world defects a newcomer found (issue 22, "Noticed, left alone"): import, attach, compare, plan.
+
+Real data only: the engine logs the supervisor wrote on the H200 runs (``tests/data/vllm-0.26.0/
+dynocell-h200/boots/*/engine.log``, SGLang 0.5.17 and vLLM 0.26.0 on one H200, 2026-12-01; see the
+README next to them) and the SGLang / vLLM server logs of ``tests/data/vllm-0.26.0/`` and
+``tests/data/sglang-0.5.17*/``. Every command runs as the real console script in a subprocess
+against a real SQLite store in an isolated home.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "vllm-0.26.0" / "dynocell-h200"
+#: SGLang 0.5.17 NGRAM on the H200: crashed at the first request (`ValueError: pool memory leak
+#: detected!`), the scheduler's exception on physical line 66; tqdm progress bars (``\r``) before it.
+NGRAM_CRASH = H200 / "boots" / "e85861e9375d" / "engine.log"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(cli_env, *args, ok=True, columns=None):
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    env = dict(cli_env)
+    if columns:
+        env["COLUMNS"] = str(columns)
+    proc = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _json(cli_env, *args):
+    return json.loads(_run(cli_env, *args, "--json").stdout)
+
+
+# ---------------------------------------------------------------- 4. line numbers of runtime events
+
+def test_runtime_event_line_is_the_physical_line_of_the_log(cli_env):
+    """The SGLang NGRAM crash log has progress bars redrawn with ``\\r``; the scheduler exception is on
+    line 66 (``grep -n``), not 141 (what ``str.splitlines`` counted)."""
+    physical = NGRAM_CRASH.read_bytes().split(b"\n")
+    want = next(i for i, ln in enumerate(physical, 1) if b"Scheduler hit an exception" in ln)
+    assert want == 66
+    res = _json(cli_env, "import", "log", str(NGRAM_CRASH))
+    ev = [e for e in res["events"] if e["kind"] == "scheduler_exception"]
+    assert [e["line"] for e in ev] == [66]
+    assert ev[0]["text"] in physical[65].decode()
+    shown = _run(cli_env, "import", "log", str(NGRAM_CRASH)).stdout  # the stored record, printed
+    assert "runtime event: scheduler_exception at line 66 " in shown
