@@ -53,3 +53,22 @@ def test_runtime_event_line_is_the_physical_line_of_the_log(cli_env):
     assert ev[0]["text"] in physical[65].decode()
     shown = _run(cli_env, "import", "log", str(NGRAM_CRASH)).stdout  # the stored record, printed
     assert "runtime event: scheduler_exception at line 66 " in shown
+
+
+# ---------------------------------------------------------------- 9. plan prints what runs by hand
+
+def test_plan_of_the_tiny_config_prints_the_resolved_model_paths(cli_env):
+    """`dynocell plan tiny` printed `--model-path dynocell:tiny`, a name only dynocell resolves: the
+    engine run by hand from the printed line could not load it. The plan prints the pair's directories."""
+    import shlex
+
+    _run(cli_env, "config", "add", str(REPO / "examples" / "tiny.toml"))
+    for ref in ("tiny", str(REPO / "examples" / "tiny.toml")):
+        out = _run(cli_env, "plan", ref).stdout
+        assert "dynocell:tiny" not in out
+        argv = shlex.split(next(ln for ln in out.splitlines() if "--model-path" in ln))
+        for flag, name in (("--model-path", "target"), ("--speculative-draft-model-path", "draft")):
+            path = Path(argv[argv.index(flag) + 1])
+            assert path.name == name and (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+        (row,) = _json(cli_env, "plan", ref)
+        assert "dynocell:" not in " ".join(row["argv"])
