@@ -72,3 +72,22 @@ def test_plan_of_the_tiny_config_prints_the_resolved_model_paths(cli_env):
             assert path.name == name and (path / "config.json").is_file() and (path / "model.safetensors").is_file()
         (row,) = _json(cli_env, "plan", ref)
         assert "dynocell:" not in " ".join(row["argv"])
+
+
+# ---------------------------------------------------------------- 1. --engine against the log's own lines
+
+SGL_LOG = DATA / "sglang-0.5.17" / "C.server.log"
+VLLM_LOG = DATA / "vllm-0.26.0" / "C_draft_graph.server.log"
+
+
+def test_import_log_refuses_an_engine_the_log_contradicts(cli_env):
+    """`--engine sglang` on a vLLM log (and the reverse) was accepted and read with the wrong rules; it is
+    refused naming --engine and the engine the log's own lines show, and nothing is stored."""
+    for path, given, seen in ((VLLM_LOG, "sglang", "vllm"), (SGL_LOG, "vllm", "sglang")):
+        bad = _run(cli_env, "import", "log", str(path), "--engine", given, ok=False)
+        assert bad.returncode == 2 and bad.stderr.startswith("Error: --engine: ")
+        assert f"is a {seen} log" in bad.stderr and f"--engine {seen}" in bad.stderr and "Traceback" not in bad.stderr
+    assert json.loads(_run(cli_env, "ps", "--all", "--json").stdout) == []  # nothing recorded
+    # the right engine, named or detected, imports
+    assert _json(cli_env, "import", "log", str(VLLM_LOG), "--engine", "vllm")["engine"] == "vllm"
+    assert _json(cli_env, "import", "log", str(SGL_LOG))["engine"] == "sglang"

@@ -229,6 +229,19 @@ def _detect(lines: list[str]) -> str | None:
     return best if scores[best] else None
 
 
+def _check_engine(p: Path, engine: str | None, detected: str | None) -> None:
+    """Refuse ``--engine`` naming another engine than the log's own lines show (LogReadError naming both).
+
+    The reference engine speaks SGLang's or vLLM's log shapes on purpose (``--surface``), so
+    ``--engine reference`` is taken as given; a log whose engine is not recognised takes ``--engine``.
+    """
+    if engine is None or detected is None or engine == "reference" or engine == detected:
+        return
+    raise LogReadError(f"--engine: {engine!r}, but {p} is a {detected} log (its own lines are {detected}'s)",
+                       f"leave --engine out (detected: {detected}) or pass --engine {detected}; "
+                       "give the log of the engine you meant")
+
+
 def _timestamp(line: str, year: int) -> datetime | None:
     m = _SGLANG_TS.search(line)
     if m:
@@ -400,17 +413,20 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
              node_rank: int | None = None, config_given: bool = False) -> LogReport:
     """Read one engine log file into a :class:`LogReport`.
 
-    ``engine`` forces the engine (else detected); ``year`` places vLLM's
+    ``engine`` names the engine (else detected; one the log's own lines contradict is refused);
+    ``year`` places vLLM's
     year-less stamps; ``node_rank`` overrides the rank the log states;
     ``config_given`` (the caller names the config) lets a config line that is cut
     short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
-    missing, binary, empty or foreign file and, unless ``config_given``, for a
+    missing, binary, empty or foreign file, an ``engine`` other than the detected one and, unless ``config_given``, for a
     config line that is cut short.
     """
     p = Path(path)
     data, lines = _read_text(p, engine)
     truncated = not data.endswith(b"\n")
-    eng = engine or _detect(lines)
+    detected = _detect(lines)
+    _check_engine(p, engine, detected)
+    eng = engine or detected
     if eng is None:
         raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
                            f"(it starts with {_printable(lines[0], 80)!r})",
