@@ -418,8 +418,8 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     year-less stamps; ``node_rank`` overrides the rank the log states;
     ``config_given`` (the caller names the config) lets a config line that is cut
     short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
-    missing, binary, empty or foreign file, an ``engine`` other than the detected one and, unless ``config_given``, for a
-    config line that is cut short.
+    missing, binary, empty or foreign file, an ``engine`` other than the detected one
+    and, unless ``config_given``, for a config line that is cut short.
     """
     p = Path(path)
     data, lines = _read_text(p, engine)
