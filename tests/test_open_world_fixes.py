@@ -91,3 +91,31 @@ def test_import_log_refuses_an_engine_the_log_contradicts(cli_env):
     # the right engine, named or detected, imports
     assert _json(cli_env, "import", "log", str(VLLM_LOG), "--engine", "vllm")["engine"] == "vllm"
     assert _json(cli_env, "import", "log", str(SGL_LOG))["engine"] == "sglang"
+
+
+# ---------------------------------------------------------------- 2. a re-import validates its options
+
+def test_reimport_validates_its_options_and_refuses_ones_it_would_ignore(cli_env):
+    """The second `import log` of the same file returned the first record and silently dropped (and never
+    checked) its options: a bad --engine / --config passed, a different config was ignored."""
+    first = _json(cli_env, "import", "log", str(SGL_LOG))
+    assert first["created"] and first["observed"]
+    bad_engine = _run(cli_env, "import", "log", str(SGL_LOG), "--engine", "tgi", ok=False)
+    assert bad_engine.returncode == 2 and "Error: --engine: 'tgi' is not one of" in bad_engine.stderr
+    bad_config = _run(cli_env, "import", "log", str(SGL_LOG), "--config", "no-such-config", ok=False)
+    assert bad_config.returncode != 0 and bad_config.stderr.startswith("Error: ")
+    assert "no-such-config" in bad_config.stderr
+    other = _run(cli_env, "import", "log", str(SGL_LOG), "--config", str(REPO / "examples" / "tiny.toml"), ok=False)
+    assert other.returncode != 0
+    assert f"already imported (import #{first['import_id']}, boot {first['boot_id']})" in other.stderr
+    assert "not --config" in other.stderr and "(observed from the log)" in other.stderr
+    assert f"dynocell show {first['boot_id']}" in other.stderr and "another store" in other.stderr
+    wrong = _run(cli_env, "import", "log", str(SGL_LOG), "--engine", "vllm", ok=False)
+    assert wrong.returncode != 0 and "--engine" in wrong.stderr
+    # the same options (or none): the stored record, said so
+    again = _json(cli_env, "import", "log", str(SGL_LOG), "--engine", "sglang")
+    assert not again["created"] and again["import_id"] == first["import_id"] and again["boot_id"] == first["boot_id"]
+    said = _run(cli_env, "import", "log", str(SGL_LOG)).stdout
+    assert f"import #{first['import_id']} (already imported: the stored record)" in said
+    assert "kept with the options of their first import" in said
+    assert len(json.loads(_run(cli_env, "ps", "--all", "--json").stdout)) == 1  # nothing else recorded

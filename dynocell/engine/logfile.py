@@ -41,8 +41,8 @@ from dynocell.engine.observed import (
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError
 
-__all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log",
-           "split_lines"]
+__all__ = ["ENGINES", "LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log",
+           "check_engine_name", "split_lines"]
 
 #: Engines whose logs are read (``--engine`` names one of these).
 ENGINES = ("sglang", "vllm", "llamacpp", "reference")
@@ -268,11 +268,16 @@ def _vllm_command(lines: list[str], i: int) -> tuple[int, dict[str, Any]] | None
     return (i, args) if args else None
 
 
+def check_engine_name(engine: str | None) -> None:
+    """LogReadError when ``engine`` (``--engine``) is given and is not one of :data:`ENGINES`."""
+    if engine is not None and engine not in ENGINES:
+        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
+
+
 def _read_text(p: Path, engine: str | None) -> tuple[bytes, list[str]]:
     """The bytes and lines of log ``p``; LogReadError for an unknown ``engine``, a missing or
     too large (> MAX_LOG_BYTES) file, an empty, binary or non-UTF-8 one."""
-    if engine is not None and engine not in ENGINES:
-        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
+    check_engine_name(engine)
     if not p.is_file():
         raise LogReadError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
                            "give the path of an engine's server log")

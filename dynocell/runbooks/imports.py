@@ -190,12 +190,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
-        stored = [f.get("node_rank") for f in found["summary"].get("files") or []]
-        if ranks_given and stored and stored != ranks_given:
-            raise UserError(f"these logs are already imported (import #{found['id']}) with node ranks "
-                            f"{stored}, not {ranks_given}",
-                            f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
-                            "one record")
+        _check_reimport(cell, found, config_ref=config_ref, ranks_given=ranks_given, engine=engine)
         return {**found["summary"], "import_id": found["id"], "created": False}
     reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None,
                         config_given=config_ref is not None) for i, p in enumerate(paths)]
@@ -270,6 +265,44 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec["summary"], "import_id": rec["id"], "created": False}
     return {**summary, "import_id": rec["id"], "created": True}
+
+
+def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
+                    engine: str | None) -> None:
+    """Validate a re-import's options as a first import would, then refuse any that differ from the stored record's.
+
+    The same file(s) are one record (keyed by sha256) whose options are those of the first import; a
+    different ``--config``, ``--engine`` or ``--node-rank`` would be silently ignored, so it is refused
+    (UserError naming the import id, the boot, the stored value and what to do). Raises LogReadError for an
+    unknown ``engine``, NotFound / ConfigError for a ``config_ref`` that names no config.
+    """
+    from dynocell.engine.logfile import check_engine_name
+
+    check_engine_name(engine)
+    config_hash = None
+    if config_ref:
+        from dynocell.runbooks.configs import resolve_hash
+
+        config_hash = resolve_hash(cell, config_ref)
+    summ = found["summary"]
+    stored_ranks = [f.get("node_rank") for f in summ.get("files") or []]
+    differs = []
+    if config_hash and config_hash != summ.get("config_hash"):
+        differs.append(f"config {summ.get('config_hash', '')[:19]}"
+                       + (" (observed from the log)" if summ.get("observed") else "")
+                       + f", not --config {config_ref} ({config_hash[:19]})")
+    if engine and engine != summ.get("engine"):
+        differs.append(f"engine {summ.get('engine')}, not --engine {engine}")
+    if ranks_given and stored_ranks and stored_ranks != ranks_given:
+        differs.append(f"node ranks {stored_ranks}, not {ranks_given}")
+    if differs:
+        boot = summ.get("boot_id")
+        raise UserError(f"these logs are already imported (import #{found['id']}, boot {boot}) with "
+                        + "; ".join(differs) + ": the options of a re-import are not applied",
+                        f"see it with `dynocell show {boot}`; the same files are one record, kept with the options "
+                        "of their first import — rerun without the differing option(s) to get that record, or "
+                        "import them into another store (DYNOCELL_HOME=DIR dynocell import log …) to keep them "
+                        "under other options")
 
 
 def _given_ranks(node_rank: int | Sequence[int] | None, n_files: int) -> list[int]:

@@ -65,6 +65,8 @@ def import_log_cmd(
         print_json(res)
         return
     _header(res, f"{res['engine']} log")
+    if not res.get("created", True):
+        out("the same file(s) are one record, kept with the options of their first import")
     out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}  config {res['config_hash'][:19]}"
         + (" (observed)" if res.get("observed") else ""))
     if res.get("config_fields"):
