@@ -119,3 +119,28 @@ def test_reimport_validates_its_options_and_refuses_ones_it_would_ignore(cli_env
     assert f"import #{first['import_id']} (already imported: the stored record)" in said
     assert "kept with the options of their first import" in said
     assert len(json.loads(_run(cli_env, "ps", "--all", "--json").stdout)) == 1  # nothing else recorded
+
+
+# ---------------------------------------------------------------- 6. the imported config keeps what the log shows
+
+SGL_STANDALONE_FP16 = H200 / "boots" / "2c9a2c545f8a" / "engine.log"  # SGLang 0.5.17, STANDALONE, dtype float16
+VLLM_DRAFT_FP16 = H200 / "boots" / "cbe7764493f2" / "engine.log"  # vLLM 0.26.0, draft_model k=3, dtype float16
+
+
+def test_imported_config_keeps_model_path_dtype_and_draft_model_path(cli_env):
+    """SGLang's `server_args=ServerArgs(model_path=…, dtype='float16', …, speculative_draft_model_path=…)` and
+    vLLM's `non-default args: {'model': …, 'dtype': 'float16', 'speculative_config': {'model': …}}`: the
+    observed config dropped dtype, and the import's report left the model paths out."""
+    for log in (SGL_STANDALONE_FP16, VLLM_DRAFT_FP16):
+        text = log.read_text()
+        assert "dtype='float16'" in text or "'dtype': 'float16'" in text
+        res = _json(cli_env, "import", "log", str(log))
+        want = {"model_path": "/work/main/.gpu/models/pair/target", "dtype": "float16",
+                "speculative.draft_model_path": "/work/main/.gpu/models/pair/draft"}
+        assert {k: res["config_fields"].get(k) for k in want} == want
+        shown = _run(cli_env, "config", "show", res["config_hash"], "--json").stdout
+        for k, v in want.items():
+            assert k.split(".")[-1] in shown and v in shown
+        said = _run(cli_env, "import", "log", str(log)).stdout  # the stored record's report
+        for k, v in want.items():
+            assert f"{k}={v}" in said

@@ -70,8 +70,8 @@ def import_log_cmd(
     out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}  config {res['config_hash'][:19]}"
         + (" (observed)" if res.get("observed") else ""))
     if res.get("config_fields"):
-        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())
-                                                   if k not in ("model_path",) and "path" not in k))
+        # every field seen, model paths included (out() makes the log's text safe for the terminal)
+        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     nodes = res.get("nodes") or {}
     names = list(dict.fromkeys(n for per in nodes.values() for n in per))
     if names:
