@@ -144,3 +144,63 @@ def test_imported_config_keeps_model_path_dtype_and_draft_model_path(cli_env):
         said = _run(cli_env, "import", "log", str(log)).stdout  # the stored record's report
         for k, v in want.items():
             assert f"{k}={v}" in said
+
+
+# ---------------------------------------------------------------- 10. the headline throughput says its concurrency
+
+def _h200_home(tmp_path, cli_env):
+    """A copy of the real store of the H200 session (vLLM 0.26.0 and SGLang 0.5.17, same pair)."""
+    home = tmp_path / "h200-home"
+    home.mkdir()
+    shutil.copy(H200 / "dynocell.db", home / "dynocell.db")
+    env = dict(cli_env, DYNOCELL_HOME=str(home))
+    env.pop("DYNOCELL_DATABASE_URL", None)
+    return env
+
+
+def _h200_run(config: str, workload: str = "gpu/workloads/h200.toml") -> dict:
+    boots = json.loads((H200 / "boots.json").read_text())
+    return next(b for b in boots if b["config"] == config and b["workload"] == workload and b["state"] == "completed")
+
+
+def test_show_names_the_concurrency_of_the_headline_throughput(tmp_path, cli_env):
+    """The stored `summary.decode_tok_s` of these runs is the best level's aggregate output tok/s (c=8 here), not a
+    decode rate; the report names that level, and the per-request decode column says it is per request."""
+    env = _h200_home(tmp_path, cli_env)
+    run_id = _h200_run("h200-vllm-draft-graph")["run_id"]
+    shown = _json(env, "show", run_id)
+    levels = [b for b in shown["bench"] if not b["text_class"]]
+    best = max(levels, key=lambda b: b["output_tok_s"])
+    assert best["concurrency"] == 8 and shown["run"]["summary"]["decode_tok_s"] == best["output_tok_s"]
+    text = _run(env, "show", run_id, columns=200).stdout
+    assert f"best: {best['output_tok_s']:.1f} out tok/s at c=8" in text
+    assert "decode tok/s/req" in text
+
+
+# ---------------------------------------------------------------- 8. compare fits 80 columns
+
+def test_compare_of_four_runs_at_80_columns_wraps_no_number(tmp_path, cli_env):
+    """Four real H200 runs (vLLM draft graph / ngram / draft eager, SGLang standalone) side by side at 80
+    columns: rich folded run ids and cells mid-number (`.43/.20/.0` + `7`). Now every line fits, the ids are
+    short (named with their config above), and every number stands whole on the row of its label."""
+    env = _h200_home(tmp_path, cli_env)
+    names = ("h200-vllm-draft-graph", "h200-vllm-ngram", "h200-standalone-pair", "h200-vllm-draft-eager")
+    ids = [_h200_run(n)["run_id"] for n in names]
+    data = _json(env, "compare", *ids)
+    text = _run(env, "compare", *ids, columns=80).stdout
+    lines = text.splitlines()
+    assert max(len(ln) for ln in lines) <= 80
+    header = next(ln for ln in lines if all(i[:6] in ln for i in ids))  # one table: all four runs side by side
+    assert "┃" in header
+    row = {ln.split("│")[0].strip(): [c.strip() for c in ln.split("│")[1:]] for ln in lines if "│" in ln}
+    for k, t in enumerate(data["table"]):
+        taus = {c["text_class"]: c for c in t["curves"]}
+        for cls, c in taus.items():
+            assert row[f"τ {cls}"][k] == f"{c['tau']:.3f}"
+        lv = {x["concurrency"]: x for x in t["levels"]}
+        assert row["c=8 out tok/s"][k] == f"{lv[8]['output_tok_s']:.0f}"
+        assert row["c=8 decode/req tok/s"][k] == f"{lv[8]['decode_tok_s']:.0f}"
+        assert row["profile device ms"][k] == f"{t['profile']['device_ms']:.2f}"
+    p1 = [ln for ln in lines if ln.strip().startswith("p1/p2/p3")]
+    assert len(p1) == 5 and all(len(ln.split("│")[1].strip()) == len(".43/.20/.07") for ln in p1)
+    assert "h200-vllm-draft-graph (base)" in text
