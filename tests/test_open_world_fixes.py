@@ -204,3 +204,24 @@ def test_compare_of_four_runs_at_80_columns_wraps_no_number(tmp_path, cli_env):
     p1 = [ln for ln in lines if ln.strip().startswith("p1/p2/p3")]
     assert len(p1) == 5 and all(len(ln.split("│")[1].strip()) == len(".43/.20/.07") for ln in p1)
     assert "h200-vllm-draft-graph (base)" in text
+
+
+# ---------------------------------------------------------------- 5. one rule for a repeated phase
+
+def test_import_and_compare_count_a_repeated_phase_at_its_last_occurrence(cli_env):
+    """Begin/end pairs repeat in one boot: vLLM compiles the target, then the draft (`compile_begin`/`compile_end`
+    twice); SGLang captures CUDA graphs per pass (`cuda_graph_begin`/`cuda_graph_end` five times). `import log`
+    kept the first pair and `compare` the last; both keep the last now (the draft's `compile_end` is when
+    compiling ended)."""
+    from dynocell.engine.logfile import read_log
+
+    cases = ((VLLM_DRAFT_FP16, "compile_end"), (SGL_LOG, "cuda_graph_end"))
+    res = [_json(cli_env, "import", "log", str(log)) for log, _name in cases]
+    for (log, name), r in zip(cases, res):
+        ends = [ph["offset_s"] for ph in read_log(log).phases if ph["name"] == name]
+        assert len(ends) >= 2 and ends[0] < ends[-1]
+        assert r["nodes"]["0"][name] == ends[-1]
+    table = _json(cli_env, "compare", res[0]["run_id"], res[1]["run_id"])["table"]
+    for (_log, name), r, row in zip(cases, res, table):
+        for phase in (name, "weights_end", "ready"):
+            assert abs(row["phases"][phase] - r["nodes"]["0"][phase]) <= 0.05, phase

@@ -336,22 +336,24 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
                 t0: Any) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
     """The boot's event rows (phases and notes of every node, offsets on the shared clock from ``t0``).
 
-    Returns ``(events, node_phases)``; ``node_phases``: {rank: {phase: first offset (s)}}.
+    Returns ``(events, node_phases)``; ``node_phases``: {rank: {phase: offset (s)}}, a repeated phase at its
+    last occurrence (:func:`dynocell.engine.rules.phase_marks`, the rule ``compare`` uses too).
     """
+    from dynocell.engine.rules import phase_marks
+
     events: list[dict[str, Any]] = []
     node_phases: dict[int, dict[str, float]] = {}
     for rank, rep in zip(ranks, reports, strict=False):
         shift = (rep.first_ts - t0).total_seconds() if (rep.first_ts and t0) else 0.0
-        per: dict[str, float] = {}
+        offsets = []
         for ph in rep.phases:
             off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
             events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
                            "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
                            "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
                                       "occurrence": ph["occurrence"]}})
-            if off is not None:
-                per.setdefault(ph["name"], off)
-        node_phases[rank] = per
+            offsets.append((ph["name"], off))
+        node_phases[rank] = phase_marks(offsets)
         for ev in rep.events:
             off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
             events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
