@@ -225,3 +225,31 @@ def test_import_and_compare_count_a_repeated_phase_at_its_last_occurrence(cli_en
     for (_log, name), r, row in zip(cases, res, table):
         for phase in (name, "weights_end", "ready"):
             assert abs(row["phases"][phase] - r["nodes"]["0"][phase]) <= 0.05, phase
+
+
+# ---------------------------------------------------------------- 3. several logs are one boot only when they agree
+
+SGL_TP2 = DATA / "sglang-0.5.17-tp2"
+NGRAM_CRASH_FIRST = H200 / "boots" / "03aaf4c72f98" / "engine.log"  # the same NGRAM config, booted 11 min earlier
+
+
+def test_logs_of_different_boots_are_not_imported_as_one_multinode_boot(cli_env):
+    """Two logs were joined into one multi-node boot with only a warning. T and T0 are two single-node TP2
+    boots (graphs on / off); the two NGRAM crash logs are two boots of one config 11 minutes apart. Each pair
+    is refused naming the disagreement, nothing is stored; --allow-mismatch still joins them, saying why."""
+    t, t0 = str(SGL_TP2 / "T.server.log"), str(SGL_TP2 / "T0.server.log")
+    bad = _run(cli_env, "import", "log", t, t0, ok=False)
+    assert bad.returncode != 0 and bad.stderr.startswith("Error: these logs are not one multi-node boot: ")
+    err = " ".join(bad.stderr.split())  # rich wraps the message at the terminal width
+    assert f"their server args differ in cuda_graph.disable ({t}: False, {t0}: True)" in err
+    assert f"{t} says nnodes=1, not 2" in err and f"{t} and {t0} both say node_rank=0" in err
+    assert "--allow-mismatch" in err
+    a, b = str(NGRAM_CRASH_FIRST), str(NGRAM_CRASH)
+    far = _run(cli_env, "import", "log", a, b, "--node-rank", "0", "--node-rank", "1", ok=False)
+    err = " ".join(far.stderr.split())
+    assert far.returncode != 0 and "they start 11 min apart" in err and "server args differ" not in err
+    assert json.loads(_run(cli_env, "ps", "--all", "--json").stdout) == []  # nothing recorded
+    forced = _json(cli_env, "import", "log", t, t0, "--allow-mismatch")
+    assert forced["created"] and any("cuda_graph.disable" in w for w in forced["not_one_boot"])
+    said = _run(cli_env, "import", "log", t, t0, "--allow-mismatch").stdout
+    assert "warning (--allow-mismatch): not one boot:" in said
