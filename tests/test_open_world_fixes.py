@@ -253,3 +253,38 @@ def test_logs_of_different_boots_are_not_imported_as_one_multinode_boot(cli_env)
     assert forced["created"] and any("cuda_graph.disable" in w for w in forced["not_one_boot"])
     said = _run(cli_env, "import", "log", t, t0, "--allow-mismatch").stdout
     assert "warning (--allow-mismatch): not one boot:" in said
+
+
+# ---------------------------------------------------------------- 7. attached boots: a fresh light, and detach
+
+def test_attached_boot_health_is_probed_when_shown_and_detach_leaves_the_engine(cli_env, model_pair, tmp_path):
+    """An engine started by hand (the real reference engine, not dynocell's supervisor) is attached and judged
+    healthy. `detach` ends the record without touching the process; attached again and then killed where it
+    was started, `ps` and `show` said `● healthy` from the stored verdict: now they probe /health and say down."""
+    from dynocell.engine.reference.launch import start_engine
+
+    eng = start_engine(model_pair.target, [], tmp_path / "hand-started.log")
+    try:
+        first = _json(cli_env, "attach", eng.url)["boot_id"]
+        assert _json(cli_env, "health", first)["verdict"] == "healthy"
+        row = _json(cli_env, "detach", first)
+        assert row["state"] == "stopped" and row["stop_how"] == "detached"
+        assert eng.proc.poll() is None  # not touched
+        again = _run(cli_env, "detach", first, ok=False)
+        assert again.returncode != 0 and "already stopped (detached)" in again.stderr
+        assert "(detached)" in next(ln for ln in _run(cli_env, "ps", "--all").stdout.splitlines() if first in ln)
+        second = _json(cli_env, "attach", eng.url)["boot_id"]  # a new boot of the same engine
+        assert second != first
+        assert _json(cli_env, "health", second)["verdict"] == "healthy"
+        assert "● healthy" in next(ln for ln in _run(cli_env, "ps").stdout.splitlines() if second in ln)
+    finally:
+        eng.stop()  # the engine dies where it was started
+    ps = next(r for r in json.loads(_run(cli_env, "ps", "--json").stdout) if r["id"] == second)
+    assert ps["health"] == "down" and ps["engine_alive"] is False and ps["last_health"] == "healthy"
+    line = next(ln for ln in _run(cli_env, "ps").stdout.splitlines() if second in ln)
+    assert "○ down" in line and "● healthy" not in line
+    shown = _run(cli_env, "show", second).stdout
+    assert "health now: down — GET /health does not answer (probed just now" in shown
+    assert _json(cli_env, "show", second)["health_now"]["health"] == "down"
+    # an attached engine that died is detached like a live one
+    assert _json(cli_env, "detach", second)["stop_how"] == "detached"
