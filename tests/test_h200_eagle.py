@@ -153,8 +153,8 @@ def test_compare_prints_the_closing_table(home):
     data = json.loads(_cli("compare", *ids, "--json"))
     assert [t["config"] for t in data["table"]] == HEALTHY
     text = _cli("compare", *ids[:2])
-    for row in ("boot ready s", "tok/s c=1", "tok/s c=4", "τ prose", "p1/p2/p3", "lossless", "break-even",
-                "spec step phases"):
+    for row in ("boot ready s", "c=1 out tok/s", "c=4 out tok/s", "τ prose", "p1/p2/p3", "lossless", "break-even",
+                "spec step phases", "verify %", "draft extend %"):
         assert row in text, row
 
 

@@ -90,7 +90,7 @@ def test_compare_puts_both_engines_side_by_side(home):
     assert "compile_end" in a["phases"] and "compile_end" not in b["phases"]  # torch.compile is vLLM's
     assert b["breakeven"]["margin"] == pytest.approx(-0.3075) and a["lossless"] == b["lossless"] == "no"
     text = _cli("compare", vllm, sglang)
-    assert "tok/s c=8" in text and "τ prose" in text and "p1/p2/p3" in text
+    assert "c=8 out tok/s" in text and "c=8 decode/req tok/s" in text and "τ prose" in text and "p1/p2/p3" in text
 
 
 def test_the_greedy_gap_between_engines_was_the_dtype(home):

@@ -191,7 +191,8 @@ def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_pat
     (ranks by order), each node's phases are kept with its node rank and the skew is reported."""
     from dynocell.db import boots as db_boots, models as m
 
-    res = import_log_and_check(cell, SGL_TP2 / "T.server.log", SGL_TP2 / "T0.server.log")
+    # T and T0 disagree (graphs on/off, each says nnodes=1 and node_rank=0): only --allow-mismatch joins them
+    res = import_log_and_check(cell, SGL_TP2 / "T.server.log", SGL_TP2 / "T0.server.log", allow_mismatch=True)
     assert _count(cell, m.Boot) == 1
     assert set(res["nodes"]) == {"0", "1"}
     ev = [e for e in db_boots.events(cell.store, res["boot_id"]) if e["kind"] == "phase"]
@@ -214,11 +215,12 @@ def test_cli_node_rank_once_per_file_names_each_node(cli_env, tmp_path):
     """`import log a.log --node-rank 1 b.log --node-rank 0`: one boot, each file under the rank given
     after it (here the reverse of file order), the phases side by side with the skew. No public thread
     found holds phase-bearing logs of both nodes of one multi-node boot, so the two real SGLang 0.5.17
-    TP2 boots (T, T0; real H200 logs) stand in for the two nodes, as in the test above."""
+    TP2 boots (T, T0; real H200 logs) stand in for the two nodes, as in the test above (--allow-mismatch: they
+    are two boots, and say so)."""
     import json
 
     res = json.loads(_run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "1",
-                          str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", "--json").stdout)
+                          str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", "--allow-mismatch", "--json").stdout)
     assert [(Path(f["path"]).name, f["node_rank"]) for f in res["files"]] == [("T.server.log", 1),
                                                                               ("T0.server.log", 0)]
     t, t0 = read_log(SGL_TP2 / "T.server.log"), read_log(SGL_TP2 / "T0.server.log")
@@ -227,7 +229,7 @@ def test_cli_node_rank_once_per_file_names_each_node(cli_env, tmp_path):
     assert res["nodes"]["0"]["ready"] == t0.ready_s + (t0.first_ts - start).total_seconds()
     assert res["phase_skew_s"]["ready"] == abs(res["nodes"]["0"]["ready"] - res["nodes"]["1"]["ready"]) > 0
     table = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), "--node-rank", "1",
-                 str(SGL_TP2 / "T0.server.log"), "--node-rank", "0").stdout
+                 str(SGL_TP2 / "T0.server.log"), "--node-rank", "0", "--allow-mismatch").stdout
     assert "node 1 (s)" in table and "node 0 (s)" in table and "skew (s)" in table
     bad = _run(cli_env, "import", "log", str(SGL_TP2 / "T.server.log"), str(SGL_TP2 / "T0.server.log"),
                "--node-rank", "0", ok=False)

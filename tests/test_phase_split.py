@@ -188,9 +188,12 @@ def test_cli_reanalyze_show_and_compare_at_80_columns(settings, cli_env):
     assert _cli(env, "reanalyze", "716d5c0555aa").returncode == 0
     cmp = _cli(env, "compare", STANDALONE, PLAIN, "716d5c0555aa")
     assert cmp.returncode == 0, cmp.stderr
-    row = next(x for x in cmp.stdout.splitlines() if "spec step phases" in x)
-    cells = [c.strip() for c in row.strip("│┃ ").split("│")]
-    assert cells[1].startswith("verify 37%") and cells[2] == "-" and cells[3].startswith("verify 37%")
+    def cells(label: str) -> list[str]:
+        row = next(x for x in cmp.stdout.splitlines() if x.strip("│┃ ").split("│")[0].strip() == label)
+        return [c.strip() for c in row.strip("│┃ ").split("│")]
+
+    assert cells("spec step phases")[1:] == ["split", "-", "split"]
+    assert cells("verify %")[1:] == ["37", "-", "37"] and cells("draft %")[1] == "26"
     table = json.loads(_cli(env, "compare", STANDALONE, PLAIN, "--json").stdout)["table"]
     assert table[0]["profile"]["phases"]["state"] == "split" and table[1]["profile"]["phases"] is None
     missing = _cli(dict(env, DYNOCELL_HOME=str(settings.home)), "reanalyze", "zzzz-none")

@@ -41,7 +41,8 @@ from dynocell.engine.observed import (
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError
 
-__all__ = ["LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log"]
+__all__ = ["ENGINES", "LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log",
+           "check_engine_name", "split_lines"]
 
 #: Engines whose logs are read (``--engine`` names one of these).
 ENGINES = ("sglang", "vllm", "llamacpp", "reference")
@@ -198,7 +199,24 @@ def _decode(path: Path, data: bytes) -> list[str]:
         first = text.index("\ufffd")
         raise LogReadError(f"{path}: line {text[:first].count(chr(10)) + 1}: not UTF-8 text "
                            f"({bad} undecodable bytes)", "give the engine's server log (text)")
-    return text.splitlines()
+    return split_lines(text)
+
+
+def split_lines(text: str) -> list[str]:
+    """The physical lines of a log's text: split on ``\\n`` only (a ``\\r\\n`` ending counts as one), so
+    line *n* is what ``sed -n np`` and ``grep -n`` show. ``str.splitlines`` also splits on a bare
+    ``\\r`` (tqdm progress bars rewrite one line with it), ``\\f``, ``\\x1c``… and so numbered the
+    lines after a progress bar too high (issue 22: a scheduler exception on line 66 reported as 141)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _segments(lines: list[str]) -> list[tuple[int, str]]:
+    """``(physical line number, text)`` of each ``\\r``-separated piece of each line: a progress bar's
+    redraws are read one by one, as the terminal showed them, under the line they are on."""
+    return [(i, seg) for i, line in enumerate(lines, start=1) for seg in line.split("\r")]
 
 
 def _detect(lines: list[str]) -> str | None:
@@ -209,6 +227,19 @@ def _detect(lines: list[str]) -> str | None:
                 scores[name] += 1
     best = max(scores, key=lambda k: scores[k])
     return best if scores[best] else None
+
+
+def _check_engine(p: Path, engine: str | None, detected: str | None) -> None:
+    """Refuse ``--engine`` naming another engine than the log's own lines show (LogReadError naming both).
+
+    The reference engine speaks SGLang's or vLLM's log shapes on purpose (``--surface``), so
+    ``--engine reference`` is taken as given; a log whose engine is not recognised takes ``--engine``.
+    """
+    if engine is None or detected is None or engine == "reference" or engine == detected:
+        return
+    raise LogReadError(f"--engine: {engine!r}, but {p} is a {detected} log (its own lines are {detected}'s)",
+                       f"leave --engine out (detected: {detected}) or pass --engine {detected}; "
+                       "give the log of the engine you meant")
 
 
 def _timestamp(line: str, year: int) -> datetime | None:
@@ -237,11 +268,16 @@ def _vllm_command(lines: list[str], i: int) -> tuple[int, dict[str, Any]] | None
     return (i, args) if args else None
 
 
+def check_engine_name(engine: str | None) -> None:
+    """LogReadError when ``engine`` (``--engine``) is given and is not one of :data:`ENGINES`."""
+    if engine is not None and engine not in ENGINES:
+        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
+
+
 def _read_text(p: Path, engine: str | None) -> tuple[bytes, list[str]]:
     """The bytes and lines of log ``p``; LogReadError for an unknown ``engine``, a missing or
     too large (> MAX_LOG_BYTES) file, an empty, binary or non-UTF-8 one."""
-    if engine is not None and engine not in ENGINES:
-        raise LogReadError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}", "or leave it out (detected)")
+    check_engine_name(engine)
     if not p.is_file():
         raise LogReadError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
                            "give the path of an engine's server log")
@@ -382,17 +418,20 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
              node_rank: int | None = None, config_given: bool = False) -> LogReport:
     """Read one engine log file into a :class:`LogReport`.
 
-    ``engine`` forces the engine (else detected); ``year`` places vLLM's
+    ``engine`` names the engine (else detected; one the log's own lines contradict is refused);
+    ``year`` places vLLM's
     year-less stamps; ``node_rank`` overrides the rank the log states;
     ``config_given`` (the caller names the config) lets a config line that is cut
     short pass unread. Raises :class:`LogReadError` (file, line, reason) for a
-    missing, binary, empty or foreign file and, unless ``config_given``, for a
-    config line that is cut short.
+    missing, binary, empty or foreign file, an ``engine`` other than the detected one
+    and, unless ``config_given``, for a config line that is cut short.
     """
     p = Path(path)
     data, lines = _read_text(p, engine)
     truncated = not data.endswith(b"\n")
-    eng = engine or _detect(lines)
+    detected = _detect(lines)
+    _check_engine(p, engine, detected)
+    eng = engine or detected
     if eng is None:
         raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
                            f"(it starts with {_printable(lines[0], 80)!r})",
@@ -400,8 +439,10 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
     rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
     scan = _Scan(p, rep, rules_engine, year or datetime.now().year, lines, config_given)
-    for i, raw in enumerate(lines, start=1):
+    segments = _segments(lines)
+    for i, raw in segments:
         scan.line(i, raw)
+    texts = [seg for _i, seg in segments]
     v1, v0, summary, rounds, lcpp, decode_tp = scan.v1, scan.v0, scan.summary, scan.rounds, scan.lcpp, scan.decode_tp
     last_ts, ready_seen, graph_mode, command = scan.last_ts, scan.ready_seen, scan.graph_mode, scan.command
     rep.last_ts = last_ts
@@ -419,12 +460,12 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     if node_rank is not None:
         rep.node_rank = node_rank
     if rules_engine:
-        match, _last, _ready = classify_log(lines, engine=rules_engine)
+        match, _last, _ready = classify_log(texts, engine=rules_engine)
         if match.known:
             rep.signature = match.as_dict()
     # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
     if rep.config is None and not rep.phases and rep.signature is None and not (
-            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(lines):
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(texts):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")

@@ -51,6 +51,7 @@ __all__ = [
 #: SGLang ``ServerArgs`` field → dynocell dotted field.
 SGLANG_FIELDS: dict[str, str] = {
     "model_path": "model_path",
+    "dtype": "dtype",
     "served_model_name": "served_model_name",
     "host": "host",
     "port": "port",
@@ -84,6 +85,7 @@ SGLANG_FIELDS: dict[str, str] = {
 #: ``compilation_config`` are handled apart).
 VLLM_FIELDS: dict[str, str] = {
     "model": "model_path",
+    "dtype": "dtype",
     "host": "host",
     "port": "port",
     "attention_backend": "attention_backend",

@@ -9,6 +9,10 @@ and ``/version``; ``/metrics`` tells the engine family (``sglang:`` / ``vllm:``)
 Then ``health``, ``bench``, ``profile``, ``run --boot`` and ``diagnose`` work on it
 like on any boot.
 
+``detach`` ends dynocell's record of it (``stopped``, ``stop_how`` ``detached``) and touches no
+process. Shown (``ps``, ``show``, the polls), an attached boot's health is probed again
+(``GET /health``, :data:`ALIVE_TIMEOUT_S`), never the stale last verdict alone.
+
 ``stop`` refuses an attached boot unless the operator names the pid
 (``--pid``) and that pid is the process listening on the boot's port; then
 that process (and its children) get SIGTERM, the grace, SIGKILL.
@@ -26,7 +30,7 @@ from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
 import contextlib
 
-__all__ = ["attach", "attached_alive", "parse_engine_url", "probe", "stop_attached"]
+__all__ = ["attach", "attached_alive", "detach", "health_now", "parse_engine_url", "probe", "stop_attached"]
 
 PROBE_TIMEOUT_S = 10.0
 ALIVE_TIMEOUT_S = 3.0
@@ -166,6 +170,53 @@ def attached_alive(row: dict[str, Any]) -> bool:
             return c.health().status == 200
     except EngineUnreachable:
         return False
+
+
+def health_now(cell: Cell, boot: dict[str, Any]) -> dict[str, Any] | None:
+    """For a live attached boot: ``{alive, health, note, timeout_s}`` from a ``GET /health`` made now (at most
+    :data:`ALIVE_TIMEOUT_S`); ``health`` is ``down`` when it does not answer 200, else None (the stored
+    verdicts stand). None for any other boot (dynocell's own boots are judged by their processes)."""
+    from dynocell.runbooks.boots import reconcile
+
+    if boot.get("kind") != "attached":
+        return None
+    row = reconcile(cell, boot)
+    if row["state"] not in ("starting", "ready", "stopping") or row.get("engine_alive") is None:
+        return None
+    return {"alive": row["engine_alive"], "health": None if row["engine_alive"] else "down",
+            "note": row.get("state_note"), "timeout_s": ALIVE_TIMEOUT_S}
+
+
+def detach(cell: Cell, boot_ref: str) -> dict[str, Any]:
+    """``dynocell detach BOOT``: end dynocell's record of an attached boot, leaving its engine alone.
+
+    The boot is recorded ``stopped`` with ``stop_how`` ``detached`` and a ``detached`` event (whether
+    the engine still answered ``/health``); no signal is sent to any process — dynocell did not start
+    it. Attaching the same URL again makes a new boot. Returns the boot row. Raises UserError for a
+    boot dynocell started (use ``stop``) or one already ended; NotFound for an unknown reference.
+    """
+    from dynocell.db import boots as db_boots
+    from dynocell.runbooks.boots import resolve_boot
+    from dynocell.runbooks.imports import _aware, _now
+
+    boot = resolve_boot(cell, boot_ref)
+    if boot.get("kind") != "attached":
+        raise UserError(f"boot {boot['id']} is not attached (dynocell started it): there is nothing to detach",
+                        f"stop it with `dynocell stop {boot['id']}`")
+    if boot["state"] not in db_boots.LIVE_STATES:
+        how = " (detached)" if boot.get("stop_how") == "detached" else ""
+        raise UserError(f"boot {boot['id']} is already {boot['state']}{how}: nothing to detach",
+                        "see it with `dynocell ps --all`")
+    alive = attached_alive(boot)
+    now = _now()
+    started = _aware(boot.get("started_at"))
+    offset = max(0.0, (now - started).total_seconds()) if started else 0.0
+    db_boots.add_event(cell.store, boot["id"], "state", "detached", offset,
+                       {"engine_answered_health": alive, "url": f"{boot['host']}:{boot['port']}"})
+    db_boots.transition(cell.store, boot["id"], ("ready", "starting"), "stopping")
+    db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=now, stop_how="detached",
+                        exit_code=None, zombies=0)
+    return db_boots.get_boot(cell.store, boot["id"]) or boot
 
 
 def _listener_pids(host: str, port: int) -> set[int]:

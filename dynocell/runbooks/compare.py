@@ -27,16 +27,15 @@ def _config_name(detail: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 def _phase_ends(cell: Any, boot_id: str | None) -> tuple[float | None, dict[str, float]]:
-    """(ready s, {phase: s after spawn when its line was seen, last occurrence}) of a boot; (None, {})
-    without one."""
+    """(ready s, {phase: s after spawn when its line was seen}) of a boot; (None, {}) without one. A repeated
+    phase counts at its last occurrence (:func:`dynocell.engine.rules.phase_marks`, as ``import log``)."""
+    from dynocell.engine.rules import phase_marks
+
     if not boot_id:
         return None, {}
     bd = views.boot_detail(cell, boot_id)
-    ends: dict[str, float] = {}
-    for p in bd.get("phases") or []:
-        if p.get("start_s") is not None:
-            ends[p["name"]] = round(float(p["start_s"]), 1)
-    return bd["boot"].get("ready_s"), ends
+    marks = phase_marks((p["name"], p.get("start_s")) for p in bd.get("phases") or [])
+    return bd["boot"].get("ready_s"), {name: round(float(s), 1) for name, s in marks.items()}
 
 
 def _levels(detail: dict[str, Any]) -> list[dict[str, Any]]:

@@ -34,7 +34,9 @@ def log_lines(path: str | None) -> list[str]:
             head = fh.read(MAX_LOG_READ // 2)
             fh.seek(size - MAX_LOG_READ // 2)
             data = head + b"\n" + fh.read()
-    return data.decode("utf-8", "replace").splitlines()
+    from dynocell.engine.logfile import split_lines
+
+    return split_lines(data.decode("utf-8", "replace"))
 
 
 def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:

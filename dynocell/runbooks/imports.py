@@ -172,14 +172,17 @@ def _aware(dt: Any) -> Any:
 # ---------------------------------------------------------------- logs
 
 def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | None = None,
-               node_rank: int | Sequence[int] | None = None, engine: str | None = None) -> dict[str, Any]:
+               node_rank: int | Sequence[int] | None = None, engine: str | None = None,
+               allow_mismatch: bool = False) -> dict[str, Any]:
     """Import one boot's server log(s) (one file per node); returns the import summary.
 
     ``node_rank``: one rank for a single file, or one rank per file in file order
     (``import log a.log --node-rank 0 b.log --node-rank 1``); left out, each log's
-    own rank (SGLang ``node_rank=``), else the files' order. Returns ``{import_id, created, boot_id, run_id,
-    config_hash, observed, ...}``; a re-import returns the first record with
-    ``created`` False. Raises LogReadError (file, line, reason) / UserError.
+    own rank (SGLang ``node_rank=``), else the files' order. Several logs must agree that they are one
+    boot (:func:`_not_one_boot`: server args, start time, node ranks, ``nnodes``); ``allow_mismatch``
+    (``--allow-mismatch``) imports them as one boot anyway, the disagreement kept in the summary.
+    Returns ``{import_id, created, boot_id, run_id, config_hash, observed, ...}``; a re-import returns the
+    first record with ``created`` False. Raises LogReadError (file, line, reason) / UserError.
     """
     from dynocell.engine.logfile import read_log
     from dynocell.engine.rules import UNKNOWN
@@ -190,22 +193,22 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
-        stored = [f.get("node_rank") for f in found["summary"].get("files") or []]
-        if ranks_given and stored and stored != ranks_given:
-            raise UserError(f"these logs are already imported (import #{found['id']}) with node ranks "
-                            f"{stored}, not {ranks_given}",
-                            f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
-                            "one record")
+        _check_reimport(cell, found, config_ref=config_ref, ranks_given=ranks_given, engine=engine)
         return {**found["summary"], "import_id": found["id"], "created": False}
     reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None,
                         config_given=config_ref is not None) for i, p in enumerate(paths)]
-    ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
-    if len(set(ranks)) != len(ranks):
-        ranks = list(range(len(reports)))
     engines = {r.engine for r in reports}
     if len(engines) > 1:
         raise UserError(f"the logs are of different engines ({', '.join(sorted(engines))}): not one boot",
                         "import each engine's logs separately")
+    disagree = _not_one_boot(reports, ranks_given) if len(reports) > 1 else []
+    if disagree and not allow_mismatch:
+        raise UserError("these logs are not one multi-node boot: " + "; ".join(disagree),
+                        "import each log on its own (dynocell import log A.log, then B.log), or pass "
+                        "--allow-mismatch to import them as one boot anyway (the disagreement is kept)")
+    ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
+    if len(set(ranks)) != len(ranks):
+        ranks = list(range(len(reports)))
     observed = next((r.config for r in reports if r.config is not None), None)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, f"{reports[0].path}")
     boot_id, run_id = _new_id(), _new_id()
@@ -252,7 +255,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "events": [{"node_rank": r, "kind": e.kind, "line": e.line, "text": e.text}
                    for r, rep in zip(ranks, reports, strict=False) for e in rep.events],
         "decode": lead.decode, "truncated": [r.path for r in reports if r.truncated],
-        "config_mismatch": mismatch,
+        "config_mismatch": mismatch, "not_one_boot": disagree,
         "config_fields": (observed.fields if (observed and cfg_row is not None) else None),
     }
     run["summary"] = {"import": "log", "acceptance": acc_summary, "signature": sig["id"] if sig else None}
@@ -270,6 +273,85 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec["summary"], "import_id": rec["id"], "created": False}
     return {**summary, "import_id": rec["id"], "created": True}
+
+
+def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
+                    engine: str | None) -> None:
+    """Validate a re-import's options as a first import would, then refuse any that differ from the stored record's.
+
+    The same file(s) are one record (keyed by sha256) whose options are those of the first import; a
+    different ``--config``, ``--engine`` or ``--node-rank`` would be silently ignored, so it is refused
+    (UserError naming the import id, the boot, the stored value and what to do). Raises LogReadError for an
+    unknown ``engine``, NotFound / ConfigError for a ``config_ref`` that names no config.
+    """
+    from dynocell.engine.logfile import check_engine_name
+
+    check_engine_name(engine)
+    config_hash = None
+    if config_ref:
+        from dynocell.runbooks.configs import resolve_hash
+
+        config_hash = resolve_hash(cell, config_ref)
+    summ = found["summary"]
+    stored_ranks = [f.get("node_rank") for f in summ.get("files") or []]
+    differs = []
+    if config_hash and config_hash != summ.get("config_hash"):
+        differs.append(f"config {summ.get('config_hash', '')[:19]}"
+                       + (" (observed from the log)" if summ.get("observed") else "")
+                       + f", not --config {config_ref} ({config_hash[:19]})")
+    if engine and engine != summ.get("engine"):
+        differs.append(f"engine {summ.get('engine')}, not --engine {engine}")
+    if ranks_given and stored_ranks and stored_ranks != ranks_given:
+        differs.append(f"node ranks {stored_ranks}, not {ranks_given}")
+    if differs:
+        boot = summ.get("boot_id")
+        raise UserError(f"these logs are already imported (import #{found['id']}, boot {boot}) with "
+                        + "; ".join(differs) + ": the options of a re-import are not applied",
+                        f"see it with `dynocell show {boot}`; the same files are one record, kept with the options "
+                        "of their first import — rerun without the differing option(s) to get that record, or "
+                        "import them into another store (DYNOCELL_HOME=DIR dynocell import log …) to keep them "
+                        "under other options")
+
+
+#: The nodes of one multi-node boot are started together: their logs' first stamps lie within this (s).
+START_WINDOW_S = 600.0
+
+
+def _not_one_boot(reports: Sequence[Any], ranks_given: list[int]) -> list[str]:
+    """Why several logs are not the nodes of one boot ([] when they agree).
+
+    - server args: a field other than the per-node ones (``node_rank``, ``host``, ``port``,
+      ``dist_init_addr``) differs between the logs' config lines (``engine_version`` included);
+    - ``nnodes``: a config line states a node count other than the number of logs;
+    - node ranks: two logs state the same ``node_rank`` (unless ``--node-rank`` names them);
+    - start time: the first stamps are more than :data:`START_WINDOW_S` apart (logs without stamps
+      are not judged).
+    """
+    why = []
+    names = [r.path for r in reports]  # as given (two nodes' logs often share a file name)
+    configs = [r.config for r in reports]
+    for key in _config_mismatch(configs):
+        vals = ", ".join(f"{n}: {c.fields.get(key) if c else '?'}" for n, c in zip(names, configs))
+        why.append(f"their server args differ in {key} ({vals})")
+    for n, c in zip(names, configs):
+        nn = c.fields.get("nnodes") if c else None
+        if isinstance(nn, int) and nn != len(reports):
+            why.append(f"{n} says nnodes={nn}, not {len(reports)}")
+    if not ranks_given:
+        own = [(n, r.node_rank) for n, r in zip(names, reports) if r.node_rank is not None]
+        seen: dict[int, str] = {}
+        for n, rank in own:
+            if rank in seen:
+                why.append(f"{seen[rank]} and {n} both say node_rank={rank}")
+            seen.setdefault(rank, n)
+    starts = [(r.first_ts, n) for r, n in zip(reports, names) if r.first_ts]
+    if len(starts) > 1:
+        (t0, n0), (t1, n1) = min(starts), max(starts)
+        gap = (t1 - t0).total_seconds()
+        if gap > START_WINDOW_S:
+            why.append(f"they start {gap / 60:.0f} min apart ({n0} {t0:%Y-%m-%d %H:%M:%S}, {n1} "
+                       f"{t1:%Y-%m-%d %H:%M:%S}; one boot's nodes start within {START_WINDOW_S / 60:.0f} min)")
+    return why
 
 
 def _given_ranks(node_rank: int | Sequence[int] | None, n_files: int) -> list[int]:
@@ -303,22 +385,24 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
                 t0: Any) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
     """The boot's event rows (phases and notes of every node, offsets on the shared clock from ``t0``).
 
-    Returns ``(events, node_phases)``; ``node_phases``: {rank: {phase: first offset (s)}}.
+    Returns ``(events, node_phases)``; ``node_phases``: {rank: {phase: offset (s)}}, a repeated phase at its
+    last occurrence (:func:`dynocell.engine.rules.phase_marks`, the rule ``compare`` uses too).
     """
+    from dynocell.engine.rules import phase_marks
+
     events: list[dict[str, Any]] = []
     node_phases: dict[int, dict[str, float]] = {}
     for rank, rep in zip(ranks, reports, strict=False):
         shift = (rep.first_ts - t0).total_seconds() if (rep.first_ts and t0) else 0.0
-        per: dict[str, float] = {}
+        offsets = []
         for ph in rep.phases:
             off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
             events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
                            "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
                            "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
                                       "occurrence": ph["occurrence"]}})
-            if off is not None:
-                per.setdefault(ph["name"], off)
-        node_phases[rank] = per
+            offsets.append((ph["name"], off))
+        node_phases[rank] = phase_marks(offsets)
         for ev in rep.events:
             off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
             events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),

@@ -30,11 +30,15 @@ SGLANG_DEFAULT_PORT = 30000  # sglang ServerArgs.port default; used when the con
 
 
 def _load(cell: Cell, config_ref: str) -> EngineConfig:
+    """The config ``config_ref`` names, with built-in model names (``dynocell:tiny``, ``dynocell:tiny-draft``)
+    replaced by the made-locally pair's directories — what the engine is given at boot
+    (:func:`dynocell.runbooks.boots.start.resolve_models`), so a printed command runs by hand as it is."""
+    from dynocell.runbooks.boots.start import resolve_models
     from dynocell.runbooks.configs import read_config_file, resolve_config
 
-    if Path(config_ref).is_file():
-        return read_config_file(config_ref)  # a plan stores nothing
-    return resolve_config(cell, config_ref)[0]
+    # a .toml path is read, not stored: a plan stores nothing
+    cfg = read_config_file(config_ref) if Path(config_ref).is_file() else resolve_config(cell, config_ref)[0]
+    return resolve_models(cell, cfg)
 
 
 def command_line(spec: LaunchSpec, env: dict[str, str]) -> str:
@@ -84,7 +88,8 @@ def plan_warnings(cell: Cell, config_ref: str) -> list[str]:
 
 def plan(cell: Cell, config_ref: str, *, port: int | None = None) -> list[dict[str, Any]]:
     """The per-node commands of the config ``config_ref`` (a .toml path — not stored — or a
-    stored name/hash/prefix), with ``settings.engine_python`` as interpreter.
+    stored name/hash/prefix), with ``settings.engine_python`` as interpreter and built-in model
+    names resolved to their directories (the pair is made on first use, as a boot would).
 
     Returns :func:`plan_config`'s rows. Raises ConfigError for an
     inconsistent config, NotFound for an unknown reference.

@@ -12,6 +12,7 @@ from dynocell.cli.common import get_cell, out, print_json
 def register(app: typer.Typer) -> None:
     """Add the attach command to the root app."""
     app.command("attach")(attach_cmd)
+    app.command("detach")(detach_cmd)
 
 
 def attach_cmd(
@@ -41,3 +42,22 @@ def attach_cmd(
     if res.get("config_fields"):
         out("seen: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     out(f"next: dynocell health {res['boot_id']} / dynocell run --boot {res['boot_id']}")
+
+
+def detach_cmd(
+    boot: str = typer.Argument(..., help="The attached boot's id (or a unique prefix)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
+) -> None:
+    """End dynocell's record of an attached boot (recorded stopped, detached); the engine process is
+    not touched — dynocell did not start it.
+
+    Example: dynocell detach 3f2a
+    """
+    from dynocell.runbooks.attach import detach
+
+    row = detach(get_cell(), boot)
+    if json_out:
+        print_json(row)
+        return
+    out(f"boot {row['id']} detached (recorded {row['state']}); the engine at {row['host']}:{row['port']} was not "
+        "touched — stop it where it was started, or attach again to drive it")

@@ -108,7 +108,8 @@ def ps_cmd(
     t = table("boot", "host", "state", "health", "engine", "port", "uptime", "ready", "signature")
     for r in rows:
         unsupervised = r.get("supervised") is False and r["state"] in ("starting", "ready", "stopping")
-        state = r["state"] + (" (unsupervised)" if unsupervised else "")
+        state = r["state"] + (" (unsupervised)" if unsupervised else "") + (
+            " (detached)" if r.get("stop_how") == "detached" else "")
         if r.get("state_note"):
             state = f"{r['state']}: {r['state_note']}"
         from rich.text import Text

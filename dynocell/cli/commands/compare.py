@@ -18,22 +18,43 @@ def _p(p: float) -> str:
     return f"{p:.2f}"[1:] if 0 <= p < 1 else f"{p:.1f}"
 
 
-def _phase_cell(profile: dict[str, Any] | None) -> str:
-    """``verify 37 %, draft 26 %, …`` (the step's phases, largest first), ``unavailable`` or ``-``."""
-    ph = (profile or {}).get("phases")
-    if not ph:
-        return "-"
-    if ph["state"] != "split":
-        return "unavailable"
-    return ", ".join(f"{p['label']} {p['pct']:.0f}%" for p in sorted(ph["phases"], key=lambda p: -p["pct"]))
+#: The speculative step's phases in the order a step runs them, as labelled in the stored split.
+PHASE_ROWS = ("draft", "draft extend", "verify", "sampling", "glue")
+
+
+def _phase_rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The speculative step's phase split, one row per phase (% of the step's GPU time): ``split``,
+    ``n/a`` (the trace has no phase ranges, e.g. vLLM) or ``-`` (none stored) on the header row."""
+    splits = [((t["profile"] or {}).get("phases") or None) for t in table]
+    if not any(splits):
+        return []
+    rows = [("spec step phases", ["-" if not ph else ("split" if ph["state"] == "split" else "n/a") for ph in splits])]
+    for label in PHASE_ROWS:
+        cells = []
+        for ph in splits:
+            pct = {p["label"]: p["pct"] for p in (ph or {}).get("phases") or [] if p.get("pct") is not None}
+            cells.append(f"{pct[label]:.0f}" if label in pct else "-")
+        rows.append((f"  {label} %", cells))
+    return rows
+
+
+def short_ids(ids: list[str], least: int = 6) -> list[str]:
+    """The shortest prefixes (at least ``least`` characters) that still tell the given run ids apart."""
+    n = least
+    while n < max(map(len, ids), default=0) and len({i[:n] for i in ids}) < len(set(ids)):
+        n += 1
+    return [i[:n] for i in ids]
 
 
 def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """(label, one cell per run) in reading order: identity, boot, throughput, acceptance, profile."""
+    """(label, one cell per run) in reading order: identity, boot, throughput, acceptance, profile.
+
+    Every cell is one number or one short word, so no cell wraps; a label names its unit and, for
+    throughput, the concurrency (``c=8 out tok/s``: the level's aggregate output rate; ``c=8 decode/req
+    tok/s``: the mean per-request decode rate at that level)."""
     from dynocell.runbooks.compare import KEY_PHASES
 
     rows: list[tuple[str, list[str]]] = [
-        ("config", [t["config"] for t in table]),
         ("engine", [t["engine"] or "-" for t in table]),
         ("state", [t["state"] for t in table]),
         ("temperature", [_f(t["temperature"], "{:g}") for t in table]),
@@ -44,12 +65,10 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
             rows.append((f"  {ph} s", [_f(t["phases"].get(ph)) for t in table]))
     concs = sorted({lv["concurrency"] for t in table for lv in t["levels"]})
     for c in concs:
-        cells = []
-        for t in table:
-            lv = next((x for x in t["levels"] if x["concurrency"] == c), None)
-            cells.append("-" if lv is None else
-                         f"{_f(lv['output_tok_s'], '{:.0f}')} ({_f(lv['decode_tok_s'], '{:.0f}')})")
-        rows.append((f"tok/s c={c} (per req)", cells))
+        lvs = [next((x for x in t["levels"] if x["concurrency"] == c), None) for t in table]
+        rows.append((f"c={c} out tok/s", ["-" if lv is None else _f(lv["output_tok_s"], "{:.0f}") for lv in lvs]))
+        rows.append((f"c={c} decode/req tok/s",
+                     ["-" if lv is None else _f(lv["decode_tok_s"], "{:.0f}") for lv in lvs]))
     classes = sorted({c["text_class"] for t in table for c in t["curves"]})
     for cls in classes:
         curs = [next((c for c in t["curves"] if c["text_class"] == cls), None) for t in table]
@@ -58,19 +77,26 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     rows.append(("lossless", [t["lossless"] or "-" for t in table]))
     rows.append(("break-even", [
         "-" if not t["breakeven"] or t["breakeven"].get("margin") is None
-        else f"{t['breakeven']['margin'] * 100:+.1f} %" for t in table]))
-    rows.append(("profile ms · busy", [
-        "-" if not t["profile"] else f"{_f(t['profile']['device_ms'], '{:.2f}')} · {_f(t['profile']['busy_pct'])} %"
-        for t in table]))
-    rows.append(("launches/tok (graphs)", [
-        "-" if not t["profile"] else
-        f"{_f(t['profile']['launches_per_token'])} ({t['profile']['graph_launches'] or 0})" for t in table]))
-    if any(t["profile"] and t["profile"].get("phases") for t in table):
-        rows.append(("spec step phases", [_phase_cell(t["profile"]) for t in table]))
-    rows.append(("top categories", [
-        "-" if not t["profile"] else ", ".join(f"{s['category']} {s['pct']:.0f}%" for s in t["profile"]["top"])
-        for t in table]))
+        else f"{t['breakeven']['margin'] * 100:+.1f}%" for t in table]))
+    prof = [t["profile"] or {} for t in table]
+    rows.append(("profile device ms", [_f(p.get("device_ms"), "{:.2f}") for p in prof]))
+    rows.append(("  busy %", [_f(p.get("busy_pct")) for p in prof]))
+    rows.append(("  launches/tok", [_f(p.get("launches_per_token")) for p in prof]))
+    rows.append(("  graph launches", ["-" if not p else str(p.get("graph_launches") or 0) for p in prof]))
+    rows += _phase_rows(table)
     return rows
+
+
+def _legend(table: list[dict[str, Any]], ids: list[str]) -> Any:
+    """The runs named above the side-by-side table: short id, config name and the profile's top categories
+    (prose that would widen every column there; here it wraps at spaces)."""
+    from dynocell.cli.fit import FitTable
+
+    t = FitTable("run", "config", "top categories", keys=1)
+    for n, (row, short) in enumerate(zip(table, ids)):
+        top = ", ".join(f"{s['category']} {s['pct']:.0f}%" for s in (row["profile"] or {}).get("top") or [])
+        t.add_row(short, row["config"] + (" (base)" if n == 0 else ""), top or "-")
+    return t
 
 
 def compare_cmd(
@@ -82,12 +108,13 @@ def compare_cmd(
 
     Works across engines (an SGLang run beside a vLLM run of the same model pair) and hosts
     (a warning says when the hardware differs). `--json` adds the per-category profile deltas
-    and the per-class throughput deltas against the first run.
+    and the per-class throughput deltas against the first run. Columns are headed by short run
+    ids (named with their config above the table); a table too wide for the terminal is split
+    into several, each repeating the row names, and never wraps a number.
 
     Example: dynocell compare 6dc3 85fb
     """
-    from rich.table import Table
-
+    from dynocell.cli.fit import FitTable
     from dynocell.runbooks.compare import compare
 
     data = compare(get_cell(), runs)
@@ -95,10 +122,9 @@ def compare_cmd(
         print_json(data)
         return
     table = data["table"]
-    t = Table(show_header=True, header_style="bold", title="runs side by side (first = base)", title_justify="left")
-    t.add_column("", no_wrap=True)
-    for row in table:
-        t.add_column(row["run_id"], overflow="fold")
+    ids = short_ids([row["run_id"] for row in table])
+    out(_legend(table, ids))
+    t = FitTable("", *ids, title="runs side by side (first = base)", keys=1)
     for label, cells in _rows(table):
         t.add_row(label, *cells)
     out(t)

@@ -51,25 +51,33 @@ def import_log_cmd(
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     engine: Optional[str] = typer.Option(None, "--engine",
                                          help="sglang | vllm | llamacpp (default: detected from the log)."),
+    allow_mismatch: bool = typer.Option(
+        False, "--allow-mismatch",
+        help="Import several logs as one boot even when they disagree (server args, start time, node ranks)."),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
     """Import an engine's server log(s) as a boot of kind `imported`: phases, failure signature,
-    acceptance lines, runtime events, and the config from the log's own config line.
+    acceptance lines, runtime events, and the config from the log's own config line. Several logs
+    are the nodes of one boot only when they agree (same server args, nnodes, distinct node ranks,
+    started within 10 minutes); --allow-mismatch overrides.
 
     Example: dynocell import log node0.log --node-rank 0 node1.log --node-rank 1
     """
     from dynocell.runbooks.imports import import_log
 
-    res = import_log(get_cell(), files, config_ref=config, node_rank=node_rank or None, engine=engine)
+    res = import_log(get_cell(), files, config_ref=config, node_rank=node_rank or None, engine=engine,
+                     allow_mismatch=allow_mismatch)
     if json_out:
         print_json(res)
         return
     _header(res, f"{res['engine']} log")
+    if not res.get("created", True):
+        out("the same file(s) are one record, kept with the options of their first import")
     out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}  config {res['config_hash'][:19]}"
         + (" (observed)" if res.get("observed") else ""))
     if res.get("config_fields"):
-        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())
-                                                   if k not in ("model_path",) and "path" not in k))
+        # every field seen, model paths included (out() makes the log's text safe for the terminal)
+        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     nodes = res.get("nodes") or {}
     names = list(dict.fromkeys(n for per in nodes.values() for n in per))
     if names:
@@ -80,6 +88,8 @@ def import_log_cmd(
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
         out(t)
     out(f"ready after {_fmt(res.get('ready_s'), 0)} s" if res.get("ready_s") is not None else "never ready")
+    for why in res.get("not_one_boot") or []:
+        out(f"warning (--allow-mismatch): not one boot: {why}")
     if res.get("config_mismatch"):
         out("warning: the nodes' config lines differ in " + ", ".join(res["config_mismatch"])
             + " (the first node's config is stored)")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from dynocell.cli.common import JSON_OPTION_HELP, out, print_json
@@ -23,18 +21,12 @@ def plan_cmd(
 
     Example: dynocell plan examples/two-nodes.toml --json
     """
-    from dynocell.cli.common import get_cell, get_settings
-    from dynocell.cli.common import err_console
-    from dynocell.runbooks.plan import plan, plan_config, plan_warnings
-    from dynocell.runbooks.configs import model_path_warnings, read_config_file
+    from dynocell.cli.common import err_console, get_cell
+    from dynocell.runbooks.plan import plan, plan_warnings
 
-    if Path(config).is_file():
-        cfg = read_config_file(config)
-        rows = plan_config(cfg, python=get_settings().engine_python, port=port or None)
-        warnings = model_path_warnings(cfg)
-    else:
-        rows = plan(get_cell(), config, port=port or None)
-        warnings = plan_warnings(get_cell(), config)
+    # a .toml path is read, never stored (the store is opened only for a stored config's name)
+    rows = plan(get_cell(), config, port=port or None)
+    warnings = plan_warnings(get_cell(), config)
     for w in warnings:
         err_console.print(f"warning: {w}", markup=False, highlight=False)
     if json_out:

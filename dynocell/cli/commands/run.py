@@ -129,8 +129,11 @@ def show_cmd(
     if found.kind == "boot":
         from dynocell.runbooks import boots, views
 
+        from dynocell.runbooks.attach import health_now
+
         boot = boots.resolve_boot(cell, found.key)
         bd = views.boot_detail(cell, boot["id"])
+        bd["health_now"] = now = health_now(cell, boot)  # an attached engine: probed again, never a stale light
         if json_out:
             print_json(bd)
             return
@@ -143,6 +146,9 @@ def show_cmd(
         if boot.get("failure_signature"):
             title = (boot.get("failure_detail") or {}).get("title") or ""
             out(f"failure signature: {boot['failure_signature']} {title}")
+        if now and now["health"] == "down":
+            out(f"health now: down — GET /health does not answer (probed just now, {now['timeout_s']:g} s timeout); "
+                "the verdict below is the last stored one")
         for x in (phases_table(bd), health_table(bd)):
             if x is not None:
                 out(x)

@@ -122,7 +122,8 @@ class MainScreen(DashScreen):
             run = runs.get(b.get("last_run_id") or "")
             toks = None
             if run:
-                toks = (run.get("summary") or {}).get("decode_tok_s") or run.get("best_output_tok_s")
+                summ = run.get("summary") or {}  # decode_tok_s: the deprecated name of best_output_tok_s
+                toks = summ.get("best_output_tok_s") or summ.get("decode_tok_s") or run.get("best_output_tok_s")
             sig = b.get("failure_signature") or ""
             t.add_row(Text(self.dash.alias(b["id"])), fmt.state_text(b["state"], b.get("state_note")),
                       fmt.health_text((b.get("health") or {}).get("verdict")),

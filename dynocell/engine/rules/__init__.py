@@ -226,6 +226,22 @@ def phase_timeline(lines: Iterable[str], engine: str = "sglang") -> list[Timelin
     return out
 
 
+def phase_marks(pairs: Iterable[tuple[str, float | None]]) -> dict[str, float]:
+    """``{phase name: offset (s)}`` of a boot's phases, given as ``(name, offset)`` in log order.
+
+    The one rule for a phase reached several times — once per model (target, then the draft worker's
+    model: ``weights_begin``/``weights_end``, ``kv_cache_allocated``…), per rank, or per capture pass: it
+    counts at its **last** occurrence, the moment the boot has done it for everything it loads (the
+    draft's ``weights_end`` ends loading). Offsets that are None (a line before any timestamp) are
+    skipped. Used by ``import log`` (each node's timeline, skew, ready) and ``compare`` (phase ends).
+    """
+    marks: dict[str, float] = {}
+    for name, off in pairs:
+        if off is not None:
+            marks[name] = off
+    return marks
+
+
 # ---------------------------------------------------------------- signatures
 
 @dataclass(frozen=True)

@@ -194,6 +194,8 @@ def reconcile_and_list(cell: Cell, all: bool = False, host: str | None = None) -
         # Only a ready boot can be healthy now: a stopped one keeps its last verdict apart.
         r["last_health"] = last[0]["verdict"] if last else None
         r["health"] = r["last_health"] if r["state"] == "ready" else None
+        if r["state"] == "ready" and r.get("engine_alive") is False:
+            r["health"] = "down"  # probed just now (an attached engine not answering): never the stale light
         r["uptime_s"] = _uptime(r)
         r["host_label"] = names.get(r.get("host_id") or "", r.get("hostname") or "?")
         out.append(r)

@@ -35,15 +35,26 @@ def _diagnose(job: _Job, d: dict[str, Any]) -> None:
 
 
 def _summary(job: _Job) -> dict[str, Any]:
+    """The run's summary row: warnings, τ (steps-weighted over the text classes) and the headline throughput.
+
+    ``best_output_tok_s``: the highest aggregate output tok/s over the whole-workload levels (bench rows
+    without a text class), ``best_output_concurrency`` the concurrency of that level (on a GPU usually the
+    widest, e.g. c=8). ``decode_tok_s`` is the same number under its old name, kept because stored runs and
+    the doctor read it: **deprecated** — it was never a decode rate (the per-request decode rate is the
+    bench rows' ``decode_tok_s``); read ``best_output_tok_s``.
+    """
     cell = job.cell
     curves = db_runs.curves(cell.store, job.run_id)
     steps = sum(c["steps"] for c in curves)
+    levels = [b for b in db_runs.bench_rows(cell.store, job.run_id) if not b["text_class"]]
+    best = max(levels, key=lambda b: b["output_tok_s"], default=None)
     return {
         "failed_steps": job.failed,
         "warnings": job.warnings,
         "concurrent_boots": list(job.concurrent.values()),
         "env_warning": job.env_warning,
         "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
-        "decode_tok_s": max((b["output_tok_s"] for b in db_runs.bench_rows(cell.store, job.run_id)
-                             if not b["text_class"]), default=None),
+        "best_output_tok_s": best["output_tok_s"] if best else None,
+        "best_output_concurrency": best["concurrency"] if best else None,
+        "decode_tok_s": best["output_tok_s"] if best else None,  # deprecated alias of best_output_tok_s
     }
