@@ -71,8 +71,10 @@ class Target:
 TARGETS: tuple[Target, ...] = (
     Target("acceptance", "dynocell/engine/acceptance.py", ("tests/test_acceptance.py",)),
     Target("verdicts", "dynocell/engine/verdicts.py", ("tests/test_verdicts.py",)),
-    Target("breakeven", "dynocell/engine/breakeven.py", ("tests/test_breakeven.py", "tests/test_breakeven_band.py"),
-           ("dynocell.engine.breakeven.x_margin__mutmut_*",)),
+    Target("breakeven", "dynocell/engine/breakeven.py", ("tests/test_breakeven.py", "tests/test_breakeven_band.py")),
+    Target("breakeven_step", "dynocell/runbooks/run/breakeven_step.py",
+           ("tests/test_breakeven.py", "tests/test_breakeven_workload.py"),
+           ("dynocell.runbooks.run.breakeven_step.x__breakeven__mutmut_*",)),
     Target("no_net_win", "dynocell/runbooks/doctor.py", ("tests/test_breakeven.py", "tests/test_doctor.py"),
            ("dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_*",)),
     Target("health", "dynocell/engine/health.py", ("tests/test_health_oracle.py",)),

@@ -327,3 +327,43 @@ def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):
     with pytest.raises(run_mod._Skip) as skip:
         run_mod._breakeven(job, 5.0, {})
     assert str(skip.value) == "needs τ and the speculative step time"
+
+
+def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
+    """Nothing measured for the plain config and the lossless check on (no ``opts``): the step boots the plain
+    twin itself (the real reference engine), times one greedy request per workload class on it, records the
+    missing goldens under the plain config, and stores the measurement as this run's ``plain twin boot``."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.workloads import load_workload
+    from dynocell.runbooks.configs import config_by_hash
+    from dynocell.runbooks.run.greedy import _sha
+    from dynocell.runbooks.run.job import LOSSLESS_TOKENS
+
+    run_mod, job = real_run_job
+    said: list[str] = []
+    job = run_mod._Job(job.cell, RUN_ID, lambda msg, *a: said.append(msg))
+    store = job.cell.store
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    plain_hash = run_mod._plain_twin(job.cell, cfg)[1]
+    wl = load_workload()
+    prompts = [tc.prompts[0] for tc in wl.classes.values()]
+    from dynocell.db import boots as db_boots
+
+    before = {b["id"] for b in db_boots.list_boots(store)}
+    d: dict = {}
+    run_mod._breakeven(job, None, d, cfg=cfg, workload=wl)
+    assert said == ["booting the plain twin to time the plain decode step for break-even"]
+    assert (d["plain_source"], d["plain_run_id"], d["plain_config_hash"], d["plain_host"]) == (
+        "plain twin boot", RUN_ID, plain_hash, socket.gethostname())
+    assert len(d["plain_samples"]) == len(prompts) and d["plain_step_ms"] > 0
+    assert d["plain_step_ms"] == pytest.approx(sorted(d["plain_samples"])[len(prompts) // 2], abs=1e-4)
+    assert d["budget_ms"] == pytest.approx(1.7597 * d["plain_step_ms"], rel=1e-3)
+    assert d["plain_age_s"] is not None and 0 <= d["plain_age_s"] < 3600
+    for p in prompts:  # the twin's greedy outputs are the plain config's goldens now
+        golden = db_runs.get_golden(store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS)
+        assert golden is not None, p
+    # one new boot, of the plain config (no speculation), stopped again
+    new = [b for b in db_boots.list_boots(store) if b["id"] not in before]
+    assert [(b["config_hash"], b["state"]) for b in new] == [(plain_hash, "stopped")], new
