@@ -71,7 +71,8 @@ class Target:
 TARGETS: tuple[Target, ...] = (
     Target("acceptance", "dynocell/engine/acceptance.py", ("tests/test_acceptance.py",)),
     Target("verdicts", "dynocell/engine/verdicts.py", ("tests/test_verdicts.py",)),
-    Target("breakeven", "dynocell/engine/breakeven.py", ("tests/test_breakeven.py", "tests/test_breakeven_band.py")),
+    Target("breakeven", "dynocell/engine/breakeven.py",
+           ("tests/test_breakeven_maths.py", "tests/test_breakeven_band.py", "tests/test_breakeven.py")),
     Target("breakeven_step", "dynocell/runbooks/run/breakeven_step.py",
            ("tests/test_breakeven.py", "tests/test_breakeven_workload.py"),
            ("dynocell.runbooks.run.breakeven_step.x__breakeven__mutmut_*",)),
