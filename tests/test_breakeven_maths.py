@@ -110,3 +110,15 @@ def test_margin_worked_on_the_recorded_real_run():
     assert (r["budget_ms"], r["pays"], r["margin"], r["verdict"]) == (10.0, True, 0.1111, "within noise")
     # SE of each median 1.2533·1.4826·MAD 1/√3 = 1.0728, over the medians 10 and 5: √(0.10728² + 0.21455²)
     assert r["noise_band"] == pytest.approx(0.2399, abs=1e-4)
+
+
+def test_band_and_verdict_edges():
+    # two samples are enough for a spread: MAD of 9 and 11 is 1 → 1.2533·1.4826·1/√2 over the median 10
+    assert be.median_noise([9.0, 11.0]) == pytest.approx(0.13139, abs=1e-5)
+    assert be.median_noise([0.0, 11.0]) == 0.0  # zero samples (no measurement) are left out: one is left
+    # a margin exactly on the band is not a verdict yet
+    assert be.breakeven_verdict(0.05, 0.05) == "within noise"
+    assert be.breakeven_verdict(-0.05, 0.05) == "within noise"
+    # a speculative step exactly on the budget does not pay (pays: spec step < budget): τ 2 × 5 ms = 10 ms
+    r = be.margin(2.0, 10.0, 5.0, [], [])
+    assert (r["budget_ms"], r["margin"], r["pays"], r["verdict"]) == (10.0, 0.0, False, "within noise")
