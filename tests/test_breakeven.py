@@ -367,3 +367,38 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
     # one new boot, of the plain config (no speculation), stopped again
     new = [b for b in db_boots.list_boots(store) if b["id"] not in before]
     assert [(b["config_hash"], b["state"]) for b in new] == [(plain_hash, "stopped")], new
+
+
+def test_breakeven_reads_stored_plain_steps_only_from_the_same_workload(real_run_job):
+    """A stored plain step (another run's twin measurement, or the plain config's own run) is reused only when it
+    was measured on this run's workload: prompt and output lengths set the step (a newcomer saw a verdict flip
+    from −37 % to +217 % on a plain step of another workload)."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    store = job.cell.store
+    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    mine, other = "a" * 64, "f" * 64
+    db_runs.update_run(store, RUN_ID, workload_sha256=mine)
+    db_runs.update_run(store, "fb0e80c99600", workload_sha256=other, breakeven={
+        "plain_config_hash": plain_hash, "plain_host": socket.gethostname(), "plain_source": "plain twin boot",
+        "plain_run_id": "fb0e80c99600", "plain_step_ms": 6.0, "plain_samples": [6.0],
+        "plain_measured_at": "2026-11-30T09:00:00+00:00"})
+    db_runs.create_run(store, id="cccc00000003", kind="run", config_hash=plain_hash, state="completed", step="done")
+    db_runs.update_run(store, "cccc00000003", workload="w", workload_sha256=other)
+    pct = {"p50": 7.0, "p90": 7.0, "p99": 7.0, "mean": 7.0, "n": 3}
+    db_runs.add_bench(store, run_id="cccc00000003", concurrency=1, num_requests=3, num_failed=0, duration_s=1.0,
+                      prompt_tokens=30, completion_tokens=30, request_throughput=3.0, output_tok_s=30.0,
+                      total_tok_s=60.0, ttft_ms=pct, tpot_ms=pct, itl_ms=pct, e2e_ms=pct, extra={})
+    with pytest.raises(run_mod._Skip, match="no plain step time"):  # both measured on another workload
+        run_mod._breakeven(job, None, {})
+    db_runs.update_run(store, "cccc00000003", workload_sha256=mine)
+    d: dict = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_step_ms"], d["plain_source"]) == (7.0, "plain run cccc00000003 (TPOT p50, c=1)")
+    db_runs.update_run(store, "fb0e80c99600", workload_sha256=mine)
+    d = {}
+    run_mod._breakeven(job, None, d)  # a twin measurement comes before the plain config's own runs
+    assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")
