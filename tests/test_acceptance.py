@@ -127,6 +127,69 @@ def test_curve_from_meta_infos():
         curve_from_meta_infos([{"spec_correct_drafts_histogram": [1, 1, 1]}], num_drafts=1)
 
 
+def _h(hist, proposed=None, verify=None):
+    m = {"spec_correct_drafts_histogram": hist}
+    if proposed is not None:
+        m["spec_num_proposed_drafts"] = proposed
+    if verify is not None:
+        m["spec_verify_ct"] = verify
+    return m
+
+
+def test_tree_accept_rate_is_over_the_proposed_drafts_worked():
+    # An EAGLE tree (eagle_topk > 1) proposes more drafts per verify step than it can accept in depth:
+    # SGLang's accept rate is correct / (N · proposed per step) (tokenizer_manager.py). Worked by hand:
+    # histograms [1, 2, 3, 4] + [3, 1] → [4, 3, 3, 4], N = 14, D = 3, accepted 0·4 + 1·3 + 2·3 + 3·4 = 21,
+    # τ = 1 + 21/14 = 2.5; proposed (50 + 20) / verify steps (10 + 4) = 5 per step > D → rate 21 / (14 · 5) = 0.3.
+    c = curve_from_meta_infos([_h([1, 2, 3, 4], 50, 10), _h([3, 1], 20, 4)])
+    assert (c.histogram, c.num_drafts, c.steps) == ((4, 3, 3, 4), 3, 14)
+    assert c.tau == pytest.approx(2.5) and c.accept_rate == pytest.approx(0.3)
+    # D + 1 proposed per step is already a tree (rate over 4, not 3): 21 / (14 · 4) = 0.375
+    assert curve_from_meta_infos([_h([4, 3, 3, 4], 56, 14)]).accept_rate == pytest.approx(0.375)
+    # proposed not a whole multiple of the verify steps: no per-step count, the rate stays over D (21 / 42)
+    assert curve_from_meta_infos([_h([4, 3, 3, 4], 71, 14)]).accept_rate == pytest.approx(0.5)
+    # D or fewer proposed per step (a chain, or counts that describe no tree): the rate stays over D
+    assert curve_from_meta_infos([_h([4, 3, 3, 4], 42, 14)]).accept_rate == pytest.approx(0.5)
+    assert curve_from_meta_infos([_h([4, 3, 3, 4], 28, 14)]).accept_rate == pytest.approx(0.5)
+    # one verify step per request still counts: 5 proposed over 1 step on a D = 1 histogram → 1 / (1 · 5)
+    assert curve_from_meta_infos([_h([0, 1], 5, 1)]).accept_rate == pytest.approx(0.2)
+
+
+def test_tree_counts_must_be_known_for_every_generation():
+    # one generation without spec_verify_ct (or with 0 steps, or a bool) → no per-step count: rate over D
+    for other in (_h([3, 1], 20), _h([3, 1], 20, 0), _h([3, 1], True, 4), _h([3, 1])):
+        c = curve_from_meta_infos([_h([1, 2, 3, 4], 50, 10), other])
+        assert c.histogram == (4, 3, 3, 4) and c.accept_rate == pytest.approx(0.5), other
+    # 0 proposed over 0 steps next to a tree's counts is still "not known"
+    c = curve_from_meta_infos([_h([0, 0, 0, 4], 28, 4), _h([0, 0, 0, 4], 0, 0)])
+    assert c.accept_rate == pytest.approx(1.0)
+
+
+def test_meta_info_histograms_padded_and_single_bucket():
+    # SGLang's histogram of a request that accepted no draft at all is [verify steps]: k = 0 only
+    c = curve_from_meta_infos([{"spec_correct_drafts_histogram": [5]}])
+    assert (c.histogram, c.tau, c.steps) == ((5, 0), 1.0, 5)
+    # a shorter histogram after a longer one is padded with zero buckets (either order)
+    assert curve_from_meta_infos([_h([1, 1, 1]), _h([1, 1])]).histogram == (2, 2, 1)
+    assert curve_from_meta_infos([_h([2, 3]), _h([1, 1, 1])]).histogram == (3, 4, 1)
+    # with D known the curve has D + 1 buckets even when no request reached D; D + 1 buckets are allowed
+    assert curve_from_meta_infos([_h([2, 1])], num_drafts=3).histogram == (2, 1, 0, 0)
+    assert curve_from_meta_infos([_h([1, 1, 1, 1])], num_drafts=3).histogram == (1, 1, 1, 1)
+    with pytest.raises(AcceptanceError, match="reports 3 histogram buckets but D = 1 allows 2"):
+        curve_from_meta_infos([_h([1, 1, 1])], num_drafts=1)
+    # D known but no generation had a histogram: no speculation, no curve
+    assert curve_from_meta_infos([{"completion_tokens": 3}], num_drafts=3) is None
+
+
+def test_proposed_per_step_below_depth_refused_word_for_word():
+    # D proposed per step is a chain: the same curve as without the count
+    assert Curve.from_histogram([1, 1, 1, 1], 3) == Curve.from_histogram([1, 1, 1, 1])
+    with pytest.raises(AcceptanceError) as e:
+        Curve.from_histogram([1, 1, 1, 1], 2)
+    assert str(e.value).startswith("2 drafts proposed per verify step cannot be accepted 3 deep "
+                                   "(histogram of 4 buckets)")
+
+
 def test_expected_tau_independent():
     assert expected_tau_independent(1.0, 3) == 4.0
     assert expected_tau_independent(0.0, 3) == 1.0

@@ -327,3 +327,78 @@ def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):
     with pytest.raises(run_mod._Skip) as skip:
         run_mod._breakeven(job, 5.0, {})
     assert str(skip.value) == "needs τ and the speculative step time"
+
+
+def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
+    """Nothing measured for the plain config and the lossless check on (no ``opts``): the step boots the plain
+    twin itself (the real reference engine), times one greedy request per workload class on it, records the
+    missing goldens under the plain config, and stores the measurement as this run's ``plain twin boot``."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+    from dynocell.engine.workloads import load_workload
+    from dynocell.runbooks.configs import config_by_hash
+    from dynocell.runbooks.run.greedy import _sha
+    from dynocell.runbooks.run.job import LOSSLESS_TOKENS
+
+    run_mod, job = real_run_job
+    said: list[str] = []
+    job = run_mod._Job(job.cell, RUN_ID, lambda msg, *a: said.append(msg))
+    store = job.cell.store
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    plain_hash = run_mod._plain_twin(job.cell, cfg)[1]
+    wl = load_workload()
+    prompts = [tc.prompts[0] for tc in wl.classes.values()]
+    from dynocell.db import boots as db_boots
+
+    before = {b["id"] for b in db_boots.list_boots(store)}
+    d: dict = {}
+    run_mod._breakeven(job, None, d, cfg=cfg, workload=wl)
+    assert said == ["booting the plain twin to time the plain decode step for break-even"]
+    assert (d["plain_source"], d["plain_run_id"], d["plain_config_hash"], d["plain_host"]) == (
+        "plain twin boot", RUN_ID, plain_hash, socket.gethostname())
+    assert len(d["plain_samples"]) == len(prompts) and d["plain_step_ms"] > 0
+    assert d["plain_step_ms"] == pytest.approx(sorted(d["plain_samples"])[len(prompts) // 2], abs=1e-4)
+    assert d["budget_ms"] == pytest.approx(1.7597 * d["plain_step_ms"], rel=1e-3)
+    assert d["plain_age_s"] is not None and 0 <= d["plain_age_s"] < 3600
+    for p in prompts:  # the twin's greedy outputs are the plain config's goldens now
+        golden = db_runs.get_golden(store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS)
+        assert golden is not None, p
+    # one new boot, of the plain config (no speculation), stopped again
+    new = [b for b in db_boots.list_boots(store) if b["id"] not in before]
+    assert [(b["config_hash"], b["state"]) for b in new] == [(plain_hash, "stopped")], new
+
+
+def test_breakeven_reads_stored_plain_steps_only_from_the_same_workload(real_run_job):
+    """A stored plain step (another run's twin measurement, or the plain config's own run) is reused only when it
+    was measured on this run's workload: prompt and output lengths set the step (a newcomer saw a verdict flip
+    from −37 % to +217 % on a plain step of another workload)."""
+    import socket
+
+    from dynocell.db import runs as db_runs
+
+    run_mod, job = real_run_job
+    store = job.cell.store
+    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    mine, other = "a" * 64, "f" * 64
+    db_runs.update_run(store, RUN_ID, workload_sha256=mine)
+    db_runs.update_run(store, "fb0e80c99600", workload_sha256=other, breakeven={
+        "plain_config_hash": plain_hash, "plain_host": socket.gethostname(), "plain_source": "plain twin boot",
+        "plain_run_id": "fb0e80c99600", "plain_step_ms": 6.0, "plain_samples": [6.0],
+        "plain_measured_at": "2026-11-30T09:00:00+00:00"})
+    db_runs.create_run(store, id="cccc00000003", kind="run", config_hash=plain_hash, state="completed", step="done")
+    db_runs.update_run(store, "cccc00000003", workload="w", workload_sha256=other)
+    pct = {"p50": 7.0, "p90": 7.0, "p99": 7.0, "mean": 7.0, "n": 3}
+    db_runs.add_bench(store, run_id="cccc00000003", concurrency=1, num_requests=3, num_failed=0, duration_s=1.0,
+                      prompt_tokens=30, completion_tokens=30, request_throughput=3.0, output_tok_s=30.0,
+                      total_tok_s=60.0, ttft_ms=pct, tpot_ms=pct, itl_ms=pct, e2e_ms=pct, extra={})
+    with pytest.raises(run_mod._Skip, match="no plain step time"):  # both measured on another workload
+        run_mod._breakeven(job, None, {})
+    db_runs.update_run(store, "cccc00000003", workload_sha256=mine)
+    d: dict = {}
+    run_mod._breakeven(job, None, d)
+    assert (d["plain_step_ms"], d["plain_source"]) == (7.0, "plain run cccc00000003 (TPOT p50, c=1)")
+    db_runs.update_run(store, "fb0e80c99600", workload_sha256=mine)
+    d = {}
+    run_mod._breakeven(job, None, d)  # a twin measurement comes before the plain config's own runs
+    assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")

@@ -425,3 +425,21 @@ def test_progress_from_a_real_vllm_scrape_summed_over_engines():
                       'vllm:num_requests_waiting{engine="1",model_name="m"} 1.0')
     s = progress_from_metrics(two, 3.0)
     assert (s.generated, s.prompt, s.running, s.queued) == (6132.0, 410.0, 3.0, 5.0)
+
+
+def test_server_info_nextn_is_eagle():
+    """SGLang 0.5.17 stores NEXTN as EAGLE (arg_groups/speculative_hook.py): a NEXTN config matches an engine that
+    reports EAGLE, in any case; another algorithm still mismatches."""
+    def info_check(reported, want):
+        exp = ExpectedServer(model_path="/models/tiny", tp_size=2, speculative_algorithm=want,
+                             speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+        v = check_health(ScriptedEngine(server_info=ok({**INFO, "speculative_algorithm": reported})),
+                         process_alive=True, expected=exp)
+        c = next(c for c in v.checks if c.name == "server_info")
+        return c.ok, c.reason
+
+    for reported, want in (("EAGLE", "NEXTN"), ("EAGLE", "nextn"), ("eagle", "NEXTN"), ("NEXTN", "EAGLE"),
+                           ("nextn", "eagle"), ("Eagle", "Eagle")):
+        assert info_check(reported, want) == (True, "model and key args match"), (reported, want)
+    assert info_check("EAGLE3", "NEXTN") == (
+        False, "speculative_algorithm: expected 'NEXTN', engine reports 'EAGLE3'")
