@@ -18,7 +18,7 @@ from sqlalchemy import text
 from dynocell.db import boots as db_boots
 from dynocell.db import hosts as db_hosts
 from dynocell.db import runs as db_runs
-from dynocell.db.models import utcnow
+from dynocell.db.tables import utcnow
 from dynocell.engine import hostinfo
 
 REPO = Path(__file__).resolve().parents[1]

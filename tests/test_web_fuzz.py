@@ -272,7 +272,7 @@ def fuzz_store(tmp_path_factory):
 
 
 def _notes(cell) -> int:
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
 
     with cell.store.session() as s:
         return s.query(m.Note).count()

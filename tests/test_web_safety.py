@@ -332,7 +332,7 @@ def test_dashboard_and_api_reconcile_a_dead_supervisor(settings, cell):
     """A live-looking boot whose supervisor and engine are gone was shown live until a CLI `ps`."""
     import socket
 
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
     from tests.web_fill import add_boot
 
     h = _add(cell, TINY, "tiny")
@@ -424,7 +424,7 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
 # ---------------------------------------------------------------- clear errors
 
 def test_failed_boot_page_shows_the_failure_as_text_not_a_dict(settings, cell):
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
     from tests.web_fill import add_boot
 
     h = _add(cell, TINY, "tiny")

@@ -40,7 +40,7 @@ def test_default_is_small_and_long_has_the_ladder():
 def test_temperature_defaults_to_the_reference_pair():
     assert load_workload().temperature == default_temperature()
     try:
-        from dynocell.engine.reference.models import DEFAULT_TEMPERATURE
+        from dynocell.engine.reference.nets import DEFAULT_TEMPERATURE
     except ImportError:
         DEFAULT_TEMPERATURE = 0.8
     assert default_temperature() == DEFAULT_TEMPERATURE
@@ -158,7 +158,7 @@ def test_calibration_texts_fit_the_model_context():
     """Issue 20, item 9: the token calibration never sends more than the context holds (a byte-level
     tokenizer gives one token per byte, the worst case); 1,024 characters of Chinese were 1,287
     tokens against a 1,024-token context on the H200."""
-    from dynocell.engine.reference.models import build_tokenizer
+    from dynocell.engine.reference.nets import build_tokenizer
     from dynocell.engine.workloads import load_workload
 
     w = load_workload(None)

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 
-from dynocell.db.models import EngineBuild
+from dynocell.db.tables import EngineBuild
 from dynocell.db import rows
 from dynocell.db.session import Store
 

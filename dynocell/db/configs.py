@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.models import Config, ConfigLabel, ConfigTrust
+from dynocell.db.tables import Config, ConfigLabel, ConfigTrust
 from dynocell.db import rows
 from dynocell.db.session import Store
 

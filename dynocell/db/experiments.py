@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.boots import _row
-from dynocell.db.models import Experiment, ExperimentRun, Pin
+from dynocell.db.tables import Experiment, ExperimentRun, Pin
 from dynocell.db import rows
 from dynocell.db.session import Store
 
@@ -104,7 +104,7 @@ def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any
 
     Used to find the boot of a run whose boot failed before the run row got its ``boot_id``.
     """
-    from dynocell.db.models import Boot
+    from dynocell.db.tables import Boot
 
     with store.session() as s:
         q = select(Boot).where(Boot.config_hash == config_hash, Boot.started_at >= start)
@@ -115,7 +115,7 @@ def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any
 
 def get_build(store: Store, build_hash: str) -> dict[str, Any] | None:
     """One engine build row or None."""
-    from dynocell.db.models import EngineBuild
+    from dynocell.db.tables import EngineBuild
 
     with store.session() as s:
         b = s.get(EngineBuild, build_hash)

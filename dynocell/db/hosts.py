@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from dynocell.db.models import Host, utcnow
+from dynocell.db.tables import Host, utcnow
 from dynocell.db.session import Store
 
 INVENTORY = ("hostname", "os", "cpu", "cpu_count", "memory_bytes", "gpus", "cuda", "engine_versions")

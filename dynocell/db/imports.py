@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db.tables import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Boot, BootEvent, Config, ImportRecord, ProfileKernel,
     ProfileRun, ProfileSplit, Run,
 )

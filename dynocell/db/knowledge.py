@@ -15,7 +15,7 @@ from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
 from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db.tables import (
     AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
 from dynocell.errors import UserError

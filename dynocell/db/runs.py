@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from sqlalchemy import select
 
 from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db.tables import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
 )

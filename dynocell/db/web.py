@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
-from dynocell.db.models import WebToken
+from dynocell.db.tables import WebToken
 from dynocell.db.session import Store
 
 _N, _R, _P = 2**14, 8, 1

@@ -51,11 +51,11 @@ def default_temperature() -> float:
     """Sampling temperature for workloads that omit ``temperature``.
 
     The reference engine's made-locally pair documents its acceptance curve at
-    ``dynocell.engine.reference.models.DEFAULT_TEMPERATURE``; that value is used
+    ``dynocell.engine.reference.nets.DEFAULT_TEMPERATURE``; that value is used
     when the module is importable, else :data:`FALLBACK_TEMPERATURE` (0.8).
     """
     try:
-        from dynocell.engine.reference.models import DEFAULT_TEMPERATURE
+        from dynocell.engine.reference.nets import DEFAULT_TEMPERATURE
     except Exception:  # the reference extra may be absent; its module must not break the bench
         return FALLBACK_TEMPERATURE
     return float(DEFAULT_TEMPERATURE)

@@ -33,7 +33,7 @@ def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) ->
     paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
     if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
         return cfg
-    from dynocell.runbooks.models import default_pair
+    from dynocell.runbooks.model_pair import default_pair
 
     pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
     table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
