@@ -204,8 +204,11 @@ def test_host_record_and_machine_id(tmp_path, settings):
 
     hid = hosts.this_host_id(cell)
     row = db_hosts.get_host(cell.store, hid)
-    assert row["hostname"] and row["os"] and row["cpu"] and row["cpu_count"] >= 1 and row["memory_bytes"] > 0
-    assert "torch" in row["engine_versions"] and isinstance(row["gpus"], list)
+    assert row.hostname and row.os and row.cpu and row.cpu_count >= 1 and row.memory_bytes > 0
+    assert "torch" in row.engine_versions and isinstance(row.gpus, list)
+    from dynocell.db.tables import Host
+
+    assert row.to_dict()["id"] == hid and set(row.to_dict()) == {c.key for c in Host.__table__.columns}
 
 
 def test_gpu_inventory_from_nvidia_smi(tmp_path):

@@ -1,11 +1,13 @@
-"""The row helpers every record module shares: an ORM row as a plain dict, insert one (or once, for
-content-addressed rows), update one, read one or all as the module's record type.
+"""The row helpers every record module shares: :class:`Record` (the one kind of value db/ reads
+return), an ORM row as a plain dict, insert one (or once, for content-addressed rows), update one,
+read one or all as the module's record type.
 
 Each opens its own short transaction on the :class:`~dynocell.db.session.Store`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import select
@@ -15,6 +17,23 @@ from sqlalchemy.orm import Session
 from dynocell.db.session import Store
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Record")
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of the records db/ modules return: a frozen dataclass whose fields are columns of one table
+    (same names). :meth:`to_dict` is the plain ``{field: value}`` form for JSON output and for callers
+    that merge a row into a wider dict; :meth:`of` builds one from an ORM row."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{field: value}`` in field order (values as stored: lists/dicts are the record's own)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def of(cls: type[R], obj: Any) -> R:
+        """The record of ORM row ``obj`` (each field read from the column of the same name)."""
+        return cls(**{f.name: getattr(obj, f.name) for f in fields(cls)})
 
 
 def row_dict(obj: Any) -> dict[str, Any]:
