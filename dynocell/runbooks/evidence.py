@@ -40,7 +40,7 @@ def _run_row(
 
 def _found(kind: str, cell: Cell, key: str) -> dict[str, Any] | None:
     rec = db_imports.find_import(cell.store, kind, key)
-    return {**rec["summary"], "import_id": rec["id"], "created": False} if rec else None
+    return {**rec.summary, "import_id": rec.id, "created": False} if rec else None
 
 
 # ---------------------------------------------------------------- metrics
@@ -187,7 +187,7 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     rec, created = db_imports.record_import(
         cell.store, kind="metrics", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "metrics", files, {"import": "metrics", "acceptance": acc}), curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}
 
 
 # ---------------------------------------------------------------- per-request responses
@@ -247,7 +247,7 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
         cell.store, kind="requests", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "requests", files, {"import": "requests", "acceptance": acc}),
         bench=bench, curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}
 
 
 # ---------------------------------------------------------------- benchmark tools
@@ -314,4 +314,4 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
         cell.store, kind="bench", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "bench", files, {"import": "bench", "tool": tool}),
         bench=bench, curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}

@@ -190,13 +190,13 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     files, key = digest_files(paths)
     found = db_imports.find_import(cell.store, "log", key)
     if found:
-        stored = [f.get("node_rank") for f in found["summary"].get("files") or []]
+        stored = [f.get("node_rank") for f in found.summary.get("files") or []]
         if ranks_given and stored and stored != ranks_given:
-            raise UserError(f"these logs are already imported (import #{found['id']}) with node ranks "
+            raise UserError(f"these logs are already imported (import #{found.id}) with node ranks "
                             f"{stored}, not {ranks_given}",
-                            f"see it with `dynocell show {found['summary'].get('boot_id')}`; the same files are "
+                            f"see it with `dynocell show {found.summary.get('boot_id')}`; the same files are "
                             "one record")
-        return {**found["summary"], "import_id": found["id"], "created": False}
+        return {**found.summary, "import_id": found.id, "created": False}
     reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None,
                         config_given=config_ref is not None) for i, p in enumerate(paths)]
     ranks = [r.node_rank if r.node_rank is not None else i for i, r in enumerate(reports)]
@@ -268,8 +268,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         raise
     if not created:
         shutil.rmtree(boot_dir, ignore_errors=True)
-        return {**rec["summary"], "import_id": rec["id"], "created": False}
-    return {**summary, "import_id": rec["id"], "created": True}
+        return {**rec.summary, "import_id": rec.id, "created": False}
+    return {**summary, "import_id": rec.id, "created": True}
 
 
 def _given_ranks(node_rank: int | Sequence[int] | None, n_files: int) -> list[int]:
@@ -402,7 +402,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     files, key = digest_files([path])
     found = db_imports.find_import(cell.store, "trace", key)
     if found:
-        return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
+        return {**found.summary, "import_id": found.id, "profile_id": found.profile_id,
                 "created": False}
     from dynocell.engine.trace import analyze_trace
 
@@ -437,7 +437,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                               for c in sp.categories]}
     rec, created = db_imports.record_import(cell.store, kind="trace", sha256=key, files=files, summary=summary,
                                             run=run, profile=profile)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "profile_id": rec["profile_id"],
+    return {**(summary if created else rec.summary), "import_id": rec.id, "profile_id": rec.profile_id,
             "created": created}
 
 
