@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from dynocell.clock import now_utc
 from dynocell.db import configs as db_configs
 from dynocell.db import experiments as db
 from dynocell.db import runs as db_runs
@@ -55,10 +56,6 @@ METRIC_BY_KEY = V.METRIC_BY_KEY  # for the faces: metric key → label, unit, di
 
 def _noop(_m: str, _d: dict[str, Any]) -> None:
     pass
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _aware(t: datetime | None) -> datetime | None:
@@ -455,7 +452,7 @@ def judge(cell: Cell, name: str, *, store: bool = True, min_floor: float = V.MIN
                       "samples": {f"{k[0]}@{k[1]}": v for k, v in inc_samples.items()}},
         "arms": arms_out,
         "levels": sorted(levels, key=V._level_key),
-        "judged_at": _now().isoformat(),
+        "judged_at": now_utc().isoformat(),
     }
     slot_errors = (exp.get("verdicts") or {}).get("slot_errors")
     if slot_errors:

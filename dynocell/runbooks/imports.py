@@ -27,6 +27,7 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from dynocell.clock import now_utc
 from dynocell.db import imports as db_imports
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
@@ -231,8 +232,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
         "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
-        "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or _now(), "ready_s": ready_s,
-        "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or _now(),
+        "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or now_utc(), "ready_s": ready_s,
+        "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
         "failure_signature": sig["id"] if sig else None,
         "failure_detail": ({**sig, "node_rank": ranks[reports.index(failed[0])] if failed else None}
                            if sig else None),
@@ -312,7 +313,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         per: dict[str, float] = {}
         for ph in rep.phases:
             off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
                            "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
                                       "occurrence": ph["occurrence"]}})
@@ -321,7 +322,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         node_phases[rank] = per
         for ev in rep.events:
             off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
                            "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
     return events, node_phases
@@ -364,12 +365,6 @@ def _phase_skew(node_phases: dict[int, dict[str, float]]) -> dict[str, float]:
         for name, off in per.items():
             names.setdefault(name, []).append(off)
     return {n: round(max(v) - min(v), 3) for n, v in names.items() if len(v) > 1}
-
-
-def _now() -> Any:
-    from datetime import datetime
-
-    return datetime.now(timezone.utc)
 
 
 # ---------------------------------------------------------------- traces
@@ -417,7 +412,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
 
         run = {"id": _new_id(), "kind": "import", "config_hash": resolve_hash(cell, config_ref),
                "state": "completed", "step": "import", "options": {"source": "trace", "files": [files[0]["path"]]},
-               "ended_at": _now()}
+               "ended_at": now_utc()}
     profile = {
         "run_id": run["id"] if run else None, "state": "completed", "trace_dir": str(Path(path).resolve().parent),
         "traces": [{"rank": rank_of(path), "path": files[0]["path"], "size": files[0]["size"],
