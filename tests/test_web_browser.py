@@ -38,7 +38,7 @@ def server(web_store):  # noqa: F811
     import uvicorn
 
     from dynocell.db import tables as m
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.runbooks import web_tokens
     from dynocell.web.app import create_app, uvicorn_options
 
     settings, cell, ids = web_store
@@ -56,7 +56,7 @@ def server(web_store):  # noqa: F811
             return {"boot_id": boot_ref, "state": "stopped"}
 
         procedures = {"run": stand_in_run, "stop": stand_in_stop}
-    token = web_token_create(cell, "browser")
+    token = web_tokens.create(cell, "browser")
     app = create_app(settings, cell=cell, bind_host="127.0.0.1", procedures=procedures)
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
