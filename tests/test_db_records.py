@@ -63,3 +63,14 @@ def test_configs_and_builds_are_records(store: Store):
                 dbb.get_build(store, "sha256:bb")):
         assert _is_frozen_record(row)
         assert row.to_dict() == {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+
+
+def test_web_tokens_are_records_without_their_hash(store: Store):
+    from dynocell.db import web as dbw
+    from dynocell.db.tables import WebToken
+
+    clear = dbw.create_token(store, "ops")
+    (row,) = dbw.list_tokens(store)
+    assert _is_frozen_record(row) and row.label == "ops" and row.revoked_at is None
+    assert set(row.to_dict()) == _columns(WebToken) - {"token_hash"}
+    assert clear not in str(row.to_dict()) and dbw.verify_token(store, clear) == row.id

@@ -32,7 +32,7 @@ def is_live(cell, token_id: int) -> bool:
 
 def list_tokens(cell) -> list[dict[str, Any]]:
     """Every web token as ``{id, label, created_at, revoked_at}`` (never the token or its hash)."""
-    return [{**t, "created_at": _aware(t["created_at"]), "revoked_at": _aware(t["revoked_at"])}
+    return [{**t.to_dict(), "created_at": _aware(t.created_at), "revoked_at": _aware(t.revoked_at)}
             for t in dbweb.list_tokens(cell.store)]
 
 
