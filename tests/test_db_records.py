@@ -74,3 +74,27 @@ def test_web_tokens_are_records_without_their_hash(store: Store):
     assert _is_frozen_record(row) and row.label == "ops" and row.revoked_at is None
     assert set(row.to_dict()) == _columns(WebToken) - {"token_hash"}
     assert clear not in str(row.to_dict()) and dbw.verify_token(store, clear) == row.id
+
+
+def test_experiments_slots_and_pins_are_records(store: Store):
+    from dynocell.db import experiments as dbx
+    from dynocell.db.tables import Experiment, ExperimentRun, Pin
+
+    dbc.insert_config(store, "sha256:inc", "reference", "dynocell:tiny", "{}", "x = 1")
+    dbc.insert_config(store, "sha256:arm", "reference", "dynocell:tiny", "{}", "x = 2")
+    arms = [{"role": "incumbent", "config_hash": "sha256:inc", "label": "inc"},
+            {"role": "arm", "config_hash": "sha256:arm", "label": "arm"}]
+    exp = dbx.create_experiment(store, name="e", incumbent_hash="sha256:inc", arms=arms, workload=None, repeats=1,
+                                slots=[("sha256:inc", "incumbent", 0), ("sha256:arm", "arm", 0)])
+    assert _is_frozen_record(exp) and set(exp.to_dict()) == _columns(Experiment) and exp.state == "created"
+    assert dbx.create_experiment(store, name="e", incumbent_hash="sha256:inc", arms=arms, workload=None,
+                                 repeats=1, slots=[]) is None
+    slots = dbx.slots(store, "e")
+    assert all(_is_frozen_record(x) for x in slots) and set(slots[0].to_dict()) == _columns(ExperimentRun)
+    assert [(x.seq, x.role, x.state) for x in slots] == [(0, "incumbent", "pending"), (1, "arm", "pending")]
+    assert dbx.update_slot(store, slots[1].id, state="failed").state == "failed"
+    assert dbx.update_experiment(store, "e", state="done").state == "done" == dbx.get_experiment(store, "e").state
+    assert [x.name for x in dbx.list_experiments(store)] == ["e"] == [x.name for x in
+                                                                      dbx.experiments_of_config(store, "sha256:arm")]
+    pin = dbx.add_pin(store, config_hash="sha256:arm", build_hash=None, note="qualified", evidence={"runs": []})
+    assert _is_frozen_record(pin) and set(pin.to_dict()) == _columns(Pin) and dbx.list_pins(store)[0].id == pin.id

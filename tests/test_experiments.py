@@ -131,11 +131,11 @@ def _fill(cell, name: str, values: dict[str, list[dict]]) -> None:
     from dynocell.db import experiments as db
 
     exp = db.get_experiment(cell.store, name)
-    by_hash = {a["config_hash"]: a["label"] for a in exp["arms"]}
+    by_hash = {a["config_hash"]: a["label"] for a in exp.arms}
     for slot in db.slots(cell.store, name):
-        spec = values[by_hash[slot["config_hash"]]].pop(0)
-        rid = _fake_run(cell, slot["config_hash"], **spec)
-        db.update_slot(cell.store, slot["id"], run_id=rid,
+        spec = values[by_hash[slot.config_hash]].pop(0)
+        rid = _fake_run(cell, slot.config_hash, **spec)
+        db.update_slot(cell.store, slot.id, run_id=rid,
                        state="failed" if spec.get("failed_step") else "completed")
 
 
