@@ -103,8 +103,7 @@ def list_experiments(store: Store, limit: int = 200) -> list[ExperimentRow]:
 
 def update_experiment(store: Store, name: str, **values: Any) -> ExperimentRow:
     """Set columns (``state``, ``verdicts`` …) of one experiment; returns it. Raises KeyError if absent."""
-    with store.session() as s:
-        return ExperimentRow.of(rows.get_or_raise(s, Experiment, name, **values))
+    return rows.update_as(store, Experiment, name, ExperimentRow.of, **values)
 
 
 def slots(store: Store, name: str) -> list[SlotRow]:
@@ -116,8 +115,7 @@ def slots(store: Store, name: str) -> list[SlotRow]:
 
 def update_slot(store: Store, slot_id: int, **values: Any) -> SlotRow:
     """Set ``state`` / ``run_id`` of one slot; returns it. Raises KeyError if absent."""
-    with store.session() as s:
-        return SlotRow.of(rows.get_or_raise(s, ExperimentRun, slot_id, **values))
+    return rows.update_as(store, ExperimentRun, slot_id, SlotRow.of, **values)
 
 
 def experiments_of_config(store: Store, config_hash: str) -> list[ExperimentRow]:

@@ -52,10 +52,16 @@ def insert(store: Store, model: type, **values: Any) -> dict[str, Any]:
 
 def update(store: Store, model: type, key: Any, **values: Any) -> dict[str, Any]:
     """Set columns of the ``model`` row with primary key ``key``; returns it. Raises KeyError if absent."""
+    return update_as(store, model, key, row_dict, **values)
+
+
+def update_as(store: Store, model: type, key: Any, convert: Callable[[Any], T], **values: Any) -> T:
+    """Set columns of the ``model`` row with primary key ``key``; returns ``convert(row)``.
+    Raises KeyError if absent."""
     with store.session() as s:
         obj = get_or_raise(s, model, key, **values)
         s.flush()
-        return row_dict(obj)
+        return convert(obj)
 
 
 def get_or_raise(s: Session, model: type, key: Any, **values: Any) -> Any:
