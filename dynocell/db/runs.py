@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import select
 
-from dynocell.db.boots import _row
+from dynocell.db.rows import row_dict as _row
 from dynocell.db.tables import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
