@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from dynocell.engine.reference.launch import start_engine
-from dynocell.engine.reference.models import DEFAULT_TEMPERATURE, ensure_pair
+from dynocell.engine.reference.nets import DEFAULT_TEMPERATURE, ensure_pair
 
 PROMPTS = [
     "def __init__(self, ",

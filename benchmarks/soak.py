@@ -214,7 +214,7 @@ class Tracker:
 
 def seed_model_cache(cache: Path) -> None:
     """Find the reference pair (the packaged one for the default seed; made into ``cache`` otherwise)."""
-    from dynocell.engine.reference.models import ensure_pair
+    from dynocell.engine.reference.nets import ensure_pair
 
     ensure_pair(cache, progress=lambda m: print(f"  model: {m}", flush=True))
 

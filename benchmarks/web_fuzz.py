@@ -34,14 +34,15 @@ def main() -> int:
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
 
-    from dynocell.runbooks.views import open_view_cell, web_token_create
+    from dynocell.runbooks import web_tokens
+    from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
 
     with tempfile.TemporaryDirectory(prefix="dynocell-web-fuzz-") as home:
         settings = load_settings(home=Path(home), poll_interval_s=1.0)
         cell = open_view_cell(settings)
         ids = fill_stand_in(cell)
-        token = web_token_create(cell, "fuzz")
+        token = web_tokens.create(cell, "fuzz")
         t0 = time.monotonic()
         passes, complete = run_passes((settings, cell, ids, token), args.examples, derandomize=False, seed=seed)
         errors, bypasses = report(passes, complete, args.examples, time.monotonic() - t0)

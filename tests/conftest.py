@@ -32,7 +32,7 @@ def pytest_sessionstart(session):
     os.environ["DYNOCELL_MODEL_CACHE"] = str(MODEL_CACHE)
     if getattr(session.config.option, "collectonly", False):
         return
-    from dynocell.engine.reference.models import ensure_pair
+    from dynocell.engine.reference.nets import ensure_pair
 
     # The default pair ships with the package (dynocell/engine/reference/pair/), so this finds it
     # without training; test_reference_training checks the training path on a shortened recipe.
@@ -58,7 +58,7 @@ def settings(isolated_home):
 @pytest.fixture(scope="session")
 def model_pair():
     """(target_dir, draft_dir) of the default made-locally pair."""
-    from dynocell.engine.reference.models import ensure_pair
+    from dynocell.engine.reference.nets import ensure_pair
 
     return ensure_pair(MODEL_CACHE)
 

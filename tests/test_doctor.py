@@ -253,7 +253,7 @@ def test_diagnose_unknown_ref(settings):
 
 
 def test_diagnose_failed_boot_links_signature_entries(settings, tmp_path):
-    from dynocell.db.models import Boot
+    from dynocell.db.tables import Boot
     from dynocell.runbooks.cell import open_cell
     from dynocell.runbooks.configs import add_config
     from dynocell.runbooks.doctor import diagnose

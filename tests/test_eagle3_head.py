@@ -32,7 +32,7 @@ from dynocell.engine.reference.decoding import Generation, LoadedModel, Sampling
 from dynocell.engine.reference.eagle import load_head
 from dynocell.engine.reference.eagle3 import make_eagle3
 from dynocell.engine.reference.eagle_decoding import EagleGeneration
-from dynocell.engine.reference.models import PACKAGED_DIR, recipe_id
+from dynocell.engine.reference.nets import PACKAGED_DIR, recipe_id
 
 SGLANG_PARAMS = {
     "model.fc.weight": ("H", "AH"),

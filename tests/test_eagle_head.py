@@ -37,7 +37,7 @@ from dynocell.engine.meta import check_generations
 from dynocell.engine.reference.decoding import Generation, LoadedModel, SamplingParams, load_tokenizer
 from dynocell.engine.reference.eagle import load_head, make_eagle
 from dynocell.engine.reference.eagle_decoding import EagleGeneration
-from dynocell.engine.reference.models import PACKAGED_DIR, recipe_id
+from dynocell.engine.reference.nets import PACKAGED_DIR, recipe_id
 
 #: SGLang's parameters of LlamaForCausalLMEagle (num_hidden_layers 1) other than lm_head, which
 #: the EAGLE worker replaces with the target's (eagle_worker_v2.py init_lm_head: set_embed_and_head).

@@ -95,7 +95,7 @@ def _fake_run(cell, config_hash: str, *, decode: float, ttft: float, tau: float 
               lossless: str | None = None, failed_step: str | None = None, finding: str | None = None) -> str:
     """Write a run the way run_job does (real rows through the db functions)."""
     from dynocell.db import runs as db_runs
-    from dynocell.db.models import Finding
+    from dynocell.db.tables import Finding
     from dynocell.runbooks.boots import new_id
 
     rid = new_id()
@@ -131,11 +131,11 @@ def _fill(cell, name: str, values: dict[str, list[dict]]) -> None:
     from dynocell.db import experiments as db
 
     exp = db.get_experiment(cell.store, name)
-    by_hash = {a["config_hash"]: a["label"] for a in exp["arms"]}
+    by_hash = {a["config_hash"]: a["label"] for a in exp.arms}
     for slot in db.slots(cell.store, name):
-        spec = values[by_hash[slot["config_hash"]]].pop(0)
-        rid = _fake_run(cell, slot["config_hash"], **spec)
-        db.update_slot(cell.store, slot["id"], run_id=rid,
+        spec = values[by_hash[slot.config_hash]].pop(0)
+        rid = _fake_run(cell, slot.config_hash, **spec)
+        db.update_slot(cell.store, slot.id, run_id=rid,
                        state="failed" if spec.get("failed_step") else "completed")
 
 
@@ -233,7 +233,7 @@ def _configs(tmp: Path, pair) -> tuple[str, str, str]:
     resolve built-in model names, else copies pointing at the cached pair's directories."""
     import importlib.util
 
-    if importlib.util.find_spec("dynocell.runbooks.models") is not None:
+    if importlib.util.find_spec("dynocell.runbooks.model_pair") is not None:
         return PLAIN, STANDALONE, NGRAM
     out = []
     for src in (PLAIN, STANDALONE, NGRAM):

@@ -18,26 +18,26 @@ from pathlib import Path
 
 import pytest
 
-from dynocell.engine.reference import models
+from dynocell.engine.reference import nets
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_default_pair_is_packaged_and_served_in_place(tmp_path):
-    shipped = models.packaged_pair(0)
+    shipped = nets.packaged_pair(0)
     assert shipped is not None, "the default recipe's pair must ship in dynocell/engine/reference/pair/"
-    assert shipped.target.parent.name == models.recipe_id(0)
-    assert shipped.target.is_relative_to(models.PACKAGED_DIR)
+    assert shipped.target.parent.name == nets.recipe_id(0)
+    assert shipped.target.is_relative_to(nets.PACKAGED_DIR)
     messages: list[str] = []
     cache = tmp_path / "fresh-home" / "models"
-    pair = models.ensure_pair(cache, progress=messages.append)
+    pair = nets.ensure_pair(cache, progress=messages.append)
     assert pair == shipped
     assert not cache.exists(), "the packaged pair is read in place, nothing is copied or made"
     assert not any("making" in m for m in messages), messages
 
 
 def test_other_seeds_are_not_served_from_the_package():
-    assert models.packaged_pair(12345) is None
+    assert nets.packaged_pair(12345) is None
 
 
 @pytest.mark.slow
@@ -52,7 +52,7 @@ def test_wheel_carries_the_pair(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("dynocell-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    base = f"dynocell/engine/reference/pair/{models.recipe_id(0)}"
+    base = f"dynocell/engine/reference/pair/{nets.recipe_id(0)}"
     for sub in ("target", "draft"):
         for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                   "generation_config.json"):
@@ -60,12 +60,12 @@ def test_wheel_carries_the_pair(tmp_path):
 
 
 def test_training_progress_has_steps_loss_and_eta(monkeypatch, tmp_path):
-    monkeypatch.setitem(models.TARGET, "steps", 3)
-    monkeypatch.setitem(models.DRAFT, "steps", 2)
-    monkeypatch.setattr(models, "CORPUS_MAX_BYTES", 200_000)
-    monkeypatch.setattr(models, "PROGRESS_EVERY_S", 0.0)  # every step is past the interval
+    monkeypatch.setitem(nets.TARGET, "steps", 3)
+    monkeypatch.setitem(nets.DRAFT, "steps", 2)
+    monkeypatch.setattr(nets, "CORPUS_MAX_BYTES", 200_000)
+    monkeypatch.setattr(nets, "PROGRESS_EVERY_S", 0.0)  # every step is past the interval
     lines: list[str] = []
-    models.make_pair(tmp_path / "pair", seed=5, progress=lines.append)
+    nets.make_pair(tmp_path / "pair", seed=5, progress=lines.append)
     target_lines = [m for m in lines if m.startswith("target: step")]
     assert [m.split()[2] for m in target_lines] == ["1/3", "2/3", "3/3"], lines
     assert all(" loss " in m and "ETA" in m for m in target_lines), target_lines
@@ -76,7 +76,7 @@ def test_second_maker_says_it_is_waiting_for_the_lock(tmp_path):
     seed = 4242  # not packaged: the cache and its lock are used
     cache = tmp_path / "models"
     cache.mkdir()
-    lock = open(cache / f".{models.recipe_id(seed)}.lock", "a+")
+    lock = open(cache / f".{nets.recipe_id(seed)}.lock", "a+")
     fcntl.flock(lock, fcntl.LOCK_EX)
     messages: list[str] = []
     waiting = threading.Event()
@@ -87,18 +87,18 @@ def test_second_maker_says_it_is_waiting_for_the_lock(tmp_path):
             waiting.set()
 
     result: list[object] = []
-    t = threading.Thread(target=lambda: result.append(models.ensure_pair(cache, seed=seed, progress=progress)))
+    t = threading.Thread(target=lambda: result.append(nets.ensure_pair(cache, seed=seed, progress=progress)))
     t.start()
     try:
         said_waiting = waiting.wait(60)
     finally:
         # The "other maker" finishes: its pair appears under the final name, then it lets go
         # (so the waiting thread finds it and never trains, whatever it printed).
-        shutil.copytree(models.PACKAGED_DIR / models.recipe_id(0), cache / models.recipe_id(seed))
+        shutil.copytree(nets.PACKAGED_DIR / nets.recipe_id(0), cache / nets.recipe_id(seed))
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
         t.join(120)
     assert said_waiting, messages
-    assert result and result[0] == models.ModelPair(cache / models.recipe_id(seed) / "target",
-                                                    cache / models.recipe_id(seed) / "draft")
+    assert result and result[0] == nets.ModelPair(cache / nets.recipe_id(seed) / "target",
+                                                    cache / nets.recipe_id(seed) / "draft")
     assert not any(m.startswith("making") for m in messages), messages

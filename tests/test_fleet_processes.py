@@ -72,7 +72,7 @@ def test_two_hosts_share_one_store_and_each_judges_only_its_own_boots(db_url, cl
         # A detached supervisor keeps its host heard from (nobody runs ps on B meanwhile).
         from sqlalchemy import text
 
-        from dynocell.db.models import utcnow
+        from dynocell.db.tables import utcnow
         from dynocell.db.session import make_engine
 
         engine = make_engine(db_url)

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from dynocell.db import boots as db_boots
 from dynocell.db import hosts as db_hosts
 from dynocell.db import runs as db_runs
-from dynocell.db.models import utcnow
+from dynocell.db.tables import utcnow
 from dynocell.engine import hostinfo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,8 +204,11 @@ def test_host_record_and_machine_id(tmp_path, settings):
 
     hid = hosts.this_host_id(cell)
     row = db_hosts.get_host(cell.store, hid)
-    assert row["hostname"] and row["os"] and row["cpu"] and row["cpu_count"] >= 1 and row["memory_bytes"] > 0
-    assert "torch" in row["engine_versions"] and isinstance(row["gpus"], list)
+    assert row.hostname and row.os and row.cpu and row.cpu_count >= 1 and row.memory_bytes > 0
+    assert "torch" in row.engine_versions and isinstance(row.gpus, list)
+    from dynocell.db.tables import Host
+
+    assert row.to_dict()["id"] == hid and set(row.to_dict()) == {c.key for c in Host.__table__.columns}
 
 
 def test_gpu_inventory_from_nvidia_smi(tmp_path):

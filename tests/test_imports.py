@@ -44,7 +44,7 @@ def _count(cell, model) -> int:
 
 
 def _counts(cell) -> dict[str, int]:
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
 
     return {t.__tablename__: _count(cell, t) for t in (m.Boot, m.BootEvent, m.Run, m.AcceptanceCurve,
                                                        m.ProfileRun, m.ImportRecord, m.Config, m.BenchRun)}
@@ -67,7 +67,7 @@ def test_trace_split_of_a_real_vllm_trace_stores_nothing(cell):
 
 
 def test_import_trace_once_and_again_is_one_record(cell):
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
     from dynocell.runbooks.imports import import_trace
 
     trace = next(SGL.glob("A.*.trace.json.gz"))
@@ -189,7 +189,7 @@ def test_import_real_sglang_logs(cell, name):
 def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_path):
     """T and T0 are two real TP2 boots; imported together as the logs of one boot's two nodes
     (ranks by order), each node's phases are kept with its node rank and the skew is reported."""
-    from dynocell.db import boots as db_boots, models as m
+    from dynocell.db import boots as db_boots, tables as m
 
     # T and T0 disagree (graphs on/off, each says nnodes=1 and node_rank=0): only --allow-mismatch joins them
     res = import_log_and_check(cell, SGL_TP2 / "T.server.log", SGL_TP2 / "T0.server.log", allow_mismatch=True)

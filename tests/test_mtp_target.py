@@ -34,7 +34,7 @@ from dynocell.engine.acceptance import Curve
 from dynocell.engine.reference.decoding import Generation, LoadedModel, SamplingParams, load_tokenizer
 from dynocell.engine.reference.eagle import load_head
 from dynocell.engine.reference.eagle_decoding import EagleGeneration
-from dynocell.engine.reference.models import PACKAGED_DIR, recipe_id
+from dynocell.engine.reference.nets import PACKAGED_DIR, recipe_id
 from dynocell.engine.reference.mtp import make_mtp_target
 
 PACKAGED_MTP = PACKAGED_DIR / recipe_id(0) / "mimo-mtp"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from dynocell.engine.reference.launch import start_engine
-from dynocell.engine.reference.models import BPE_VOCAB, DEFAULT_TEMPERATURE, build_tokenizer, ensure_pair, recipe_id
+from dynocell.engine.reference.nets import BPE_VOCAB, DEFAULT_TEMPERATURE, build_tokenizer, ensure_pair, recipe_id
 from dynocell.engine.reference.decoding import load_tokenizer
 from dynocell.engine.workloads import load_workload
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from dynocell.engine.reference import models
+from dynocell.engine.reference import nets
 
 
 def _digest(path):
@@ -17,11 +17,11 @@ def _digest(path):
 
 
 def test_short_recipe_trains_deterministically(tmp_path, monkeypatch):
-    monkeypatch.setitem(models.TARGET, "steps", 2)
-    monkeypatch.setitem(models.DRAFT, "steps", 2)
-    monkeypatch.setattr(models, "CORPUS_MAX_BYTES", 200_000, raising=False)
-    a = models.make_pair(tmp_path / "a", seed=3)
-    b = models.make_pair(tmp_path / "b", seed=3)
+    monkeypatch.setitem(nets.TARGET, "steps", 2)
+    monkeypatch.setitem(nets.DRAFT, "steps", 2)
+    monkeypatch.setattr(nets, "CORPUS_MAX_BYTES", 200_000, raising=False)
+    a = nets.make_pair(tmp_path / "a", seed=3)
+    b = nets.make_pair(tmp_path / "b", seed=3)
     for pair in (a, b):
         for d in (pair.target, pair.draft):
             for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):

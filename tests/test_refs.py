@@ -127,3 +127,18 @@ def test_web_applies_the_table(cell, settings):
         assert short.status_code == 404 and "at least 4 characters" in short.text
         page = c.get("/runs/77aa")
         assert page.status_code == 404 and "ambiguous" in page.text
+
+
+def test_a_note_by_reference_goes_through_the_resolver_to_the_one_writer(cell):
+    """The web's note form (runbooks.knowledge.add_note_by_ref, no longer a write in runbooks/views.py):
+    a short prefix is resolved by db/refs and the note is stored under the full id."""
+    from dynocell.db.refs import AmbiguousRef
+    from dynocell.errors import NotFound
+    from dynocell.runbooks.knowledge import add_note_by_ref, list_notes
+
+    note = add_note_by_ref(cell, "run", RUN_D[:4], "seen on the 5e5e run")
+    assert [n["id"] for n in list_notes(cell, "run", RUN_D)] == [note["id"]]
+    with pytest.raises(AmbiguousRef):
+        add_note_by_ref(cell, "run", "77aa", "which one?")
+    with pytest.raises(NotFound):
+        add_note_by_ref(cell, "run", "zzzz9999", "nothing there")

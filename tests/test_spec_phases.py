@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from dynocell.engine.reference.launch import start_engine
-from dynocell.engine.reference.models import PACKAGED_DIR, recipe_id
+from dynocell.engine.reference.nets import PACKAGED_DIR, recipe_id
 from dynocell.engine.spec_phases import load_phase_table, split_phases
 from dynocell.engine.trace import TraceError
 

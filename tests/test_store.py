@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from dynocell.db import configs as dbc
-from dynocell.db.models import Base
+from dynocell.db.tables import Base
 from dynocell.db.session import Store, alembic_config, head_revision, include_object, open_store
 from dynocell.errors import ConfigError, NotFound, UserError
 

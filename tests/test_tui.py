@@ -31,7 +31,7 @@ import pytest
 from sqlalchemy import select
 
 from dynocell.cli.tui import format as fmt
-from dynocell.db import models as m
+from dynocell.db import tables as m
 
 NOW = datetime(2026, 11, 30, 4, 12, 0, tzinfo=timezone.utc)
 SIZES = [(80, 24), (160, 48)]

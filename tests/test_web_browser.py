@@ -4,7 +4,7 @@ Logs in with a token, opens the dashboard, starts a run, watches the job finish,
 page and counts the acceptance-chart series and profile bars, stops an engine, and saves
 screenshots of the dashboard, run and compare pages under test-output/screenshots/.
 
-The run/stop procedures are the real ones when ``dynocell.runbooks.models`` exists (the main job
+The run/stop procedures are the real ones when ``dynocell.runbooks.model_pair`` exists (the main job
 can run on the reference engine); otherwise test-only stand-ins write the same rows.
 """
 
@@ -24,7 +24,7 @@ from tests.web_fill import REPO, add_run
 pytestmark = pytest.mark.browser
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = REPO / "test-output" / "screenshots"
-REAL = importlib.util.find_spec("dynocell.runbooks.models") is not None
+REAL = importlib.util.find_spec("dynocell.runbooks.model_pair") is not None
 
 
 def _free_port() -> int:
@@ -37,8 +37,8 @@ def _free_port() -> int:
 def server(web_store):  # noqa: F811
     import uvicorn
 
-    from dynocell.db import models as m
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.db import tables as m
+    from dynocell.runbooks import web_tokens
     from dynocell.web.app import create_app, uvicorn_options
 
     settings, cell, ids = web_store
@@ -56,7 +56,7 @@ def server(web_store):  # noqa: F811
             return {"boot_id": boot_ref, "state": "stopped"}
 
         procedures = {"run": stand_in_run, "stop": stand_in_stop}
-    token = web_token_create(cell, "browser")
+    token = web_tokens.create(cell, "browser")
     app = create_app(settings, cell=cell, bind_host="127.0.0.1", procedures=procedures)
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

@@ -260,19 +260,20 @@ def judge_none(method: str, path: str, status: int, headers: dict[str, str]) -> 
 
 @pytest.fixture(scope="module")
 def fuzz_store(tmp_path_factory):
-    from dynocell.runbooks.views import open_view_cell, web_token_create
+    from dynocell.runbooks import web_tokens
+    from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
 
     home = tmp_path_factory.mktemp("fuzz-home")
     settings = load_settings(home=home, poll_interval_s=1.0)
     cell = open_view_cell(settings)
     ids = fill_stand_in(cell)
-    token = web_token_create(cell, "fuzz")
+    token = web_tokens.create(cell, "fuzz")
     return settings, cell, ids, token
 
 
 def _notes(cell) -> int:
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
 
     with cell.store.session() as s:
         return s.query(m.Note).count()

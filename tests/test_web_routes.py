@@ -18,7 +18,7 @@ from tests.web_fill import REPO, fill_stand_in
 
 
 def _real_run(cell) -> str | None:
-    if importlib.util.find_spec("dynocell.runbooks.models") is None:
+    if importlib.util.find_spec("dynocell.runbooks.model_pair") is None:
         return None
     try:
         from dynocell.runbooks.run import run_job

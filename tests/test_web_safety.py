@@ -158,9 +158,9 @@ def test_cross_origin_login_form_is_refused(panel):
 def test_concurrent_wrong_logins_reach_the_check_at_most_limit_times(settings, cell):
     """Item 8: 30 concurrent wrong logins gave 28 × 401 (the limiter checked before the slow scrypt
     and recorded after). The attempt is reserved first: at most the limit are verified."""
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.runbooks import web_tokens
 
-    token = web_token_create(cell, "script")
+    token = web_tokens.create(cell, "script")
     app = _app(settings, cell, bind_host="127.0.0.1", login_max_failures=5, login_backoff_s=600)
     with serve(app) as base:
         http = _http()
@@ -182,9 +182,9 @@ def test_concurrent_wrong_logins_reach_the_check_at_most_limit_times(settings, c
 
 def test_backoff_grows_and_a_right_token_gets_in_after_it(settings, cell):
     """Item 10: a growing wait, never a hard lockout of everyone behind one address."""
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.runbooks import web_tokens
 
-    token = web_token_create(cell, "ops")
+    token = web_tokens.create(cell, "ops")
     app = _app(settings, cell, login_max_failures=2, login_backoff_s=1.0)
     with TestClient(app) as c:
         assert [c.post("/login", data={"token": "x"}).status_code for _ in range(2)] == [401, 401]
@@ -202,7 +202,7 @@ def test_backoff_grows_and_a_right_token_gets_in_after_it(settings, cell):
 # ---------------------------------------------------------------- item 11: tokens list / revoke
 
 def test_token_revoke_ends_its_sessions(settings, cell, cli_env):
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.runbooks import web_tokens
 
     def cli(*args: str) -> str:
         res = subprocess.run([sys.executable, "-m", "dynocell", "web", "token", *args], env=cli_env,
@@ -210,8 +210,8 @@ def test_token_revoke_ends_its_sessions(settings, cell, cli_env):
         assert res.returncode == 0, res.stdout + res.stderr
         return res.stdout
 
-    token = web_token_create(cell, "laptop")
-    other = web_token_create(cell, "ci")
+    token = web_tokens.create(cell, "laptop")
+    other = web_tokens.create(cell, "ci")
     app = _app(settings, cell)
     with TestClient(app) as c, TestClient(app) as c2:
         assert c.post("/login", data={"token": token}, follow_redirects=False).status_code == 303
@@ -332,7 +332,7 @@ def test_dashboard_and_api_reconcile_a_dead_supervisor(settings, cell):
     """A live-looking boot whose supervisor and engine are gone was shown live until a CLI `ps`."""
     import socket
 
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
     from tests.web_fill import add_boot
 
     h = _add(cell, TINY, "tiny")
@@ -424,7 +424,7 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
 # ---------------------------------------------------------------- clear errors
 
 def test_failed_boot_page_shows_the_failure_as_text_not_a_dict(settings, cell):
-    from dynocell.db import models as m
+    from dynocell.db import tables as m
     from tests.web_fill import add_boot
 
     h = _add(cell, TINY, "tiny")

@@ -20,9 +20,9 @@ from tests.web_fill import XSS
 
 @pytest.fixture(scope="session")
 def web_token(web_store):  # noqa: F811
-    from dynocell.runbooks.views import web_token_create
+    from dynocell.runbooks import web_tokens
 
-    return web_token_create(web_store[1], "test")
+    return web_tokens.create(web_store[1], "test")
 
 
 @pytest.fixture

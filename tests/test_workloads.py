@@ -40,7 +40,7 @@ def test_default_is_small_and_long_has_the_ladder():
 def test_temperature_defaults_to_the_reference_pair():
     assert load_workload().temperature == default_temperature()
     try:
-        from dynocell.engine.reference.models import DEFAULT_TEMPERATURE
+        from dynocell.engine.reference.nets import DEFAULT_TEMPERATURE
     except ImportError:
         DEFAULT_TEMPERATURE = 0.8
     assert default_temperature() == DEFAULT_TEMPERATURE
@@ -158,7 +158,7 @@ def test_calibration_texts_fit_the_model_context():
     """Issue 20, item 9: the token calibration never sends more than the context holds (a byte-level
     tokenizer gives one token per byte, the worst case); 1,024 characters of Chinese were 1,287
     tokens against a 1,024-token context on the H200."""
-    from dynocell.engine.reference.models import build_tokenizer
+    from dynocell.engine.reference.nets import build_tokenizer
     from dynocell.engine.workloads import load_workload
 
     w = load_workload(None)
@@ -211,3 +211,17 @@ def test_bad_extends_names_the_file(tmp_path, text, needle):
     with pytest.raises(UserError) as ei:
         load_workload(p)
     assert needle in str(ei.value) and "self.toml" in str(ei.value)
+
+
+def test_calibrated_workload_uses_its_ratios_and_keeps_its_identity():
+    """Issue 23: the bench step's calibrated workload is Workload.calibrated(), no attribute proxy —
+    the same fields and sha256, requests at the measured ratios unless a call passes its own."""
+    w = load_workload("long")
+    lv = w.level("in8192-c1")
+    cw = w.calibrated({"chinese": 0.5})
+    assert type(cw) is type(w) and cw.model_dump() == w.model_dump() and cw.sha256 == w.sha256
+    assert w.tokens_per_byte is None and cw.tokens_per_byte == {"chinese": 0.5}
+    assert cw.requests(lv, None) == w.requests(lv, None, tokens_per_byte={"chinese": 0.5})
+    assert cw.requests(lv, None) != w.requests(lv, None)
+    assert cw.requests(lv, None, tokens_per_byte=1.0) == w.requests(lv, None)
+    assert w.requests(lv, None) == w.requests(lv, None, tokens_per_byte=None)  # the original is untouched

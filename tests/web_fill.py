@@ -17,7 +17,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from dynocell.db import models as m
+from dynocell.db import tables as m
 from dynocell.engine.config import parse_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 
 from dynocell.boot_states import FAILED_STATES, LIVE_STATES, TERMINAL_STATES  # noqa: F401 - the one definition, re-exported
 from dynocell.db import rows
-from dynocell.db.models import Boot, BootEvent, HealthCheck, utcnow
+from dynocell.db.tables import Boot, BootEvent, HealthCheck, utcnow
 from dynocell.db.session import Store
 
 

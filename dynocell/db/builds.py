@@ -15,13 +15,13 @@ from datetime import datetime
 from typing import Any
 
 
-from dynocell.db.models import EngineBuild
+from dynocell.db.tables import EngineBuild
 from dynocell.db import rows
 from dynocell.db.session import Store
 
 
 @dataclass(frozen=True)
-class StoredBuild:
+class StoredBuild(rows.Record):
     """One row of ``engine_builds``: hash (``"sha256:…"``), base dist/version, patch ids (ordered),
     manifest (dict), overlay folder path, creation time (UTC)."""
 
@@ -32,12 +32,6 @@ class StoredBuild:
     manifest: dict[str, Any]
     path: str
     created_at: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict form of the row."""
-        return {"build_hash": self.build_hash, "base_dist": self.base_dist, "base_version": self.base_version,
-                "patches": list(self.patches), "manifest": self.manifest, "path": self.path,
-                "created_at": self.created_at}
 
 
 def _stored(row: EngineBuild) -> StoredBuild:

@@ -17,13 +17,13 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.models import Config, ConfigLabel, ConfigTrust
+from dynocell.db.tables import Config, ConfigLabel, ConfigTrust
 from dynocell.db import rows
 from dynocell.db.session import Store
 
 
 @dataclass(frozen=True)
-class StoredConfig:
+class StoredConfig(rows.Record):
     """One row of ``configs``: hash (``"sha256:…"``), engine, model path, canonical JSON, TOML as given."""
 
     config_hash: str
@@ -35,22 +35,13 @@ class StoredConfig:
 
 
 @dataclass(frozen=True)
-class LabelRow:
+class LabelRow(rows.Record):
     """One row of ``config_labels``: ``name`` pointed at ``config_hash`` from ``created_at`` on."""
 
     id: int
     name: str
     config_hash: str
     created_at: datetime
-
-
-def _stored(row: Config) -> StoredConfig:
-    return StoredConfig(row.config_hash, row.engine, row.model_path, row.canonical_json,
-                        row.source_toml, row.created_at)
-
-
-def _label(row: ConfigLabel) -> LabelRow:
-    return LabelRow(row.id, row.name, row.config_hash, row.created_at)
 
 
 def insert_config(store: Store, config_hash: str, engine: str, model_path: str,
@@ -62,12 +53,12 @@ def insert_config(store: Store, config_hash: str, engine: str, model_path: str,
 
 def get_config(store: Store, config_hash: str) -> StoredConfig | None:
     """The config with exactly this hash, or None."""
-    return rows.get_as(store, Config, config_hash, _stored)
+    return rows.get_as(store, Config, config_hash, StoredConfig.of)
 
 
 def all_configs(store: Store) -> list[StoredConfig]:
     """Every stored config, newest first."""
-    return rows.newest_first(store, Config, _stored)
+    return rows.newest_first(store, Config, StoredConfig.of)
 
 
 def current_target(store: Store, name: str) -> str | None:
@@ -101,7 +92,7 @@ def label_history(store: Store, name: str) -> list[LabelRow]:
     """Every row of ``name``, oldest first (the last one is current)."""
     with store.session() as s:
         rows = s.scalars(select(ConfigLabel).where(ConfigLabel.name == name).order_by(ConfigLabel.id))
-        return [_label(r) for r in rows]
+        return [LabelRow.of(r) for r in rows]
 
 
 def names_ever_pointing_at(store: Store, config_hash: str) -> list[str]:

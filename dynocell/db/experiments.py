@@ -1,25 +1,71 @@
 """Read/write functions for experiments, their schedule slots (``experiment_runs``) and production pins.
 
-Each function is one short transaction on a :class:`~dynocell.db.session.Store`
-and takes/returns plain dicts with the columns of ``models.Experiment``,
-``models.ExperimentRun`` and ``models.Pin``.
+Each function is one short transaction on a :class:`~dynocell.db.session.Store`;
+values in are plain columns, rows come back as records (:class:`ExperimentRow`, :class:`SlotRow`,
+:class:`PinRow`: the columns of ``tables.Experiment``, ``tables.ExperimentRun``, ``tables.Pin``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.boots import _row
-from dynocell.db.models import Experiment, ExperimentRun, Pin
 from dynocell.db import rows
 from dynocell.db.session import Store
+from dynocell.db.tables import Boot, Experiment, ExperimentRun, Pin
+
+
+@dataclass(frozen=True)
+class ExperimentRow(rows.Record):
+    """One row of ``experiments``: ``name``, the incumbent's config hash, ``arms``
+    (``[{role, config_hash, label, options[, boot_id]}]``), ``workload``, ``repeats``, ``state``
+    (created, running, interrupted, done), the stored ``verdicts`` (or None) and ``created_at`` (UTC)."""
+
+    name: str
+    incumbent_hash: str
+    arms: list[Any]
+    workload: str | None
+    repeats: int
+    state: str
+    verdicts: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class SlotRow(rows.Record):
+    """One row of ``experiment_runs``: slot ``seq`` of ``experiment`` runs ``config_hash`` as ``role``
+    (incumbent or arm), repeat ``repeat``; ``run_id`` once its run exists; ``state`` (pending, running,
+    completed, failed, interrupted)."""
+
+    id: int
+    experiment: str
+    seq: int
+    config_hash: str
+    role: str
+    repeat: int
+    run_id: str | None
+    state: str
+
+
+@dataclass(frozen=True)
+class PinRow(rows.Record):
+    """One row of ``pins``: the config (and build) that serves production from ``created_at`` on, the
+    operator's ``note`` and the ``evidence`` gathered when pinning."""
+
+    id: int
+    config_hash: str
+    build_hash: str | None
+    note: str
+    evidence: dict[str, Any]
+    created_at: datetime
 
 
 def create_experiment(store: Store, *, name: str, incumbent_hash: str, arms: list[Any], workload: str | None,
-                      repeats: int, slots: Sequence[tuple[str, str, int]]) -> dict[str, Any] | None:
+                      repeats: int, slots: Sequence[tuple[str, str, int]]) -> ExperimentRow | None:
     """Insert an experiment (state ``created``) and its schedule in one transaction.
 
     ``slots``: ``(config_hash, role, repeat)`` in run order; ``seq`` is their
@@ -38,85 +84,74 @@ def create_experiment(store: Store, *, name: str, incumbent_hash: str, arms: lis
                 s.add(ExperimentRun(experiment=name, seq=seq, config_hash=h, role=role, repeat=rep,
                                     state="pending"))
             s.flush()
-            return _row(exp)
+            return ExperimentRow.of(exp)
     except IntegrityError:
         return None
 
 
-def get_experiment(store: Store, name: str) -> dict[str, Any] | None:
+def get_experiment(store: Store, name: str) -> ExperimentRow | None:
     """One experiment row or None."""
-    with store.session() as s:
-        exp = s.get(Experiment, name)
-        return _row(exp) if exp else None
+    return rows.get_as(store, Experiment, name, ExperimentRow.of)
 
 
-def list_experiments(store: Store, limit: int = 200) -> list[dict[str, Any]]:
+def list_experiments(store: Store, limit: int = 200) -> list[ExperimentRow]:
     """Experiments, newest first."""
     with store.session() as s:
-        return [_row(e) for e in s.scalars(select(Experiment).order_by(Experiment.created_at.desc()).limit(limit))]
+        q = select(Experiment).order_by(Experiment.created_at.desc()).limit(limit)
+        return [ExperimentRow.of(e) for e in s.scalars(q)]
 
 
-def update_experiment(store: Store, name: str, **values: Any) -> dict[str, Any]:
-    """Set columns (``state``, ``verdicts`` …) of one experiment. Raises KeyError if absent."""
-    return rows.update(store, Experiment, name, **values)
+def update_experiment(store: Store, name: str, **values: Any) -> ExperimentRow:
+    """Set columns (``state``, ``verdicts`` …) of one experiment; returns it. Raises KeyError if absent."""
+    return rows.update_as(store, Experiment, name, ExperimentRow.of, **values)
 
 
-def slots(store: Store, name: str) -> list[dict[str, Any]]:
+def slots(store: Store, name: str) -> list[SlotRow]:
     """The schedule of an experiment in run order (``seq``)."""
     with store.session() as s:
         q = select(ExperimentRun).where(ExperimentRun.experiment == name).order_by(ExperimentRun.seq)
-        return [_row(x) for x in s.scalars(q)]
+        return [SlotRow.of(x) for x in s.scalars(q)]
 
 
-def update_slot(store: Store, slot_id: int, **values: Any) -> dict[str, Any]:
-    """Set ``state`` / ``run_id`` of one slot. Raises KeyError if absent."""
-    return rows.update(store, ExperimentRun, slot_id, **values)
+def update_slot(store: Store, slot_id: int, **values: Any) -> SlotRow:
+    """Set ``state`` / ``run_id`` of one slot; returns it. Raises KeyError if absent."""
+    return rows.update_as(store, ExperimentRun, slot_id, SlotRow.of, **values)
 
 
-def experiments_of_config(store: Store, config_hash: str) -> list[dict[str, Any]]:
+def experiments_of_config(store: Store, config_hash: str) -> list[ExperimentRow]:
     """Experiments whose schedule includes ``config_hash`` (as incumbent or arm), newest first."""
     with store.session() as s:
         names = set(s.scalars(select(ExperimentRun.experiment).where(ExperimentRun.config_hash == config_hash)))
         if not names:
             return []
         q = select(Experiment).where(Experiment.name.in_(names)).order_by(Experiment.created_at.desc())
-        return [_row(e) for e in s.scalars(q)]
+        return [ExperimentRow.of(e) for e in s.scalars(q)]
 
 
 def add_pin(store: Store, *, config_hash: str, build_hash: str | None, note: str,
-            evidence: dict[str, Any]) -> dict[str, Any]:
+            evidence: dict[str, Any]) -> PinRow:
     """Append a pin (the newest row is what serves production); returns it."""
     with store.session() as s:
         pin = Pin(config_hash=config_hash, build_hash=build_hash, note=note, evidence=evidence)
         s.add(pin)
         s.flush()
-        return _row(pin)
+        return PinRow.of(pin)
 
 
-def list_pins(store: Store, limit: int = 200) -> list[dict[str, Any]]:
+def list_pins(store: Store, limit: int = 200) -> list[PinRow]:
     """Pins, newest first (index 0 is current)."""
     with store.session() as s:
-        return [_row(p) for p in s.scalars(select(Pin).order_by(Pin.id.desc()).limit(limit))]
+        return [PinRow.of(p) for p in s.scalars(select(Pin).order_by(Pin.id.desc()).limit(limit))]
 
 
 def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any | None) -> list[dict[str, Any]]:
-    """Boots of ``config_hash`` started within ``[start, end]`` (``end`` None = open), oldest first.
+    """Boots of ``config_hash`` started within ``[start, end]`` (``end`` None = open), oldest first, as
+    :func:`~dynocell.db.rows.row_dict` (the boots' own module, ``db/boots.py``, returns dicts).
 
     Used to find the boot of a run whose boot failed before the run row got its ``boot_id``.
     """
-    from dynocell.db.models import Boot
-
     with store.session() as s:
         q = select(Boot).where(Boot.config_hash == config_hash, Boot.started_at >= start)
         if end is not None:
             q = q.where(Boot.started_at <= end)
-        return [_row(b) for b in s.scalars(q.order_by(Boot.started_at))]
-
-
-def get_build(store: Store, build_hash: str) -> dict[str, Any] | None:
-    """One engine build row or None."""
-    from dynocell.db.models import EngineBuild
-
-    with store.session() as s:
-        b = s.get(EngineBuild, build_hash)
-        return _row(b) if b else None
+        return [rows.row_dict(b) for b in s.scalars(q.order_by(Boot.started_at))]

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from dynocell.db.models import AcceptanceCurve, Host, ProfileRun, ProfileSplit, Run
+from dynocell.db.tables import AcceptanceCurve, Host, ProfileRun, ProfileSplit, Run
 from dynocell.db.session import Store
 
 RUN_COLUMNS = ("id", "kind", "config_hash", "boot_id", "build_hash", "host_id", "state", "step", "error",

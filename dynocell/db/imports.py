@@ -3,37 +3,60 @@ bench levels and acceptance curves, a profile — and the ``imports`` row naming
 
 :func:`record_import` writes all of it or nothing (an importer that fails half way
 leaves no row). :func:`find_import` is the "same file imported twice is one
-record" lookup by ``(kind, sha256)``. Values in and out are plain dicts.
+record" lookup by ``(kind, sha256)``. Values in are plain dicts (columns); the import row comes
+back as an :class:`ImportRow` record.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db import rows
+from dynocell.db.rows import row_dict
+from dynocell.db.tables import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Boot, BootEvent, Config, ImportRecord, ProfileKernel, ProfilePhases,
     ProfileRun, ProfileSplit, Run,
 )
 from dynocell.db.session import Store
 
-__all__ = ["find_import", "list_imports", "record_attached", "record_import"]
+__all__ = ["ImportRow", "find_import", "list_imports", "record_attached", "record_import"]
 
 
-def find_import(store: Store, kind: str, sha256: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ImportRow(rows.Record):
+    """One row of ``imports``: ``kind`` (log, metrics, requests, bench, trace), the source ``sha256``,
+    ``files`` (``[{path, size, sha256}]``), the rows it made (``config_hash``, ``boot_id``, ``run_id``,
+    ``profile_id``), the importer's ``summary`` and ``created_at`` (UTC)."""
+
+    id: int
+    kind: str
+    sha256: str
+    files: list[Any]
+    config_hash: str | None
+    boot_id: str | None
+    run_id: str | None
+    profile_id: int | None
+    summary: dict[str, Any]
+    created_at: datetime
+
+
+def find_import(store: Store, kind: str, sha256: str) -> ImportRow | None:
     """The import of ``kind`` with this source ``sha256``, or None."""
     with store.session() as s:
         row = s.scalar(select(ImportRecord).where(ImportRecord.kind == kind, ImportRecord.sha256 == sha256))
-        return _row(row) if row else None
+        return ImportRow.of(row) if row else None
 
 
-def list_imports(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+def list_imports(store: Store, limit: int = 100) -> list[ImportRow]:
     """Imports, newest first."""
     with store.session() as s:
-        return [_row(r) for r in s.scalars(select(ImportRecord).order_by(ImportRecord.id.desc()).limit(limit))]
+        return [ImportRow.of(r)
+                for r in s.scalars(select(ImportRecord).order_by(ImportRecord.id.desc()).limit(limit))]
 
 
 def record_import(
@@ -50,7 +73,7 @@ def record_import(
     bench: list[dict[str, Any]] = (),  # type: ignore[assignment]
     curves: list[dict[str, Any]] = (),  # type: ignore[assignment]
     profile: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[ImportRow, bool]:
     """Write one import in one transaction; returns ``(import row, created)``.
 
     ``config``: ``Config`` columns (insert-or-ignore by hash). ``boots``: ``Boot``
@@ -109,7 +132,7 @@ def record_import(
                                run_id=run["id"] if run else None, profile_id=profile_id)
             s.add(rec)
             s.flush()
-            return _row(rec), True
+            return ImportRow.of(rec), True
     except IntegrityError:  # a concurrent import of the same file won
         again = find_import(store, kind, sha256)
         if again is None:
@@ -129,4 +152,4 @@ def record_attached(store: Store, *, config: dict[str, Any] | None, boot: dict[s
         s.add(row)
         s.flush()
         s.add(BootEvent(**event))
-        return _row(row)
+        return row_dict(row)

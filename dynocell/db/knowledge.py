@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
-from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db.rows import row_dict as _row
+from dynocell.db.tables import (
     AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
 from dynocell.errors import UserError

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import desc, func, or_, select
 
-from dynocell.db import models as m, refs
+from dynocell.db import refs, tables as m
 from dynocell.db.boots import FAILED_STATES, LIVE_STATES
 from dynocell.db.session import Store
 from dynocell.errors import NotFound

@@ -24,7 +24,7 @@ from typing import Iterable
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
-from dynocell.db.models import Boot, Config, ConfigLabel, EngineBuild, Experiment, Run, RunbookEntry
+from dynocell.db.tables import Boot, Config, ConfigLabel, EngineBuild, Experiment, Run, RunbookEntry
 from dynocell.db.session import Store
 from dynocell.errors import NotFound, UserError
 

@@ -1,11 +1,13 @@
-"""The row helpers every record module shares: an ORM row as a plain dict, insert one (or once, for
-content-addressed rows), update one, read one or all as the module's record type.
+"""The row helpers every record module shares: :class:`Record` (the one kind of value db/ reads
+return), an ORM row as a plain dict, insert one (or once, for content-addressed rows), update one,
+read one or all as the module's record type.
 
 Each opens its own short transaction on the :class:`~dynocell.db.session.Store`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import select
@@ -15,6 +17,23 @@ from sqlalchemy.orm import Session
 from dynocell.db.session import Store
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Record")
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of the records db/ modules return: a frozen dataclass whose fields are columns of one table
+    (same names). :meth:`to_dict` is the plain ``{field: value}`` form for JSON output and for callers
+    that merge a row into a wider dict; :meth:`of` builds one from an ORM row."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{field: value}`` in field order (values as stored: lists/dicts are the record's own)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def of(cls: type[R], obj: Any) -> R:
+        """The record of ORM row ``obj`` (each field read from the column of the same name)."""
+        return cls(**{f.name: getattr(obj, f.name) for f in fields(cls)})
 
 
 def row_dict(obj: Any) -> dict[str, Any]:
@@ -33,10 +52,16 @@ def insert(store: Store, model: type, **values: Any) -> dict[str, Any]:
 
 def update(store: Store, model: type, key: Any, **values: Any) -> dict[str, Any]:
     """Set columns of the ``model`` row with primary key ``key``; returns it. Raises KeyError if absent."""
+    return update_as(store, model, key, row_dict, **values)
+
+
+def update_as(store: Store, model: type, key: Any, convert: Callable[[Any], T], **values: Any) -> T:
+    """Set columns of the ``model`` row with primary key ``key``; returns ``convert(row)``.
+    Raises KeyError if absent."""
     with store.session() as s:
         obj = get_or_raise(s, model, key, **values)
         s.flush()
-        return row_dict(obj)
+        return convert(obj)
 
 
 def get_or_raise(s: Session, model: type, key: Any, **values: Any) -> Any:

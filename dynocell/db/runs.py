@@ -11,8 +11,8 @@ from typing import Any, Iterable
 
 from sqlalchemy import select
 
-from dynocell.db.boots import _row
-from dynocell.db.models import (
+from dynocell.db.rows import row_dict as _row
+from dynocell.db.tables import (
     AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfilePhases, ProfileRun, ProfileSplit,
     Run, RunStep, utcnow,
 )

@@ -9,12 +9,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
-from dynocell.db.models import WebToken
+from dynocell.db.rows import Record
 from dynocell.db.session import Store
+from dynocell.db.tables import WebToken
 
 _N, _R, _P = 2**14, 8, 1
 TOKEN_BYTES = 24
@@ -75,13 +77,20 @@ def revoke_token(store: Store, token_id: int) -> bool:
         return True
 
 
-def list_tokens(store: Store) -> list[dict]:
-    """Every token as ``{id, label, created_at, revoked_at}`` (never the hash)."""
+@dataclass(frozen=True)
+class TokenRow(Record):
+    """One row of ``web_tokens`` without its hash: ``id``, ``label``, ``created_at``, ``revoked_at`` (None: live)."""
+
+    id: int
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def list_tokens(store: Store) -> list[TokenRow]:
+    """Every token, oldest first (never the hash)."""
     with store.session() as s:
-        return [
-            {"id": t.id, "label": t.label, "created_at": t.created_at, "revoked_at": t.revoked_at}
-            for t in s.scalars(select(WebToken).order_by(WebToken.id))
-        ]
+        return [TokenRow.of(t) for t in s.scalars(select(WebToken).order_by(WebToken.id))]
 
 
 def is_live(store: Store, token_id: int) -> bool:

@@ -25,6 +25,7 @@ import json
 import shutil
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.engine.client import EngineUnreachable
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
@@ -126,7 +127,8 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     (``created`` False). Raises UserError for a bad URL or nothing answering there.
     """
     from dynocell.db import boots as db_boots, imports as db_imports
-    from dynocell.runbooks.imports import _new_id, _now, resolve_or_observe
+    from dynocell.runbooks.boots import new_id
+    from dynocell.runbooks.imports import resolve_or_observe
 
     scheme, host, port = parse_engine_url(url)
     base = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
@@ -137,12 +139,12 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     found = probe(base)
     observed = found["observed"]
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, base)
-    boot_id = _new_id()
+    boot_id = new_id()
     boot_dir = cell.settings.boots_dir / boot_id
     boot_dir.mkdir(parents=True, exist_ok=True)
     answers_path = boot_dir / "attach.json"
     answers_path.write_text(json.dumps({"url": base, **found["answers"]}, indent=2, default=str))
-    now = _now()
+    now = now_utc()
     boot = {"id": boot_id, "config_hash": config_hash, "engine": found["engine"], "hostname": host, "host": host,
             "port": port, "argv": f"(attached: {base})", "env": {}, "state": "ready", "last_phase": "ready",
             "log_path": str(answers_path), "started_at": now, "ready_at": now, "ready_s": None,  # up before we saw it
@@ -240,7 +242,6 @@ def stop_attached(cell: Cell, boot: dict[str, Any], pid: int | None, grace_s: fl
     import psutil
 
     from dynocell.db import boots as db_boots
-    from dynocell.runbooks.imports import _now
 
     if pid is None:
         raise UserError(f"boot {boot['id']} is attached: dynocell did not start it and will not stop it on its own",
@@ -271,6 +272,6 @@ def stop_attached(cell: Cell, boot: dict[str, Any], pid: int | None, grace_s: fl
             p.kill()
     psutil.wait_procs(alive, timeout=5)
     how = "killed" if alive else "graceful"
-    db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(), stop_how=how,
+    db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=now_utc(), stop_how=how,
                         exit_code=None, zombies=0)
     return db_boots.get_boot(cell.store, boot["id"]) or boot

@@ -156,7 +156,7 @@ def show_build(cell: Cell, ref: str) -> dict[str, Any]:
     """One build: the row, ``pythonpath``, ``present``, and per patch ``{id, description, files}``
     with each file's base/patched sha256. Raises :class:`NotFound` for an unknown ref."""
     row = _get(cell, ref)
-    d = row.as_dict()
+    d = row.to_dict()
     d["pythonpath"] = str(Path(row.path) / "site")
     d["present"] = (Path(row.path) / "manifest.json").is_file()
     try:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.db import configs as db, refs
 from dynocell.engine.config import (
     REDACTED,
@@ -285,7 +286,7 @@ def trust(cell: Cell, config_hash: str, who: str) -> dict[str, Any]:
     if db.get_config(cell.store, config_hash) is None:
         raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
     created = db.set_trust(cell.store, config_hash, who)
-    by, at = db.get_trust(cell.store, config_hash) or (who, _now())
+    by, at = db.get_trust(cell.store, config_hash) or (who, now_utc())
     return {"hash": config_hash, "trusted_by": by, "trusted_at": _iso(at), "created": created,
             "injection_env": injection_env_keys(config_by_hash(cell, config_hash).env)}
 
@@ -298,10 +299,6 @@ def trust_ref(cell: Cell, ref: str, who: str | None = None) -> dict[str, Any]:
                         "add it first (`dynocell config add FILE`), read it (`dynocell config show NAME`), "
                         "then `dynocell config trust NAME`")
     return trust(cell, resolve_hash(cell, ref), who or current_user())
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def diff_configs(cell: Cell, a: str, b: str) -> dict[str, Any]:

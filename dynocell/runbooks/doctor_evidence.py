@@ -49,8 +49,8 @@ def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:
     boot = db_boots.get_boot(store, boot_id) or {}
     signs = scan_lines(log_lines(boot.get("log_path")))
     for rec in dbi.list_imports(store, limit=1000):
-        if rec.get("boot_id") == boot_id:
-            skew = (rec.get("summary") or {}).get("phase_skew_s") or {}
+        if rec.boot_id == boot_id:
+            skew = (rec.summary or {}).get("phase_skew_s") or {}
             if skew.get("weights_end") is not None:
                 signs["phase_skew_s"] = skew["weights_end"]
     return signs
@@ -107,8 +107,8 @@ def _gauges(store: Any, run_id: str) -> dict[str, Any]:
     from dynocell.db import imports as dbi
 
     for rec in dbi.list_imports(store, limit=1000):
-        if rec.get("run_id") == run_id and rec.get("kind") == "metrics":
-            return dict((rec.get("summary") or {}).get("gauges_last") or {})
+        if rec.run_id == run_id and rec.kind == "metrics":
+            return dict((rec.summary or {}).get("gauges_last") or {})
     return {}
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from dynocell.clock import now_utc
 from dynocell.db import imports as db_imports
 from dynocell.engine.observed import ObservedConfig
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.imports import _new_id, _now, curve_row, digest_files, resolve_or_observe
+from dynocell.runbooks.boots import new_id
+from dynocell.runbooks.imports import curve_row, digest_files, resolve_or_observe
 
 __all__ = ["import_bench", "import_metrics", "import_requests"]
 
@@ -32,7 +34,7 @@ def _run_row(
     files: list[dict[str, Any]],
     summary: dict[str, Any],
 ) -> dict[str, Any]:
-    now = _now()
+    now = now_utc()
     return {"id": run_id, "kind": "import", "config_hash": config_hash, "state": "completed", "step": "import",
             "started_at": now, "ended_at": now, "options": {"source": source, "files": [f["path"] for f in files]},
             "summary": summary}
@@ -40,7 +42,7 @@ def _run_row(
 
 def _found(kind: str, cell: Cell, key: str) -> dict[str, Any] | None:
     rec = db_imports.find_import(cell.store, kind, key)
-    return {**rec["summary"], "import_id": rec["id"], "created": False} if rec else None
+    return {**rec.summary, "import_id": rec.id, "created": False} if rec else None
 
 
 # ---------------------------------------------------------------- metrics
@@ -145,7 +147,7 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     last = snaps[-1]
     observed = _observed_from_labels(last, Path(paths[-1]).name)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(paths[-1]))
-    run_id = _new_id()
+    run_id = new_id()
     curves, acc = [], None
     vc = m.vllm_position_curve(window)
     if vc is not None and len(snaps) > 1 and not vc[1]["drafts"]:
@@ -187,7 +189,7 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
     rec, created = db_imports.record_import(
         cell.store, kind="metrics", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "metrics", files, {"import": "metrics", "acceptance": acc}), curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}
 
 
 # ---------------------------------------------------------------- per-request responses
@@ -219,7 +221,7 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
     if rep.model:
         observed = ObservedConfig("openai", {"served_model_name": str(rep.model)}, {}, Path(path).name)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(path))
-    run_id = _new_id()
+    run_id = new_id()
     ok = rep.requests - rep.failed
     e2e = _pcts(rep.e2e_ms)
     dur = sum(rep.e2e_ms) / 1000 if rep.e2e_ms else 0.0  # sequential sum: the file has no wall clock
@@ -247,7 +249,7 @@ def import_requests(cell: Cell, path: str | Path, *, config_ref: str | None = No
         cell.store, kind="requests", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "requests", files, {"import": "requests", "acceptance": acc}),
         bench=bench, curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}
 
 
 # ---------------------------------------------------------------- benchmark tools
@@ -280,7 +282,7 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
     if tool in ("vllm-bench-serve",) and label:
         observed = ObservedConfig("vllm", {"served_model_name": label}, {}, Path(path).name)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(path))
-    run_id = _new_id()
+    run_id = new_id()
     bench, curves = [], []
     drafts = _config_drafts(cell, config_hash)
     from dynocell.engine.acceptance import Curve
@@ -314,4 +316,4 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
         cell.store, kind="bench", sha256=key, files=files, summary=summary, config=cfg_row,
         run=_run_row(run_id, config_hash, "bench", files, {"import": "bench", "tool": tool}),
         bench=bench, curves=curves)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "created": created}
+    return {**(summary if created else rec.summary), "import_id": rec.id, "created": created}

@@ -37,6 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from dynocell.clock import now_utc
+from dynocell.db import builds as db_builds
 from dynocell.db import configs as db_configs
 from dynocell.db import experiments as db
 from dynocell.db import runs as db_runs
@@ -55,10 +57,6 @@ METRIC_BY_KEY = V.METRIC_BY_KEY  # for the faces: metric key → label, unit, di
 
 def _noop(_m: str, _d: dict[str, Any]) -> None:
     pass
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _aware(t: datetime | None) -> datetime | None:
@@ -175,28 +173,28 @@ def create_experiment(
     return show_experiment(cell, name)
 
 
-def _get(cell: Cell, name: str) -> dict[str, Any]:
+def _get(cell: Cell, name: str) -> db.ExperimentRow:
     exp = db.get_experiment(cell.store, name)
     if exp is None:
         raise NotFound(f"no experiment named {name!r}", "see `dynocell experiment list`")
     return exp
 
 
-def _options_of(exp: dict[str, Any]) -> dict[str, Any]:
-    for a in exp["arms"] or []:
+def _options_of(exp: db.ExperimentRow) -> dict[str, Any]:
+    for a in exp.arms or []:
         if isinstance(a, dict) and a.get("options"):
             return dict(a["options"])
-    return {"workload": exp.get("workload"), "lossless": True, "profile": False, "diagnose": True,
+    return {"workload": exp.workload, "lossless": True, "profile": False, "diagnose": True,
             "boot_timeout_s": None}
 
 
-def _labels(exp: dict[str, Any]) -> dict[str, str]:
-    return {a["config_hash"]: a.get("label") or a["config_hash"][:19] for a in exp["arms"] or []}
+def _labels(exp: db.ExperimentRow) -> dict[str, str]:
+    return {a["config_hash"]: a.get("label") or a["config_hash"][:19] for a in exp.arms or []}
 
 
-def _boot_ids(exp: dict[str, Any]) -> dict[str, str]:
+def _boot_ids(exp: db.ExperimentRow) -> dict[str, str]:
     """``{config_hash: boot_id}`` of the arms given as ``boot:ID`` (run on that boot, not booted)."""
-    return {a["config_hash"]: a["boot_id"] for a in exp["arms"] or [] if isinstance(a, dict) and a.get("boot_id")}
+    return {a["config_hash"]: a["boot_id"] for a in exp.arms or [] if isinstance(a, dict) and a.get("boot_id")}
 
 
 # ---------------------------------------------------------------- run (resumable)
@@ -210,13 +208,13 @@ def _reconcile(cell: Cell, exp_name: str) -> None:
 
     reconcile_runs(cell)
     for slot in db.slots(cell.store, exp_name):
-        if slot["state"] != "running":
+        if slot.state != "running":
             continue
-        run = db_runs.get_run(cell.store, slot["run_id"]) if slot["run_id"] else None
+        run = db_runs.get_run(cell.store, slot.run_id) if slot.run_id else None
         if run is not None and run["state"] == "running" and run.get("pid") != os.getpid():
             raise UserError(f"experiment {exp_name!r} is being run by process {run.get('pid')} (run {run['id']})",
                             "wait for it, or stop that process (Ctrl-C) and run again to resume")
-        db.update_slot(cell.store, slot["id"], state="interrupted")
+        db.update_slot(cell.store, slot.id, state="interrupted")
 
 
 def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -> dict[str, Any]:
@@ -241,20 +239,20 @@ def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -
     labels = _labels(exp)
     on_boot = _boot_ids(exp)
     slots = db.slots(cell.store, name)
-    todo = [s for s in slots if s["state"] not in DONE_SLOT_STATES]
+    todo = [s for s in slots if s.state not in DONE_SLOT_STATES]
     db.update_experiment(cell.store, name, state="running")
     events.publish("experiment.started", name=name, todo=len(todo))
     progress(f"experiment {name}: {len(slots) - len(todo)} of {len(slots)} runs done, {len(todo)} to go",
              {"experiment": name, "done": len(slots) - len(todo), "total": len(slots)})
-    errors: dict[str, str] = dict(((exp.get("verdicts") or {}).get("slot_errors") or {}))
+    errors: dict[str, str] = dict(((exp.verdicts or {}).get("slot_errors") or {}))
     for slot in todo:
-        label = labels.get(slot["config_hash"], slot["config_hash"][:19])
-        progress(f"[{slot['seq'] + 1}/{len(slots)}] {slot['role']} {label} (repeat {slot['repeat'] + 1})",
-                 {"experiment": name, "seq": slot["seq"], "config_hash": slot["config_hash"], "state": "running"})
-        db.update_slot(cell.store, slot["id"], state="running", run_id=None)
+        label = labels.get(slot.config_hash, slot.config_hash[:19])
+        progress(f"[{slot.seq + 1}/{len(slots)}] {slot.role} {label} (repeat {slot.repeat + 1})",
+                 {"experiment": name, "seq": slot.seq, "config_hash": slot.config_hash, "state": "running"})
+        db.update_slot(cell.store, slot.id, state="running", run_id=None)
         captured: dict[str, str] = {}
 
-        def on_event(ev: dict[str, Any], _slot_id: int = slot["id"], _h: str = slot["config_hash"],
+        def on_event(ev: dict[str, Any], _slot_id: int = slot.id, _h: str = slot.config_hash,
                      _cap: dict[str, str] = captured) -> None:
             if ev.get("event") == "run.started" and ev.get("config_hash") == _h and "run_id" not in _cap:
                 _cap["run_id"] = ev["run_id"]
@@ -265,35 +263,36 @@ def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -
                               profile=bool(opts.get("profile", False)), diagnose=bool(opts.get("diagnose", True)),
                               boot_timeout_s=opts.get("boot_timeout_s"))
         try:
-            if slot["config_hash"] in on_boot:
-                run_id = run_on_boot(cell, on_boot[slot["config_hash"]], workload=run_opts.workload,
+            if slot.config_hash in on_boot:
+                run_id = run_on_boot(cell, on_boot[slot.config_hash], workload=run_opts.workload,
                                      profile=run_opts.profile, progress=progress)
             else:
-                run_id = run_job(cell, slot["config_hash"], options=run_opts, progress=progress)
+                run_id = run_job(cell, slot.config_hash, options=run_opts, progress=progress)
         except (KeyboardInterrupt, Interrupted):
-            db.update_slot(cell.store, slot["id"], state="interrupted", run_id=captured.get("run_id"))
+            db.update_slot(cell.store, slot.id, state="interrupted", run_id=captured.get("run_id"))
             db.update_experiment(cell.store, name, state="interrupted")
-            events.publish("experiment.interrupted", name=name, seq=slot["seq"])
-            raise Interrupted(f"experiment {name} interrupted at run {slot['seq'] + 1} of {len(slots)}; "
+            events.publish("experiment.interrupted", name=name, seq=slot.seq)
+            raise Interrupted(f"experiment {name} interrupted at run {slot.seq + 1} of {len(slots)}; "
                               "finished runs are kept",
                               f"resume with `dynocell experiment run {name}`") from None
         except DynocellError as exc:
             # Raised before/around the run (e.g. the config cannot be resolved): the slot's result.
-            errors[str(slot["seq"])] = str(exc)
-            db.update_slot(cell.store, slot["id"], state="failed", run_id=captured.get("run_id"))
-            progress(f"  run failed: {exc}", {"experiment": name, "seq": slot["seq"], "state": "failed"})
+            errors[str(slot.seq)] = str(exc)
+            db.update_slot(cell.store, slot.id, state="failed", run_id=captured.get("run_id"))
+            progress(f"  run failed: {exc}", {"experiment": name, "seq": slot.seq, "state": "failed"})
             continue
         finally:
             unsubscribe()
         run = db_runs.get_run(cell.store, run_id) or {}
         state = "completed" if run.get("state") == "completed" else "failed"
-        db.update_slot(cell.store, slot["id"], state=state, run_id=run_id)
-        events.publish("experiment.slot_ended", name=name, seq=slot["seq"], state=state, run_id=run_id)
+        db.update_slot(cell.store, slot.id, state=state, run_id=run_id)
+        events.publish("experiment.slot_ended", name=name, seq=slot.seq, state=state, run_id=run_id)
         progress(f"  run {run_id} {run.get('state')}" + (f": {run.get('error')}" if run.get("error") else ""),
-                 {"experiment": name, "seq": slot["seq"], "run_id": run_id, "state": state})
+                 {"experiment": name, "seq": slot.seq, "run_id": run_id, "state": state})
     if errors:
-        cur = db.get_experiment(cell.store, name) or {}
-        db.update_experiment(cell.store, name, verdicts={**(cur.get("verdicts") or {}), "slot_errors": errors})
+        cur = db.get_experiment(cell.store, name)
+        db.update_experiment(cell.store, name, verdicts={**((cur.verdicts if cur else None) or {}),
+                                                         "slot_errors": errors})
     judge(cell, name, store=True)
     events.publish("experiment.ended", name=name)
     return show_experiment(cell, name)
@@ -409,14 +408,14 @@ def judge(cell: Cell, name: str, *, store: bool = True, min_floor: float = V.MIN
     spec_cache: dict[str, bool | None] = {}
     levels: set[str] = set()
     for slot in slots:
-        h = slot["config_hash"]
-        if slot["state"] not in DONE_SLOT_STATES or not slot["run_id"]:
-            if slot["state"] == "failed":
-                err = ((exp.get("verdicts") or {}).get("slot_errors") or {}).get(str(slot["seq"]))
-                per_cfg_gates[h].append(f"run {slot['seq'] + 1} could not start: {err or 'unknown error'}")
+        h = slot.config_hash
+        if slot.state not in DONE_SLOT_STATES or not slot.run_id:
+            if slot.state == "failed":
+                err = ((exp.verdicts or {}).get("slot_errors") or {}).get(str(slot.seq))
+                per_cfg_gates[h].append(f"run {slot.seq + 1} could not start: {err or 'unknown error'}")
             continue
         try:
-            detail = views.run_detail(cell, slot["run_id"])
+            detail = views.run_detail(cell, slot.run_id)
         except NotFound:
             continue
         if h not in spec_cache:
@@ -426,12 +425,12 @@ def judge(cell: Cell, name: str, *, store: bool = True, min_floor: float = V.MIN
             per_cfg_samples[h][k].append(v)
             levels.add(k[1])
         per_cfg_gates[h].extend(run_gates(cell, detail))
-        per_cfg_runs[h].append({"run_id": slot["run_id"], "seq": slot["seq"], "repeat": slot["repeat"],
+        per_cfg_runs[h].append({"run_id": slot.run_id, "seq": slot.seq, "repeat": slot.repeat,
                                 "state": detail["run"]["state"], "error": detail["run"].get("error")})
-    inc = exp["incumbent_hash"]
+    inc = exp.incumbent_hash
     inc_samples = {k: list(v) for k, v in per_cfg_samples[inc].items()}
     arms_out = []
-    for a in exp["arms"] or []:
+    for a in exp.arms or []:
         if a.get("role") != "arm":
             continue
         h = a["config_hash"]
@@ -441,23 +440,23 @@ def judge(cell: Cell, name: str, *, store: bool = True, min_floor: float = V.MIN
         d.update(config_hash=h, label=labels.get(h, h), runs=per_cfg_runs[h],
                  samples={f"{k[0]}@{k[1]}": v for k, v in per_cfg_samples[h].items()})
         arms_out.append(d)
-    complete = bool(slots) and all(s["state"] in DONE_SLOT_STATES for s in slots)
+    complete = bool(slots) and all(s.state in DONE_SLOT_STATES for s in slots)
     result = {
         "experiment": name,
         "method": V.METHOD,
         "confidence": V.CONFIDENCE,
         "min_floor": min_floor,
         "complete": complete,
-        "slots_done": sum(1 for s in slots if s["state"] in DONE_SLOT_STATES),
+        "slots_done": sum(1 for s in slots if s.state in DONE_SLOT_STATES),
         "slots_total": len(slots),
         "incumbent": {"config_hash": inc, "label": labels.get(inc, inc), "runs": per_cfg_runs[inc],
                       "gates": _dedupe(per_cfg_gates[inc]),
                       "samples": {f"{k[0]}@{k[1]}": v for k, v in inc_samples.items()}},
         "arms": arms_out,
         "levels": sorted(levels, key=V._level_key),
-        "judged_at": _now().isoformat(),
+        "judged_at": now_utc().isoformat(),
     }
-    slot_errors = (exp.get("verdicts") or {}).get("slot_errors")
+    slot_errors = (exp.verdicts or {}).get("slot_errors")
     if slot_errors:
         result["slot_errors"] = slot_errors
     if store:
@@ -485,17 +484,17 @@ def show_experiment(cell: Cell, name: str) -> dict[str, Any]:
     labels = _labels(exp)
     slots = []
     for s in db.slots(cell.store, name):
-        run = db_runs.get_run(cell.store, s["run_id"]) if s["run_id"] else None
-        slots.append({**s, "label": labels.get(s["config_hash"], s["config_hash"][:19]),
+        run = db_runs.get_run(cell.store, s.run_id) if s.run_id else None
+        slots.append({**s.to_dict(), "label": labels.get(s.config_hash, s.config_hash[:19]),
                       "run_state": (run or {}).get("state")})
-    verdicts = exp.get("verdicts")
+    verdicts = exp.verdicts
     if (not verdicts or "arms" not in verdicts) and any(s["run_id"] for s in slots):
         verdicts = judge(cell, name, store=False)
     elif verdicts and "arms" not in verdicts:
         verdicts = None
-    return {"experiment": {k: exp[k] for k in ("name", "incumbent_hash", "workload", "repeats", "state",
-                                                "created_at")},
-            "arms": exp["arms"], "options": _options_of(exp), "slots": slots, "verdicts": verdicts}
+    return {"experiment": {k: getattr(exp, k) for k in ("name", "incumbent_hash", "workload", "repeats", "state",
+                                                          "created_at")},
+            "arms": exp.arms, "options": _options_of(exp), "slots": slots, "verdicts": verdicts}
 
 
 def list_experiments(cell: Cell) -> list[dict[str, Any]]:
@@ -504,15 +503,15 @@ def list_experiments(cell: Cell) -> list[dict[str, Any]]:
     out = []
     for exp in db.list_experiments(cell.store):
         labels = _labels(exp)
-        slots = db.slots(cell.store, exp["name"])
-        v = exp.get("verdicts") or {}
+        slots = db.slots(cell.store, exp.name)
+        v = exp.verdicts or {}
         out.append({
-            "name": exp["name"], "state": exp["state"], "repeats": exp["repeats"],
-            "incumbent": labels.get(exp["incumbent_hash"], exp["incumbent_hash"][:19]),
-            "arms": [a.get("label") for a in exp["arms"] or [] if a.get("role") == "arm"],
-            "done": sum(1 for s in slots if s["state"] in DONE_SLOT_STATES), "total": len(slots),
+            "name": exp.name, "state": exp.state, "repeats": exp.repeats,
+            "incumbent": labels.get(exp.incumbent_hash, exp.incumbent_hash[:19]),
+            "arms": [a.get("label") for a in exp.arms or [] if a.get("role") == "arm"],
+            "done": sum(1 for s in slots if s.state in DONE_SLOT_STATES), "total": len(slots),
             "verdicts": {a["label"]: a["verdict_label"] for a in v.get("arms", [])},
-            "created_at": exp["created_at"],
+            "created_at": exp.created_at,
         })
     return out
 
@@ -541,20 +540,20 @@ def pin(cell: Cell, config: str, *, note: str, build: str | None = None,
     if evidence is None:
         evidence = _evidence(cell, h)
     pins = db.list_pins(cell.store, limit=1)
-    evidence = {**evidence, "replaces_pin": pins[0]["id"] if pins else None}
+    evidence = {**evidence, "replaces_pin": pins[0].id if pins else None}
     row = db.add_pin(cell.store, config_hash=h, build_hash=bh, note=note.strip(), evidence=evidence)
-    events.publish("pin.added", pin_id=row["id"], config_hash=h)
-    return {**row, "label": label}
+    events.publish("pin.added", pin_id=row.id, config_hash=h)
+    return {**row.to_dict(), "label": label}
 
 
 def _evidence(cell: Cell, config_hash: str) -> dict[str, Any]:
     exps = []
     for e in db.experiments_of_config(cell.store, config_hash):
-        v = e.get("verdicts") or {}
-        role = "incumbent" if e["incumbent_hash"] == config_hash else "arm"
+        v = e.verdicts or {}
+        role = "incumbent" if e.incumbent_hash == config_hash else "arm"
         verdict = next((a.get("verdict_label") for a in v.get("arms", []) if a.get("config_hash") == config_hash),
                        None)
-        exps.append({"name": e["name"], "role": role, "verdict": verdict, "state": e["state"]})
+        exps.append({"name": e.name, "role": role, "verdict": verdict, "state": e.state})
     runs = [r["id"] for r in db_runs.list_runs(cell.store, config_hash=config_hash, states=("completed",), limit=5)]
     return {"experiments": exps, "runs": runs}
 
@@ -569,8 +568,8 @@ def list_pins(cell: Cell) -> list[dict[str, Any]]:
     for i, p in enumerate(db.list_pins(cell.store)):
         from dynocell.runbooks.configs import short_hash
 
-        names = sorted(by_hash.get(p["config_hash"], []))
-        out.append({**p, "label": names[0] if names else short_hash(p["config_hash"]), "current": i == 0})
+        names = sorted(by_hash.get(p.config_hash, []))
+        out.append({**p.to_dict(), "label": names[0] if names else short_hash(p.config_hash), "current": i == 0})
     return out
 
 
@@ -590,8 +589,8 @@ def boot_recipe(cell: Cell, config_hash: str, build_hash: str | None) -> dict[st
     if row is None:
         raise NotFound(f"config {config_hash} is not stored", "the store lost it; re-add its TOML")
     cfg = config_from_canonical(row.canonical_json)
-    build = db.get_build(cell.store, build_hash) if build_hash else None
-    pythonpath = (build or {}).get("path")
+    build = db_builds.get_build(cell.store, build_hash) if build_hash else None
+    pythonpath = build.path if build else None
     argv: str | None
     try:
         spec = render(cfg, python=cell.settings.engine_python, base_env={}, build_pythonpath=pythonpath)
@@ -606,7 +605,7 @@ def boot_recipe(cell: Cell, config_hash: str, build_hash: str | None) -> dict[st
     return {"config_hash": config_hash,
             "source_toml": source if source is not None else to_toml(shown),
             "canonical_toml": to_toml(shown), "argv": argv, "env": dict(shown.env), "pythonpath": pythonpath,
-            "build": {k: build[k] for k in ("build_hash", "base_dist", "base_version", "patches", "path")}
+            "build": {k: getattr(build, k) for k in ("build_hash", "base_dist", "base_version", "patches", "path")}
             if build else None,
             "boot_command": f"dynocell boot {short_hash(config_hash, 16)}"}
 
@@ -633,4 +632,5 @@ def rollback(cell: Cell, *, apply: bool = False) -> dict[str, Any]:
                              evidence={"rollback_of": cur["id"], "restores": prev["id"],
                                        **{k: v for k, v in (prev.get("evidence") or {}).items()
                                           if k in ("experiments", "runs")}})
-    return {"current": cur, "previous": prev, "recipe": recipe, "applied": applied}
+    return {"current": cur, "previous": prev, "recipe": recipe,
+            "applied": applied.to_dict() if applied is not None else None}

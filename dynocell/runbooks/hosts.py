@@ -95,7 +95,7 @@ def hosts(cell: Cell) -> list[dict[str, Any]]:
     """Every host of the store, each with ``label`` (see :func:`label`) and ``this`` (True for this machine)."""
     mine = this_host_id(cell)
     out = []
-    for h in db_hosts.list_hosts(cell.store):
+    for h in _rows(cell):
         out.append({**h, "label": label(h), "this": h["id"] == mine})
     return out
 
@@ -107,14 +107,19 @@ def label(host: dict[str, Any] | None) -> str:
     return f"{host['hostname']} ({host['id'][:8]})"
 
 
+def _rows(cell: Cell) -> list[dict[str, Any]]:
+    """Every host row of the store as a plain dict (``HostRow.to_dict``), by hostname then id."""
+    return [h.to_dict() for h in db_hosts.list_hosts(cell.store)]
+
+
 def by_id(cell: Cell) -> dict[str, dict[str, Any]]:
     """``{host id: host row}`` of every host of the store."""
-    return {h["id"]: h for h in db_hosts.list_hosts(cell.store)}
+    return {h["id"]: h for h in _rows(cell)}
 
 
 def labels(cell: Cell) -> dict[str, str]:
     """``{host id: label}`` of every host of the store."""
-    return {h["id"]: label(h) for h in db_hosts.list_hosts(cell.store)}
+    return {h["id"]: label(h) for h in _rows(cell)}
 
 
 def resolve(cell: Cell, ref: str) -> list[str]:
@@ -122,7 +127,7 @@ def resolve(cell: Cell, ref: str) -> list[str]:
     from dynocell.errors import NotFound
 
     ref = ref.strip()
-    rows = db_hosts.list_hosts(cell.store)
+    rows = _rows(cell)
     ids = [h["id"] for h in rows if h["hostname"] == ref] or [h["id"] for h in rows if ref and h["id"].startswith(ref)]
     if not ids:
         known = ", ".join(label(h) for h in rows) or "none yet"
@@ -132,8 +137,9 @@ def resolve(cell: Cell, ref: str) -> list[str]:
 
 
 def get(cell: Cell, host_id: str) -> dict[str, Any] | None:
-    """The host row ``host_id`` or None."""
-    return db_hosts.get_host(cell.store, host_id)
+    """The host row ``host_id`` (a plain dict) or None."""
+    row = db_hosts.get_host(cell.store, host_id)
+    return row.to_dict() if row is not None else None
 
 
 def ago(host: dict[str, Any]) -> str:

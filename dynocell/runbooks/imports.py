@@ -27,6 +27,7 @@ from datetime import timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from dynocell.clock import now_utc
 from dynocell.db import imports as db_imports
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
@@ -194,7 +195,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     found = db_imports.find_import(cell.store, "log", key)
     if found:
         _check_reimport(cell, found, config_ref=config_ref, ranks_given=ranks_given, engine=engine)
-        return {**found["summary"], "import_id": found["id"], "created": False}
+        return {**found.summary, "import_id": found.id, "created": False}
     reports = [read_log(p, engine=engine, node_rank=ranks_given[i] if ranks_given else None,
                         config_given=config_ref is not None) for i, p in enumerate(paths)]
     engines = {r.engine for r in reports}
@@ -234,8 +235,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
         "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
-        "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or _now(), "ready_s": ready_s,
-        "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or _now(),
+        "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or now_utc(), "ready_s": ready_s,
+        "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
         "failure_signature": sig["id"] if sig else None,
         "failure_detail": ({**sig, "node_rank": ranks[reports.index(failed[0])] if failed else None}
                            if sig else None),
@@ -271,8 +272,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         raise
     if not created:
         shutil.rmtree(boot_dir, ignore_errors=True)
-        return {**rec["summary"], "import_id": rec["id"], "created": False}
-    return {**summary, "import_id": rec["id"], "created": True}
+        return {**rec.summary, "import_id": rec.id, "created": False}
+    return {**summary, "import_id": rec.id, "created": True}
 
 
 def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
@@ -292,7 +293,7 @@ def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None
         from dynocell.runbooks.configs import resolve_hash
 
         config_hash = resolve_hash(cell, config_ref)
-    summ = found["summary"]
+    summ = found.summary
     stored_ranks = [f.get("node_rank") for f in summ.get("files") or []]
     differs = []
     if config_hash and config_hash != summ.get("config_hash"):
@@ -305,7 +306,7 @@ def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None
         differs.append(f"node ranks {stored_ranks}, not {ranks_given}")
     if differs:
         boot = summ.get("boot_id")
-        raise UserError(f"these logs are already imported (import #{found['id']}, boot {boot}) with "
+        raise UserError(f"these logs are already imported (import #{found.id}, boot {boot}) with "
                         + "; ".join(differs) + ": the options of a re-import are not applied",
                         f"see it with `dynocell show {boot}`; the same files are one record, kept with the options "
                         "of their first import — rerun without the differing option(s) to get that record, or "
@@ -397,7 +398,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         offsets = []
         for ph in rep.phases:
             off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or _now(),
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
                            "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
                                       "occurrence": ph["occurrence"]}})
@@ -405,7 +406,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         node_phases[rank] = phase_marks(offsets)
         for ev in rep.events:
             off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _now(),
+            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
                            "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
     return events, node_phases
@@ -450,12 +451,6 @@ def _phase_skew(node_phases: dict[int, dict[str, float]]) -> dict[str, float]:
     return {n: round(max(v) - min(v), 3) for n, v in names.items() if len(v) > 1}
 
 
-def _now() -> Any:
-    from datetime import datetime
-
-    return datetime.now(timezone.utc)
-
-
 # ---------------------------------------------------------------- traces
 
 def trace_split(path: str | Path, top: int = 20) -> dict[str, Any]:
@@ -490,7 +485,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
     from dynocell.runbooks import phase_split
 
     if found:
-        return {**found["summary"], "import_id": found["id"], "profile_id": found["profile_id"],
+        return {**found.summary, "import_id": found.id, "profile_id": found.profile_id,
                 "created": False, **phase_split.fill_import(cell, found, Path(path), output_tokens)}
     from dynocell.engine.trace import analyze_trace
 
@@ -505,7 +500,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
 
         run = {"id": _new_id(), "kind": "import", "config_hash": resolve_hash(cell, config_ref),
                "state": "completed", "step": "import", "options": {"source": "trace", "files": [files[0]["path"]]},
-               "ended_at": _now()}
+               "ended_at": now_utc()}
     profile = {
         "run_id": run["id"] if run else None, "state": "completed", "trace_dir": str(Path(path).resolve().parent),
         "traces": [{"rank": rank_of(path), "path": files[0]["path"], "size": files[0]["size"],
@@ -526,7 +521,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
                               for c in sp.categories], "phase_split": profile["phase_split"]}
     rec, created = db_imports.record_import(cell.store, kind="trace", sha256=key, files=files, summary=summary,
                                             run=run, profile=profile)
-    return {**(summary if created else rec["summary"]), "import_id": rec["id"], "profile_id": rec["profile_id"],
+    return {**(summary if created else rec.summary), "import_id": rec.id, "profile_id": rec.profile_id,
             "created": created}
 
 

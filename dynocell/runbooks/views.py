@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dynocell.boot_states import FAILED_STATES, LIVE_STATES  # noqa: F401 - faces read them here
-from dynocell.db import knowledge as db_knowledge, listings, refs, runs as db_runs
-from dynocell.db.listings import aware_utc as _aware, now_utc as _now
+from dynocell.db import listings, refs, runs as db_runs
+from dynocell.db.listings import now_utc as _now
 from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
 
@@ -491,68 +491,10 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
     d["applies_to_text"] = selector_text(d["front_matter"].get("applies_to"))
     return d
 
-def add_note(cell, target_kind: str, target_id: str, text: str) -> int:
-    """Attach a note to a target (config, boot, run, entry, experiment) named by ``target_id`` (an id,
-    unique prefix or name: :mod:`dynocell.db.refs`); returns the note id.
-
-    Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one
-    writer's checks, :func:`dynocell.db.knowledge.add_note`), NotFound for an unknown target.
-    """
-    key = refs.resolve_key(cell.store, target_id, target_kind) if target_kind in refs.KINDS else target_id
-    return int(db_knowledge.add_note(cell.store, target_kind, key, text)["id"])
-
-
 def running_state(cell, run_id: str) -> str | None:
     """The state of run ``run_id`` (running, completed, failed, interrupted) or None when absent."""
     r = db_runs.get_run(cell.store, run_id)
     return r["state"] if r else None
-
-
-# ---------------------------------------------------------------- web access tokens (write-side, tiny)
-
-def web_token_create(cell, label: str | None = None) -> str:
-    """Create a web-panel token; returns the clear token (print it once; only its scrypt hash is stored)."""
-    from dynocell.db import web as dbweb
-
-    return dbweb.create_token(cell.store, label)
-
-
-def web_token_count(cell) -> int:
-    """Number of live web-panel tokens."""
-    from dynocell.db import web as dbweb
-
-    return dbweb.count_tokens(cell.store)
-
-
-def web_token_verify(cell, token: str) -> int | None:
-    """Id of the live token equal to ``token``, or None."""
-    from dynocell.db import web as dbweb
-
-    return dbweb.verify_token(cell.store, token)
-
-
-def web_token_live(cell, token_id: int) -> bool:
-    """True when stored web token ``token_id`` exists and is not revoked."""
-    from dynocell.db import web as dbweb
-
-    return dbweb.is_live(cell.store, token_id)
-
-
-def web_token_list(cell) -> list[dict[str, Any]]:
-    """Every web token as ``{id, label, created_at, revoked_at}`` (never the token or its hash)."""
-    from dynocell.db import web as dbweb
-
-    return [{**t, "created_at": _aware(t["created_at"]), "revoked_at": _aware(t["revoked_at"])}
-            for t in dbweb.list_tokens(cell.store)]
-
-
-def web_token_revoke(cell, token_id: int) -> None:
-    """Revoke web token ``token_id`` (its sessions end at their next request). Raises NotFound
-    when no live token has that id."""
-    from dynocell.db import web as dbweb
-
-    if not dbweb.revoke_token(cell.store, token_id):
-        raise NotFound(f"no live web token with id {token_id}", "see `dynocell web token list`")
 
 
 # ---------------------------------------------------------------- cell and keys for faces

@@ -53,11 +53,11 @@ class TokenChecker:
 
     def live(self, token_id: str) -> bool:
         """True while token ``token_id`` may log in (the launch token: while the panel has one)."""
-        from dynocell.runbooks import views
+        from dynocell.runbooks import web_tokens
 
         if token_id == LAUNCH_TOKEN_ID:
             return self.state.launch_token is not None
-        return token_id.isdigit() and views.web_token_live(self.state.cell, int(token_id))
+        return token_id.isdigit() and web_tokens.is_live(self.state.cell, int(token_id))
 
     def _known_id(self, token: str) -> str | None:
         with self._lock:
@@ -67,7 +67,7 @@ class TokenChecker:
     def __call__(self, token: str, client: str) -> tuple[str | None, float]:
         """``(token id, 0)`` for a right token, ``(None, 0)`` for a wrong one, ``(None, wait)``
         while ``client`` backs off. Blocking (scrypt): call from a worker thread."""
-        from dynocell.runbooks import views
+        from dynocell.runbooks import web_tokens
 
         token = (token or "").strip()
         tid = self._known_id(token) if token else None
@@ -76,7 +76,7 @@ class TokenChecker:
         wait = self.state.limiter.reserve(client)
         if wait:
             return None, wait
-        found = views.web_token_verify(self.state.cell, token) if token else None
+        found = web_tokens.verify(self.state.cell, token) if token else None
         if found is None:
             return None, 0.0
         self.state.limiter.succeeded(client)

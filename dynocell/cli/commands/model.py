@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from dynocell.errors import DynocellError
-        from dynocell.runbooks.models import make_tiny
+        from dynocell.runbooks.model_pair import make_tiny
         from dynocell.settings import load_settings
 
         console = Console(stderr=True)
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from dynocell.errors import DynocellError
-        from dynocell.runbooks.models import make_eagle_head
+        from dynocell.runbooks.model_pair import make_eagle_head
         from dynocell.settings import load_settings
 
         console = Console(stderr=True)

@@ -43,7 +43,7 @@ def web_cmd(
     import importlib
 
     from dynocell.errors import UserError
-    from dynocell.runbooks import views
+    from dynocell.runbooks import web_tokens
 
     # The CLI is the process entry point of the web face; cli and web are sibling faces in the
     # import-linter contract, so the panel is loaded by name here (the only cli → web edge).
@@ -54,7 +54,7 @@ def web_cmd(
     host = host or settings.web_host
     port = port or settings.web_port
     cell = get_cell()
-    tokens = views.web_token_count(cell)
+    tokens = web_tokens.count(cell)
     if not is_loopback(host) and tokens == 0:
         raise UserError(f"refusing to bind the web panel to {host}: no login token exists and the panel can "
                         "start and stop engines",
@@ -120,9 +120,9 @@ def token_create_cmd(
 
     Example: dynocell web token create --label alice
     """
-    from dynocell.runbooks import views
+    from dynocell.runbooks import web_tokens
 
-    tok = views.web_token_create(get_cell(), label)
+    tok = web_tokens.create(get_cell(), label)
     typer.echo(tok)
     err_console.print("Store it now: it is not shown again. Log in at /login with it.", markup=False)
 
@@ -132,9 +132,9 @@ def token_list_cmd() -> None:
 
     Example: dynocell web token list
     """
-    from dynocell.runbooks import views
+    from dynocell.runbooks import web_tokens
 
-    rows = views.web_token_list(get_cell())
+    rows = web_tokens.list_tokens(get_cell())
     if not rows:
         typer.echo("no web tokens (`dynocell web token create` makes one)")
         return
@@ -155,7 +155,7 @@ def token_revoke_cmd(
 
     Example: dynocell web token revoke 1
     """
-    from dynocell.runbooks import views
+    from dynocell.runbooks import web_tokens
 
-    views.web_token_revoke(get_cell(), token_id)
+    web_tokens.revoke(get_cell(), token_id)
     typer.echo(f"revoked web token {token_id}")

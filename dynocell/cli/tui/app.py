@@ -34,11 +34,11 @@ from textual.worker import get_current_worker
 
 from dynocell.boot_states import LIVE_STATES as LIVE
 from dynocell.cli.tui import format as fmt
-from dynocell.cli.tui.jobs import Job, cancelling_progress
 from dynocell.cli.tui.screens import CompareScreen, DashScreen, MainScreen, RunbooksScreen
 from dynocell.cli.tui.widgets import DEFAULT_CHOICE, ConfigPicker, ConfirmScreen, RunsPicker
 from dynocell.errors import DynocellError, Interrupted
 from dynocell.runbooks import events, views
+from dynocell.runbooks.jobs import Job, cancelling_progress
 from dynocell.text import printable, printable_tree
 
 
@@ -225,6 +225,7 @@ class DynocellApp(App[None]):
     def start_job(self, job: Job, fn: Callable[[Callable[[str, dict[str, Any]], None]], Any],
                   done: Callable[[Any], None] | None = None) -> Job:
         """Run ``fn(progress)`` in a thread worker as ``job``; ``done(result)`` on the UI thread."""
+        job.begin()
         self.jobs.append(job)
         self.jobs = [j for j in self.jobs if j.state == "running" or j is job][-20:]
         notify = lambda j: self.post_message(JobChanged(j))  # noqa: E731 - thread-safe post
@@ -233,20 +234,19 @@ class DynocellApp(App[None]):
         def work() -> None:
             try:
                 res = fn(progress)
-                job.state = "done"
+                job.finish("done", result=res)
                 if done is not None:
                     self._ui(done, res)
             except Interrupted as exc:
-                job.state, job.error = "interrupted", exc.message
+                job.finish("interrupted", error=exc.message)
                 self._ui(self.notify, f"{job.kind} {job.label}: {exc.message}", severity="warning")
             except DynocellError as exc:
-                job.state, job.error = "failed", exc.message
+                job.finish("failed", error=exc.message)
                 self._ui(self.show_error, exc)
             except Exception as exc:  # noqa: BLE001
-                job.state, job.error = "failed", f"{type(exc).__name__}: {exc}"
+                job.finish("failed", error=f"{type(exc).__name__}: {exc}")
                 self._ui(self.show_error, exc)
             finally:
-                job.ended.set()
                 notify(job)
 
         self.post_message(JobChanged(job))

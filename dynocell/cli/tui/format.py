@@ -134,6 +134,17 @@ def hbar(fraction: float | None, width: int) -> str:
     return b + "·" * max(0, width - len(b))
 
 
+def job_line(job: Any, width: int = 20) -> str:
+    """``"⏵ run tiny · bench c=4: 3/8 [██████······]"`` — one line of the job bar for a
+    :class:`dynocell.runbooks.jobs.Job` (its kind, label, latest message, done/total, stop asked)."""
+    head = f"⏵ {job.kind} {job.label} · {job.message}"
+    if job.done is not None and job.total:
+        head += f" [{hbar(job.done / job.total, width)}]"
+    if job.cancel.is_set() and job.state == "running":
+        head += " (stopping…)"
+    return head
+
+
 def acceptance_lines(curves: list[dict[str, Any]], width: int = 20) -> list[Text]:
     """Per text class: a head line (τ, accept rate, steps, D) then one line per draft position
     with a bar of p_i (unconditional) and a bar of a_i (conditional), both 0..1 (DESIGN.md,

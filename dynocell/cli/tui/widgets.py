@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, SelectionList, Static
 from textual.widgets.option_list import Option
 
+from dynocell.cli.tui.format import job_line
 from dynocell.text import printable
 
 
@@ -24,10 +25,10 @@ class JobBar(Static):
     """
 
     def show_jobs(self, jobs: list[Any]) -> None:
-        """Render the running jobs (objects with ``progress_text()``)."""
+        """Render the running jobs (:class:`dynocell.runbooks.jobs.Job`, one :func:`format.job_line` each)."""
         running = [j for j in jobs if j.state == "running"]
         self.set_class(bool(running), "-busy")
-        self.update(Text("\n".join(printable(j.progress_text()) for j in running[-3:]), style="bold"))
+        self.update(Text("\n".join(printable(job_line(j)) for j in running[-3:]), style="bold"))
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -1,9 +1,10 @@
-"""Alembic environment: batch mode for SQLite only (it cannot ALTER most things), the models' MetaData as target."""
+"""Alembic environment: batch mode for SQLite only (it cannot ALTER most things), the ORM tables'
+MetaData (db/tables.py) as target."""
 
 from alembic import context
 from sqlalchemy import create_engine
 
-from dynocell.db.models import Base
+from dynocell.db.tables import Base
 from dynocell.db.session import FTS_TABLES, include_object  # noqa: F401 - shared with tests
 
 config = context.config

@@ -315,7 +315,7 @@ def corpus_ids(tokenizer_path: Path, max_bytes: int) -> torch.Tensor:
     """The pair's corpus (CPython's stdlib sources, :func:`models.load_corpus`) tokenized with the
     target's tokenizer, as a 1-D LongTensor."""
     from dynocell.engine.reference.decoding import load_tokenizer
-    from dynocell.engine.reference.models import load_corpus
+    from dynocell.engine.reference.nets import load_corpus
 
     raw, _ = load_corpus(max_bytes)
     tok = load_tokenizer(tokenizer_path)

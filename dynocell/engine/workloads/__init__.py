@@ -14,7 +14,7 @@ one token per UTF-8 byte — an upper bound for byte-level tokenizers and
 byte-level BPEs (the reference pair's included), so a capped prompt
 never overflows the context; pass per-class ``tokens_per_byte`` measured from
 the server's own ``prompt_tokens`` (``dynocell.engine.bench.measure_tokens_per_byte``)
-to hit targets on BPE engines.
+to hit targets on BPE engines, per call or once with :meth:`Workload.calibrated`.
 
 Public API: :func:`load_workload`, :func:`bundled_path`, :data:`BUNDLED`,
 :class:`Workload`, :class:`LevelSpec`, :class:`BenchRequest`,
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from dynocell.errors import UserError
 
@@ -51,11 +51,11 @@ def default_temperature() -> float:
     """Sampling temperature for workloads that omit ``temperature``.
 
     The reference engine's made-locally pair documents its acceptance curve at
-    ``dynocell.engine.reference.models.DEFAULT_TEMPERATURE``; that value is used
+    ``dynocell.engine.reference.nets.DEFAULT_TEMPERATURE``; that value is used
     when the module is importable, else :data:`FALLBACK_TEMPERATURE` (0.8).
     """
     try:
-        from dynocell.engine.reference.models import DEFAULT_TEMPERATURE
+        from dynocell.engine.reference.nets import DEFAULT_TEMPERATURE
     except Exception:  # the reference extra may be absent; its module must not break the bench
         return FALLBACK_TEMPERATURE
     return float(DEFAULT_TEMPERATURE)
@@ -133,6 +133,7 @@ class Workload(_Strict):
     acceptance: AcceptanceSection | None = Field(default_factory=AcceptanceSection)
     throughput: ThroughputSection | None = Field(default_factory=ThroughputSection)
     classes: dict[str, TextClass] = Field(min_length=1)
+    _tokens_per_byte: dict[str, float] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _known_classes(self) -> Workload:
@@ -144,6 +145,20 @@ class Workload(_Strict):
                         f"{sec_name}.classes names unknown class {c!r} (known: {', '.join(self.classes)})"
                     )
         return self
+
+    def calibrated(self, tokens_per_byte: dict[str, float]) -> Workload:
+        """A copy whose :meth:`requests` use ``tokens_per_byte`` (engine tokens per UTF-8 byte, per text
+        class; a missing class keeps 1.0) when the call passes none — the ratios the bench measured
+        from the server's own ``prompt_tokens`` (``engine.bench.measure_tokens_per_byte``). The
+        fields, and so :attr:`sha256`, are the same as this workload's."""
+        copy = self.model_copy()
+        copy._tokens_per_byte = dict(tokens_per_byte)
+        return copy
+
+    @property
+    def tokens_per_byte(self) -> dict[str, float] | None:
+        """The per-class ratios given to :meth:`calibrated`, or None (uncalibrated: 1 token per byte)."""
+        return None if self._tokens_per_byte is None else dict(self._tokens_per_byte)
 
     @property
     def sha256(self) -> str:
@@ -212,9 +227,11 @@ class Workload(_Strict):
         class (missing classes: 1.0). Acceptance requests are grouped by class
         in workload order; throughput requests cycle through a seeded
         permutation of the classes. Raises UserError when the context cannot
-        hold the output plus a minimal prompt.
+        hold the output plus a minimal prompt. Without ``tokens_per_byte``, a :meth:`calibrated`
+        workload uses its own ratios.
         """
         lv = self.level(level) if isinstance(level, str) else level
+        tokens_per_byte = tokens_per_byte or self._tokens_per_byte
         cap: int | None = None
         if context_length is not None:
             cap = context_length - lv.output_tokens - self.context_margin

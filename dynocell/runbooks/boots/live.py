@@ -105,12 +105,6 @@ def _printable(line: str, limit: int = 200) -> str:
     return printable(match_text(line), limit=limit)
 
 
-def _now():
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)
-
-
 def finish_log(cell: Cell, boot_id: str, log_path: Path) -> None:
     """Record the log file's size (bytes) and sha256 on the boot row."""
     if log_path.exists():

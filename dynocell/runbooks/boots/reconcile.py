@@ -14,13 +14,14 @@ from typing import Any
 
 import psutil
 
+from dynocell.clock import now_utc
 from dynocell.db import boots as db_boots
 from dynocell.engine.supervisor import (
     process_alive, stop_marked, stop_process_group,
 )
 from dynocell.errors import UserError
 from dynocell.runbooks import events, hosts
-from dynocell.runbooks.boots.live import BOOT_MARKER, SPAWN_SETTLE_S, _now, finish_log
+from dynocell.runbooks.boots.live import BOOT_MARKER, SPAWN_SETTLE_S, finish_log
 from dynocell.runbooks.cell import Cell
 
 
@@ -114,7 +115,7 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
             return _record_orphan_stop(cell, row, res, "found by its DYNOCELL_BOOT_ID marker "
                                                        f"(pids {', '.join(map(str, res.signalled)) or '-'})")
     if not supervised and not engine_alive and db_boots.transition(
-            cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=_now(),
+            cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=now_utc(),
             failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
         row["state"] = "lost"
         events.publish("boot.state_changed", boot_id=row["id"], old=boot["state"], new="lost", reason="supervisor gone")
@@ -167,7 +168,7 @@ def _record_orphan_stop(cell: Cell, row: dict[str, Any], res: Any, found: str | 
                         + (f" ({found})" if found else "") + " was stopped by reconciliation"}
     if res.survivors:
         detail["survivors"] = [str(x) for x in res.survivors]
-    if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
+    if db_boots.transition(cell.store, row["id"], db_boots.LIVE_STATES, "stopped", ended_at=now_utc(),
                            exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
                            zombies=len(res.zombies), failure_detail=detail):
         events.publish("boot.state_changed", boot_id=row["id"], old=row["state"], new="stopped",
@@ -231,7 +232,7 @@ def _uptime(row: dict[str, Any]) -> float | None:
 
     if start.tzinfo is None:
         start = start.replace(tzinfo=timezone.utc)
-    end = row.get("ended_at") or _now()
+    end = row.get("ended_at") or now_utc()
     if end.tzinfo is None:
         end = end.replace(tzinfo=timezone.utc)
     return max(0.0, (end - start).total_seconds())

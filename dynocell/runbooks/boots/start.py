@@ -9,6 +9,7 @@ import socket
 import time
 from typing import Any, Callable
 
+from dynocell.clock import now_utc
 from dynocell.db import boots as db_boots
 from dynocell.engine.adapters import pick_free_port, redact_env, render
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
@@ -18,7 +19,7 @@ from dynocell.engine.supervisor import (
 from dynocell.errors import EngineError, UserError
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, LiveBoot, Progress, _noop, _now, _printable, _str_or_none, engine_base_env, engine_profile_dir,
+    BOOT_MARKER, LiveBoot, Progress, _noop, _printable, _str_or_none, engine_base_env, engine_profile_dir,
     finish_log, new_id,
 )
 from dynocell.runbooks.cell import Cell
@@ -33,7 +34,7 @@ def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) ->
     paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
     if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
         return cfg
-    from dynocell.runbooks.models import default_pair
+    from dynocell.runbooks.model_pair import default_pair
 
     pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
     table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
@@ -135,7 +136,7 @@ def start_boot(
             sup.start(spec, log_path)
         except (OSError, EngineError) as exc:  # Supervisor.start reports a spawn failure as EngineError
             why = exc.message if isinstance(exc, EngineError) else f"could not start the engine: {exc}"
-            db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=_now(),
+            db_boots.transition(cell.store, boot_id, "starting", "failed", ended_at=now_utc(),
                                 failure_signature="spawn_error", failure_detail={"error": why, "reason": why})
             raise EngineError(why, f"check engine_python ({settings.engine_python})") from exc
         db_boots.update_boot(cell.store, boot_id, pid=sup.pid, pgid=sup.pgid, engine_create_time=sup.create_time)
@@ -147,13 +148,13 @@ def start_boot(
             # Ctrl-C / SIGTERM while booting: the engine must not outlive the procedure that started it.
             res = sup.stop(settings.stop_grace_s)
             finish_log(cell, boot_id, log_path)
-            db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=_now(),
+            db_boots.transition(cell.store, boot_id, ("starting", "stopping", "ready"), "stopped", ended_at=now_utc(),
                                 exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds,
                                 zombies=len(res.zombies), failure_detail={"reason": "interrupted while booting"})
             raise
         if result.ok:
             live.ready_s = result.ready_s
-            db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=_now(), ready_s=result.ready_s)
+            db_boots.transition(cell.store, boot_id, "starting", "ready", ready_at=now_utc(), ready_s=result.ready_s)
             progress(f"ready in {result.ready_s:.1f} s", {"boot_id": boot_id, "ready_s": result.ready_s})
             return live
         if retries_left and _port_taken(result):
@@ -182,7 +183,7 @@ def start_boot(
     finish_log(cell, boot_id, log_path)
     sig = result.signature
     db_boots.transition(
-        cell.store, boot_id, ("starting", "stopping"), "failed", ended_at=_now(),
+        cell.store, boot_id, ("starting", "stopping"), "failed", ended_at=now_utc(),
         exit_code=result.exit_code if result.exit_code is not None else (stop.exit_code if stop else None),
         failure_signature=sig.id if sig else "unknown",
         failure_detail={"reason": result.reason, "title": sig.title if sig else None,
@@ -221,7 +222,7 @@ def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
     finish_log(cell, live.boot_id, live.log_path)
     sig = sup.failure
     db_boots.transition(
-        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=_now(), exit_code=sup.exit_code,
+        cell.store, live.boot_id, ("ready", "starting"), "crashed", ended_at=now_utc(), exit_code=sup.exit_code,
         failure_signature=sig.id if sig else "unknown", stop_how=leftovers.how, zombies=len(leftovers.zombies),
         failure_detail={"title": sig.title if sig else None, "hint": sig.hint if sig else None,
                         "tail": sup.tail(50), "survivors": [str(x) for x in leftovers.survivors]},

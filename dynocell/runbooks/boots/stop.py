@@ -11,13 +11,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from dynocell.clock import now_utc
 from dynocell.db import boots as db_boots
 from dynocell.engine.supervisor import (
     stop_marked, stop_process_group,
 )
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, LiveBoot, _now, finish_log, resolve_boot,
+    BOOT_MARKER, LiveBoot, finish_log, resolve_boot,
 )
 from dynocell.runbooks.boots.reconcile import (
     _refuse_foreign, reconcile, supervisor_alive,
@@ -41,7 +42,7 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None,
     finish_log(cell, live.boot_id, live.log_path)
     detail = {"survivors": [str(x) for x in res.survivors]} if res.survivors else None
     db_boots.transition(
-        cell.store, live.boot_id, ("stopping", "ready", "starting"), "stopped", ended_at=_now(),
+        cell.store, live.boot_id, ("stopping", "ready", "starting"), "stopped", ended_at=now_utc(),
         exit_code=res.exit_code, stop_how=res.how, stop_s=res.seconds, zombies=len(res.zombies),
         **({"failure_detail": detail} if detail else {}),
     )
@@ -91,7 +92,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
            else stop_marked(BOOT_MARKER, boot["id"], grace))  # no pid on record: find it by its marker
     finish_log(cell, boot["id"], Path(boot["log_path"]))
     db_boots.transition(
-        cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=_now(),
+        cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=now_utc(),
         exit_code=res.exit_code if res else None, stop_how=res.how if res else "gone",
         stop_s=res.seconds if res else 0.0, zombies=len(res.zombies) if res else 0,
     )

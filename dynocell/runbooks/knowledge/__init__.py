@@ -65,7 +65,7 @@ from dynocell.runbooks.knowledge.loader import (
     Knowledge, bundled_knowledge, knowledge_for, load_knowledge,
 )
 from dynocell.runbooks.knowledge.notes import (
-    NOTE_KINDS, add_note, list_notes, resolve_note_target,
+    NOTE_KINDS, add_note, add_note_by_ref, list_notes, resolve_note_target,
 )
 from dynocell.runbooks.knowledge.regex import (
     regex_problem, regex_timing_problems, slow_patterns,
@@ -96,6 +96,7 @@ __all__ = [
     "SOURCE_RE",
     "add_entry_file",
     "add_note",
+    "add_note_by_ref",
     "bundled_knowledge",
     "example_problems",
     "knowledge_for",

@@ -51,3 +51,14 @@ def add_note(cell: Any, kind: str, ident: str, text: str) -> dict[str, Any]:
     from dynocell.db import knowledge as dbk
 
     return dbk.add_note(cell.store, kind, ident, text)
+
+
+def add_note_by_ref(cell: Any, kind: str, ref: str, text: str) -> dict[str, Any]:
+    """:func:`add_note` to a target named by ``ref`` — an id, unique prefix or name resolved by the one
+    resolver (:mod:`dynocell.db.refs`) when ``kind`` is one of its kinds — as the web panel's note form
+    sends it. Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one
+    writer's checks, :func:`dynocell.db.knowledge.add_note`), NotFound for an unknown target."""
+    from dynocell.db import refs
+
+    key = refs.resolve_key(cell.store, ref, kind) if kind in refs.KINDS else ref
+    return add_note(cell, kind, key, text)

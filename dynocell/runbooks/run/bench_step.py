@@ -7,33 +7,21 @@ from typing import Any
 
 from dynocell.db import runs as db_runs
 from dynocell.engine import breakeven as be
+from dynocell.engine.workloads import Workload
 from dynocell.errors import EngineError
 from dynocell.runbooks import boots
 from dynocell.runbooks.run.greedy import _api_kw
 from dynocell.runbooks.run.job import _Job, _Skip
 
 
-class _Calibrated:
-    """A workload whose ``requests`` use the engine's own tokens per UTF-8 byte, per text class.
+def _calibrate(job: _Job, live: Any, workload: Workload, context_length: int | None = None) -> Workload:
+    """``workload`` calibrated to the engine's own tokens per UTF-8 byte, per text class.
 
     Input-length targets are in engine tokens; the workload alone can only assume one token per
     byte (an upper bound). One 1-token generation per class (its ~1 KB material) gives the
     server's ``prompt_tokens`` / bytes (``bench.measure_tokens_per_byte``); classes whose
-    calibration failed keep 1.0. Every other attribute is the wrapped workload's.
+    calibration failed keep 1.0. Returns :meth:`Workload.calibrated` of those ratios.
     """
-
-    def __init__(self, workload: Any, tokens_per_byte: dict[str, float]) -> None:
-        self._workload = workload
-        self.tokens_per_byte = tokens_per_byte
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._workload, name)
-
-    def requests(self, level: Any, context_length: int | None, tokens_per_byte: Any = None) -> list[Any]:
-        return self._workload.requests(level, context_length, tokens_per_byte or self.tokens_per_byte)
-
-
-def _calibrate(job: _Job, live: Any, workload: Any, context_length: int | None = None) -> Any:
     import asyncio
 
     from dynocell.engine.bench import measure_tokens_per_byte
@@ -42,7 +30,7 @@ def _calibrate(job: _Job, live: Any, workload: Any, context_length: int | None =
                                               timeout_s=job.cell.settings.request_timeout_s, **_api_kw(live.cfg)))
     job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
                  {"step": "bench", "tokens_per_byte": tpb})
-    return _Calibrated(workload, tpb)
+    return workload.calibrated(tpb)
 
 
 def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: int | None = None) -> Any:

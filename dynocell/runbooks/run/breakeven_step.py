@@ -7,11 +7,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
 from dynocell.engine import breakeven as be
 from dynocell.engine.config import EngineConfig
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.job import RunOptions, _Job, _now, _Skip
+from dynocell.runbooks.run.job import RunOptions, _Job, _Skip
 from dynocell.runbooks.run.lossless_step import (
     _boot_twin, _lossless_prompts, _plain_twin,
 )
@@ -45,7 +46,7 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     if tau is None or spec_step_ms is None:
         raise _Skip("needs τ and the speculative step time")
     if isinstance(plain, (int, float)):
-        plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": _now().isoformat()}
+        plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": now_utc().isoformat()}
     if cfg is not None:
         plain_cfg, plain_hash = _plain_twin(cell, cfg)
     else:
@@ -73,7 +74,7 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
         )
     age_s = None
     if plain.get("measured_at"):
-        age_s = round((_now() - datetime.fromisoformat(_utc_iso(plain["measured_at"]) or "")).total_seconds(), 1)
+        age_s = round((now_utc() - datetime.fromisoformat(_utc_iso(plain["measured_at"]) or "")).total_seconds(), 1)
     result = {
         **be.margin(tau, spec_step_ms, plain["step_ms"], spec_step, plain.get("samples") or []),
         "plain_source": plain["source"],

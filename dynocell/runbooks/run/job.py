@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -28,11 +27,6 @@ PROFILE_TOKENS = 32
 
 def _noop(_m: str, _d: dict[str, Any]) -> None:
     pass
-
-
-def _now() -> datetime:
-    """The current time, aware UTC (what the store's timestamps are)."""
-    return datetime.now(timezone.utc)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
@@ -14,7 +15,7 @@ from dynocell.errors import DynocellError
 from dynocell.runbooks import boots
 from dynocell.runbooks.cell import Cell
 from dynocell.runbooks.run.greedy import _api_kw, _greedy, _sha
-from dynocell.runbooks.run.job import LOSSLESS_TOKENS, RunOptions, _Job, _now
+from dynocell.runbooks.run.job import LOSSLESS_TOKENS, RunOptions, _Job
 
 
 def _lossless_prompts(workload: Any) -> list[str]:
@@ -72,7 +73,7 @@ def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: lis
     finally:
         boots.stop_live(cell, twin, opts.stop_grace_s, reason="plain twin done")
     return {"step_ms": sorted(step_ms)[len(step_ms) // 2], "samples": [round(x, 4) for x in step_ms],
-            "source": "plain twin boot", "measured_at": _now().isoformat(), "host": socket.gethostname(),
+            "source": "plain twin boot", "measured_at": now_utc().isoformat(), "host": socket.gethostname(),
             "run_id": job.run_id, "twin_boot_id": twin.boot_id}
 
 

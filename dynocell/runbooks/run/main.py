@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
 from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.errors import EngineError, Interrupted
@@ -29,7 +30,7 @@ from dynocell.runbooks.run.bench_step import _bench, _calibrate
 from dynocell.runbooks.run.breakeven_step import _breakeven
 from dynocell.runbooks.run.health_step import _health
 from dynocell.runbooks.run.job import (
-    DEFAULT_CONFIG, Progress, RunOptions, _context_length, _err, _Job, _load_workload, _noop, _now, _pid, _Skip,
+    DEFAULT_CONFIG, Progress, RunOptions, _context_length, _err, _Job, _load_workload, _noop, _pid, _Skip,
     _StepFailed,
 )
 from dynocell.runbooks.run.lossless_step import _lossless, _record_goldens
@@ -140,7 +141,7 @@ def run_job(
         if state == "completed" and job.failed:
             state, error = "failed", "steps failed: " + ", ".join(job.failed)
         db_runs.interrupt_running_steps(cell.store, run_id, "interrupted")
-        db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=_now(),
+        db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(),
                            summary=_summary(job))
         events.publish("run.ended", run_id=run_id, state=state, error=error)
         progress(f"run {run_id} {state}" + (f": {error}" if error else ""), {"run_id": run_id, "state": state})

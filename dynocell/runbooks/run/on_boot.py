@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
 from dynocell.engine.client import EngineClient
 from dynocell.errors import EngineError, Interrupted, UserError
@@ -11,7 +12,7 @@ from dynocell.runbooks.cell import Cell
 from dynocell.runbooks.run.acceptance_step import _acceptance
 from dynocell.runbooks.run.bench_step import _bench, _calibrate
 from dynocell.runbooks.run.job import (
-    Progress, _context_length, _err, _Job, _load_workload, _noop, _now, _pid, _Skip, _StepFailed,
+    Progress, _context_length, _err, _Job, _load_workload, _noop, _pid, _Skip, _StepFailed,
 )
 from dynocell.runbooks.run.profile_step import _profile
 from dynocell.runbooks.run.summary_step import _diagnose, _summary
@@ -89,7 +90,7 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
         state, error = "interrupted", "interrupted by the operator"
     if state == "completed" and job.failed:
         state, error = "failed", "steps failed: " + ", ".join(job.failed)
-    db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=_now(), summary=_summary(job))
+    db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(), summary=_summary(job))
     if state == "interrupted":
         raise Interrupted(f"{kind} {run_id} interrupted", f"dynocell show {run_id}")
     return run_id

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dynocell.clock import now_utc
 from dynocell.db import refs
 from dynocell.db import runs as db_runs
 from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.job import _now
 
 
 def _run_process_alive(run: dict[str, Any]) -> bool:
@@ -62,7 +62,7 @@ def reconcile_runs(cell: Cell) -> list[str]:
             if prof["state"] == "running":
                 db_runs.finish_profile(cell.store, prof["id"], state="failed",
                                        error="the dynocell process died during the profile window")
-        db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=_now(),
+        db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=now_utc(),
                            error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
         events.publish("run.ended", run_id=r["id"], state="interrupted", error="the dynocell process died")
         fixed.append(r["id"])

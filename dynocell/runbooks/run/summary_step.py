@@ -8,7 +8,7 @@ from typing import Any
 from dynocell.db import runs as db_runs
 from dynocell.errors import DynocellError
 from dynocell.runbooks import boots
-from dynocell.runbooks.run.job import _Job, _Skip
+from dynocell.runbooks.run.job import _Job
 
 
 def _warn_concurrent(job: _Job, boot_id: str) -> None:
@@ -26,10 +26,8 @@ def _warn_concurrent(job: _Job, boot_id: str) -> None:
 
 
 def _diagnose(job: _Job, d: dict[str, Any]) -> None:
-    try:
-        from dynocell.runbooks import doctor
-    except ImportError:
-        raise _Skip("the doctor is not installed") from None
+    from dynocell.runbooks import doctor
+
     findings = doctor.diagnose(job.cell, job.run_id)
     d["findings"] = [f.rule if hasattr(f, "rule") else f.get("rule") for f in findings]
 

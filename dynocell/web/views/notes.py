@@ -7,7 +7,7 @@ from urllib.parse import quote
 from fastapi import Form, Request
 from fastapi.responses import RedirectResponse
 
-from dynocell.runbooks import views
+from dynocell.runbooks.knowledge import add_note_by_ref
 from dynocell.web.views.models import NoteRequest
 from dynocell.web.views.shared import Family, cell
 
@@ -16,7 +16,7 @@ routes = Family()
 
 @routes.actions.post("/notes")
 def add_note(request: Request, kind: str = Form(...), target: str = Form(...), text: str = Form(...)):
-    views.add_note(cell(request), kind, target, text)
+    add_note_by_ref(cell(request), kind, target, text)
     back = {"config": f"/configs/{quote(target, safe=':')}", "boot": f"/boots/{quote(target)}",
             "run": f"/runs/{quote(target)}", "entry": f"/runbooks/{quote(target)}"}.get(kind, "/")
     return RedirectResponse(back + "#notes", status_code=303)
@@ -24,4 +24,4 @@ def add_note(request: Request, kind: str = Form(...), target: str = Form(...), t
 
 @routes.api_actions.post("/notes", summary="Add a note to a config, boot, run or entry")
 def api_note(request: Request, body: NoteRequest):
-    return {"id": views.add_note(cell(request), body.kind, body.target, body.text)}
+    return {"id": int(add_note_by_ref(cell(request), body.kind, body.target, body.text)["id"])}

@@ -390,7 +390,7 @@ def make_pair(out_dir: Path, seed: int = 0, progress: Progress | None = None) ->
                 "byte-level (256 byte symbols, id = 3 + byte, plus `<pad>`=0 `<s>`=1 `</s>`=2; no merges)")
     readme = f"""# Reference model pair `{recipe_id(seed)}`
 
-Made locally by `dynocell model make-tiny` (`dynocell.engine.reference.models.make_pair`), no network.
+Made locally by `dynocell model make-tiny` (`dynocell.engine.reference.nets.make_pair`), no network.
 
 - Tokenizer: {tok_desc},
   built offline with the `tokenizers` library; shared by both models.
@@ -408,7 +408,7 @@ Made locally by `dynocell model make-tiny` (`dynocell.engine.reference.models.ma
 - Default sampling temperature for the documented acceptance curve: {DEFAULT_TEMPERATURE}
   (greedy decoding of a model this small tends to collapse into whitespace runs; at 0.7-0.8 a BPE
   target's next-token distribution is too flat for top1 proposals to reach τ 1.5).
-- How it was chosen, and the measured curve: `dynocell/engine/reference/models.py` (module docstring)
+- How it was chosen, and the measured curve: `dynocell/engine/reference/nets.py` (module docstring)
   and `tests/test_reference_models.py`.
 """
     (out_dir / "README.md").write_text(readme)

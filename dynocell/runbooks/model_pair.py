@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from dynocell.engine.reference.models import ModelPair, ensure_pair, make_pair
+from dynocell.engine.reference.nets import ModelPair, ensure_pair, make_pair
 from dynocell.settings import Settings
 
 

@@ -1,0 +1,100 @@
+"""One kind of value from db/ reads (issue 23): every converted read returns a frozen ``rows.Record``
+whose ``to_dict()`` is the plain ``{column: value}`` the faces print as JSON — on a real SQLite store."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dynocell.db import builds as dbb, configs as dbc, hosts as dbh, imports as dbi
+from dynocell.db.rows import Record
+from dynocell.db.session import Store
+from dynocell.db.tables import Host, ImportRecord
+
+INVENTORY = {"hostname": "rig", "os": "Linux", "cpu": "x86_64", "cpu_count": 2, "memory_bytes": 8 << 30,
+             "gpus": [{"index": 0, "name": "NVIDIA H200", "memory_mib": 143771}], "cuda": "12.8",
+             "engine_versions": {"sglang": "0.5.17"}}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'cell' / 'dynocell.db'}")
+
+
+def _columns(table) -> set[str]:
+    return {c.key for c in table.__table__.columns}
+
+
+def _is_frozen_record(row) -> bool:
+    if not isinstance(row, Record):
+        return False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(row, dataclasses.fields(row)[0].name, None)
+    return True
+
+
+def test_hosts_are_records_with_every_column(store: Store):
+    written = dbh.upsert_host(store, "m-1", INVENTORY)
+    row = dbh.get_host(store, "m-1")
+    assert _is_frozen_record(row) and _is_frozen_record(written) and dbh.list_hosts(store) == [row]
+    assert set(row.to_dict()) == _columns(Host)
+    assert row.to_dict()["gpus"] == INVENTORY["gpus"] and row.hostname == "rig"
+    assert dbh.get_host(store, "m-2") is None
+
+
+def test_imports_are_records_and_the_same_source_is_found_again(store: Store):
+    files = [{"path": "a.log", "size": 3, "sha256": "ab" * 32}]
+    rec, created = dbi.record_import(store, kind="metrics", sha256="ab" * 32, files=files, summary={"n": 1})
+    again, created_again = dbi.record_import(store, kind="metrics", sha256="ab" * 32, files=files, summary={"n": 2})
+    assert created and not created_again
+    found = dbi.find_import(store, "metrics", "ab" * 32)
+    assert _is_frozen_record(rec) and _is_frozen_record(found) and again == found
+    assert rec.id == found.id and found.summary == {"n": 1} and dbi.list_imports(store) == [found]
+    assert set(rec.to_dict()) == _columns(ImportRecord)
+
+
+def test_configs_and_builds_are_records(store: Store):
+    dbc.insert_config(store, "sha256:aa", "reference", "dynocell:tiny", "{}", "x = 1")
+    dbc.add_label(store, "prod", "sha256:aa")
+    dbb.insert_build(store, "sha256:bb", "sglang", "0.5.17", ["p1"], {"k": 1}, "/tmp/b")
+    for row in (dbc.get_config(store, "sha256:aa"), dbc.label_history(store, "prod")[0],
+                dbb.get_build(store, "sha256:bb")):
+        assert _is_frozen_record(row)
+        assert row.to_dict() == {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+
+
+def test_web_tokens_are_records_without_their_hash(store: Store):
+    from dynocell.db import web as dbw
+    from dynocell.db.tables import WebToken
+
+    clear = dbw.create_token(store, "ops")
+    (row,) = dbw.list_tokens(store)
+    assert _is_frozen_record(row) and row.label == "ops" and row.revoked_at is None
+    assert set(row.to_dict()) == _columns(WebToken) - {"token_hash"}
+    assert clear not in str(row.to_dict()) and dbw.verify_token(store, clear) == row.id
+
+
+def test_experiments_slots_and_pins_are_records(store: Store):
+    from dynocell.db import experiments as dbx
+    from dynocell.db.tables import Experiment, ExperimentRun, Pin
+
+    dbc.insert_config(store, "sha256:inc", "reference", "dynocell:tiny", "{}", "x = 1")
+    dbc.insert_config(store, "sha256:arm", "reference", "dynocell:tiny", "{}", "x = 2")
+    arms = [{"role": "incumbent", "config_hash": "sha256:inc", "label": "inc"},
+            {"role": "arm", "config_hash": "sha256:arm", "label": "arm"}]
+    exp = dbx.create_experiment(store, name="e", incumbent_hash="sha256:inc", arms=arms, workload=None, repeats=1,
+                                slots=[("sha256:inc", "incumbent", 0), ("sha256:arm", "arm", 0)])
+    assert _is_frozen_record(exp) and set(exp.to_dict()) == _columns(Experiment) and exp.state == "created"
+    assert dbx.create_experiment(store, name="e", incumbent_hash="sha256:inc", arms=arms, workload=None,
+                                 repeats=1, slots=[]) is None
+    slots = dbx.slots(store, "e")
+    assert all(_is_frozen_record(x) for x in slots) and set(slots[0].to_dict()) == _columns(ExperimentRun)
+    assert [(x.seq, x.role, x.state) for x in slots] == [(0, "incumbent", "pending"), (1, "arm", "pending")]
+    assert dbx.update_slot(store, slots[1].id, state="failed").state == "failed"
+    assert dbx.update_experiment(store, "e", state="done").state == "done" == dbx.get_experiment(store, "e").state
+    assert [x.name for x in dbx.list_experiments(store)] == ["e"] == [x.name for x in
+                                                                      dbx.experiments_of_config(store, "sha256:arm")]
+    pin = dbx.add_pin(store, config_hash="sha256:arm", build_hash=None, note="qualified", evidence={"runs": []})
+    assert _is_frozen_record(pin) and set(pin.to_dict()) == _columns(Pin) and dbx.list_pins(store)[0].id == pin.id
