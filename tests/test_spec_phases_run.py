@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dynocell.engine.reference.models import PACKAGED_DIR, recipe_id
+from dynocell.engine.reference.nets import PACKAGED_DIR, recipe_id
 
 EAGLE = PACKAGED_DIR / recipe_id(0) / "eagle"
 
