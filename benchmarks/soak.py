@@ -290,13 +290,13 @@ def stop_leftovers(cell) -> int:
     live = CURRENT.get("live")
     for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES, limit=1000):
         try:
-            if live is not None and live.boot_id == row["id"]:
+            if live is not None and live.boot_id == row.id:
                 boots.stop_live(cell, live, reason="soak interrupted")
             else:
-                boots.stop(cell, row["id"])
+                boots.stop(cell, row.id)
             n += 1
         except Exception as exc:  # noqa: BLE001 - keep stopping the others
-            print(f"  could not stop boot {row['id']}: {exc}", flush=True)
+            print(f"  could not stop boot {row.id}: {exc}", flush=True)
     return n
 
 
@@ -340,37 +340,40 @@ def cycle_detached(cell, c: Cycle, ref: str, tracker: Tracker) -> None:
     from dynocell.errors import EngineError, UserError
     from dynocell.runbooks import boots
 
-    before = {b["id"] for b in db_boots.list_boots(cell.store, limit=5)}
+    before = {b.id for b in db_boots.list_boots(cell.store, limit=5)}
     try:
         c.boot_id = boots.boot(cell, ref, detach=True)
     except EngineError as exc:
-        new = [b for b in db_boots.list_boots(cell.store, limit=5) if b["id"] not in before]
-        c.boot_id = new[0]["id"] if new else None
+        new = [b for b in db_boots.list_boots(cell.store, limit=5) if b.id not in before]
+        c.boot_id = new[0].id if new else None
         if c.boot_id is None:
             c.row_issues.append(f"detached boot left no boot row: {exc}")
             return
-        tracker.add(new[0]["supervisor_pid"], f"supervisor {c.mode} {c.boot_id}")
+        tracker.add(new[0].supervisor_pid, f"supervisor {c.mode} {c.boot_id}")
         if c.mode != "die_at_boot":
             c.problems.append(f"boot failed unexpectedly: {exc}")
         _refuses_health(cell, c, boots, UserError)
         return
-    row = db_boots.get_boot(cell.store, c.boot_id) or {}
-    tracker.add(row.get("supervisor_pid"), f"supervisor {c.mode} {c.boot_id}")
-    tracker.add_tree(row.get("pid"), f"engine {c.mode} {c.boot_id}", c.boot_id)
-    c.pids += [p for p in (row.get("supervisor_pid"), row.get("pid")) if p]
+    row = db_boots.get_boot(cell.store, c.boot_id)
+    if row is None:
+        c.row_issues.append(f"boot row {c.boot_id} missing after its boot")
+        return
+    tracker.add(row.supervisor_pid, f"supervisor {c.mode} {c.boot_id}")
+    tracker.add_tree(row.pid, f"engine {c.mode} {c.boot_id}", c.boot_id)
+    c.pids += [p for p in (row.supervisor_pid, row.pid) if p]
     if c.mode == "die_at_boot":
         c.problems.append("an engine that dies at boot was recorded ready")
     _health(cell, c, boots)
     if c.mode == "die_after_ready":
-        if not _wait(lambda: (db_boots.get_boot(cell.store, c.boot_id) or {}).get("state") == "crashed", 15.0, 0.1):
+        if not _wait(lambda: getattr(db_boots.get_boot(cell.store, c.boot_id), "state", None) == "crashed", 15.0, 0.1):
             c.problems.append("the supervisor did not record the crash within 15 s")
             boots.stop(cell, c.boot_id)
         return
     if c.mode == "grandchildren":
-        _wait(lambda: _children_count(row.get("pid")) >= 2, 5.0)
+        _wait(lambda: _children_count(row.pid) >= 2, 5.0)
         time.sleep(0.1)
-    tracker.add_tree(row.get("pid"), f"engine {c.mode} {c.boot_id}", c.boot_id)
-    c.pids.extend(_descendants(row.get("pid")))
+    tracker.add_tree(row.pid, f"engine {c.mode} {c.boot_id}", c.boot_id)
+    c.pids.extend(_descendants(row.pid))
     final = boots.stop(cell, c.boot_id)
     if final.get("state") in db_boots.LIVE_STATES:
         c.state_issues.append(f"stop returned a live state: {final.get('state')}")
@@ -387,9 +390,9 @@ def _refuses_health(cell, c: Cycle, boots, user_error) -> None:
 def _health(cell, c: Cycle, boots) -> None:
     c.health_calls += 1
     row = boots.health(cell, c.boot_id)
-    c.verdicts.append(row["verdict"])
-    if c.mode != "die_after_ready" and row["verdict"] != "healthy":
-        c.problems.append(f"health verdict {row['verdict']} (failed: {row.get('failed')}) on a ready engine")
+    c.verdicts.append(row.verdict)
+    if c.mode != "die_after_ready" and row.verdict != "healthy":
+        c.problems.append(f"health verdict {row.verdict} (failed: {row.failed}) on a ready engine")
 
 
 def _children_count(pid: int | None) -> int:
@@ -434,33 +437,33 @@ def check_boot_rows(cell, c: Cycle) -> None:
         return
     out = c.row_issues
     state, how, needs_sig = EXPECTED[c.mode]
-    if row["state"] != state:
-        c.state_issues.append(f"state {row['state']} (expected {state})")
-    if how and row["stop_how"] != how:
-        c.state_issues.append(f"stop_how {row['stop_how']} (expected {how})")
-    if needs_sig and (not row["failure_signature"] or row["failure_signature"] == "unknown"):
-        c.state_issues.append(f"failure signature {row['failure_signature']!r}")
-    if row["ended_at"] is None:
+    if row.state != state:
+        c.state_issues.append(f"state {row.state} (expected {state})")
+    if how and row.stop_how != how:
+        c.state_issues.append(f"stop_how {row.stop_how} (expected {how})")
+    if needs_sig and (not row.failure_signature or row.failure_signature == "unknown"):
+        c.state_issues.append(f"failure signature {row.failure_signature!r}")
+    if row.ended_at is None:
         out.append("ended_at missing")
-    if not row["pid"]:
+    if not row.pid:
         out.append("pid missing")
     evs = db_boots.events(cell.store, c.boot_id)
-    chain = [e["name"] for e in evs if e["kind"] == "state"]
-    if not chain or chain[-1] != row["state"] or not legal_chain(chain):
-        out.append(f"state events {chain} do not lead to {row['state']}")
-    phases = [e["name"] for e in evs if e["kind"] == "phase"]
+    chain = [e.name for e in evs if e.kind == "state"]
+    if not chain or chain[-1] != row.state or not legal_chain(chain):
+        out.append(f"state events {chain} do not lead to {row.state}")
+    phases = [e.name for e in evs if e.kind == "phase"]
     if c.mode in READY_MODES and not {"weights_begin", "kv_cache_allocated", "ready"} <= set(phases):
         out.append(f"phase events {phases}")
     health = db_boots.health_history(cell.store, c.boot_id, limit=100)
     if len(health) != c.health_calls:
         out.append(f"{len(health)} health rows for {c.health_calls} probes")
-    if row["log_size"] is None or not row["log_sha256"]:
+    if row.log_size is None or not row.log_sha256:
         out.append("log size/sha256 missing")
     else:
-        p = Path(row["log_path"])
+        p = Path(row.log_path)
         data = p.read_bytes() if p.exists() else b""
-        if len(data) != row["log_size"] or hashlib.sha256(data).hexdigest() != row["log_sha256"]:
-            out.append(f"log digest {row['log_size']} B differs from the file ({len(data)} B)")
+        if len(data) != row.log_size or hashlib.sha256(data).hexdigest() != row.log_sha256:
+            out.append(f"log digest {row.log_size} B differs from the file ({len(data)} B)")
 
 
 def check_run_rows(cell, run_id: str, expect_state: str = "completed") -> list[str]:
@@ -500,9 +503,9 @@ def check_run_rows(cell, run_id: str, expect_state: str = "completed") -> list[s
     if boot is None:
         out.append("run has no boot row")
     else:
-        if boot["state"] != "stopped":
-            out.append(f"run's boot is {boot['state']}")
-        if expect_state == "completed" and not db_boots.health_history(cell.store, boot["id"], limit=5):
+        if boot.state != "stopped":
+            out.append(f"run's boot is {boot.state}")
+        if expect_state == "completed" and not db_boots.health_history(cell.store, boot.id, limit=5):
             out.append("run's boot has no health row")
     return out
 
@@ -515,18 +518,18 @@ def reality_check(cell, tracker: Tracker) -> list[dict[str, Any]]:
     wrong = []
     alive = tracker.alive_by_boot()
     for row in db_boots.list_boots(cell.store, limit=1_000_000):
-        ended = _ts(row["ended_at"]) or time.time()
-        started = _ts(row["started_at"]) or 0.0
-        tracker.add(row["pid"], f"engine of boot {row['id']} (row)", not_after=ended)
-        tracker.add(row["supervisor_pid"], f"supervisor of boot {row['id']} (row)", not_after=started + 5)
-        if row["state"] in db_boots.LIVE_STATES:
-            wrong.append({"boot": row["id"], "state": row["state"], "why": "live state after the soak stopped it"})
+        ended = _ts(row.ended_at) or time.time()
+        started = _ts(row.started_at) or 0.0
+        tracker.add(row.pid, f"engine of boot {row.id} (row)", not_after=ended)
+        tracker.add(row.supervisor_pid, f"supervisor of boot {row.id} (row)", not_after=started + 5)
+        if row.state in db_boots.LIVE_STATES:
+            wrong.append({"boot": row.id, "state": row.state, "why": "live state after the soak stopped it"})
             continue
-        if row["pid"] and _alive_before(row["pid"], ended):
-            wrong.append({"boot": row["id"], "state": row["state"], "why": f"engine pid {row['pid']} still runs"})
-        elif alive.get(row["id"]):
-            wrong.append({"boot": row["id"], "state": row["state"],
-                          "why": f"processes of its engine still run: {alive[row['id']]}"})
+        if row.pid and _alive_before(row.pid, ended):
+            wrong.append({"boot": row.id, "state": row.state, "why": f"engine pid {row.pid} still runs"})
+        elif alive.get(row.id):
+            wrong.append({"boot": row.id, "state": row.state,
+                          "why": f"processes of its engine still run: {alive[row.id]}"})
     return wrong
 
 
@@ -754,8 +757,8 @@ def main() -> int:
 
     all_boots = db_boots.list_boots(cell.store, limit=1_000_000)
     boot_rows = len(all_boots)
-    zombies_at_stop = sum(int(b["zombies"] or 0) for b in all_boots)
-    ready_s = [b["ready_s"] for b in all_boots if b["ready_s"]]
+    zombies_at_stop = sum(int(b.zombies or 0) for b in all_boots)
+    ready_s = [b.ready_s for b in all_boots if b.ready_s]
     figures = {
         "cycles": len(cycles),
         "cycles_requested": args.cycles,

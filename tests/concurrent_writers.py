@@ -76,7 +76,7 @@ def _tui(n: int, config: str) -> dict:
         for i in range(n):
             try:
                 row = boots.health(cell, boot_id)
-                verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
+                verdicts[row.verdict] = verdicts.get(row.verdict, 0) + 1
                 ok += 1
                 if i % 10 == 0:
                     boots.reconcile_and_list(cell)

@@ -57,12 +57,12 @@ def test_attach_health_run_and_stop_refused(cell, engine):
     assert f["speculative.algorithm"] == "STANDALONE" and f["speculative.num_draft_tokens"] == 4
     assert f["model_path"] == str(engine_model(engine))
     row = db_boots.get_boot(cell.store, res["boot_id"])
-    assert row["kind"] == "attached" and row["pid"] is None and row["state"] == "ready"
+    assert row.kind == "attached" and row.pid is None and row.state == "ready"
     assert attach(cell, engine.url)["boot_id"] == res["boot_id"]  # attached once
 
     assert [b["id"] for b in boots.reconcile_and_list(cell)] == [res["boot_id"]]
     verdict = boots.health(cell, res["boot_id"])
-    assert verdict["verdict"] == "healthy", verdict
+    assert verdict.verdict == "healthy", verdict
 
     run_id = run_on_boot(cell, res["boot_id"])
     run = db_runs.get_run(cell.store, run_id)
@@ -79,7 +79,7 @@ def test_attach_health_run_and_stop_refused(cell, engine):
     with pytest.raises(UserError, match=f"not the process listening on port {engine.port}"):
         boots.stop(cell, res["boot_id"], pid=1)
     assert engine.proc.poll() is None  # the engine still runs
-    assert db_boots.get_boot(cell.store, res["boot_id"])["state"] == "ready"
+    assert db_boots.get_boot(cell.store, res["boot_id"]).state == "ready"
 
 
 def engine_model(engine) -> str:
@@ -168,7 +168,7 @@ def test_stop_with_the_listening_pid_stops_only_that_engine(cell, model_pair, tm
         row = boots.stop(cell, boot_id, grace_s=10, pid=eng.proc.pid)
         assert row["state"] == "stopped" and row["stop_how"] == "graceful"
         assert eng.proc.wait(10) is not None
-        assert db_boots.get_boot(cell.store, boot_id)["kind"] == "attached"
+        assert db_boots.get_boot(cell.store, boot_id).kind == "attached"
     finally:
         eng.stop()
 
@@ -266,10 +266,10 @@ def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell
         assert v["incumbent"]["samples"]["tau@acceptance"] == [1.0, 1.0]  # plain: one token per step
         assert all(t > 1.0 for t in v["arms"][0]["samples"]["tau@acceptance"])  # STANDALONE k=3
         # dynocell booted nothing and stopped nothing
-        assert sorted(b["id"] for b in db_boots.list_boots(cell.store)) == sorted([inc, arm])
+        assert sorted(b.id for b in db_boots.list_boots(cell.store)) == sorted([inc, arm])
         assert plain.proc.poll() is None and engine.proc.poll() is None
         for b in (inc, arm):
-            assert db_boots.get_boot(cell.store, b)["state"] == "ready"
+            assert db_boots.get_boot(cell.store, b).state == "ready"
             with pytest.raises(UserError, match="attached: dynocell did not start it"):
                 boots.stop(cell, b)
         assert plain.proc.poll() is None and engine.proc.poll() is None
@@ -307,8 +307,8 @@ def test_attached_vllm_engine_is_judged_on_vllms_surface(cell, model_pair, tmp_p
         res = attach(cell, eng.url)
         assert res["engine"] == "vllm"
         verdict = boots.health(cell, res["boot_id"])
-        names = {c["name"] for c in verdict["checks"]}
-        assert verdict["verdict"] == "healthy", verdict["failed"]
+        names = {c["name"] for c in verdict.checks}
+        assert verdict.verdict == "healthy", verdict.failed
         assert {"models", "completion"} <= names and not names & {"health_generate", "server_info"}
         run_id = run_on_boot(cell, res["boot_id"], profile=False)
         from dynocell.db import runs as db_runs

@@ -176,7 +176,7 @@ def test_detached_boot_from_a_long_lived_caller_leaves_no_zombie_supervisor(fake
 
     cell = open_cell(load_settings())
     boot_id = boots.boot(cell, str(write_config(tmp_path, "graceful", "graceful")), detach=True)
-    sup = boots.resolve_boot(cell, boot_id)["supervisor_pid"]
+    sup = boots.resolve_boot(cell, boot_id).supervisor_pid
     assert sup and sup != os.getpid() and psutil.Process(sup).ppid() == os.getpid()
     assert boots.stop(cell, boot_id)["state"] == "stopped"
     wait_for(lambda: not psutil.pid_exists(sup), timeout=15)

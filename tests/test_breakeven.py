@@ -351,7 +351,7 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
     prompts = [tc.prompts[0] for tc in wl.classes.values()]
     from dynocell.db import boots as db_boots
 
-    before = {b["id"] for b in db_boots.list_boots(store)}
+    before = {b.id for b in db_boots.list_boots(store)}
     d: dict = {}
     run_mod._breakeven(job, None, d, cfg=cfg, workload=wl)
     assert said == ["booting the plain twin to time the plain decode step for break-even"]
@@ -365,8 +365,8 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
         golden = db_runs.get_golden(store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS)
         assert golden is not None, p
     # one new boot, of the plain config (no speculation), stopped again
-    new = [b for b in db_boots.list_boots(store) if b["id"] not in before]
-    assert [(b["config_hash"], b["state"]) for b in new] == [(plain_hash, "stopped")], new
+    new = [b for b in db_boots.list_boots(store) if b.id not in before]
+    assert [(b.config_hash, b.state) for b in new] == [(plain_hash, "stopped")], new
 
 
 def test_breakeven_reads_stored_plain_steps_only_from_the_same_workload(real_run_job):

@@ -201,5 +201,5 @@ def test_boot_transition_is_a_compare_and_set_between_two_writers(backend_settin
         other.engine.dispose()
     assert raced == [True] and won is False
     row = db_boots.get_boot(cell.store, "race")
-    assert row["state"] == "stopped" and row["stop_how"] == "other"
-    assert [e["name"] for e in db_boots.events(cell.store, "race") if e["kind"] == "state"] == ["stopped"]
+    assert row.state == "stopped" and row.stop_how == "other"
+    assert [e.name for e in db_boots.events(cell.store, "race") if e.kind == "state"] == ["stopped"]

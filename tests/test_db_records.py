@@ -98,3 +98,28 @@ def test_experiments_slots_and_pins_are_records(store: Store):
                                                                       dbx.experiments_of_config(store, "sha256:arm")]
     pin = dbx.add_pin(store, config_hash="sha256:arm", build_hash=None, note="qualified", evidence={"runs": []})
     assert _is_frozen_record(pin) and set(pin.to_dict()) == _columns(Pin) and dbx.list_pins(store)[0].id == pin.id
+
+
+def test_boots_events_and_health_are_records(store: Store):
+    from dynocell.db import boots as dbboots
+    from dynocell.db.tables import Boot, BootEvent, HealthCheck
+
+    dbc.insert_config(store, "sha256:cc", "reference", "dynocell:tiny", "{}", "x = 3")
+    made = dbboots.create_boot(store, id="b1", config_hash="sha256:cc", engine="reference", hostname="h",
+                               host="127.0.0.1", port=30000, argv="x", env={}, state="starting", log_path="/tmp/b1.log")
+    moved = dbboots.update_boot(store, "b1", pid=123)
+    assert dbboots.transition(store, "b1", "starting", "ready")
+    row = dbboots.get_boot(store, "b1")
+    assert all(_is_frozen_record(x) for x in (made, moved, row)) and set(row.to_dict()) == _columns(Boot)
+    assert (made.pid, moved.pid, row.pid, row.state) == (None, 123, 123, "ready")
+    assert dbboots.list_boots(store) == [row] and dbboots.list_boots(store, ("stopped",)) == []
+    assert dbboots.get_boot(store, "b2") is None
+    (ev,) = dbboots.events(store, "b1")
+    assert _is_frozen_record(ev) and set(ev.to_dict()) == _columns(BootEvent)
+    assert (ev.kind, ev.name, ev.detail) == ("state", "ready", {"from": "starting"})
+    checks = [{"name": "health", "ok": True, "latency_ms": 1.0, "reason": ""}]
+    h = dbboots.add_health(store, "b1", "healthy", checks)
+    assert _is_frozen_record(h) and set(h.to_dict()) == _columns(HealthCheck)
+    (again,) = dbboots.health_history(store, "b1")
+    assert _is_frozen_record(again) and again.id == h.id and again.checks == h.checks == checks
+    assert again.verdict == h.verdict == "healthy"

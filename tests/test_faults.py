@@ -355,16 +355,16 @@ def test_port_taken_between_pick_and_bind_is_retried(fake_sglang, tmp_path, monk
     try:
         assert taken and live.spec.port != taken[0]
         row = db_boots.get_boot(cell.store, live.boot_id)
-        assert row["state"] == "ready" and row["port"] == live.spec.port and f"--port {live.spec.port}" in row["argv"]
-        notes = [e for e in db_boots.events(cell.store, live.boot_id) if e["kind"] == "note"]
-        assert [(n["name"], n["detail"]["port"], n["detail"]["new_port"]) for n in notes] == \
+        assert row.state == "ready" and row.port == live.spec.port and f"--port {live.spec.port}" in row.argv
+        notes = [e for e in db_boots.events(cell.store, live.boot_id) if e.kind == "note"]
+        assert [(n.name, n.detail["port"], n.detail["new_port"]) for n in notes] == \
             [("port_retry", taken[0], live.spec.port)]
         assert "Address already in use" in "\n".join(boots.logs(cell, live.boot_id, 200))
     finally:
         boots.stop_live(cell, live)
         for s in squatters:
             release(s)
-    assert db_boots.get_boot(cell.store, live.boot_id)["state"] == "stopped"
+    assert db_boots.get_boot(cell.store, live.boot_id).state == "stopped"
     assert not live_members(live.supervisor.pid, live.supervisor.pgid)
 
 
@@ -386,9 +386,9 @@ def test_configured_port_taken_fails_with_a_clear_signature(fake_sglang, tmp_pat
         release(squatter)
     assert "leftover engine" in (err.value.hint or "")
     row = db_boots.list_boots(cell.store)[0]
-    assert row["state"] == "failed" and row["failure_signature"] == "port_in_use" and row["port"] == port
-    assert not [e for e in db_boots.events(cell.store, row["id"]) if e["kind"] == "note"], "a set port is not retried"
-    assert not live_members(row["pid"], row["pgid"])
+    assert row.state == "failed" and row.failure_signature == "port_in_use" and row.port == port
+    assert not [e for e in db_boots.events(cell.store, row.id) if e.kind == "note"], "a set port is not retried"
+    assert not live_members(row.pid, row.pgid)
 
 
 # ---------------------------------------------------------------- an engine that closes connections mid-stream
@@ -500,8 +500,8 @@ def test_metrics_garbage_is_a_clear_degraded_check(kind, fake_sglang, tmp_path, 
         row = boots.health(cell, boot_id)
     finally:
         boots.stop_live(cell, live)
-    checks = {c["name"]: c for c in row["checks"]}
-    assert row["verdict"] == "degraded" and row["failed"] == "progress", row
+    checks = {c["name"]: c for c in row.checks}
+    assert row.verdict == "degraded" and row.failed == "progress", row
     reason = checks["progress"]["reason"]
     assert reason.isprintable() and "()" not in reason, reason
     assert reason.startswith("/metrics unparsable: not Prometheus text (") and "it starts with" in reason, reason

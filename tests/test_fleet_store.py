@@ -150,8 +150,8 @@ def test_a_populated_store_from_before_hosts_migrates_keeping_every_row(db_url):
     try:
         assert store.revision_before == "0002" and store.revision == head_revision()
         row = db_boots.get_boot(store, "oldboot")
-        assert row["state"] == "stopped" and row["host_id"] is None
-        assert [e["name"] for e in db_boots.events(store, "oldboot")] == ["stopped"]
+        assert row.state == "stopped" and row.host_id is None
+        assert [e.name for e in db_boots.events(store, "oldboot")] == ["stopped"]
         with store.engine.connect() as c:
             assert c.execute(text("SELECT host_id, boot_id FROM runs WHERE id = 'oldrun'")).one() == (None, "oldboot")
     finally:

@@ -71,11 +71,11 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     live_boot(a, "bootA", config_hash)
     rows = {r["id"]: r for r in boots.reconcile_and_list(a)}
     # A judges its own boot (supervisor and engine gone → lost) but leaves B's as B recorded it.
-    assert db_boots.get_boot(a.store, "bootA")["state"] == "lost"
+    assert db_boots.get_boot(a.store, "bootA").state == "lost"
     assert "bootA" not in rows
     assert rows["bootB"]["state"] == "ready" and rows["bootB"]["state_note"] is None
     assert rows["bootB"]["engine_alive"] is None and "(host-b)" in rows["bootB"]["host_label"]
-    assert db_boots.get_boot(a.store, "bootB")["state"] == "ready"
+    assert db_boots.get_boot(a.store, "bootB").state == "ready"
     # B goes quiet: A shows it unknown, with when B was last heard from — still not lost.
     make_quiet(a, "host-b", hours=2)
     row = {r["id"]: r for r in boots.reconcile_and_list(a)}["bootB"]
@@ -88,7 +88,7 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
     assert polled["state_note"] == row["state_note"]
     assert str(tui_fmt.state_text(polled["state"], polled["state_note"])) == f"● ready {row['state_note']}"
     assert "last seen 2.0 h ago" in row["state_note"]
-    assert db_boots.get_boot(a.store, "bootB")["state"] == "ready"
+    assert db_boots.get_boot(a.store, "bootB").state == "ready"
     # Another host cannot stop or probe it.
     from dynocell.errors import UserError
 
@@ -98,7 +98,7 @@ def test_a_boot_of_one_host_is_never_reconciled_by_the_other(two_hosts):
         boots.health(a, "bootB")
     # B itself settles it.
     boots.reconcile_and_list(b)
-    assert db_boots.get_boot(b.store, "bootB")["state"] == "lost"
+    assert db_boots.get_boot(b.store, "bootB").state == "lost"
 
 
 def test_runs_reconcile_locally_and_lists_filter_by_host(two_hosts, cli_env):

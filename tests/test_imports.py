@@ -123,9 +123,9 @@ def test_import_real_vllm_log_end_to_end(cell):
     res = import_log_and_check(cell, VLLM / "C_draft_graph.server.log")
     assert res["engine"] == "vllm" and res["state"] == "stopped" and res["observed"]
     boot = db_boots.get_boot(cell.store, res["boot_id"])
-    assert boot["kind"] == "imported" and boot["source_sha256"] == res["files"][0]["sha256"]
-    assert boot["pid"] is None and Path(boot["log_path"]).is_file()  # copied under the data directory
-    phases = [e["name"] for e in db_boots.events(cell.store, res["boot_id"]) if e["kind"] == "phase"]
+    assert boot.kind == "imported" and boot.source_sha256 == res["files"][0]["sha256"]
+    assert boot.pid is None and Path(boot.log_path).is_file()  # copied under the data directory
+    phases = [e.name for e in db_boots.events(cell.store, res["boot_id"]) if e.kind == "phase"]
     assert phases[0] == "config" and phases[-1] == "ready" and "weights_end" in phases
     assert res["ready_s"] == 33.0
     # the observed config: what the log said, nothing else
@@ -195,8 +195,8 @@ def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_pat
     res = import_log_and_check(cell, SGL_TP2 / "T.server.log", SGL_TP2 / "T0.server.log", allow_mismatch=True)
     assert _count(cell, m.Boot) == 1
     assert set(res["nodes"]) == {"0", "1"}
-    ev = [e for e in db_boots.events(cell.store, res["boot_id"]) if e["kind"] == "phase"]
-    assert {e["detail"]["node_rank"] for e in ev} == {0, 1}
+    ev = [e for e in db_boots.events(cell.store, res["boot_id"]) if e.kind == "phase"]
+    assert {e.detail["node_rank"] for e in ev} == {0, 1}
     ready = {r: per["ready"] for r, per in res["nodes"].items()}
     # offsets share one clock: seconds from the earliest first line of either log
     t, t0 = read_log(SGL_TP2 / "T.server.log"), read_log(SGL_TP2 / "T0.server.log")

@@ -73,10 +73,17 @@ def test_liveness_reads_the_columns(settings):
     from dynocell.engine.supervisor import process_create_time
     from dynocell.runbooks.boots import supervisor_alive
 
+    from dataclasses import fields
+
+    from dynocell.db.boots import BootRow
+
+    def row(**cols):
+        return BootRow(**{**{f.name: None for f in fields(BootRow)}, **cols})
+
     me = os.getpid()
-    assert supervisor_alive({"supervisor_pid": me + 0, "supervisor_create_time": None}) is True  # this process
+    assert supervisor_alive(row(supervisor_pid=me + 0, supervisor_create_time=None)) is True  # this process
     other = os.getppid()
     ctime = process_create_time(other)
-    assert supervisor_alive({"supervisor_pid": other, "supervisor_create_time": ctime, "failure_detail": None})
-    assert not supervisor_alive({"supervisor_pid": other, "supervisor_create_time": ctime - 1000.0,
-                                 "failure_detail": {"supervisor_create_time": ctime}})
+    assert supervisor_alive(row(supervisor_pid=other, supervisor_create_time=ctime, failure_detail=None))
+    assert not supervisor_alive(row(supervisor_pid=other, supervisor_create_time=ctime - 1000.0,
+                                    failure_detail={"supervisor_create_time": ctime}))

@@ -97,11 +97,11 @@ def test_kill_9_of_the_parent_at_the_spawn_leaves_no_engine(parent, tries, fake_
             seen += kill_at_first_child(argv, env)
             rb.reconcile_and_list(fake_cell)  # the next reconcile, as `dynocell ps` does
         for row in db_boots.list_boots(fake_cell.store, None):
-            survivors += [(row["id"], p.pid) for p in marked(row["id"])]
-            assert row["state"] not in db_boots.LIVE_STATES, row
+            survivors += [(row.id, p.pid) for p in marked(row.id)]
+            assert row.state not in db_boots.LIVE_STATES, row
     finally:
         for row in db_boots.list_boots(fake_cell.store, None):
-            for p in marked(row["id"]):
+            for p in marked(row.id):
                 p.kill()
     assert seen == tries  # each try really killed the parent at a spawn
     assert survivors == []
@@ -167,7 +167,7 @@ def _cli(home: Path, *args: str, env: dict[str, str] | None = None) -> subproces
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_row(cell, pred, limit_s: float = 60.0) -> dict:
+def _wait_row(cell, pred, limit_s: float = 60.0):
     from dynocell.db import boots as db_boots
 
     deadline = time.monotonic() + limit_s
@@ -187,8 +187,8 @@ def test_detached_boot_wait_ends_when_its_supervisor_dies(fake_cell, isolated_ho
     h = fake_config(fake_cell, tmp_path, env={"FAKE_ARGS": "--ready-delay 600"})
     cli = _cli(isolated_home, "boot", h, "--detach", "--timeout", "600")
     try:
-        row = _wait_row(fake_cell, lambda r: r["state"] == "starting" and r["pid"])
-        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        row = _wait_row(fake_cell, lambda r: r.state == "starting" and r.pid)
+        os.kill(row.supervisor_pid, signal.SIGKILL)
         killed = time.monotonic()
         out, err = cli.communicate(timeout=120)  # the old wait polled for 600 + 120 s
         took = time.monotonic() - killed
@@ -199,11 +199,11 @@ def test_detached_boot_wait_ends_when_its_supervisor_dies(fake_cell, isolated_ho
     print(f"dynocell boot --detach ended {took:.1f} s after its supervisor's death")
     assert cli.returncode != 0
     assert "supervisor" in err and "died" in err, err
-    end = db_boots.get_boot(fake_cell.store, row["id"])
+    end = db_boots.get_boot(fake_cell.store, row.id)
     # Stopped by the wait's reconcile, or already gone by itself (its log pipe died with the
     # supervisor: the next write is EPIPE) — either way settled, and no process of it is left.
-    assert end["state"] in ("stopped", "lost"), end
-    assert marked(row["id"]) == []
+    assert end.state in ("stopped", "lost"), end
+    assert marked(row.id) == []
 
 
 def test_stop_does_not_wait_on_a_dead_supervisor(fake_cell, tmp_path):
@@ -215,7 +215,7 @@ def test_stop_does_not_wait_on_a_dead_supervisor(fake_cell, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "dynocell.runbooks.supervise", h, "--boot-id", "b16stopdead1"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_row(fake_cell, lambda r: r["id"] == "b16stopdead1" and r["pid"])
+        _wait_row(fake_cell, lambda r: r.id == "b16stopdead1" and r.pid)
         proc.send_signal(signal.SIGSTOP)  # a supervisor that cannot answer …
         stopper = __import__("threading").Thread(target=lambda: time.sleep(0.5) or proc.kill())
         stopper.start()  # … and then dies while `stop` waits on it
@@ -261,7 +261,7 @@ def test_boot_timeout_while_making_the_model_is_the_end(isolated_home, tmp_path)
     from dynocell.settings import load_settings
 
     for row in db_boots.list_boots(open_cell(load_settings()).store, None):
-        assert row["state"] not in db_boots.LIVE_STATES
+        assert row.state not in db_boots.LIVE_STATES
 
 
 @pytest.mark.slow

@@ -175,14 +175,14 @@ def test_reference_vllm_surface_dead_engine_core_is_down(settings, model_pair):
     live = boots.start_boot(cell, cfg, store_config(cell, cfg), timeout_s=180)
     try:
         wait_for(lambda: rank_status(live.supervisor.pid, live.supervisor.pgid, 1).alive == 1)
-        assert boots.health(cell, live.boot_id)["verdict"] == "healthy"
+        assert boots.health(cell, live.boot_id).verdict == "healthy"
         core = next(r for r in rank_status(live.supervisor.pid, live.supervisor.pgid, 1).found)
         assert core.name == "EngineCore"
         os.kill(core.pid, sig.SIGKILL)
         wait_for(lambda: not process_alive(core.pid))
         v = boots.health(cell, live.boot_id)
-        ranks = next(c for c in v["checks"] if c["name"] == "ranks")
-        assert v["verdict"] == "down" and not ranks["ok"] and "0/1 ranks alive" in ranks["reason"], v
+        ranks = next(c for c in v.checks if c["name"] == "ranks")
+        assert v.verdict == "down" and not ranks["ok"] and "0/1 ranks alive" in ranks["reason"], v
         assert EngineClient(live.base_url, 5.0).health().status == 200  # the API server still answers
     finally:
         boots.stop_live(cell, live, 5.0)

@@ -390,17 +390,17 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
         while time.monotonic() < deadline:
             rows = [db_boots.get_boot(cell.store, b["id"]) for b in c.get("/api/boots").json()
                     if b["config_hash"] == h]
-            if rows and rows[0]["pid"] and rows[0]["supervisor_pid"]:
+            if rows and rows[0].pid and rows[0].supervisor_pid:
                 row = rows[0]
                 break
             time.sleep(0.2)
         assert row is not None, app.state.jobs.status(job)
-        engine = psutil.Process(row["pid"])
-        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        engine = psutil.Process(row.pid)
+        os.kill(row.supervisor_pid, signal.SIGKILL)
         st = app.state.jobs.wait(job, 60)
         assert st["state"] == "failed" and "supervisor" in (st["error"] or ""), st
         assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE  # the orphan was stopped
-        assert c.get(f"/api/boots/{row['id']}").json()["boot"]["state"] in ("stopped", "lost")
+        assert c.get(f"/api/boots/{row.id}").json()["boot"]["state"] in ("stopped", "lost")
         # a new boot of the config is a new job, not the dead one
         r2 = c.post("/actions/boot", data={"config": "hang", "csrf_token": csrf}, follow_redirects=False)
         job2 = r2.headers["location"].rsplit("/", 1)[1]
@@ -408,7 +408,7 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
         deadline = time.monotonic() + 120
         second = None
         while time.monotonic() < deadline and second is None:
-            second = next((b for b in c.get("/api/boots").json() if b["config_hash"] == h and b["id"] != row["id"]
+            second = next((b for b in c.get("/api/boots").json() if b["config_hash"] == h and b["id"] != row.id
                            and b["pid"]), None)
             time.sleep(0.2)
         from dynocell.runbooks.boots import stop

@@ -1,11 +1,13 @@
 """Read/write functions for boots, their events and health verdicts.
 
-Each function opens one short transaction on the given :class:`~dynocell.db.session.Store`
-and takes/returns plain values (dicts with the columns of ``models.Boot`` etc.).
+Each function opens one short transaction on the given :class:`~dynocell.db.session.Store`;
+plain values in, records out: :class:`BootRow` (the columns of ``tables.Boot``), :class:`BootEventRow`
+(``tables.BootEvent``), :class:`HealthRow` (``tables.HealthCheck``), each a frozen :class:`rows.Record`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,18 +19,83 @@ from dynocell.db.tables import Boot, BootEvent, HealthCheck, utcnow
 from dynocell.db.session import Store
 
 
+@dataclass(frozen=True)
+class BootRow(rows.Record):
+    """One row of ``boots`` (see ``tables.Boot``): one start of one config on one host. ``state`` one of
+    :mod:`dynocell.boot_states`; ``argv`` the engine command line; ``env`` with secrets redacted;
+    ``*_create_time`` psutil create times (s since the epoch); ``ready_s`` / ``stop_s`` in seconds;
+    ``log_size`` in bytes; ``kind`` started | attached | imported; datetimes in UTC."""
 
-_row = rows.row_dict
+    id: str
+    config_hash: str
+    build_hash: str | None
+    engine: str
+    hostname: str
+    host: str
+    host_id: str | None
+    port: int | None
+    node_rank: int | None
+    argv: str
+    env: dict[str, Any]
+    pid: int | None
+    pgid: int | None
+    supervisor_pid: int | None
+    supervisor_create_time: float | None
+    engine_create_time: float | None
+    state: str
+    last_phase: str | None
+    log_path: str
+    log_size: int | None
+    log_sha256: str | None
+    started_at: datetime
+    ready_at: datetime | None
+    ready_s: float | None
+    ended_at: datetime | None
+    exit_code: int | None
+    stop_how: str | None
+    stop_s: float | None
+    zombies: int | None
+    failure_signature: str | None
+    failure_detail: dict[str, Any] | None
+    kind: str
+    source_sha256: str | None
 
 
-def create_boot(store: Store, **values: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BootEventRow(rows.Record):
+    """One row of ``boot_events``: ``kind`` phase | state | note, its ``name``, ``offset_s`` (seconds
+    since the boot started), ``detail`` (dict or None), ``ts`` (UTC)."""
+
+    id: int
+    boot_id: str
+    ts: datetime
+    offset_s: float
+    kind: str
+    name: str
+    detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class HealthRow(rows.Record):
+    """One row of ``health_checks``: ``verdict`` healthy | degraded | down, ``failed`` (comma-joined
+    check names), ``checks`` (``[{name, ok, latency_ms, reason, …}]``), ``ts`` (UTC)."""
+
+    id: int
+    boot_id: str
+    ts: datetime
+    verdict: str
+    failed: str
+    checks: list[Any]
+
+
+def create_boot(store: Store, **values: Any) -> BootRow:
     """Insert a boot row (``values`` are ``Boot`` columns; ``id`` required); returns it."""
-    return rows.insert(store, Boot, **values)
+    return BootRow(**rows.insert(store, Boot, **values))
 
 
-def update_boot(store: Store, boot_id: str, **values: Any) -> dict[str, Any]:
+def update_boot(store: Store, boot_id: str, **values: Any) -> BootRow:
     """Set columns of one boot; returns the updated row. Raises KeyError if absent."""
-    return rows.update(store, Boot, boot_id, **values)
+    return rows.update_as(store, Boot, boot_id, BootRow.of, **values)
 
 
 def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str, **values: Any) -> bool:
@@ -70,15 +137,13 @@ def _offset(boot: Boot) -> float:
     return round((utcnow() - started).total_seconds(), 3)
 
 
-def get_boot(store: Store, boot_id: str) -> dict[str, Any] | None:
+def get_boot(store: Store, boot_id: str) -> BootRow | None:
     """One boot row or None."""
-    with store.session() as s:
-        boot = s.get(Boot, boot_id)
-        return _row(boot) if boot else None
+    return rows.get_as(store, Boot, boot_id, BootRow.of)
 
 
 def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int = 200,
-               host_ids: list[str] | None = None) -> list[dict[str, Any]]:
+               host_ids: list[str] | None = None) -> list[BootRow]:
     """Boots, newest first, optionally only those in ``states`` and of the hosts ``host_ids``."""
     with store.session() as s:
         q = select(Boot).order_by(Boot.started_at.desc()).limit(limit)
@@ -86,7 +151,7 @@ def list_boots(store: Store, states: tuple[str, ...] | None = None, limit: int =
             q = q.where(Boot.state.in_(states))
         if host_ids is not None:
             q = q.where(Boot.host_id.in_(host_ids))
-        return [_row(b) for b in s.scalars(q).all()]
+        return [BootRow.of(b) for b in s.scalars(q).all()]
 
 
 def add_event(store: Store, boot_id: str, kind: str, name: str, offset_s: float,
@@ -96,26 +161,26 @@ def add_event(store: Store, boot_id: str, kind: str, name: str, offset_s: float,
         s.add(BootEvent(boot_id=boot_id, ts=ts or utcnow(), offset_s=offset_s, kind=kind, name=name, detail=detail))
 
 
-def events(store: Store, boot_id: str) -> list[dict[str, Any]]:
+def events(store: Store, boot_id: str) -> list[BootEventRow]:
     """The events of a boot in order."""
     with store.session() as s:
-        rows = s.scalars(select(BootEvent).where(BootEvent.boot_id == boot_id).order_by(BootEvent.id)).all()
-        return [_row(e) for e in rows]
+        found = s.scalars(select(BootEvent).where(BootEvent.boot_id == boot_id).order_by(BootEvent.id)).all()
+        return [BootEventRow.of(e) for e in found]
 
 
 def add_health(
     store: Store, boot_id: str, verdict: str, checks: list[dict[str, Any]], failed: str = ""
-) -> dict[str, Any]:
+) -> HealthRow:
     """Store one health verdict with its checks (``[{name, ok, latency_ms, reason, …}]``)."""
     with store.session() as s:
         h = HealthCheck(boot_id=boot_id, ts=utcnow(), verdict=verdict, checks=checks, failed=failed)
         s.add(h)
         s.flush()
-        return _row(h)
+        return HealthRow.of(h)
 
 
-def health_history(store: Store, boot_id: str, limit: int = 50) -> list[dict[str, Any]]:
+def health_history(store: Store, boot_id: str, limit: int = 50) -> list[HealthRow]:
     """Health verdicts of a boot, newest first."""
     with store.session() as s:
         q = select(HealthCheck).where(HealthCheck.boot_id == boot_id).order_by(HealthCheck.id.desc()).limit(limit)
-        return [_row(h) for h in s.scalars(q).all()]
+        return [HealthRow.of(h) for h in s.scalars(q).all()]

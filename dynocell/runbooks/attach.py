@@ -26,6 +26,7 @@ import shutil
 from typing import Any
 
 from dynocell.clock import now_utc
+from dynocell.db.boots import BootRow
 from dynocell.engine.client import EngineUnreachable
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
@@ -133,8 +134,8 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     scheme, host, port = parse_engine_url(url)
     base = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
     for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
-        if row.get("kind") == "attached" and row["host"] == host and row["port"] == port:
-            return {"boot_id": row["id"], "created": False, "config_hash": row["config_hash"], "engine": row["engine"],
+        if row.kind == "attached" and row.host == host and row.port == port:
+            return {"boot_id": row.id, "created": False, "config_hash": row.config_hash, "engine": row.engine,
                     "url": base, "observed": None, "config_fields": None}
     found = probe(base)
     observed = found["observed"]
@@ -160,27 +161,28 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
             "observed": cfg_row is not None, "config_fields": observed.fields if cfg_row is not None else None}
 
 
-def attached_alive(row: dict[str, Any]) -> bool:
-    """Whether an attached boot's engine answers ``GET /health`` with 200 (within a few seconds)."""
+def attached_alive(row: BootRow) -> bool:
+    """Whether an attached boot's engine (``row``: its stored row) answers ``GET /health`` with 200
+    (within a few seconds)."""
     from dynocell.engine.client import EngineClient
 
-    if not row.get("port"):
+    if not row.port:
         return False
-    host = row["host"] if ":" not in row["host"] else f"[{row['host']}]"
+    host = row.host if ":" not in row.host else f"[{row.host}]"
     try:
-        with EngineClient(f"http://{host}:{row['port']}", ALIVE_TIMEOUT_S) as c:
+        with EngineClient(f"http://{host}:{row.port}", ALIVE_TIMEOUT_S) as c:
             return c.health().status == 200
     except EngineUnreachable:
         return False
 
 
-def health_now(cell: Cell, boot: dict[str, Any]) -> dict[str, Any] | None:
+def health_now(cell: Cell, boot: BootRow) -> dict[str, Any] | None:
     """For a live attached boot: ``{alive, health, note, timeout_s}`` from a ``GET /health`` made now (at most
     :data:`ALIVE_TIMEOUT_S`); ``health`` is ``down`` when it does not answer 200, else None (the stored
     verdicts stand). None for any other boot (dynocell's own boots are judged by their processes)."""
     from dynocell.runbooks.boots import reconcile
 
-    if boot.get("kind") != "attached":
+    if boot.kind != "attached":
         return None
     row = reconcile(cell, boot)
     if row["state"] not in ("starting", "ready", "stopping") or row.get("engine_alive") is None:
@@ -189,7 +191,7 @@ def health_now(cell: Cell, boot: dict[str, Any]) -> dict[str, Any] | None:
             "note": row.get("state_note"), "timeout_s": ALIVE_TIMEOUT_S}
 
 
-def detach(cell: Cell, boot_ref: str) -> dict[str, Any]:
+def detach(cell: Cell, boot_ref: str) -> BootRow:
     """``dynocell detach BOOT``: end dynocell's record of an attached boot, leaving its engine alone.
 
     The boot is recorded ``stopped`` with ``stop_how`` ``detached`` and a ``detached`` event (whether
@@ -199,26 +201,26 @@ def detach(cell: Cell, boot_ref: str) -> dict[str, Any]:
     """
     from dynocell.db import boots as db_boots
     from dynocell.runbooks.boots import resolve_boot
-    from dynocell.runbooks.imports import _aware, _now
+    from dynocell.runbooks.imports import _aware
 
     boot = resolve_boot(cell, boot_ref)
-    if boot.get("kind") != "attached":
-        raise UserError(f"boot {boot['id']} is not attached (dynocell started it): there is nothing to detach",
-                        f"stop it with `dynocell stop {boot['id']}`")
-    if boot["state"] not in db_boots.LIVE_STATES:
-        how = " (detached)" if boot.get("stop_how") == "detached" else ""
-        raise UserError(f"boot {boot['id']} is already {boot['state']}{how}: nothing to detach",
+    if boot.kind != "attached":
+        raise UserError(f"boot {boot.id} is not attached (dynocell started it): there is nothing to detach",
+                        f"stop it with `dynocell stop {boot.id}`")
+    if boot.state not in db_boots.LIVE_STATES:
+        how = " (detached)" if boot.stop_how == "detached" else ""
+        raise UserError(f"boot {boot.id} is already {boot.state}{how}: nothing to detach",
                         "see it with `dynocell ps --all`")
     alive = attached_alive(boot)
-    now = _now()
-    started = _aware(boot.get("started_at"))
+    now = now_utc()
+    started = _aware(boot.started_at)
     offset = max(0.0, (now - started).total_seconds()) if started else 0.0
-    db_boots.add_event(cell.store, boot["id"], "state", "detached", offset,
-                       {"engine_answered_health": alive, "url": f"{boot['host']}:{boot['port']}"})
-    db_boots.transition(cell.store, boot["id"], ("ready", "starting"), "stopping")
-    db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=now, stop_how="detached",
+    db_boots.add_event(cell.store, boot.id, "state", "detached", offset,
+                       {"engine_answered_health": alive, "url": f"{boot.host}:{boot.port}"})
+    db_boots.transition(cell.store, boot.id, ("ready", "starting"), "stopping")
+    db_boots.transition(cell.store, boot.id, db_boots.LIVE_STATES, "stopped", ended_at=now, stop_how="detached",
                         exit_code=None, zombies=0)
-    return db_boots.get_boot(cell.store, boot["id"]) or boot
+    return db_boots.get_boot(cell.store, boot.id) or boot
 
 
 def _listener_pids(host: str, port: int) -> set[int]:
@@ -274,4 +276,6 @@ def stop_attached(cell: Cell, boot: dict[str, Any], pid: int | None, grace_s: fl
     how = "killed" if alive else "graceful"
     db_boots.transition(cell.store, boot["id"], db_boots.LIVE_STATES, "stopped", ended_at=now_utc(), stop_how=how,
                         exit_code=None, zombies=0)
-    return db_boots.get_boot(cell.store, boot["id"]) or boot
+    from dynocell.runbooks.boots.stop import final_row
+
+    return final_row(cell, boot)

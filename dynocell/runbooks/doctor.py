@@ -1077,22 +1077,23 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
             dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id, boot_id=run.get("boot_id"))
         return findings
     boot_id = found.key
-    boot = db_boots.get_boot(store, boot_id) or {}
+    boot = db_boots.get_boot(store, boot_id)
     findings = _boot_runtime_findings(cell, boot, kn)
-    sig = boot.get("failure_signature")
+    sig = boot.failure_signature if boot else None
     if sig == "nccl_timeout_startup" and any(f.rule == "nccl_serving_timeout" for f in findings):
         sig = None  # the timeout came while serving (issue 22): nccl_serving_timeout says so, not the start-up id
     if sig:
         slugs = kn.for_signature(sig)
-        log_hits = _log_hits(kn, boot.get("log_path"))
+        log_hits = _log_hits(kn, boot.log_path if boot else None)
         for s in log_hits:
             if s not in slugs:
                 slugs.append(s)
+        detail = (boot.failure_detail if boot else None) or {}
         findings.insert(0, Finding("boot_failure", "error",
                                 f"boot {boot_id} failed with signature {sig!r}"
-                                + (f": {boot['failure_detail'].get('line')}"
-                                   if (boot.get("failure_detail") or {}).get("line") else ""),
-                                {"signature": sig, "state": boot.get("state"), "last_phase": boot.get("last_phase")},
+                                + (f": {detail.get('line')}" if detail.get("line") else ""),
+                                {"signature": sig, "state": boot.state if boot else None,
+                                 "last_phase": boot.last_phase if boot else None},
                                 slugs))
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
@@ -1103,8 +1104,9 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     return findings
 
 
-def _boot_runtime_findings(cell: Any, boot: dict[str, Any], kn: Any) -> list[Finding]:
-    """The runtime rules (issue 22, shape 9) over a boot's own log and config."""
+def _boot_runtime_findings(cell: Any, boot: Any, kn: Any) -> list[Finding]:
+    """The runtime rules (issue 22, shape 9) over a boot's own log and config (``boot``: its
+    ``db.boots.BootRow``, or None: no findings)."""
     from dynocell.runbooks.doctor_evidence import boot_inputs
 
     if not boot:

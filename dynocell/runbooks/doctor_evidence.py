@@ -46,8 +46,8 @@ def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:
 
     if not boot_id:
         return {}
-    boot = db_boots.get_boot(store, boot_id) or {}
-    signs = scan_lines(log_lines(boot.get("log_path")))
+    boot = db_boots.get_boot(store, boot_id)
+    signs = scan_lines(log_lines(boot.log_path if boot else None))
     for rec in dbi.list_imports(store, limit=1000):
         if rec.boot_id == boot_id:
             skew = (rec.summary or {}).get("phase_skew_s") or {}
@@ -56,16 +56,17 @@ def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:
     return signs
 
 
-def boot_inputs(cell: Any, boot: dict[str, Any]) -> DoctorInputs:
-    """Inputs of a boot for the runtime rules: its config's knobs and its log's runtime signs."""
+def boot_inputs(cell: Any, boot: Any) -> DoctorInputs:
+    """Inputs of a boot (its ``db.boots.BootRow``) for the runtime rules: its config's knobs and its
+    log's runtime signs."""
     from dynocell.db import knowledge as dbk
     from dynocell.runbooks.doctor import flatten_config
 
     inp = DoctorInputs()
-    cj = dbk.config_json(cell.store, boot["config_hash"]) if boot.get("config_hash") else None
+    cj = dbk.config_json(cell.store, boot.config_hash) if boot.config_hash else None
     if cj:
         inp.knobs = flatten_config(cj)
-    inp.log = _log_signs(cell.store, boot.get("id"))
+    inp.log = _log_signs(cell.store, boot.id)
     inp.windows = model_windows(inp.knobs)
     return inp
 

@@ -368,7 +368,7 @@ def _boot_signature(cell: Cell, run: dict[str, Any]) -> str | None:
         from dynocell.db import boots as db_boots
 
         b = db_boots.get_boot(cell.store, run["boot_id"])
-        return (b or {}).get("failure_signature")
+        return b.failure_signature if b else None
     boots = db.boots_of_config_between(cell.store, run["config_hash"], run["started_at"], run.get("ended_at"))
     failed = [b for b in boots if b["state"] in ("failed", "crashed")]
     return failed[0]["failure_signature"] if failed else None

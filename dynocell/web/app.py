@@ -63,7 +63,7 @@ def default_procedures() -> dict[str, Callable[..., Any]]:
     def health(cell, boot_ref, progress=None):
         from dynocell.runbooks.boots import health as _health
 
-        return _health(cell, boot_ref)
+        return _health(cell, boot_ref).to_dict()  # the job's result: the verdict's columns
 
     def bench(cell, boot_ref, progress=None):
         from dynocell.runbooks.run import bench as _bench

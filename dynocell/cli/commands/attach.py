@@ -57,7 +57,7 @@ def detach_cmd(
 
     row = detach(get_cell(), boot)
     if json_out:
-        print_json(row)
+        print_json(row.to_dict())
         return
-    out(f"boot {row['id']} detached (recorded {row['state']}); the engine at {row['host']}:{row['port']} was not "
+    out(f"boot {row.id} detached (recorded {row.state}); the engine at {row.host}:{row.port} was not "
         "touched — stop it where it was started, or attach again to drive it")

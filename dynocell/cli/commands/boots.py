@@ -60,9 +60,9 @@ def boot_cmd(
         boot_id = boots.boot(cell, config, detach=detach, timeout_s=timeout, progress=show)
     row = boots.resolve_boot(cell, boot_id)
     if json_out:
-        print_json(row)
+        print_json(row.to_dict())
     else:
-        out(f"boot {boot_id} ready in {row['ready_s']:.1f} s on http://{row['host']}:{row['port']}")
+        out(f"boot {boot_id} ready in {row.ready_s:.1f} s on http://{row.host}:{row.port}")
     if detach:
         if not json_out:
             out(f"stop it with: dynocell stop {boot_id}")
@@ -77,7 +77,7 @@ def boot_cmd(
         boots.stop_live(cell, live, reason="Ctrl-C")
         state = "stopped"
     final = boots.resolve_boot(cell, boot_id)
-    out(f"boot {boot_id} {state}" + (f" ({final.get('failure_signature')})" if state == "crashed" else ""))
+    out(f"boot {boot_id} {state}" + (f" ({final.failure_signature})" if state == "crashed" else ""))
     if state == "crashed":
         raise typer.Exit(3)
 
@@ -165,9 +165,9 @@ def health_cmd(
     try:
         while True:
             row = boots.health(cell, boot)
-            worst = max(worst, {"healthy": 0, "degraded": 1, "down": 2}.get(row["verdict"], 2))
+            worst = max(worst, {"healthy": 0, "degraded": 1, "down": 2}.get(row.verdict, 2))
             if json_out:
-                print_json(row)
+                print_json(row.to_dict())
             else:
                 _print_verdict(row)
             if not watch:
@@ -179,10 +179,10 @@ def health_cmd(
         raise typer.Exit(worst)
 
 
-def _print_verdict(row: dict[str, Any]) -> None:
+def _print_verdict(row: Any) -> None:
     t = table("check", "ok", "latency", "reason",
-              title=f"{row['verdict']}" + (f" ({row['failed']})" if row["failed"] else ""))
-    for c in (c for c in row["checks"] if not str(c.get("name", "")).startswith("_")):
+              title=f"{row.verdict}" + (f" ({row.failed})" if row.failed else ""))
+    for c in (c for c in row.checks if not str(c.get("name", "")).startswith("_")):
         lat = c.get("latency_ms")
         add_row(t, c.get("name"), "yes" if c.get("ok") else "NO", f"{lat:.1f} ms" if lat is not None else "-",
                 c.get("reason") or "")

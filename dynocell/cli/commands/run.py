@@ -132,20 +132,20 @@ def show_cmd(
         from dynocell.runbooks.attach import health_now
 
         boot = boots.resolve_boot(cell, found.key)
-        bd = views.boot_detail(cell, boot["id"])
+        bd = views.boot_detail(cell, boot.id)
         bd["health_now"] = now = health_now(cell, boot)  # an attached engine: probed again, never a stale light
         if json_out:
             print_json(bd)
             return
         from dynocell.cli.render import health_table, phases_table
 
-        out(f"boot {boot['id']} [{boot['state']}] on {bd['boot'].get('host_label')} {boot['engine']} "
-            f"port {boot['port']} argv: {boot['argv']}")
+        out(f"boot {boot.id} [{boot.state}] on {bd['boot'].get('host_label')} {boot.engine} "
+            f"port {boot.port} argv: {boot.argv}")
         if bd.get("elsewhere"):
             out(f"files: on host {bd['elsewhere']['host']} under {bd['elsewhere']['dir']}")
-        if boot.get("failure_signature"):
-            title = (boot.get("failure_detail") or {}).get("title") or ""
-            out(f"failure signature: {boot['failure_signature']} {title}")
+        if boot.failure_signature:
+            title = (boot.failure_detail or {}).get("title") or ""
+            out(f"failure signature: {boot.failure_signature} {title}")
         if now and now["health"] == "down":
             out(f"health now: down — GET /health does not answer (probed just now, {now['timeout_s']:g} s timeout); "
                 "the verdict below is the last stored one")

@@ -344,7 +344,7 @@ class DynocellApp(App[None]):
 
         return self.start_job(Job("health", self.alias(boot_id)),
                               lambda progress: rb_boots.health(self.cell, boot_id),
-                              done=lambda row: self.notify(f"health {self.alias(boot_id)}: {row.get('verdict')}",
+                              done=lambda row: self.notify(f"health {self.alias(boot_id)}: {row.verdict}",
                                                            markup=False))
 
     def action_runbooks(self) -> None:

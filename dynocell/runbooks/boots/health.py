@@ -25,7 +25,7 @@ def expected_server(cfg: EngineConfig) -> "engine_health.ExpectedServer":
     return engine_health.ExpectedServer.from_config(cfg)
 
 
-def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> dict[str, Any]:
+def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> db_boots.HealthRow:
     """Store a health verdict and publish it."""
     checks = verdict.as_dict()["checks"]
     if verdict.progress is not None:
@@ -36,7 +36,7 @@ def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> dict[str, Any]:
     return row
 
 
-def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
+def health(cell: Cell, boot_ref: str) -> db_boots.HealthRow:
     """Run the health oracle on a boot now and store the verdict.
 
     The progress check compares with the previous stored verdict's sample.
@@ -52,7 +52,7 @@ def health(cell: Cell, boot_ref: str) -> dict[str, Any]:
     prev = db_boots.health_history(cell.store, boot["id"], limit=1)
     prev_sample = None
     if prev:
-        for c in prev[0]["checks"]:
+        for c in prev[0].checks:
             if c.get("name") == "_progress_sample" and c.get("sample"):
                 prev_sample = engine_health.ProgressSample(**c["sample"])
     verdict = engine_health.check_health(
@@ -81,7 +81,7 @@ def rank_status_of(cfg: EngineConfig, pid: int | None, pgid: int | None) -> engi
 
 
 def config_of_boot(cell: Cell, boot: dict[str, Any]) -> EngineConfig:
-    """The EngineConfig a boot was started with (from its stored canonical JSON)."""
+    """The EngineConfig a boot (a :func:`reconcile` row) was started with (from its stored canonical JSON)."""
     from dynocell.runbooks.configs import config_by_hash
 
     return config_by_hash(cell, boot["config_hash"])

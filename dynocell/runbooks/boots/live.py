@@ -114,7 +114,7 @@ def finish_log(cell: Cell, boot_id: str, log_path: Path) -> None:
 
 # ---------------------------------------------------------------- boots by reference
 
-def resolve_boot(cell: Cell, ref: str) -> dict[str, Any]:
+def resolve_boot(cell: Cell, ref: str) -> db_boots.BootRow:
     """A boot row by id or unique id prefix (the one resolver, :mod:`dynocell.db.refs`).
     Raises NotFound naming the ambiguity or absence."""
     row = db_boots.get_boot(cell.store, refs.resolve_key(cell.store, ref, "boot"))
@@ -138,7 +138,8 @@ class AttachedBoot:
 
     @classmethod
     def from_row(cls, row: dict[str, Any], cfg: EngineConfig) -> "AttachedBoot":
-        """Build from a boot row and its (model-resolved) config."""
+        """Build from a boot's columns (a :func:`~dynocell.runbooks.boots.reconcile` row) and its
+        (model-resolved) config."""
         return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent)
 
     @property

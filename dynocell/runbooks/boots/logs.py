@@ -21,7 +21,7 @@ def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
     """
     boot = resolve_boot(cell, boot_ref)
     _refuse_foreign_files(cell, boot)
-    path = Path(boot["log_path"])
+    path = Path(boot.log_path)
     if not path.exists():
         return []
     with open(path, "r", encoding="utf-8", errors="replace") as f:
@@ -31,8 +31,8 @@ def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
 def follow(cell: Cell, boot_ref: str, tail: int = 50, poll_s: float = 0.3) -> Iterator[str]:
     """Yield the last ``tail`` lines, then new lines as they are written, until the boot ends."""
     boot = resolve_boot(cell, boot_ref)
-    path = Path(boot["log_path"])
-    yield from logs(cell, boot["id"], tail)
+    path = Path(boot.log_path)
+    yield from logs(cell, boot.id, tail)
     pos = path.stat().st_size if path.exists() else 0
     while True:
         if path.exists() and path.stat().st_size > pos:
@@ -42,7 +42,7 @@ def follow(cell: Cell, boot_ref: str, tail: int = 50, poll_s: float = 0.3) -> It
                 pos = f.tell()
             yield from chunk.splitlines()
         else:
-            row = db_boots.get_boot(cell.store, boot["id"])
-            if row and row["state"] not in db_boots.LIVE_STATES:
+            row = db_boots.get_boot(cell.store, boot.id)
+            if row and row.state not in db_boots.LIVE_STATES:
                 return
             time.sleep(poll_s)

@@ -37,8 +37,8 @@ def _is_our_process(pid: int | None, marker: str) -> bool:
         return False
 
 
-def supervisor_alive(row: dict[str, Any]) -> bool:
-    """Whether the process that supervises a boot (``row``: a boot row) still runs.
+def supervisor_alive(row: db_boots.BootRow) -> bool:
+    """Whether the process that supervises a boot (``row``: its stored row) still runs.
 
     The one liveness check every wait uses (CLI, web jobs, TUI): a wait on a boot
     polls this each time it reads the row and ends when it turns False.
@@ -47,18 +47,18 @@ def supervisor_alive(row: dict[str, Any]) -> bool:
     recycled pid; rows written before it was recorded fall back to a
     ``dynocell`` command-line check.
     """
-    pid = row.get("supervisor_pid")
+    pid = row.supervisor_pid
     if not pid:
         return False
     if pid == os.getpid():
         return True
-    ctime = row.get("supervisor_create_time")
+    ctime = row.supervisor_create_time
     if ctime is not None:
         return process_alive(pid, ctime)
     return _is_our_process(pid, "dynocell")
 
 
-def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
+def reconcile(cell: Cell, boot: db_boots.BootRow) -> dict[str, Any]:
     """Check a live-looking boot against reality: no engine is ever left orphaned.
 
     A boot whose supervisor process died (``kill -9`` of ``dynocell run``, a
@@ -77,10 +77,10 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     that host has not been heard from for ``host_stale_s`` the row's
     ``state_note`` says ``unknown (host B last seen … ago)``.
 
-    Adds ``supervised`` (bool), ``engine_alive`` (bool, None for another host's boot)
-    and ``state_note`` (str or None) to the returned row.
+    Returns the boot's columns (``boot.to_dict()``, a view shape for the faces) with ``supervised``
+    (bool), ``engine_alive`` (bool, None for another host's boot) and ``state_note`` (str or None) added.
     """
-    row = dict(boot)
+    row = boot.to_dict()
     row["state_note"] = None
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
@@ -90,11 +90,11 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
     if row.get("kind") == "attached":  # no process of ours: alive = answers /health; never signalled here
         from dynocell.runbooks.attach import attached_alive
 
-        row["supervised"], row["engine_alive"] = False, attached_alive(row)
+        row["supervised"], row["engine_alive"] = False, attached_alive(boot)
         if not row["engine_alive"]:  # kept ready (it may come back), but never shown as if it answered
             row["state_note"] = "not answering /health (attached: stopped where it was started?)"
         return row
-    supervised = supervisor_alive(row)
+    supervised = supervisor_alive(boot)
     ctime = row.get("engine_create_time")
     engine_alive = bool(row["pid"]) and process_alive(row["pid"], ctime)
     row["supervised"], row["engine_alive"] = supervised, engine_alive
@@ -118,7 +118,7 @@ def reconcile(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
             cell.store, row["id"], db_boots.LIVE_STATES, "lost", ended_at=now_utc(),
             failure_detail={"reason": "supervisor and engine gone", "last_state": row["state"]}):
         row["state"] = "lost"
-        events.publish("boot.state_changed", boot_id=row["id"], old=boot["state"], new="lost", reason="supervisor gone")
+        events.publish("boot.state_changed", boot_id=row["id"], old=boot.state, new="lost", reason="supervisor gone")
     return row
 
 
@@ -130,11 +130,11 @@ def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
                         f"run the command on {boot.get('hostname') or 'that host'} (same store)")
 
 
-def _refuse_foreign_files(cell: Cell, boot: dict[str, Any]) -> None:
+def _refuse_foreign_files(cell: Cell, boot: db_boots.BootRow) -> None:
     """Raise UserError when ``boot``'s files live on another host."""
-    if boot.get("host_id") and boot["host_id"] != hosts.this_host_id(cell):
-        raise UserError(f"boot {boot['id']}'s log lives on host {boot.get('hostname') or boot['host_id']} "
-                        f"under {Path(boot['log_path']).parent}, not on this host",
+    if boot.host_id and boot.host_id != hosts.this_host_id(cell):
+        raise UserError(f"boot {boot.id}'s log lives on host {boot.hostname or boot.host_id} "
+                        f"under {Path(boot.log_path).parent}, not on this host",
                         "run `dynocell logs` on that host (the store is shared)")
 
 
@@ -173,7 +173,8 @@ def _record_orphan_stop(cell: Cell, row: dict[str, Any], res: Any, found: str | 
                            zombies=len(res.zombies), failure_detail=detail):
         events.publish("boot.state_changed", boot_id=row["id"], old=row["state"], new="stopped",
                        reason="supervisor gone: orphaned engine stopped")
-    out = dict(db_boots.get_boot(cell.store, row["id"]) or row)
+    now = db_boots.get_boot(cell.store, row["id"])
+    out = now.to_dict() if now else dict(row)
     out["supervised"], out["engine_alive"] = False, bool(res.survivors)
     return out
 
@@ -193,7 +194,7 @@ def reconcile_and_list(cell: Cell, all: bool = False, host: str | None = None) -
             continue
         last = db_boots.health_history(cell.store, r["id"], limit=1)
         # Only a ready boot can be healthy now: a stopped one keeps its last verdict apart.
-        r["last_health"] = last[0]["verdict"] if last else None
+        r["last_health"] = last[0].verdict if last else None
         r["health"] = r["last_health"] if r["state"] == "ready" else None
         if r["state"] == "ready" and r.get("engine_alive") is False:
             r["health"] = "down"  # probed just now (an attached engine not answering): never the stale light
@@ -208,10 +209,10 @@ def other_live_boots(cell: Cell, boot_id: str | None = None) -> list[dict[str, A
     dead one is not counted): engines that share the machine with it and disturb its measurements."""
     host = socket.gethostname()
     out = []
-    for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
-        if row["id"] == boot_id or row.get("hostname") != host:
+    for stored in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
+        if stored.id == boot_id or stored.hostname != host:
             continue
-        row = reconcile(cell, row)
+        row = reconcile(cell, stored)
         if row["state"] in db_boots.LIVE_STATES:
             out.append(row)
     return out

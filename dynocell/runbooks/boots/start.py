@@ -214,7 +214,7 @@ def _port_taken(result: Any) -> bool:
     return result.signature is not None and result.signature.id == "port_in_use"
 
 
-def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
+def record_crash(cell: Cell, live: LiveBoot) -> db_boots.BootRow | None:
     """Record that a ready engine died without a stop request (``crashed``, with signature)."""
     sup = live.supervisor
     sup.poll()
@@ -229,4 +229,4 @@ def record_crash(cell: Cell, live: LiveBoot) -> dict[str, Any]:
     )
     events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="crashed",
                    reason=sig.id if sig else "unknown")
-    return db_boots.get_boot(cell.store, live.boot_id) or {}
+    return db_boots.get_boot(cell.store, live.boot_id)

@@ -58,7 +58,8 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
     If its supervisor lives, it is asked (SIGTERM) and this waits for the store
     to show the end (at most grace + ``wait_s`` seconds). Otherwise this process
     applies the stop discipline to the engine's process group and records it.
-    Returns the final boot row. A boot already ended is returned unchanged.
+    Returns the final boot's columns (a dict: the :func:`reconcile` shape, or ``BootRow.to_dict()``).
+    A boot already ended is returned unchanged.
     An ``attached`` boot is refused unless ``pid`` is the process listening on its
     port (:func:`dynocell.runbooks.attach.stop_attached`).
     """
@@ -78,12 +79,13 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
         deadline = time.monotonic() + grace + wait_s
         while time.monotonic() < deadline:
             row = db_boots.get_boot(cell.store, boot["id"])
-            if row and row["state"] not in db_boots.LIVE_STATES:
-                return row
+            if row and row.state not in db_boots.LIVE_STATES:
+                return row.to_dict()
             if row and not supervisor_alive(row):
                 break  # it died instead of finishing: reconcile and stop it here, now
             time.sleep(WAIT_POLL_S)
-        boot = reconcile(cell, db_boots.get_boot(cell.store, boot["id"]) or boot)
+        fresh = db_boots.get_boot(cell.store, boot["id"])
+        boot = reconcile(cell, fresh) if fresh else boot
         if boot["state"] not in db_boots.LIVE_STATES:
             return boot
     # Unsupervised (or the supervisor did not finish): do it here.
@@ -97,7 +99,13 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
         stop_s=res.seconds if res else 0.0, zombies=len(res.zombies) if res else 0,
     )
     events.publish("boot.state_changed", boot_id=boot["id"], old=boot["state"], new="stopped", reason="stop")
-    return db_boots.get_boot(cell.store, boot["id"]) or boot
+    return final_row(cell, boot)
+
+
+def final_row(cell: Cell, boot: dict[str, Any]) -> dict[str, Any]:
+    """The stored columns of ``boot`` (a :func:`reconcile` row) read again now, as a dict; ``boot`` if absent."""
+    row = db_boots.get_boot(cell.store, boot["id"])
+    return row.to_dict() if row else boot
 
 
 STOP_REQUEST = "stop-request.json"

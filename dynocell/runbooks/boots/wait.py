@@ -95,16 +95,16 @@ def wait_for_boot(
     log = cell.settings.boots_dir / boot_id / "supervisor.log"
     grace = cell.settings.stop_grace_s
     deadline = time.monotonic() + timeout_s + grace + WAIT_SLACK_S
-    row: dict[str, Any] | None = None
+    row: db_boots.BootRow | None = None
     while time.monotonic() < deadline:
         row = db_boots.get_boot(cell.store, boot_id)
         if row:
             for ev in db_boots.events(cell.store, boot_id):
-                if ev["kind"] == "phase" and ev["name"] not in seen_phases:
-                    seen_phases.add(ev["name"])
-                    progress(f"{ev['offset_s']:7.1f} s  {ev['name']}", {"phase": ev["name"], "boot_id": boot_id})
+                if ev.kind == "phase" and ev.name not in seen_phases:
+                    seen_phases.add(ev.name)
+                    progress(f"{ev.offset_s:7.1f} s  {ev.name}", {"phase": ev.name, "boot_id": boot_id})
             _raise_if_ended(row)
-            if row["state"] == "ready":
+            if row.state == "ready":
                 return boot_id
             if not supervisor_alive(row):
                 _supervisor_died(cell, boot_id)
@@ -118,26 +118,26 @@ def wait_for_boot(
     return _timed_out(cell, boot_id, timeout_s, supervisor)
 
 
-def _raise_if_ended(row: dict[str, Any]) -> None:
-    if row["state"] in db_boots.TERMINAL_STATES:
-        det = row.get("failure_detail") or {}
+def _raise_if_ended(row: db_boots.BootRow) -> None:
+    if row.state in db_boots.TERMINAL_STATES:
+        det = row.failure_detail or {}
         raise EngineError(
-            f"boot {row['id']} {row['state']}: {det.get('reason') or row.get('failure_signature')}"
-            + (f" — {row['failure_signature']}: {det.get('title')}" if det.get("title") else ""),
-            det.get("hint") or f"see `dynocell logs {row['id']}`",
+            f"boot {row.id} {row.state}: {det.get('reason') or row.failure_signature}"
+            + (f" — {row.failure_signature}: {det.get('title')}" if det.get("title") else ""),
+            det.get("hint") or f"see `dynocell logs {row.id}`",
         )
 
 
 def _supervisor_died(cell: Cell, boot_id: str) -> None:
     """The supervisor of a live-looking boot is gone: settle the row (reconcile) and raise."""
-    row = db_boots.get_boot(cell.store, boot_id) or {}
-    if row.get("state") == "ready":
+    row = db_boots.get_boot(cell.store, boot_id)
+    if row is None or row.state == "ready":
         return
     _raise_if_ended(row)  # it recorded the end just before exiting
     settled = reconcile(cell, row)
     raise EngineError(
-        f"boot {boot_id}: its supervisor (pid {row.get('supervisor_pid')}) died while it was "
-        f"{row.get('state')}; the boot is now {settled['state']}"
+        f"boot {boot_id}: its supervisor (pid {row.supervisor_pid}) died while it was "
+        f"{row.state}; the boot is now {settled['state']}"
         + (" (its engine was stopped)" if settled["state"] == "stopped" else ""),
         f"see `dynocell logs {boot_id}` and {cell.settings.boots_dir / boot_id / 'supervisor.log'}",
     )
@@ -146,7 +146,7 @@ def _supervisor_died(cell: Cell, boot_id: str) -> None:
 def _timed_out(cell: Cell, boot_id: str, timeout_s: float, supervisor: subprocess.Popen[bytes] | None) -> str:
     """The wait outlived the supervisor's own timeout: ask it to stop, then say how the boot ended."""
     row = db_boots.get_boot(cell.store, boot_id)
-    pid = row["supervisor_pid"] if row else (supervisor.pid if supervisor is not None else None)
+    pid = row.supervisor_pid if row else (supervisor.pid if supervisor is not None else None)
     if row is None or supervisor_alive(row) or (supervisor is not None and supervisor.poll() is None):
         if pid:
             with contextlib.suppress(ProcessLookupError):
@@ -156,20 +156,21 @@ def _timed_out(cell: Cell, boot_id: str, timeout_s: float, supervisor: subproces
             row = db_boots.get_boot(cell.store, boot_id)
             gone = (row is not None and not supervisor_alive(row)) or (
                 supervisor is not None and supervisor.poll() is not None)
-            if (row and row["state"] not in db_boots.LIVE_STATES) or gone:
+            if (row and row.state not in db_boots.LIVE_STATES) or gone:
                 break
             time.sleep(WAIT_POLL_S)
-    row = db_boots.get_boot(cell.store, boot_id)
-    if row and row["state"] in db_boots.LIVE_STATES and not supervisor_alive(row):
-        row = reconcile(cell, row)
-    if row is None or row["state"] not in db_boots.LIVE_STATES:
+    stored = db_boots.get_boot(cell.store, boot_id)
+    end: dict[str, Any] | None = stored.to_dict() if stored else None
+    if stored and stored.state in db_boots.LIVE_STATES and not supervisor_alive(stored):
+        end = reconcile(cell, stored)
+    if end is None or end["state"] not in db_boots.LIVE_STATES:
         raise EngineError(f"boot {boot_id} timed out after {timeout_s:.0f} s"
-                          + (f" and was {row['state']}" if row else "; no engine was started"),
+                          + (f" and was {end['state']}" if end else "; no engine was started"),
                           f"see `dynocell logs {boot_id}`; give a longer --timeout if the engine is slow")
-    if row["state"] == "ready":
+    if end["state"] == "ready":
         return boot_id
     raise EngineError(
         f"boot {boot_id} is not ready after {timeout_s:.0f} s and still running in the background "
-        f"({row['state']}, supervisor pid {row['supervisor_pid']})",
+        f"({end['state']}, supervisor pid {end['supervisor_pid']})",
         f"stop it with `dynocell stop {boot_id}`, or follow it with `dynocell ps` / `dynocell logs {boot_id} -f`",
     )

@@ -63,9 +63,9 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
         if kind == "run":  # the main job on a boot that is already up (attached): health first
             with job.step("health") as d:
                 verdict = boots.health(cell, boot["id"])
-                d.update(verdict=verdict["verdict"], failed=verdict["failed"])
-                if verdict["verdict"] != "healthy":
-                    raise EngineError(f"health verdict is {verdict['verdict']}: {verdict['failed']}",
+                d.update(verdict=verdict.verdict, failed=verdict.failed)
+                if verdict.verdict != "healthy":
+                    raise EngineError(f"health verdict is {verdict.verdict}: {verdict.failed}",
                                       f"see `dynocell health {boot['id']}`")
         workload = _calibrate(job, live, workload, ctx)
         if kind in ("bench", "run"):
