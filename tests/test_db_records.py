@@ -123,3 +123,22 @@ def test_boots_events_and_health_are_records(store: Store):
     (again,) = dbboots.health_history(store, "b1")
     assert _is_frozen_record(again) and again.id == h.id and again.checks == h.checks == checks
     assert again.verdict == h.verdict == "healthy"
+
+
+def test_notes_findings_and_entries_are_records(store: Store):
+    from dynocell.db import knowledge as dbk
+    from dynocell.db.tables import Finding, Note, RunbookEntry
+
+    note = dbk.add_note(store, "config", "sha256:aa", "  seen twice  ")
+    assert _is_frozen_record(note) and set(note.to_dict()) == _columns(Note) and note.text == "seen twice"
+    assert [n.id for n in dbk.list_notes(store, "config", "sha256:aa")] == [note.id]
+    assert dbk.list_notes(store, "run") == []
+    (fid,) = dbk.save_findings(store, [{"rule": "r", "severity": "warning", "message": "m", "entries": ["e"]}])
+    (f,) = dbk.list_findings(store)
+    assert _is_frozen_record(f) and set(f.to_dict()) == _columns(Finding)
+    assert (f.id, f.rule, f.evidence, f.entries, f.run_id) == (fid, "r", {}, ["e"], None)
+    dbk.upsert_entries(store, [{"slug": "s", "title": "T", "kind": "problem", "tags": ["x"], "origin": "bundled",
+                                "source_path": "s.md", "sha256": "00" * 32, "front_matter": {"a": 1}, "body": "b"}])
+    entry = dbk.get_entry(store, "s")
+    assert _is_frozen_record(entry) and set(entry.to_dict()) == _columns(RunbookEntry)
+    assert entry.tags == ["x"] and dbk.list_entries(store) == [entry] and dbk.get_entry(store, "t") is None

@@ -221,8 +221,8 @@ def test_diagnose_stored_runs_and_store_findings(settings):
     assert [f.rule for f in fs] == ["pinned_near_one", "confounded_comparison"]
     assert fs[1].evidence["candidates"] == ["cuda_graph.disable", "parallel.dcp_size"]
     stored = dbk.list_findings(cell.store, run_id=bad)
-    assert [s["rule"] for s in stored] == ["pinned_near_one", "confounded_comparison"]
-    assert "pinned-near-one-wrong-inputs" in stored[0]["entries"]
+    assert [s.rule for s in stored] == ["pinned_near_one", "confounded_comparison"]
+    assert "pinned-near-one-wrong-inputs" in stored[0].entries
     diagnose(cell, bad)  # re-diagnosing replaces, not duplicates
     assert len(dbk.list_findings(cell.store, run_id=bad)) == 2
 

@@ -116,7 +116,7 @@ def test_writer_processes_share_one_store(backend_settings, cli_env, tmp_path):
         assert summary["ok"] == n and summary["errors"] == [], summary
     from dynocell.db import knowledge as dbk
 
-    notes = [x["text"] for x in dbk.list_notes(cell.store)]
+    notes = [x.text for x in dbk.list_notes(cell.store)]
     assert sorted(notes) == sorted(f"cli {i}" for i in range(0, n, 5) for _ in range(writers))
 
 

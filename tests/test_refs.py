@@ -137,7 +137,7 @@ def test_a_note_by_reference_goes_through_the_resolver_to_the_one_writer(cell):
     from dynocell.runbooks.knowledge import add_note_by_ref, list_notes
 
     note = add_note_by_ref(cell, "run", RUN_D[:4], "seen on the 5e5e run")
-    assert [n["id"] for n in list_notes(cell, "run", RUN_D)] == [note["id"]]
+    assert [n.id for n in list_notes(cell, "run", RUN_D)] == [note.id]
     with pytest.raises(AmbiguousRef):
         add_note_by_ref(cell, "run", "77aa", "which one?")
     with pytest.raises(NotFound):

@@ -1,20 +1,23 @@
 """Small read/write functions for runbook entries, their FTS5 index, notes, findings and doctor inputs.
 
-Every function takes a :class:`~dynocell.db.session.Store` and plain values
-and returns plain values (dicts, lists), never ORM objects. The full-text
+Every function takes a :class:`~dynocell.db.session.Store` and plain values and returns records
+(:class:`EntryRow`, :class:`NoteRow`, :class:`FindingRow`, frozen :class:`~dynocell.db.rows.Record`) or, for the
+search hits and the doctor inputs (derived shapes: ``p``/``a`` lists per curve, a run joined with its
+config's JSON, a subset of columns), plain dicts — never ORM objects. The full-text
 index ``runbook_fts(slug, title, tags, body)`` (SQLite FTS5 or PostgreSQL
 ``tsvector``) is kept and queried through :mod:`dynocell.db.fulltext`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
-from dynocell.db.rows import row_dict as _row
+from dynocell.db.rows import Record, get_as, row_dict as _row
 from dynocell.db.tables import (
     AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
 )
@@ -73,25 +76,59 @@ def _front_matter_text(fm: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _entry_dict(e: RunbookEntry) -> dict[str, Any]:
-    return {
-        "slug": e.slug, "title": e.title, "kind": e.kind, "tags": list(e.tags or []), "origin": e.origin,
-        "source_path": e.source_path, "sha256": e.sha256, "front_matter": e.front_matter, "body": e.body,
-        "indexed_at": e.indexed_at,
-    }
+@dataclass(frozen=True)
+class EntryRow(Record):
+    """One row of ``runbook_entries``: a runbook entry as indexed (``tags`` a list, ``front_matter`` the
+    parsed YAML mapping, ``origin`` bundled | operator, ``sha256`` of its file, ``indexed_at`` UTC)."""
+
+    slug: str
+    title: str
+    kind: str
+    tags: list[Any]
+    origin: str
+    source_path: str
+    sha256: str
+    front_matter: dict[str, Any]
+    body: str
+    indexed_at: datetime
 
 
-def get_entry(store: Any, slug: str) -> dict[str, Any] | None:
-    """The stored entry ``slug`` as a dict, or None."""
+@dataclass(frozen=True)
+class NoteRow(Record):
+    """One row of ``notes``: ``text`` attached to ``(target_kind, target_id)`` at ``created_at`` (UTC)."""
+
+    id: int
+    target_kind: str
+    target_id: str
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class FindingRow(Record):
+    """One row of ``findings``: a doctor finding (``rule``, ``severity`` error | warning | info,
+    ``message``, ``evidence`` dict, ``entries`` runbook slugs) on a run and/or boot, ``created_at`` UTC."""
+
+    id: int
+    run_id: str | None
+    boot_id: str | None
+    rule: str
+    severity: str
+    message: str
+    evidence: dict[str, Any]
+    entries: list[Any]
+    created_at: datetime
+
+
+def get_entry(store: Any, slug: str) -> EntryRow | None:
+    """The stored entry ``slug``, or None."""
+    return get_as(store, RunbookEntry, slug, EntryRow.of)
+
+
+def list_entries(store: Any) -> list[EntryRow]:
+    """Every stored entry, by slug."""
     with store.session() as s:
-        e = s.get(RunbookEntry, slug)
-        return _entry_dict(e) if e else None
-
-
-def list_entries(store: Any) -> list[dict[str, Any]]:
-    """Every stored entry (dicts), by slug."""
-    with store.session() as s:
-        return [_entry_dict(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
+        return [EntryRow.of(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
 
 
 def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -119,9 +156,9 @@ NOTE_KINDS = ("config", "boot", "run", "entry", "experiment")
 MAX_NOTE_CHARS = 20_000
 
 
-def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> dict[str, Any]:
-    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it as a dict
-    ``{id, target_kind, target_id, text, created_at}``. The one writer of notes (CLI, web, bisect).
+def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> NoteRow:
+    """Store a note on ``(target_kind, target_id)`` with the current UTC time; returns it.
+    The one writer of notes (CLI, web, bisect).
 
     Raises UserError for an unknown kind, an empty text (after stripping) or more than
     :data:`MAX_NOTE_CHARS` characters; nothing is written then.
@@ -137,11 +174,10 @@ def add_note(store: Any, target_kind: str, target_id: str, note_text: str) -> di
         n = Note(target_kind=target_kind, target_id=target_id, text=text, created_at=utcnow())
         s.add(n)
         s.flush()
-        return {"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
-                "created_at": n.created_at}
+        return NoteRow.of(n)
 
 
-def list_notes(store: Any, target_kind: str | None = None, target_id: str | None = None) -> list[dict[str, Any]]:
+def list_notes(store: Any, target_kind: str | None = None, target_id: str | None = None) -> list[NoteRow]:
     """Notes, oldest first, optionally of one target."""
     with store.session() as s:
         q = select(Note).order_by(Note.created_at, Note.id)
@@ -149,8 +185,7 @@ def list_notes(store: Any, target_kind: str | None = None, target_id: str | None
             q = q.where(Note.target_kind == target_kind)
         if target_id:
             q = q.where(Note.target_id == target_id)
-        return [{"id": n.id, "target_kind": n.target_kind, "target_id": n.target_id, "text": n.text,
-                 "created_at": n.created_at} for n in s.scalars(q)]
+        return [NoteRow.of(n) for n in s.scalars(q)]
 
 
 # ------------------------------------------------------------------ findings
@@ -176,7 +211,7 @@ def save_findings(store: Any, findings: list[dict[str, Any]], run_id: str | None
         return [r.id for r in rows]
 
 
-def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = None) -> list[dict[str, Any]]:
+def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = None) -> list[FindingRow]:
     """Stored findings of a run or boot (or all), in insertion order."""
     with store.session() as s:
         q = select(Finding).order_by(Finding.id)
@@ -184,9 +219,7 @@ def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = N
             q = q.where(Finding.run_id == run_id)
         if boot_id is not None:
             q = q.where(Finding.boot_id == boot_id)
-        return [{"id": f.id, "run_id": f.run_id, "boot_id": f.boot_id, "rule": f.rule, "severity": f.severity,
-                 "message": f.message, "evidence": f.evidence, "entries": f.entries, "created_at": f.created_at}
-                for f in s.scalars(q)]
+        return [FindingRow.of(f) for f in s.scalars(q)]
 
 
 # ------------------------------------------------------------------ doctor inputs

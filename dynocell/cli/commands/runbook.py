@@ -104,7 +104,7 @@ def show_cmd(
     notes = list_notes(cell, "entry", e.slug)
     if json_out:
         d = e.to_dict()
-        d["notes"] = notes
+        d["notes"] = [n.to_dict() for n in notes]
         print_json(d)
         return
     from rich.markdown import Markdown
@@ -137,7 +137,7 @@ def show_cmd(
     out("")
     out(Markdown(e.body))
     for n in notes:
-        out(f"note {_ts(n['created_at'])}: {n['text']}")
+        out(f"note {_ts(n.created_at)}: {n.text}")
 
 
 @runbook_app.command("add")
@@ -174,10 +174,10 @@ def note_cmd(
     if text is None:
         notes = list_notes(cell, kind, ident)
         if json_out:
-            print_json(notes)
+            print_json([n.to_dict() for n in notes])
             return
         for n in notes:
-            out(f"{_ts(n['created_at'])}  {n['text']}")
+            out(f"{_ts(n.created_at)}  {n.text}")
         if not notes:
             out(f"no notes on {kind}:{ident}")
         return
@@ -189,9 +189,9 @@ def note_cmd(
 
     n = add_note(cell, kind, ident, text.strip())
     if json_out:
-        print_json(n)
+        print_json(n.to_dict())
     else:
-        out(f"noted on {kind}:{ident} at {_ts(n['created_at'])}")
+        out(f"noted on {kind}:{ident} at {_ts(n.created_at)}")
 
 
 # ------------------------------------------------------------------ diagnose

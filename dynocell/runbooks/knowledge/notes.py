@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dynocell.db.knowledge import NoteRow
 from dynocell.errors import NotFound
 from dynocell.runbooks.knowledge.loader import Knowledge
 
@@ -39,21 +40,21 @@ def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[
     return hits[0].kind, hits[0].key
 
 
-def list_notes(cell: Any, kind: str, ident: str) -> list[dict[str, Any]]:
+def list_notes(cell: Any, kind: str, ident: str) -> list[NoteRow]:
     """Notes attached to ``(kind, ident)``, oldest first (for faces, which never touch the store)."""
     from dynocell.db import knowledge as dbk
 
     return dbk.list_notes(cell.store, kind, ident)
 
 
-def add_note(cell: Any, kind: str, ident: str, text: str) -> dict[str, Any]:
+def add_note(cell: Any, kind: str, ident: str, text: str) -> NoteRow:
     """Attach a timestamped note to ``(kind, ident)``; returns the stored note."""
     from dynocell.db import knowledge as dbk
 
     return dbk.add_note(cell.store, kind, ident, text)
 
 
-def add_note_by_ref(cell: Any, kind: str, ref: str, text: str) -> dict[str, Any]:
+def add_note_by_ref(cell: Any, kind: str, ref: str, text: str) -> NoteRow:
     """:func:`add_note` to a target named by ``ref`` — an id, unique prefix or name resolved by the one
     resolver (:mod:`dynocell.db.refs`) when ``kind`` is one of its kinds — as the web panel's note form
     sends it. Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one

@@ -24,4 +24,4 @@ def add_note(request: Request, kind: str = Form(...), target: str = Form(...), t
 
 @routes.api_actions.post("/notes", summary="Add a note to a config, boot, run or entry")
 def api_note(request: Request, body: NoteRequest):
-    return {"id": int(add_note_by_ref(cell(request), body.kind, body.target, body.text)["id"])}
+    return {"id": int(add_note_by_ref(cell(request), body.kind, body.target, body.text).id)}
