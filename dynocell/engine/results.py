@@ -103,6 +103,16 @@ def _load_json(path: Path) -> list[tuple[int, Any]]:
     if not text.strip():
         raise ResultReadError(f"{path}: line 1: the file is empty", "give the tool's JSON result file")
     try:
+        return _decode(path, text)
+    except RecursionError:  # json's parser recurses per level: a result file nests a handful
+        raise ResultReadError(f"{path}: JSON nested too deeply (thousands of levels); not a result file",
+                              "give the tool's JSON result file") from None
+
+
+def _decode(path: Path, text: str) -> list[tuple[int, Any]]:
+    """``text`` as one JSON document ``[(1, value)]``, else as JSON lines ``[(line, value)]``.
+    Raises ResultReadError naming the first bad line (RecursionError passes through)."""
+    try:
         return [(1, json.loads(text))]
     except json.JSONDecodeError as whole:
         out = []
