@@ -4,17 +4,22 @@ Python's ``json`` raises RecursionError, not ValueError, on it. Before: ``dynoce
 of such a file, and ``dynocell attach`` to a server answering it, ended in "Error: internal error:
 RecursionError …" with "report it". Now the import is a clear ``Error:`` naming the file (exit 2) and
 the attach says the server describes no model, as for any other non-JSON answer.
+
+Also: numbers no benchmark reports (negative, past 1e15, JSON's 1e400) in a real result file.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
+EXAMPLES = Path(__file__).parent.parent / "examples"
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
@@ -65,3 +70,51 @@ def test_attach_to_a_server_answering_deeply_nested_json_is_a_clear_error(cli_en
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert proc.stderr.startswith(f"Error: {deep_server} answers, but neither"), proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- impossible numbers in a benchmark result
+
+VLLM_RESULT = Path(__file__).parent / "data" / "bench" / "vllm-bench-serve.json"  # a real `vllm bench serve` file
+
+
+@pytest.mark.parametrize(("key", "raw", "expected"), [
+    ("max_concurrency", "-33", "concurrency is -33"),
+    ("output_throughput", "-434.4", "output_tok_s is -434.4"),
+    ("median_ttft_ms", "1.7e308", "ttft_ms.p50 is 1.7e+308"),
+    ("completed", "1e400", "a count is infinite"),  # JSON's way to write inf: int() of it overflowed
+])
+def test_import_bench_refuses_impossible_numbers(key, raw, expected, cli_env, tmp_path):
+    """Before: -33 concurrency and -434 tok/s were stored and shown as a level; 1.7e308 ms printed
+    as 309 digits; 1e400 was 'internal error: OverflowError'. Now: a clear Error naming the field."""
+    text = VLLM_RESULT.read_text()
+    good = json.loads(text)[key]
+    bad = tmp_path / "result.json"
+    bad.write_text(text.replace(f'"{key}": {json.dumps(good)}', f'"{key}": {raw}', 1))
+    assert bad.read_text() != text
+    proc = dynocell(cli_env, "import", "bench", str(bad), "--config", str(EXAMPLES / "tiny.toml"))
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert proc.stderr.startswith(f"Error: {bad}: line 1: {expected}"), proc.stderr
+    assert "internal error" not in proc.stderr
+    assert dynocell(cli_env, "runs", "--json").stdout.strip() in ("[]", ""), "nothing may be stored"
+
+
+# real SGLang 0.5.17 responses from the H200 (tests/data/requests/README.md)
+SGLANG_RESPONSES = Path(__file__).parent / "data" / "requests" / "sglang-0.5.17-C.meta_info.jsonl"
+
+
+@pytest.mark.parametrize(("key", "raw", "expected"), [
+    ("prompt_tokens", "-4", "meta_info.prompt_tokens is -4"),
+    ("e2e_latency", "1.7e308", "meta_info.e2e_latency is 1.7e+308"),  # was stored, shown "e2e p50 nan ms"
+    ("completion_tokens", "1e400", "meta_info.completion_tokens is inf"),
+])
+def test_import_requests_refuses_impossible_numbers(key, raw, expected, cli_env, tmp_path):
+    first, *rest = SGLANG_RESPONSES.read_text().splitlines(keepends=True)
+    good = json.loads(first)["meta_info"][key]
+    bad = tmp_path / "responses.jsonl"
+    bad.write_text(first.replace(f'"{key}": {json.dumps(good)}', f'"{key}": {raw}', 1) + "".join(rest))
+    assert bad.read_text() != SGLANG_RESPONSES.read_text()
+    proc = dynocell(cli_env, "import", "requests", str(bad), "--config", str(EXAMPLES / "tiny.toml"))
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert proc.stderr.startswith(f"Error: {bad}: line 1: {expected}"), proc.stderr
+    assert "internal error" not in proc.stderr
+    assert dynocell(cli_env, "runs", "--json").stdout.strip() in ("[]", ""), "nothing may be stored"
