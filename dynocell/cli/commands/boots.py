@@ -124,7 +124,7 @@ def ps_cmd(
 def logs_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the boot ends."),
-    tail: int = typer.Option(50, "--tail", "-n", help="Lines from the end to show first."),
+    tail: int = typer.Option(50, "--tail", "-n", min=0, help="Lines from the end to show first."),
     raw: bool = typer.Option(False, "--raw", help="Print the lines byte for byte, escape sequences included "
                              "(by default they are removed and control bytes shown as ?)."),
 ) -> None:
