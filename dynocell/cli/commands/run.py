@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, seconds, table
 from dynocell.text import printable
 
 
@@ -48,7 +48,7 @@ def run_cmd(
                                   help="Compare greedy output with a plain boot of the same target."),
     profile: bool = typer.Option(True, "--profile/--no-profile",
                                  help="Open a profiler window and split where the time goes."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", callback=seconds(), help="Boot limit in seconds."),
     boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, "
                                        "bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
     json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
@@ -150,7 +150,7 @@ def show_cmd(
 
 
 def runs_cmd(
-    limit: int = typer.Option(20, "--limit", "-n", help="How many runs."),
+    limit: int = typer.Option(20, "--limit", "-n", min=1, max=1_000_000, help="How many runs."),
     host: Optional[str] = typer.Option(None, "--host", help="Only runs of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
