@@ -54,3 +54,5 @@ def test_engine_killed_during_the_bench_is_a_crash_not_a_stop(model_pair, cli_en
     assert boot["id"] == boot_id and boot["state"] == "crashed" and boot["exit_code"] == -signal.SIGKILL, boot
     assert "engine was killed by SIGKILL" in (tmp_path / "run.out").read_text() + (tmp_path / "run.err").read_text()
     assert not live_members(pid, pgid), "the dead engine's group left processes behind"
+    # `show BOOT` says how it ended (before: only "failure signature: unknown Unknown failure")
+    assert "ended: the engine was killed by SIGKILL" in dynocell(cli_env, "show", boot_id).stdout

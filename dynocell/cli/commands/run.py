@@ -142,6 +142,8 @@ def show_cmd(
         if boot.get("failure_signature"):
             title = (boot.get("failure_detail") or {}).get("title") or ""
             out(f"failure signature: {boot['failure_signature']} {title}")
+        if boot["state"] in ("crashed", "failed") and boot.get("exit_code") is not None:
+            out(f"ended: the engine {boots.describe_exit(boot['exit_code'])}")  # "was killed by SIGKILL"
         for x in (phases_table(bd), health_table(bd)):
             if x is not None:
                 out(x)
