@@ -5,7 +5,9 @@ Before: ``runs --limit 99999999999999999999999`` was "internal error: OverflowEr
 -3`` listed everything; ``boot --timeout -5`` said "boot timed out: -5 s were spent making the
 reference model pair"; ``--timeout nan`` booted with no limit at all (Click's FloatRange lets NaN
 through); ``stop --grace nan``, ``health --watch 0``, ``plan --port 99999999`` (a plan with that
-port), ``web --port 99999999`` (a login URL on that port) and ``experiment create -n 0`` went on.
+port), ``web --port 99999999`` (a login URL on that port) and ``experiment create -n 0`` went on;
+``model make-tiny --seed 99999999999999999999999`` trained for a while, then "internal error:
+ValueError: Overflow when unpacking long long" (so did ``DYNOCELL_MODEL_SEED`` that large).
 """
 
 from __future__ import annotations
@@ -29,14 +31,24 @@ CASES = [
     (["plan", TINY, "--port", "99999999"], "--port"),
     (["web", "--port", "99999999"], "--port"),
     (["experiment", "create", "x", "--incumbent", TINY, "--arm", TINY, "-n", "0"], "--repeats"),
+    (["model", "make-tiny", "pair", "--seed", "99999999999999999999999"], "--seed"),  # was OverflowError
+    (["model", "make-eagle", "head", "--seed", "-1"], "--seed"),
 ]
 
 
 @pytest.mark.parametrize(("args", "option"), CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in CASES])
-def test_impossible_number_is_refused_naming_the_option(args, option, cli_env, isolated_home):
+def test_impossible_number_is_refused_naming_the_option(args, option, cli_env, isolated_home, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dynocell", *args], env=cli_env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+                          timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path)  # relative output dirs land there
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     assert option in proc.stderr and "Invalid value" in proc.stderr, proc.stderr
     assert "internal error" not in proc.stderr and not proc.stdout.strip(), proc.stdout
     assert not (isolated_home / "boots").exists() or not any((isolated_home / "boots").iterdir()), "nothing booted"
+
+
+def test_model_seed_setting_out_of_range_is_refused(cli_env):
+    env = dict(cli_env, DYNOCELL_MODEL_SEED="99999999999999999999999")
+    proc = subprocess.run([sys.executable, "-m", "dynocell", "settings"], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("Error: invalid setting in the environment: DYNOCELL_MODEL_SEED="), proc.stderr
