@@ -78,7 +78,8 @@ class Settings(BaseSettings):
         description="Address(es) of a reverse proxy in front of `dynocell web` whose X-Forwarded-For is trusted "
                     "(comma-separated, as uvicorn's forwarded_allow_ips); unset: forwarding headers are ignored.",
     )
-    model_seed: int = Field(default=0, description="Seed of the made-locally reference model pair.")
+    model_seed: int = Field(default=0, ge=0, le=2**32 - 1,
+                            description="Seed of the made-locally reference model pair (0 to 2^32 - 1).")
     model_cache: Path | None = Field(
         default=None,
         description="Where made-locally models are cached (default: <home>/models); share it between data directories.",

@@ -178,6 +178,8 @@ def test_stop_with_the_listening_pid_stops_only_that_engine(cell, model_pair, tm
     ("http://user:pw@127.0.0.1:1", "user info"),
     ("http://127.0.0.1:1/v1/chat", "has a path"),
     ("not a url at all", "scheme"),
+    ("http://127.0.0.1:99999", "port 99999 is not a TCP port"),  # was tried ("nothing answers at …")
+    ("http://[::1]:0", "port 0 is not a TCP port"),
 ])
 def test_bad_urls_are_refused(cell, url, why):
     from dynocell.errors import UserError

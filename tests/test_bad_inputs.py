@@ -384,6 +384,8 @@ TRACE_ERRORS = {
     "not-json.trace.json.gz": "not valid JSON",
     "trace-events-not-a-list.json": "'traceEvents' is an object, not a list of events",
     "truncated.trace.json.gz": "truncated",
+    "overflowing-durations.json": "event times add up to more than 1e+18 µs",
+    "absurd-times.json": "event times add up to more than 1e+18 µs",
 }
 TRACE_WARNINGS = {
     "negative-durations.json": "2 event(s) with negative duration skipped",

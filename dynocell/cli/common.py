@@ -84,6 +84,27 @@ _C1 = re.compile("[\x7f-\x9f]")
 JSON_OPTION_HELP = "Print machine-readable JSON on stdout instead of a table."
 
 
+def seconds(*, at_least: float = 0.0, zero_ok: bool = False) -> Any:
+    """A Typer ``callback`` for an option in seconds: refuses NaN, ±inf and values below ``at_least``
+    (``at_least`` itself only when ``zero_ok``) as a bad parameter (exit 2, naming the option).
+
+    Click's FloatRange lets NaN through (every comparison with NaN is false), so a ``--timeout nan``
+    was a boot without a limit and ``--timeout -5`` "timed out: -5 s were spent"."""
+    import math
+
+    import typer
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not math.isfinite(value) or value < at_least or (value == at_least and not zero_ok):
+            sign = "≥" if zero_ok else ">"
+            raise typer.BadParameter(f"must be a number of seconds {sign} {at_least:g}, got {value:g}")
+        return value
+
+    return check
+
+
 def get_settings() -> "Settings":
     """The process's settings, loaded once from the environment (``load_settings()``)."""
     if state.settings is None:

@@ -65,7 +65,7 @@ def _result(resp: httpx.Response, t0: float) -> HttpResult:
     if "json" in ctype:
         try:
             body = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
             body = None
     return HttpResult(resp.status_code, latency_ms, body, resp.text)
 

@@ -302,6 +302,10 @@ def position_curve(snap: MetricsSnapshot) -> Curve | None:
     return Curve.from_positions(p, steps=int(round(steps)))
 
 
+#: The largest counter value taken: 2^53, the last integer a float (Prometheus' sample type) counts exactly.
+MAX_COUNT = float(2 ** 53)
+
+
 def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]] | None:
     """vLLM's per-position curve from its spec-decode counters; None when not exported.
 
@@ -311,7 +315,8 @@ def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]]
     Use on a :func:`delta` of two scrapes for one window, or on one scrape for
     "since the engine started". Returns ``(curve, figures)`` with the engine's own
     τ in ``figures["engine_tau"]``. Raises :class:`MetricsError` for a position
-    label that is not an integer or a count above N.
+    label that is not an integer, a count above N, or a counter that is not a count
+    (negative, NaN, inf, above :data:`MAX_COUNT`).
     """
     drafts = snap.sum(VLLM_NUM_DRAFTS)
     per_pos = _per_position(snap, VLLM_ACCEPTED_PER_POS)
@@ -322,12 +327,16 @@ def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]]
     figures = {"drafts": drafts, "draft_tokens": snap.sum(VLLM_DRAFT_TOKENS) or 0.0,
                "accepted_tokens": accepted or 0.0,
                "engine_tau": (1.0 + accepted / drafts) if (drafts and accepted is not None) else None}
+    for name, v in ((VLLM_NUM_DRAFTS, drafts), (VLLM_ACCEPTED, accepted), (VLLM_DRAFT_TOKENS, figures["draft_tokens"])):
+        if v is not None and not 0 <= v <= MAX_COUNT:  # NaN, inf, negative, or past what a float counts
+            raise MetricsError(f"{name} = {v:g} is not a count (0 to 2^53)",
+                               "the scrape is corrupt or edited: save the engine's own /metrics text")
     if drafts <= 0:
         return Curve.from_positions([0.0] * d, steps=0), figures
     p = []
     for i in range(d):
         c = per_pos.get(i, 0.0)
-        if c < 0 or c > drafts + 1e-9:
+        if not 0 <= c <= drafts + 1e-9:  # NaN too
             raise MetricsError(f"{VLLM_ACCEPTED_PER_POS}{{position=\"{i}\"}} = {c:g} is outside "
                                f"[0, drafts = {drafts:g}]", "the scrapes are of different engines or windows")
         p.append(c / drafts)

@@ -103,6 +103,16 @@ def _load_json(path: Path) -> list[tuple[int, Any]]:
     if not text.strip():
         raise ResultReadError(f"{path}: line 1: the file is empty", "give the tool's JSON result file")
     try:
+        return _decode(path, text)
+    except RecursionError:  # json's parser recurses per level: a result file nests a handful
+        raise ResultReadError(f"{path}: JSON nested too deeply (thousands of levels); not a result file",
+                              "give the tool's JSON result file") from None
+
+
+def _decode(path: Path, text: str) -> list[tuple[int, Any]]:
+    """``text`` as one JSON document ``[(1, value)]``, else as JSON lines ``[(line, value)]``.
+    Raises ResultReadError naming the first bad line (RecursionError passes through)."""
+    try:
         return [(1, json.loads(text))]
     except json.JSONDecodeError as whole:
         out = []
@@ -252,6 +262,43 @@ def _guidellm_level(b: Any, n: int, path: Path) -> BenchLevel:
         if isinstance(b.get("config"), Mapping) else str(n))
 
 
+#: The largest number a benchmark level may report (tok/s, ms, counts): far past any real run.
+MAX_REPORTED = 1e15
+_CORRUPT_HINT = "the file is corrupt or edited: use the result file the benchmark tool wrote"
+
+
+def _levels(p: Path, line: int, obj: Mapping[str, Any]) -> tuple[str, list[BenchLevel]]:
+    """``(tool, levels)`` of one JSON object of a result file; ResultReadError for an unknown tool."""
+    if isinstance(obj.get("benchmarks"), list):
+        return "guidellm", _guidellm(obj, p)
+    if isinstance(obj.get("time_to_first_token"), Mapping) and "unit" in obj["time_to_first_token"]:
+        return "aiperf", [_aiperf(obj)]
+    if "mean_e2el_ms" in obj or ("model_id" in obj and "mean_ttft_ms" in obj):
+        return "vllm-bench-serve", [_serving(obj, "vllm-bench-serve")]
+    if "mean_ttft_ms" in obj and ("mean_e2e_latency_ms" in obj or "backend" in obj):
+        return "sglang-bench-serving", [_serving(obj, "sglang-bench-serving")]
+    keys = ", ".join(sorted(map(str, obj))[:12])
+    raise ResultReadError(f"{p}: line {line}: not a result file of a benchmark tool dynocell knows "
+                          f"(keys: {keys})",
+                          f"known: {', '.join(KNOWN_TOOLS)}; for per-request responses use "
+                          "`dynocell import requests`")
+
+
+def _check_level(p: Path, line: int, lvl: BenchLevel) -> None:
+    """Refuse a level with a negative, non-finite or absurd number (ResultReadError naming the
+    field as :class:`BenchLevel` calls it): no benchmark measures -435 tok/s or 1.7e308 ms."""
+    values: list[tuple[str, Any]] = [(f, getattr(lvl, f)) for f in (
+        "concurrency", "num_requests", "num_failed", "duration_s", "prompt_tokens", "completion_tokens",
+        "request_throughput", "output_tok_s", "total_tok_s", "accept_length")]
+    for f in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        values += [(f"{f}.{k}", v) for k, v in getattr(lvl, f).items()]
+    values += [(f"position_rates[{i}]", v) for i, v in enumerate(lvl.position_rates)]
+    for name, v in values:
+        if v is not None and not 0 <= v <= MAX_REPORTED:
+            raise ResultReadError(f"{p}: line {line}: {name} is {v:.6g}; a benchmark reports numbers from 0 "
+                                  f"to {MAX_REPORTED:.0e}", _CORRUPT_HINT)
+
+
 def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:
     """``(tool, levels)`` of a benchmark result file (see the module docstring for the tools).
 
@@ -266,20 +313,13 @@ def read_bench(path: str | Path) -> tuple[str, list[BenchLevel]]:
         if not isinstance(obj, Mapping):
             raise ResultReadError(f"{p}: line {line}: {_kind(obj)}, not a JSON object",
                                   "give the benchmark tool's result file (one JSON object, or one per line)")
-        if isinstance(obj.get("benchmarks"), list):
-            t, lv = "guidellm", _guidellm(obj, p)
-        elif isinstance(obj.get("time_to_first_token"), Mapping) and "unit" in obj["time_to_first_token"]:
-            t, lv = "aiperf", [_aiperf(obj)]
-        elif "mean_e2el_ms" in obj or ("model_id" in obj and "mean_ttft_ms" in obj):
-            t, lv = "vllm-bench-serve", [_serving(obj, "vllm-bench-serve")]
-        elif "mean_ttft_ms" in obj and ("mean_e2e_latency_ms" in obj or "backend" in obj):
-            t, lv = "sglang-bench-serving", [_serving(obj, "sglang-bench-serving")]
-        else:
-            keys = ", ".join(sorted(map(str, obj))[:12])
-            raise ResultReadError(f"{p}: line {line}: not a result file of a benchmark tool dynocell knows "
-                                  f"(keys: {keys})",
-                                  f"known: {', '.join(KNOWN_TOOLS)}; for per-request responses use "
-                                  "`dynocell import requests`")
+        try:
+            t, lv = _levels(p, line, obj)
+        except OverflowError:  # int() of a count the file gives as 1e400 (JSON's inf)
+            raise ResultReadError(f"{p}: line {line}: a count is infinite (a number like 1e400)",
+                                  _CORRUPT_HINT) from None
+        for lvl in lv:
+            _check_level(p, line, lvl)
         if tool is not None and t != tool:
             raise ResultReadError(f"{p}: line {line}: a {t} result after {tool} results; one tool per file")
         tool = t
@@ -358,6 +398,22 @@ def _vllm_request_curve(p: Path, vhists: list[tuple[int, Mapping[str, Any]]]) ->
     return curve, engine_tau
 
 
+def _check_request(p: Path, line: int, rec: Mapping[str, Any], r: Mapping[str, Any]) -> None:
+    """Refuse a response whose counts or times (the fields :func:`read_requests` reads) are negative,
+    non-finite (JSON's 1e400) or past :data:`MAX_REPORTED`: ResultReadError naming line and field."""
+    meta = r.get("meta_info") if isinstance(r.get("meta_info"), Mapping) else {}
+    usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
+    fields = [(f"meta_info.{k}", meta.get(k)) for k in
+              ("prompt_tokens", "completion_tokens", "e2e_latency", "spec_accept_length", "spec_verify_ct")]
+    fields += [(f"usage.{k}", usage.get(k)) for k in ("prompt_tokens", "completion_tokens")]
+    for name, raw in [*fields, ("seconds", rec.get("seconds"))]:
+        v = _num(raw)
+        if v is not None and not 0 <= v <= MAX_REPORTED:
+            raise ResultReadError(f"{p}: line {line}: {name} is {v:.6g}; a response reports numbers from 0 "
+                                  f"to {MAX_REPORTED:.0e}", "the file is corrupt or edited: save the engine's "
+                                  "own JSON responses")
+
+
 def read_requests(path: str | Path) -> RequestsReport:
     """Read per-request responses (JSON lines, or one JSON list / probe file holding them).
 
@@ -380,6 +436,7 @@ def read_requests(path: str | Path) -> RequestsReport:
             failed += 1
             continue
         r = _response(rec)
+        _check_request(p, line, rec, r)
         text = _text(r)
         if text is not None:
             texts.append(text)

@@ -80,6 +80,9 @@ MAX_VALUE_BYTES = 4 << 20
 #: JSON nesting deeper than this is refused (a Chrome trace nests about 6 levels; ijson's
 #: bookkeeping grows with the square of the depth, so 30 000 levels already take 2 GB).
 MAX_DEPTH = 64
+#: Kernel time, window or span (µs) beyond this is refused: 1e18 µs is 31,700 years, so no
+#: profiler wrote it, and sums of such ``dur`` values overflow a float (inf, NaN percentages).
+MAX_TRACE_US = 1e18
 
 try:  # the C backend is ~10× faster than the pure-Python one
     _IJSON = ijson.get_backend("yajl2_c")
@@ -604,8 +607,18 @@ class _Split:
             c = cat_of[nm] = rules.category(nm)
             by_cat[c].dur += a.dur
             by_cat[c].n += a.n
-        total_us = math.fsum(a.dur for a in aggs.values())
+        try:
+            total_us = math.fsum(a.dur for a in aggs.values())
+        except OverflowError:  # the exact sum is past the float range
+            total_us = math.inf
         launches = sum(a.n for a in aggs.values())
+        window_us = hi - lo if hi > lo else 0.0
+        span_lo, span_hi = self.span_lo, self.span_hi
+        span_us = span_hi - span_lo if span_hi > span_lo else 0.0
+        if not max(total_us, window_us, span_us) <= MAX_TRACE_US:
+            raise TraceError(f"{p}: event times add up to more than {MAX_TRACE_US:.0e} µs (31,700 years); "
+                             "not a profiler trace", "a ts or dur in the file is corrupt: is it the trace "
+                             "the profiler wrote?")
 
         def pct(x: float) -> float:
             return 100.0 * x / total_us if total_us > 0 else 0.0
@@ -613,8 +626,6 @@ class _Split:
         cats = tuple(CategoryStat(c, by_cat[c].dur / 1000.0, pct(by_cat[c].dur), by_cat[c].n) for c in CATEGORIES)
         heavy = heapq.nlargest(max(0, top), aggs.items(), key=lambda kv: kv[1].dur)
         tops = tuple(KernelStat(nm, cat_of[nm], a.dur / 1000.0, pct(a.dur), a.n, source) for nm, a in heavy)
-        window_us = hi - lo if hi > lo else 0.0
-        span_lo, span_hi = self.span_lo, self.span_hi
         return TraceSplit(
             path=str(p),
             source=source,
@@ -622,7 +633,7 @@ class _Split:
             device_ms=total_us / 1000.0,
             window_ms=window_us / 1000.0,
             busy_pct=100.0 * busy_us / window_us if window_us > 0 else 0.0,
-            trace_span_ms=(span_hi - span_lo) / 1000.0 if span_hi > span_lo else 0.0,
+            trace_span_ms=span_us / 1000.0,
             launches=launches,
             graph_launches=self.graph_launches,
             top=tops,

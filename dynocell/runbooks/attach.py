@@ -41,8 +41,8 @@ ALIVE_TIMEOUT_S = 3.0
 def parse_engine_url(url: str) -> tuple[str, str, int]:
     """``(scheme, host, port)`` of an engine URL like ``http://10.0.0.5:30000``.
 
-    Only ``http``/``https`` with a host and no user info, path, query or fragment
-    (the engine's API root). Raises UserError naming what is wrong.
+    Only ``http``/``https`` with a host, a port from 1 to 65535 when given, and no user info,
+    path, query or fragment (the engine's API root). Raises UserError naming what is wrong.
     """
     import httpx
 
@@ -61,6 +61,8 @@ def parse_engine_url(url: str) -> tuple[str, str, int]:
         raise UserError("URL: user info (user:password@) is not accepted", "give the engine's API root only")
     if u.path not in ("", "/") or u.query or u.fragment:
         raise UserError(f"URL: {text!r} has a path or query", "give the engine's API root, without /v1 or /generate")
+    if u.port is not None and not 1 <= u.port <= 65535:  # httpx parses any number as a port
+        raise UserError(f"URL: port {u.port} is not a TCP port (1–65535)", "e.g. http://127.0.0.1:30000")
     port = u.port or (443 if u.scheme == "https" else 80)
     return u.scheme, u.host, port
 

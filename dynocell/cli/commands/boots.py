@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, seconds, table
 from dynocell.text import printable
 
 STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow", "stopped": "dim",
@@ -38,7 +38,8 @@ def boot_cmd(
     detach: bool = typer.Option(False, "--detach", "-d",
                                 help="Return the boot id once ready; a supervisor process keeps watching."),
     timeout: Optional[float] = typer.Option(
-        None, "--timeout", help="Boot limit in seconds (default: per engine, see `dynocell settings`)."),
+        None, "--timeout", callback=seconds(),
+        help="Boot limit in seconds (default: per engine, see `dynocell settings`)."),
     json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
 ) -> None:
     """Boot an engine with one config and show its phase timeline live.
@@ -125,7 +126,7 @@ def ps_cmd(
 def logs_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until the boot ends."),
-    tail: int = typer.Option(50, "--tail", "-n", help="Lines from the end to show first."),
+    tail: int = typer.Option(50, "--tail", "-n", min=0, help="Lines from the end to show first."),
     raw: bool = typer.Option(False, "--raw", help="Print the lines byte for byte, escape sequences included "
                              "(by default they are removed and control bytes shown as ?)."),
 ) -> None:
@@ -149,7 +150,8 @@ def logs_cmd(
 
 def health_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
-    watch: Optional[float] = typer.Option(None, "--watch", help="Probe every S seconds until Ctrl-C."),
+    watch: Optional[float] = typer.Option(None, "--watch", callback=seconds(),
+                                          help="Probe every S seconds until Ctrl-C."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run the health oracle now: process alive, /health, /health_generate, server info, progress.
@@ -191,7 +193,7 @@ def _print_verdict(row: Any) -> None:
 
 def stop_cmd(
     boot: str = typer.Argument(..., help="Boot id or unique prefix."),
-    grace: Optional[float] = typer.Option(None, "--grace",
+    grace: Optional[float] = typer.Option(None, "--grace", callback=seconds(zero_ok=True),
                                           help="Seconds between SIGTERM and SIGKILL (default from settings)."),
     pid: Optional[int] = typer.Option(None, "--pid", min=1, help="For an attached boot: the pid listening on its "
                                       "port (required to stop it)."),

@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, out, print_json, table
+from dynocell.cli.common import add_row, err_console, get_cell, out, print_json, seconds, table
 from dynocell.text import printable
 
 experiment_app = typer.Typer(
@@ -52,11 +52,12 @@ def create_cmd(
                                   help="A config to compare (repeat for several arms), or boot:BOOT_ID (a boot already "
                                   "up, e.g. an engine registered with `dynocell attach`; not booted or stopped)."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: bundled)."),
-    repeats: int = typer.Option(3, "--repeats", "-n", help="Runs per config (2 or more to get verdicts)."),
+    repeats: int = typer.Option(3, "--repeats", "-n", min=1, max=1000,
+                                help="Runs per config (2 or more to get verdicts)."),
     lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check",
                                   help="Gate arms on greedy output equal to a plain boot."),
     profile: bool = typer.Option(False, "--profile/--no-profile", help="Open a profiler window in every run."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", callback=seconds(), help="Boot limit in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create an experiment: the incumbent, arms, a workload and repeats; the run order is fixed now.

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @model_app.command("make-tiny")
     def make_tiny_cmd(
         dir: Path | None = typer.Argument(None, help="Output folder (default: the cache in the data directory)."),
-        seed: int | None = typer.Option(None, "--seed", help="Seed of the pair (default: the model_seed setting)."),
+        seed: int | None = typer.Option(None, "--seed", min=0, max=2**32 - 1,
+                                        help="Seed of the pair (default: the model_seed setting)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Make (or find cached) the small target + draft pair in Hugging Face layout, offline and deterministic.
@@ -64,7 +65,8 @@ def register(app: typer.Typer) -> None:
                                            "pair's target)."),
         steps: int | None = typer.Option(None, "--steps", min=1, max=100_000,
                                          help="Optimizer steps (default: the recipe's; fewer for a smoke test)."),
-        seed: int | None = typer.Option(None, "--seed", help="Seed (default: the model_seed setting)."),
+        seed: int | None = typer.Option(None, "--seed", min=0, max=2**32 - 1,
+                                        help="Seed (default: the model_seed setting)."),
         kind: str = typer.Option("eagle", "--kind", help="eagle (LlamaForCausalLMEagle), eagle3 "
                                  "(LlamaForCausalLMEagle3, own draft vocabulary) or mtp (the target in MiMo layout "
                                  "with one MTP layer: run it with NEXTN / EAGLE, draft path = model path)."),

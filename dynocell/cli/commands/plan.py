@@ -9,7 +9,8 @@ from dynocell.cli.common import JSON_OPTION_HELP, out, print_json
 
 def plan_cmd(
     config: str = typer.Argument(..., help="A .toml path (not stored) or a stored config name, hash or prefix."),
-    port: int = typer.Option(0, "--port", help="HTTP port of node 0 (default: the config's, else 30000)."),
+    port: int = typer.Option(0, "--port", min=0, max=65535,
+                             help="HTTP port of node 0 (default: the config's, else 30000)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Print the command each node runs: NCCL and other \\[env] settings as KEY=VALUE, then the argv.

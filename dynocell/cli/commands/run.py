@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, table
+from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, seconds, table
 from dynocell.text import printable
 
 
@@ -49,7 +49,7 @@ def run_cmd(
                                   help="Compare greedy output with a plain boot of the same target."),
     profile: bool = typer.Option(True, "--profile/--no-profile",
                                  help="Open a profiler window and split where the time goes."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Boot limit in seconds."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", callback=seconds(), help="Boot limit in seconds."),
     boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, "
                                        "bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
     json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
@@ -149,6 +149,8 @@ def show_cmd(
         if now and now["health"] == "down":
             out(f"health now: down — GET /health does not answer (probed just now, {now['timeout_s']:g} s timeout); "
                 "the verdict below is the last stored one")
+        if boot.state in ("crashed", "failed") and boot.exit_code is not None:
+            out(f"ended: the engine {boots.describe_exit(boot.exit_code)}")  # "was killed by SIGKILL"
         for x in (phases_table(bd), health_table(bd)):
             if x is not None:
                 out(x)
@@ -157,7 +159,7 @@ def show_cmd(
 
 
 def runs_cmd(
-    limit: int = typer.Option(20, "--limit", "-n", help="How many runs."),
+    limit: int = typer.Option(20, "--limit", "-n", min=1, max=1_000_000, help="How many runs."),
     host: Optional[str] = typer.Option(None, "--host", help="Only runs of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

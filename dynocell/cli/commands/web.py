@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
 def web_cmd(
     ctx: typer.Context,
     host: Optional[str] = typer.Option(None, "--host", help="Bind address (default: setting web_host, 127.0.0.1)."),
-    port: Optional[int] = typer.Option(None, "--port", help="Port (default: setting web_port, 8700)."),
+    port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
+                                       help="Port (default: setting web_port, 8700)."),
 ) -> None:
     """Serve the panel (example: dynocell web --port 8700; then open http://127.0.0.1:8700/)."""
     if ctx.invoked_subcommand:

@@ -29,7 +29,7 @@ from dynocell.runbooks.boots.logs import follow, logs
 from dynocell.runbooks.boots.reconcile import (
     concurrent_boot_warning, other_live_boots, reconcile, reconcile_and_list, supervisor_alive,
 )
-from dynocell.runbooks.boots.start import record_crash, resolve_models, start_boot
+from dynocell.runbooks.boots.start import describe_exit, record_crash, resolve_models, start_boot
 from dynocell.runbooks.boots.stop import (
     STOP_REQUEST, requested_grace, stop, stop_live, watch,
 )
@@ -45,6 +45,7 @@ __all__ = [
     "boot",
     "concurrent_boot_warning",
     "config_of_boot",
+    "describe_exit",
     "engine_base_env",
     "engine_profile_dir",
     "expected_server",

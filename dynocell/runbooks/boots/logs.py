@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -15,7 +16,8 @@ from dynocell.runbooks.cell import Cell
 
 
 def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
-    """The last ``tail`` lines of a boot's log file (timestamped as written).
+    """The last ``tail`` lines of a boot's log file (timestamped as written); a ``tail`` larger than
+    the log (even past what an index holds, e.g. 10^23) gives the whole log, 0 or less none.
 
     Raises UserError for a boot of another host (its log is there, not here).
     """
@@ -25,7 +27,7 @@ def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
     if not path.exists():
         return []
     with open(path, "r", encoding="utf-8", errors="replace") as f:
-        return [line.rstrip("\n") for line in deque(f, maxlen=max(tail, 0))]
+        return [line.rstrip("\n") for line in deque(f, maxlen=min(max(tail, 0), sys.maxsize))]
 
 
 def follow(cell: Cell, boot_ref: str, tail: int = 50, poll_s: float = 0.3) -> Iterator[str]:

@@ -5,6 +5,7 @@ phase and the verdict as it comes; a crash after ready is recorded here too.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from typing import Any, Callable
@@ -212,6 +213,19 @@ PORT_RETRIES = 2
 def _port_taken(result: Any) -> bool:
     """Whether a failed boot failed because its port was already bound (``port_in_use``)."""
     return result.signature is not None and result.signature.id == "port_in_use"
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """How a process ended, from its ``Popen.returncode``: ``"exited with code 1"``, ``"was
+    killed by SIGKILL"`` (a negative code is the signal), ``"exited"`` when unknown."""
+    if exit_code is None:
+        return "exited"
+    if exit_code < 0:
+        try:
+            return f"was killed by {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"was killed by signal {-exit_code}"
+    return f"exited with code {exit_code}"
 
 
 def record_crash(cell: Cell, live: LiveBoot) -> db_boots.BootRow | None:

@@ -23,7 +23,7 @@ from dynocell.runbooks.boots.live import (
 from dynocell.runbooks.boots.reconcile import (
     _refuse_foreign, reconcile, supervisor_alive,
 )
-from dynocell.runbooks.boots.start import record_crash
+from dynocell.runbooks.boots.start import describe_exit, record_crash
 from dynocell.runbooks.boots.wait import WAIT_POLL_S
 from dynocell.runbooks.cell import Cell
 
@@ -33,8 +33,17 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None,
     """Stop a boot this process supervises: ``stopping`` → TERM, grace, KILL, verify → ``stopped``.
 
     Returns ``{exit_code, how, seconds, survivors, zombies}``; survivors (which
-    should be none) are also recorded as a failure detail.
+    should be none) are also recorded as a failure detail. An engine that already died on its
+    own is not "stopped": it is recorded ``crashed`` (:func:`record_crash`, with its signature)
+    and the result carries ``crashed`` ("engine was killed by SIGKILL while ready").
     """
+    if live.supervisor.poll().value in ("crashed", "failed"):
+        row = record_crash(cell, live)
+        return {"exit_code": row.get("exit_code"), "how": row.get("stop_how"), "seconds": 0.0,
+                "survivors": (row.get("failure_detail") or {}).get("survivors") or [], "zombies": [],
+                "crashed": f"engine {describe_exit(row.get('exit_code'))} while ready"
+                           + (f" ({row['failure_signature']})" if row.get("failure_signature") not in
+                              (None, "unknown") else "")}
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     db_boots.transition(cell.store, live.boot_id, ("starting", "ready"), "stopping")
     events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="stopping", reason=reason)

@@ -68,6 +68,7 @@ def run_job(
     job = _Job(cell, run_id, progress)
     live: boots.LiveBoot | None = None
     state, error = "completed", None
+    crashed: str | None = None  # "engine was killed by SIGKILL while ready" when it died under the run
     try:
         with job.step("config") as d:
             d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
@@ -135,11 +136,11 @@ def run_job(
             _warn_concurrent(job, live.boot_id)  # one that started while this run measured
             with job.step("stop") as d:
                 d.update(boots.stop_live(cell, live, opts.stop_grace_s, reason=f"run {run_id} {state}"))
+            crashed = d.get("crashed")
         if state != "interrupted" and opts.diagnose:
             with job.step("diagnose") as d:
                 _diagnose(job, d)
-        if state == "completed" and job.failed:
-            state, error = "failed", "steps failed: " + ", ".join(job.failed)
+        state, error = _outcome(state, error, job.failed, crashed)
         db_runs.interrupt_running_steps(cell.store, run_id, "interrupted")
         db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(),
                            summary=_summary(job))
@@ -149,6 +150,18 @@ def run_job(
         raise Interrupted(f"run {run_id} interrupted; the engine was stopped and the steps done are recorded",
                           f"dynocell show {run_id}")
     return run_id
+
+
+def _outcome(state: str, error: str | None, failed: list[str], crashed: str | None) -> tuple[str, str | None]:
+    """The run's final ``(state, error)``: a run whose steps failed is ``failed``; an engine that
+    died under it (``crashed``: "engine was killed by SIGKILL while ready") fails it too, and its
+    death comes first in the error — the steps' errors are only its symptoms."""
+    if state == "completed" and failed:
+        state, error = "failed", "steps failed: " + ", ".join(failed)
+    if crashed:
+        state = "failed" if state == "completed" else state
+        error = crashed + (f"; {error}" if error else "")
+    return state, error
 
 
 def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] | None:
