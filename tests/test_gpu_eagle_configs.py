@@ -24,7 +24,9 @@ ARCH = {"EAGLE": "LlamaForCausalLMEagle", "EAGLE3": "LlamaForCausalLMEagle3", "N
 
 def test_the_eagle_and_mtp_configs_exist():
     assert {p.stem for p in CONFIGS} == {"h200-eagle-graph", "h200-eagle-eager", "h200-eagle3-graph",
-                                         "h200-eagle3-eager", "h200-eagle-tree", "h200-mtp-graph", "h200-mtp-eager"}
+                                         "h200-eagle3-eager", "h200-eagle-tree", "h200-eagle-tree-eager",
+                                         "h200-mtp-graph", "h200-mtp-eager", "h200-eagle-bisect-good",
+                                         "h200-eagle-bisect-bad"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -124,14 +124,15 @@ def test_browser_shows_the_length_card(ladder_run):
     import uvicorn
     from playwright.sync_api import expect, sync_playwright
 
-    from dynocell.runbooks.views import open_view_cell, web_token_create
+    from dynocell.runbooks import web_tokens
+    from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
     from dynocell.web.app import create_app, uvicorn_options
 
     env, rid, shown = ladder_run
     settings = load_settings(home=env["DYNOCELL_HOME"])
     cell = open_view_cell(settings)
-    token = web_token_create(cell, "browser")
+    token = web_tokens.create(cell, "browser")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -77,16 +77,16 @@ def for_import(path: Path, config_hash: str | None, cell: Cell, output_tokens: i
     return {k: report.get(k) for k in ("state", "source", "total_ms", "phases", "ranks", "reason")}
 
 
-def fill_import(cell: Cell, found: dict[str, Any], path: Path, output_tokens: int | None) -> dict[str, Any]:
-    """For a trace imported again (``found``: its ``imports`` row): ``{"phase_split": …}`` — the stored
+def fill_import(cell: Cell, found: Any, path: Path, output_tokens: int | None) -> dict[str, Any]:
+    """For a trace imported again (``found``: its :class:`~dynocell.db.imports.ImportRow`): ``{"phase_split": …}`` — the stored
     split, computed and stored now when the first import predates it — or ``{}`` when there is no profile
     or nothing to say."""
-    pid = found.get("profile_id")
+    pid = found.profile_id
     if not pid:
         return {}
     row = db_runs.get_phases(cell.store, pid)
     if row is None:
-        report = for_import(path, found.get("config_hash"), cell, output_tokens)
+        report = for_import(path, found.config_hash, cell, output_tokens)
         row = db_runs.put_phases(cell.store, pid, report) if report else None
     if row is None:
         return {}
