@@ -78,7 +78,8 @@ def for_import(path: Path, config_hash: str | None, cell: Cell, output_tokens: i
 
 
 def fill_import(cell: Cell, found: Any, path: Path, output_tokens: int | None) -> dict[str, Any]:
-    """For a trace imported again (``found``: its :class:`~dynocell.db.imports.ImportRow`): ``{"phase_split": …}`` — the stored
+    """For a trace imported again (``found``: its :class:`~dynocell.db.imports.ImportRow`):
+    ``{"phase_split": …}`` — the stored
     split, computed and stored now when the first import predates it — or ``{}`` when there is no profile
     or nothing to say."""
     pid = found.profile_id

@@ -39,11 +39,12 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None,
     """
     if live.supervisor.poll().value in ("crashed", "failed"):
         row = record_crash(cell, live)
-        return {"exit_code": row.get("exit_code"), "how": row.get("stop_how"), "seconds": 0.0,
-                "survivors": (row.get("failure_detail") or {}).get("survivors") or [], "zombies": [],
-                "crashed": f"engine {describe_exit(row.get('exit_code'))} while ready"
-                           + (f" ({row['failure_signature']})" if row.get("failure_signature") not in
-                              (None, "unknown") else "")}
+        code = row.exit_code if row else live.supervisor.poll().exit_code
+        sig = row.failure_signature if row else None
+        return {"exit_code": code, "how": row.stop_how if row else None, "seconds": 0.0,
+                "survivors": ((row.failure_detail if row else None) or {}).get("survivors") or [], "zombies": [],
+                "crashed": f"engine {describe_exit(code)} while ready"
+                           + (f" ({sig})" if sig not in (None, "unknown") else "")}
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     db_boots.transition(cell.store, live.boot_id, ("starting", "ready"), "stopping")
     events.publish("boot.state_changed", boot_id=live.boot_id, old="ready", new="stopping", reason=reason)
