@@ -194,3 +194,20 @@ def test_tree_eager_stored_its_phase_split_during_the_run(tmp_path, monkeypatch)
     pct = {p["phase"]: p["pct"] for p in s["profile"]["phases"]["phases"] if p["pct"]}
     assert max(pct, key=pct.get) == "draft_forward" and round(pct["draft_forward"]) == 36
     assert all(c["num_drafts"] == 3 for c in s["curves"])
+
+
+def test_the_eager_store_raises_no_false_alarm(tmp_path, monkeypatch):
+    """The eager twins have reference twins too (the twin of the graph config: CUDA-graph knobs mean nothing
+    to the reference engine), so the heads' decay reads as the head's (info) and the only warning left is
+    the true no_net_win of the tree run."""
+    from dynocell.cli.common import state
+
+    shutil.copy(EAGER / "dynocell.db", tmp_path / "dynocell.db")
+    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
+    state.settings = state.cell = None
+    for rid in ("2c2b06f2ebe4", "0c91d2b7038b", "e6c83de6bff7", "5340e7fda5b6"):
+        fs = json.loads(_cli("diagnose", rid, "--json"))
+        assert {f["rule"] for f in fs if f["severity"] in ("error", "warn")} <= {"no_net_win"}, rid
+        assert "engine_vs_oracle" not in {f["rule"] for f in fs}
+    fs = json.loads(_cli("diagnose", "5340e7fda5b6", "--json"))
+    assert [f["evidence"]["cause"] for f in fs if f["rule"] == "recursive_collapse"] == ["head"] * 3

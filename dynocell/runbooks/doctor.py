@@ -786,7 +786,10 @@ def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
             if want == "greedy":
                 tol = t["greedy_abs_tol"]
             else:
-                ne, nr = c.curve.steps or 0, ref.steps or 0
+                # Verify steps of one request are not independent trials (acceptance comes in runs within a
+                # request), so the steps count for steps / design_effect (calibrated: see the thresholds file).
+                deff = t["sampled_design_effect"]
+                ne, nr = (c.curve.steps or 0) / deff, (ref.steps or 0) / deff
                 se = math.sqrt((pe * (1 - pe) / ne if ne else 0.25) + (pr * (1 - pr) / nr if nr else 0.25))
                 tol = max(t["sampled_abs_floor"], t["sampled_z"] * se)
             gap = abs(pe - pr)
@@ -980,6 +983,19 @@ def _run_tau(store: Any, run: dict[str, Any]) -> float | None:
     return sum(c["tau"] * c["steps"] for c in cs) / steps if steps else None
 
 
+#: Knobs a reference twin may differ in besides ``engine``: how a GPU engine runs (CUDA graphs, attention
+#: kernels, memory pool, batch caps) changes nothing the reference engine computes (it accepts them for
+#: compatibility), so an eager or a graph run has the same twin (issue 24's eager twins on the H200).
+ORACLE_NEUTRAL = ("cuda_graph.", "attention_backend", "memory.mem_fraction_static", "memory.max_running_requests",
+                  "memory.chunked_prefill_size")
+
+
+def _reference_twin(diff: set[str]) -> bool:
+    """True when configs differing in ``diff`` are a run and its reference twin: the engine differs and
+    nothing else but :data:`ORACLE_NEUTRAL` knobs."""
+    return "engine" in diff and all(k == "engine" or k.startswith(ORACLE_NEUTRAL) for k in diff)
+
+
 def _other_workload(run: dict[str, Any], other: dict[str, Any]) -> bool:
     """True when two runs measured different workloads: their stored workload sha256 differ, or
     (for runs that predate the column) their sampling temperatures do. A graph-vs-eager or
@@ -1032,7 +1048,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
         diff = _differing(inp.knobs, knobs)
         if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
             inp.siblings.append(Sibling(other["id"], knobs, tau))
-        elif diff == {"engine"} and knobs.get("engine") == "reference":
+        elif knobs.get("engine") == "reference" and _reference_twin(diff):
             o_opts = other.get("options") or {}
             o_temp = o_opts.get("temperature")
             mode = "greedy" if o_temp in (None, 0, 0.0) else str(o_opts.get("draft_proposal") or "top1")
