@@ -320,3 +320,15 @@ def test_signature_match_as_dict():
     assert m.hint.startswith("activation memory outgrew") and m.source.endswith("signatures.toml")
     d["groups"]["x"] = "y"
     assert "x" not in m.groups  # a copy
+
+
+def test_phase_marks_count_a_repeated_phase_at_its_last_occurrence():
+    """One rule for `import log` and `compare` (issue 22's noticed defect): the target's and then the
+    draft's `weights_end` — the phase counts when the boot has done it for everything it loads; an offset
+    of None (a line before any timestamp) is skipped, not counted."""
+    from dynocell.engine.rules import phase_marks
+
+    pairs = [("weights_begin", 1.0), ("weights_end", 2.5), ("weights_begin", 2.6), ("weights_end", 3.25),
+             ("ready", None), ("cuda_graph_end", 9.0), ("cuda_graph_end", 11.5)]
+    assert phase_marks(pairs) == {"weights_begin": 2.6, "weights_end": 3.25, "cuda_graph_end": 11.5}
+    assert phase_marks([]) == {}
