@@ -618,3 +618,32 @@ def test_ijson_reader_event_budget_of_exactly_one_read(tmp_path, monkeypatch):
     monkeypatch.setattr(trace, "MAX_EVENT_BYTES", 64 << 10)
     evs = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 1} for i in range(5000)]
     assert analyze_trace(write_trace(tmp_path, evs), fast=False).launches == 5000
+
+
+def _kernels(tmp_path: Path, *events: tuple[str, str, float, float]) -> Path:
+    """A hand-built trace: ``(category, name, ts µs, dur µs)`` complete events."""
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": c, "name": n, "ts": ts, "dur": d, "pid": 1, "tid": 1}
+                                             for c, n, ts, d in events]}))
+    return p
+
+
+@pytest.mark.parametrize("events", [
+    [("kernel", "a", 1, 1.7e308), ("kernel", "b", 2, 1.7e308)],  # kernel time overflows a float
+    [("kernel", "a", 0, 6e17), ("kernel", "b", 1, 6e17)],  # kernel time 1.2e18 µs; window and span 6e17
+    [("kernel", "a", 0, 5), ("cpu_op", "aten::mm", 2e18, 1)],  # only the span: a CPU op 2e18 µs later
+], ids=["overflow", "kernel-time", "span"])
+def test_event_times_no_profiler_wrote_are_refused(tmp_path, events):
+    """Kernel time, window or span past 1e18 µs (31,700 years) is a corrupt trace (the newcomer/attack pass:
+    sums of such durations overflowed to 'busy nan %'): a TraceError naming the file, with what to check."""
+    with pytest.raises(TraceError) as exc:
+        analyze_trace(_kernels(tmp_path, *events))
+    assert exc.value.message.startswith(f"{tmp_path / 't.json'}: event times add up to more than 1e+18 µs "
+                                        "(31,700 years); not a profiler trace")
+    assert exc.value.hint == "a ts or dur in the file is corrupt: is it the trace the profiler wrote?"
+
+
+def test_event_times_at_the_limit_are_read(tmp_path):
+    """Exactly 1e18 µs is still read (the limit is inclusive)."""
+    s = analyze_trace(_kernels(tmp_path, ("kernel", "gemm_k", 0, 1e18)))
+    assert s.device_ms == 1e15 and s.window_ms == 1e15
