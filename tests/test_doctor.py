@@ -297,3 +297,41 @@ def test_no_net_win_respects_the_breakeven_noise_band():
     assert "no_net_win" not in [f.rule for f in quiet]
     loud = diagnose_inputs(inputs_from_dict({**base, "plain_step_ms": 2.0, "breakeven_noise": 0.05}))
     assert "no_net_win" in [f.rule for f in loud]
+
+
+def test_stall_lines_count_in_a_row():
+    """`stalled_queue` needs stats lines *in a row* with requests waiting and none running: a healthy
+    reference ladder run logged two isolated `#running-req: 0 … #queue-req: 1` lines, each followed by
+    prefill and decode, and was flagged before (the newcomer check of the merged tree)."""
+    from dynocell.engine.log_signs import scan_lines
+
+    stall = "Decode batch. #running-req: 0, #token: 0, token usage: 0.00, #queue-req: 1, "
+    busy = "Decode batch. #running-req: 1, #token: 90, token usage: 0.01, #queue-req: 0, "
+    apart = scan_lines([busy, stall, busy, busy, stall, busy])
+    assert len(apart["stalls"]) == 2 and apart["stall_run_max"] == 1
+    stuck = scan_lines([busy, stall, stall, stall])
+    assert stuck["stall_run_max"] == 3
+    th = {"stalled_queue": {"min_waiting": 1, "min_stall_lines": 2}}
+    from dynocell.runbooks.doctor_runtime import rule_stalled_queue
+
+    assert rule_stalled_queue(inputs_from_dict({"curves": [], "log": apart}), th) == []
+    f = rule_stalled_queue(inputs_from_dict({"curves": [], "log": stuck}), th)[0]
+    assert f.evidence["stall_lines_in_a_row"] == 3 and "3 stats lines in a row" in f.message
+
+
+def test_depth_decay_says_when_speculation_pays_at_no_length():
+    """When τ is below the break-even already at the shortest prompt, the decay's advice is not "gate by
+    length from N tokens" (which reads as "it pays below N"): it says speculation pays at no measured length
+    (the newcomer check of the merged tree: the reference ladder run, speed-up 0.51× / 0.44× / 0.26×)."""
+    from dynocell.engine.length_curve import with_breakeven
+
+    ladder = [{"text_class": f"{n} tokens", "p": p, "steps": 200, "prompt_tokens": n, "step_ms": ms}
+              for n, p, ms in [(96, [0.6, 0.4, 0.25], 10.4), (384, [0.45, 0.25, 0.1], 12.0),
+                               (896, [0.3, 0.1, 0.03], 18.6)]]
+    f = next(x for x in diagnose_inputs(inputs_from_dict({"ladder": ladder, "plain_step_ms": 2.85}))
+             if x.rule == "depth_decay")
+    assert "pays at no measured length" in f.message and "gate speculation by length (from" not in f.message
+    rows = [{"input_tokens": n, "tau": t, "verify_step_ms": ms} for n, t, ms in [(96, 1.88, 10.4), (384, 1.71, 14.2)]]
+    curve = with_breakeven(rows, 2.85)
+    assert curve["pays_at_no_length"] is True and curve["crossover_tokens"] == 96
+    assert with_breakeven(rows, 20.0)["pays_at_no_length"] is False

@@ -211,3 +211,12 @@ def test_the_eager_store_raises_no_false_alarm(tmp_path, monkeypatch):
         assert "engine_vs_oracle" not in {f["rule"] for f in fs}
     fs = json.loads(_cli("diagnose", "5340e7fda5b6", "--json"))
     assert [f["evidence"]["cause"] for f in fs if f["rule"] == "recursive_collapse"] == ["head"] * 3
+
+
+def test_the_faulted_run_names_the_patch_and_env_as_candidates(home):
+    """Against the EAGLE eager run, the planted-fault run differs in CUDA graphs and also in its build
+    (patches) and env (the armed fault): the comparison names those as candidates, not only the graph knobs."""
+    fs = json.loads(_cli("diagnose", "870590aed7db", "--json"))
+    conf = [f for f in fs if f["rule"] == "confounded_comparison"]
+    assert conf and all("patches" in f["evidence"]["build_env"] for f in conf)
+    assert all("env.DYNOCELL_PLANT_VERIFY_GRAPH_FAULT" in f["evidence"]["candidates"] for f in conf)

@@ -92,7 +92,8 @@ def with_breakeven(rows: list[dict[str, Any]], plain_step_ms: float | None) -> d
     (verify step / plain step), ``speedup`` (τ × plain step / verify step) and ``pays`` (speed-up > 1);
     None where a step time is missing. ``crossover_tokens``: the first bucket's ``input_tokens`` from
     which every longer bucket's speed-up is below 1 as well (speculation stops paying there; None when it
-    pays at the longest length, or without step times).
+    pays at the longest length, or without step times); ``pays_at_no_length``: True when no timed bucket pays
+    (the crossover is then the shortest bucket: there is no length to gate speculation by).
     """
     out = []
     for row in sorted(rows, key=lambda x: x["input_tokens"]):
@@ -111,6 +112,8 @@ def with_breakeven(rows: list[dict[str, Any]], plain_step_ms: float | None) -> d
             cross = b["input_tokens"]
         else:
             break
-    return {"buckets": out, "plain_step_ms": plain_step_ms, "crossover_tokens": cross,
+    timed = [b for b in out if b["pays"] is not None]
+    nowhere = bool(timed) and not any(b["pays"] for b in timed)
+    return {"buckets": out, "plain_step_ms": plain_step_ms, "crossover_tokens": cross, "pays_at_no_length": nowhere,
             "note": PLAIN_STEP_NOTE if plain_step_ms else "no plain step time: speed-up unknown (run with the "
                                                           "lossless check to time the plain twin)"}

@@ -7,7 +7,8 @@
 - ``exceptions``: line numbers of scheduler / engine-core exceptions; ``health_ok_after_exception``:
   ``GET /health … 200`` access lines after the first one (health answering while the engine is dead);
 - ``stalls``: stats lines with requests waiting and none running (SGLang ``#running-req: 0 …
-  #queue-req: N``, vLLM ``Running: 0 reqs … Waiting: N reqs``) and ``busy_stats`` (any other stats line);
+  #queue-req: N``, vLLM ``Running: 0 reqs … Waiting: N reqs``), ``stall_run_max`` (most of them in a row)
+  and ``busy_stats`` (any other stats line);
 - ``nccl``: PyTorch NCCL watchdog timeouts (``WorkNCCL(SeqNum=…, OpType=…, … Timeout(ms)=…) ran for N
   milliseconds``, ``ProcessGroupNCCL.cpp``) with the rank and whether they came before or after ready;
 - ``weight_load_s``: seconds each rank took to load weights (SGLang ``Load weight end. elapsed=…``;
@@ -66,8 +67,9 @@ def _rank(line: str) -> int | None:
 
 def scan_lines(lines: Iterable[str]) -> dict[str, Any]:
     """The runtime signs of one log (see the module doc); line numbers are 1-based."""
-    out: dict[str, Any] = {"ready_line": None, "exceptions": [], "health_ok_after_exception": 0, "stalls": [],
-                           "busy_stats": 0, "nccl": [], "weight_load_s": {}, "capture_truncations": [],
+    out: dict[str, Any] = {"ready_line": None, "exceptions": [], "health_ok_after_exception": 0,
+                           "stalls": [], "stall_run": 0, "stall_run_max": 0, "busy_stats": 0, "nccl": [],
+                           "weight_load_s": {}, "capture_truncations": [],
                            "captured_bs": None, "profile": {"started": 0, "saved": 0, "disabled": []},
                            "rank_load_wait": None, "shard_load_s": None}
     for i, line in enumerate(lines, 1):
@@ -88,8 +90,11 @@ def _scan_serving(line: str, i: int, out: dict[str, Any]) -> None:
         running, waiting = int(st.group(1)), int(st.group(2))
         if running == 0 and waiting > 0:
             out["stalls"].append({"line": i, "waiting": waiting})
+            out["stall_run"] += 1  # stats lines in a row that show the queue not moving
+            out["stall_run_max"] = max(out["stall_run_max"], out["stall_run"])
         else:
             out["busy_stats"] += 1
+            out["stall_run"] = 0
     m = _NCCL.search(line)
     if m:
         work = m.group("work")

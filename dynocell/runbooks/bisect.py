@@ -96,9 +96,10 @@ class BisectPlan:
         for d in self.diffs:
             lines.append(f"  {d.field:<{w}}  {_fmt(d.good)} → {_fmt(d.bad)}")
         lines.append(f"strategy: {self.strategy} ({self.expected_runs} run(s) at most)")
+        lines.append("steps (GOOD with these knobs set as in BAD):")
         for s in self.steps:
-            what = "good + " + ", ".join(s.knobs) if self.strategy == "halving" else "good + " + ", ".join(s.tests)
-            lines.append(f"  step {s.index}: {what}  [{s.config_hash[:19]}]")
+            what = ", ".join(s.knobs if self.strategy == "halving" else s.tests)
+            lines.append(f"  step {s.index} [{s.config_hash[7:19]}]: {what}")
         if self.strategy == "halving":
             lines.append("  search: run the middle step; bad → search the lower half, good → the upper half; "
                          "the first bad step's last-added knobs are responsible")

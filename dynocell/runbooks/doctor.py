@@ -381,8 +381,8 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         "depth_decay", "warn",
         f"τ falls from {taus[0]:.2f} at {lengths[0]:.0f} prompt tokens to {taus[-1]:.2f} at {lengths[-1]:.0f} "
         f"({drop * 100:.0f} % drop, Spearman ρ {rho:.2f}): a gradual decay, no cliff and no zero past a boundary — "
-        "the drafter's nature (it predicts less well as the context it conditions on grows), not a bug: gate "
-        "speculation by length" + _crossover_text(inp, lengths, taus) + ". Only a decay much steeper than the "
+        "the drafter's nature (it predicts less well as the context it conditions on grows), not a bug"
+        + _gate_text(inp, lengths, taus) + ". Only a decay much steeper than the "
         "drafter's training data explains points at position scaling or a truncated draft cache.",
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
          **_crossover(inp, lengths, taus)})]
@@ -445,11 +445,19 @@ def _crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> di
     return out
 
 
-def _crossover_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> str:
+def _gate_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> str:
+    """The policy the decay calls for: gate speculation by length from the crossover on — or, when τ is below
+    the break-even already at the shortest length, say that it pays at no measured length (a gate by length
+    would suggest it pays below it)."""
     c = _crossover(inp, lengths, taus)
-    if c.get("crossover_length") is None:
-        return ""
-    return f" (from {c['crossover_length']:.0f} tokens on τ is below the break-even {c['crossover_breakeven_tau']:.2f})"
+    cross = c.get("crossover_length")
+    if cross is None:
+        return ": gate speculation by length"
+    if cross <= lengths[0]:
+        return (f"; speculation pays at no measured length (τ is below the break-even "
+                f"{c['crossover_breakeven_tau']:.2f} from the shortest prompt on), so there is no length to gate by")
+    return (f": gate speculation by length (from {cross:.0f} tokens on τ is below the break-even "
+            f"{c['crossover_breakeven_tau']:.2f})")
 
 
 def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:

@@ -78,6 +78,15 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
     return out
 
 
+#: Fields that change neither the build nor how it runs (addresses, names).
+_PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "meta.")
+
+
+def _raw_diff(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
+    """Every flattened field two configs differ in, the build (``patches``) and ``env.*`` included."""
+    return {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_PLACE_KNOBS)}
+
+
 def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Several knobs differ and τ is lower here: name the candidates and the confounders instead of refusing."""
     t = th["confounded_comparison"]
@@ -90,17 +99,21 @@ def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
         rel = (tau - o.tau) / o.tau if o.tau else 0.0
         if len(diff) < t["min_knobs"] or -rel < t["tau_rel_min"]:
             continue  # spoken on the run that got worse; the better one has nothing to fix
-        cands = [k for k in diff if k.startswith(ACCEPTANCE_KNOBS)]
+        # The build (patches) and env switches are not knobs of the comparison above, but either can change
+        # τ by itself (a patched verify graph, an env that switches a graph off): name them as candidates.
+        build_env = sorted(_raw_diff(inp.knobs, o.knobs) - set(diff))
+        cands = [k for k in diff if k.startswith(ACCEPTANCE_KNOBS)] + build_env
         confs = [k for k in diff if k not in cands]
         desc = ", ".join(f"{k} {o.knobs.get(k)!r}→{inp.knobs.get(k)!r}" for k in diff)
         msg = (f"τ {tau:.2f} vs {o.tau:.2f} in {o.label} ({rel * 100:+.0f} %) with {len(diff)} knobs differing "
-               f"({desc}). Could explain a τ change: {', '.join(cands) or 'none of them (look at the build)'}; "
+               f"({desc})" + (f", and the build or environment too ({', '.join(build_env)})" if build_env else "")
+               + f". Could explain a τ change: {', '.join(cands) or 'none of them (look at the build)'}; "
                f"changed along with them: {', '.join(confs) or 'nothing else'}"
                + (f" — {len(cands)} candidates confound each other" if len(cands) > 1 else "")
                + ". Vary one at a time: dynocell bisect plan <one config> <the other>.")
         out.append(Finding("confounded_comparison", "warn", msg,
                            {"other": o.label, "tau": r(tau), "other_tau": r(o.tau), "rel_diff": r(rel),
-                            "knobs": diff, "candidates": cands, "confounders": confs}))
+                            "knobs": diff, "candidates": cands, "confounders": confs, "build_env": build_env}))
     return out
 
 
@@ -114,15 +127,10 @@ def _builds(inp: DoctorInputs) -> list[tuple[str, float | None, float | None, di
 
 #: Knobs that name a build of the same engine rather than a different way of running it.
 BUILD_KNOBS = frozenset({"patches"})
-#: Fields that change neither the build nor how it runs (addresses, names).
-_PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "meta.")
-
-
 def _build_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """True when two flattened configs differ in :data:`BUILD_KNOBS` at most — env variables count (an env
     switch such as ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH`` changes how the build runs)."""
-    keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_PLACE_KNOBS)}
-    return keys <= BUILD_KNOBS
+    return _raw_diff(a, b) <= BUILD_KNOBS
 
 
 def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:

@@ -51,21 +51,25 @@ def rule_stalled_queue(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     stalls = inp.log.get("stalls") or []
     running, waiting = inp.gauges.get("running"), inp.gauges.get("waiting")
     from_gauges = running is not None and waiting is not None and running == 0 and waiting >= t["min_waiting"]
-    if not from_gauges and len(stalls) < t["min_stall_lines"]:
+    # Stats lines *in a row*: an isolated "0 running, 1 waiting" line falls between two batches of a healthy
+    # engine (a reference-engine ladder run showed two such lines, each followed by prefill and decode).
+    in_a_row = inp.log.get("stall_run_max", len(stalls))
+    if not from_gauges and in_a_row < t["min_stall_lines"]:
         return []
     if from_gauges:
         where = f"the /metrics scrape shows {waiting:g} request(s) waiting and 0 running"
         if inp.gauges.get("kv_usage") is not None:
             where += f" with the KV cache {inp.gauges['kv_usage'] * 100:.0f} % used"
     else:
-        where = (f"{len(stalls)} stats lines show requests waiting (up to {max(s['waiting'] for s in stalls)}) "
+        where = (f"{in_a_row} stats lines in a row show requests waiting (up to {max(s['waiting'] for s in stalls)}) "
                  f"with none running (first at line {stalls[0]['line']})")
     return [Finding("stalled_queue", "warn",
                     f"{where}: the queue does not move — admission is stuck (a scheduler that never re-admits "
                     "after a stall, a KV pool it believes full, a dead worker). /health may still say 200; "
                     "send one generation (/health_generate) before trusting it.",
                     {"waiting": waiting, "running": running, "kv_usage": r(inp.gauges.get("kv_usage")),
-                     "stall_lines": len(stalls), "source": "metrics" if from_gauges else "log"})]
+                     "stall_lines": len(stalls), "stall_lines_in_a_row": in_a_row,
+                     "source": "metrics" if from_gauges else "log"})]
 
 
 def _nccl_serving(ev: dict[str, Any], log: dict[str, Any], t: dict[str, Any]) -> bool:

@@ -44,7 +44,9 @@ def _sigterm_as_interrupt() -> None:
 def run_cmd(
     config: Optional[str] = typer.Argument(
         None, help="Config name, hash (prefix) or TOML file; default: the embedded reference config."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: the bundled one)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w",
+                                           help="Workload TOML, or a bundled one by name: default, long, ladder "
+                                                "(acceptance by context length)."),
     lossless: bool = typer.Option(True, "--lossless-check/--no-lossless-check",
                                   help="Compare greedy output with a plain boot of the same target."),
     profile: bool = typer.Option(True, "--profile/--no-profile",
@@ -230,11 +232,13 @@ def reanalyze_cmd(
 ) -> None:
     """Compute a stored run's speculative phase split from its trace files and store it.
 
-    The phases: draft, draft extend, target verify, sampling / accept, glue (GPU time and launches per
-    output token each), as `dynocell run` stores them for new runs. For runs recorded before the split
-    existed, or brought back from another host: the trace files are found where they were written,
-    under --trace-dir, or under the data directory's boots/<boot id>/, and used only when their sha256
-    is the stored one.
+    Phases: draft, draft extend, target verify, sampling / accept, glue (GPU time, launches per token).
+
+    For runs recorded before the split existed, or brought back from another host.
+
+    Traces are found where they were written, under --trace-dir, or under boots/<boot id>/.
+
+    A trace is used only when its sha256 is the one stored with the run.
 
     Example: dynocell reanalyze 7c1e
     """

@@ -432,7 +432,8 @@ def _read_toml(p: Path) -> dict[str, Any]:
     try:
         raw = p.read_bytes()
     except OSError as e:
-        raise UserError(f"cannot read workload file {p}: {e.strerror or e}", "check the path") from e
+        raise UserError(f"cannot read workload file {p}: {e.strerror or e}",
+                        f"check the path, or name a bundled workload: {', '.join(BUNDLED)}") from e
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
