@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
+from dynocell.runbooks.doctor_model import PLACE_KNOBS, DoctorInputs, Finding, differing_knobs, r
 
 #: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
 #: differing knob (topology, memory, versions …) moves speed, and confounds a τ comparison.
@@ -78,13 +78,9 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
     return out
 
 
-#: Fields that change neither the build nor how it runs (addresses, names).
-_PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "meta.")
-
-
 def _raw_diff(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
     """Every flattened field two configs differ in, the build (``patches``) and ``env.*`` included."""
-    return {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(_PLACE_KNOBS)}
+    return {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(PLACE_KNOBS)}
 
 
 def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:

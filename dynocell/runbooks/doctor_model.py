@@ -10,9 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+#: Fields that change neither the build nor how it runs (addresses, names, node lists, labels).
+PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "meta.")
 #: Flattened config fields that never change what an engine computes, nor how it is measured (ignored by
-#: comparisons of issue 22's rules): addresses, names, node lists, patches, labels and environment.
-IGNORED_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches", "meta.", "env.")
+#: comparisons of issue 22's rules): the place knobs, patches and environment.
+IGNORED_KNOBS = (*PLACE_KNOBS, "patches", "env.")
 
 
 def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -60,6 +60,20 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
+def _series(out: list[str], name: str, pts: list[tuple[Any, float]], x: Any, y: Any, color: str, dash: str,
+            title: Any) -> None:
+    """Append one series to an SVG: a ``<g class='series'>`` holding the line through ``pts`` (data
+    coordinates, mapped by ``x``/``y``) and a circle with a ``title(px, py)`` tooltip per point."""
+    path = " ".join(f"{'M' if j == 0 else 'L'}{_f(x(px))},{_f(y(py))}" for j, (px, py) in enumerate(pts))
+    out.append(f"<g class='series' data-name='{_e(name)}'>")
+    if path:
+        out.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2.2'{dash}/>")
+    for px, py in pts:
+        out.append(f"<circle class='point' cx='{_f(x(px))}' cy='{_f(y(py))}' r='3.5' fill='{color}'>"
+                   f"<title>{title(px, py)}</title></circle>")
+    out.append("</g>")
+
+
 def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: int | None = None,
                      taus: Iterable[dict[str, Any]] = (), width: int = 560, height: int = 300,
                      css_class: str = "acceptance-chart") -> Markup:
@@ -114,16 +128,9 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
     for i, s in enumerate(series):
         color = s.get("color") or PALETTE[i % len(PALETTE)]
         dash = " stroke-dasharray='6 3'" if s.get("dashed") else ""
-        pts = sorted(s["points"])
-        path = " ".join(f"{'M' if j == 0 else 'L'}{_f(x(px))},{_f(y(py))}" for j, (px, py) in enumerate(pts))
-        out.append(f"<g class='series' data-name='{_e(s['name'])}'>")
-        if path:
-            out.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2.2'{dash}/>")
-        for px, py in pts:
-            out.append(f"<circle class='point' cx='{_f(x(px))}' cy='{_f(y(py))}' r='3.5' fill='{color}'>"
-                       f"<title>{_e(s.get('label', s['name']))} at i={px}: {py:.3f}</title></circle>")
-        out.append("</g>")
         label = s.get("label", s["name"])
+        _series(out, s["name"], sorted(s["points"]), x, y, color, dash,
+                lambda px, py, label=label: f"{_e(label)} at i={px}: {py:.3f}")
         out.append(f"<g class='legend'><line x1='{lx}' x2='{lx + 18}' y1='{legend_y - 4}' y2='{legend_y - 4}' "
                    f"stroke='{color}' stroke-width='3'{dash}/><text x='{lx + 22}' y='{legend_y}' font-size='11' "
                    f"fill='#111827'>{_e(label)}</text></g>")
@@ -184,14 +191,8 @@ def length_chart(buckets: list[dict[str, Any]], *, crossover: int | None = None,
                                       " stroke-dasharray='6 3'")):
         key = "tau" if name == "tau" else "breakeven_tau"
         pts = [(i, b[key]) for i, b in enumerate(buckets) if b.get(key) is not None]
-        path = " ".join(f"{'M' if j == 0 else 'L'}{_f(x(i))},{_f(y(v))}" for j, (i, v) in enumerate(pts))
-        out.append(f"<g class='series' data-name='{name}'>")
-        if path:
-            out.append(f"<path d='{path}' fill='none' stroke='{color}' stroke-width='2.2'{dash}/>")
-        for i, v in pts:
-            out.append(f"<circle class='point' cx='{_f(x(i))}' cy='{_f(y(v))}' r='3.5' fill='{color}'>"
-                       f"<title>{_e(label)} at {_e(buckets[i]['input_tokens'])} tokens: {v:.3f}</title></circle>")
-        out.append("</g>")
+        _series(out, name, pts, x, y, color, dash,
+                lambda i, v, label=label: f"{_e(label)} at {_e(buckets[i]['input_tokens'])} tokens: {v:.3f}")
         if pts:
             out.append(f"<g class='legend'><line x1='{lx}' x2='{lx + 18}' y1='{height - 14}' y2='{height - 14}' "
                        f"stroke='{color}' stroke-width='3'{dash}/><text x='{lx + 22}' y='{height - 10}' "
