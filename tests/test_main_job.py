@@ -105,6 +105,25 @@ def test_acceptance_curves_are_consistent(finished_run):
             assert c["warning"], "a disagreement above 2 % must be a stored warning"
 
 
+def test_each_acceptance_request_is_recorded_beside_its_curve(finished_run):
+    """Migration 0009: every class curve keeps one record per request (prompt and output hashes, the
+    request's own histogram), and the records sum to the curve: what the doctor needs to compare greedy
+    curves with the reference on identical generated text."""
+    _env, shown, _ = finished_run
+    for c in shown["curves"]:
+        reqs = c["requests"]
+        assert reqs and len({r["index"] for r in reqs}) == len(reqs), c["text_class"]
+        for r in reqs:
+            assert len(r["prompt_sha256"]) == 64 and len(r["output_sha256"]) == 64 and r["output_chars"] > 0
+        width = c["num_drafts"] + 1
+        total = [0] * width
+        for r in reqs:
+            h = r["spec_correct_drafts_histogram"]
+            total = [x + y for x, y in zip(total, list(h) + [0] * (width - len(h)))]
+        assert total == c["histogram"], c["text_class"]
+        assert sum(r["spec_verify_ct"] for r in reqs) == c["steps"]
+
+
 def test_breakeven_step_values_agree(finished_run):
     """The break-even step: budget = τ × plain step (the lossless check's plain TPOT), pays = spec step < budget."""
     _env, shown, _ = finished_run

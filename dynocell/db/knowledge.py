@@ -239,7 +239,8 @@ def config_json(store: Any, config_hash: str) -> str | None:
 
 def curves_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
     """Acceptance curves of a run: dicts with text_class, num_drafts, steps, tau, accept_rate, histogram,
-    engine_tau, engine_source, disagreement_pct, completion_tokens, p (list p_1..p_D), a (list a_1..a_D)."""
+    engine_tau, engine_source, disagreement_pct, completion_tokens, p (list p_1..p_D), a (list a_1..a_D),
+    requests (each request's record, migration 0009; None when not stored)."""
     with store.session() as s:
         out = []
         for c in s.scalars(select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id)
@@ -249,7 +250,8 @@ def curves_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
                         "tau": c.tau, "accept_rate": c.accept_rate, "histogram": list(c.histogram or []),
                         "engine_tau": c.engine_tau, "engine_source": c.engine_source,
                         "disagreement_pct": c.disagreement_pct, "completion_tokens": c.completion_tokens,
-                        "p": [p.p_uncond for p in pts], "a": [p.a_cond for p in pts]})
+                        "p": [p.p_uncond for p in pts], "a": [p.a_cond for p in pts],
+                        "requests": list(c.requests) if c.requests else None})
         return out
 
 

@@ -267,7 +267,7 @@ def _run_data(s, r: m.Run, labels: dict[str, list[str]]) -> dict[str, Any]:
     for c in s.scalars(select(m.AcceptanceCurve).where(m.AcceptanceCurve.run_id == r.id)
                        .order_by(m.AcceptanceCurve.text_class)):
         d = _row(c, ("text_class", "num_drafts", "steps", "tau", "accept_rate", "histogram", "completion_tokens",
-                     "engine_tau", "engine_source", "disagreement_pct", "warning"))
+                     "engine_tau", "engine_source", "disagreement_pct", "warning", "requests"))
         d["points"] = [{"position": p.position, "p": p.p_uncond, "a": p.a_cond} for p in c.points]
         curves.append(d)
     profile = None

@@ -295,6 +295,9 @@ class AcceptanceCurve(Base):
     engine_source: Mapped[Optional[str]] = mapped_column(String(64))
     disagreement_pct: Mapped[Optional[float]] = mapped_column(Float)
     warning: Mapped[Optional[str]] = mapped_column(Text)
+    # Each request's evidence (engine.acceptance.request_record), NULL before migration 0009 and for vLLM
+    # (no per-request histogram): lets the doctor compare greedy curves on identical generated text.
+    requests: Mapped[Optional[list[Any]]] = mapped_column(JSON)
 
     points: Mapped[list["AcceptancePoint"]] = relationship(order_by="AcceptancePoint.position")
 

@@ -778,6 +778,63 @@ def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                      "outputs_of": inp.outputs_of})]
 
 
+def _worst_gap(pe_list: Any, pr_list: Any, tol_at: Any) -> tuple[int, float, float] | None:
+    """The position (1-based), gap and tolerance where |p_engine − p_reference| exceeds its tolerance the
+    most; None when every position is within."""
+    worst = None
+    for i in range(min(len(pe_list), len(pr_list))):
+        gap, tol = abs(pe_list[i] - pr_list[i]), tol_at(i)
+        if gap > tol and (worst is None or gap - tol > worst[1] - worst[2]):
+            worst = (i + 1, gap, tol)
+    return worst
+
+
+def _same_text_curves(c: ClassCurve, o: OracleCurve, t: dict[str, Any]) -> tuple[Finding | None, Any, Any, str] | None:
+    """Greedy: compare on the requests whose generated text is identical on both sides
+    (:func:`dynocell.engine.request_acceptance.match_by_text`). None when either side has no request records
+    or every paired request generated the same text (the whole curves compare). Else ``(finding, engine
+    curve, reference curve, where)``: an info ``finding`` ends the comparison (no request left, or the curves
+    on identical text agree); with None the caller compares the two subset curves, ``where`` naming them."""
+    from dynocell.engine import acceptance as acc
+    from dynocell.engine.request_acceptance import match_by_text
+
+    if not c.requests or not o.requests:
+        return None
+    m = match_by_text(c.requests, o.requests)
+    if not m.paired or not m.differing:
+        return None
+    text = (f"{c.text_class}: {m.differing} of {m.paired} requests generated different greedy text on the engine "
+            "than on the reference (a near-tie of the target's top two tokens resolved differently, e.g. fp16 vs "
+            "fp32), so their acceptance is another text's")
+    ev: dict[str, Any] = {"text_class": c.text_class, "mode": "greedy", "paired": m.paired, "same_text": m.same,
+                          "differing_text": m.differing}
+    ce = acc.curve_from_meta_infos(m.engine_same, num_drafts=c.curve.num_drafts) if m.same else None
+    cr = acc.curve_from_meta_infos(m.reference_same, num_drafts=o.curve.num_drafts) if m.same else None
+    if ce is None or cr is None:
+        return Finding("engine_vs_oracle", "info", text + "; no request is left to compare on.", ev), None, None, ""
+    if _worst_gap(ce.p, cr.p, lambda i: float(t["greedy_abs_tol"])) is None:
+        return Finding(
+            "engine_vs_oracle", "info",
+            text + f"; on the {m.same} with identical text the curves agree (τ {ce.tau:.3f} vs {cr.tau:.3f}).",
+            {**ev, "tau_engine": _r(ce.tau), "tau_reference": _r(cr.tau),
+             "p_engine": [_r(x) for x in ce.p], "p_reference": [_r(x) for x in cr.p]}), ce, cr, ""
+    return None, ce, cr, f" on the {m.same} of {m.paired} requests with identical text"
+
+
+def _oracle_tol(want: str, t: dict[str, Any], mine: Any, ref: Any, i: int) -> float:
+    """The tolerance of |p_engine − p_reference| at position ``i`` (0-based): ``greedy_abs_tol`` greedy; sampled,
+    ``sampled_z`` standard errors of the two proportions (never below ``sampled_abs_floor``)."""
+    if want == "greedy":
+        return float(t["greedy_abs_tol"])
+    # Verify steps of one request are not independent trials (acceptance comes in runs within a
+    # request), so the steps count for steps / design_effect (calibrated: see the thresholds file).
+    pe, pr = mine.p[i], ref.p[i]
+    deff = t["sampled_design_effect"]
+    ne, nr = (mine.steps or 0) / deff, (ref.steps or 0) / deff
+    se = math.sqrt((pe * (1 - pe) / ne if ne else 0.25) + (pr * (1 - pr) / nr if nr else 0.25))
+    return max(t["sampled_abs_floor"], t["sampled_z"] * se)
+
+
 def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["engine_vs_oracle"]
     out = []
@@ -786,35 +843,26 @@ def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
         refs = [o for o in inp.oracle if o.text_class == c.text_class and o.mode == want]
         if not refs:
             continue  # only a reference in the wrong proposal mode (or none): comparing would be a false alarm
-        ref = refs[0].curve
-        d = min(len(c.curve.p), len(ref.p))
-        worst = None
-        for i in range(d):
-            pe, pr = c.curve.p[i], ref.p[i]
-            if want == "greedy":
-                tol = t["greedy_abs_tol"]
-            else:
-                # Verify steps of one request are not independent trials (acceptance comes in runs within a
-                # request), so the steps count for steps / design_effect (calibrated: see the thresholds file).
-                deff = t["sampled_design_effect"]
-                ne, nr = (c.curve.steps or 0) / deff, (ref.steps or 0) / deff
-                se = math.sqrt((pe * (1 - pe) / ne if ne else 0.25) + (pr * (1 - pr) / nr if nr else 0.25))
-                tol = max(t["sampled_abs_floor"], t["sampled_z"] * se)
-            gap = abs(pe - pr)
-            if gap > tol and (worst is None or gap - tol > worst[1] - worst[2]):
-                worst = (i + 1, gap, tol)
+        mine, ref, where = c.curve, refs[0].curve, ""
+        split = _same_text_curves(c, refs[0], t) if want == "greedy" else None
+        if split is not None:
+            note, mine, ref, where = split
+            if note is not None:
+                out.append(note)
+                continue
+        worst = _worst_gap(mine.p, ref.p, lambda i, a=mine, b=ref: _oracle_tol(want, t, a, b, i))
         if worst is None:
             continue
         pos, gap, tol = worst
         out.append(Finding(
             "engine_vs_oracle", "error" if want == "greedy" else "warn",
-            f"{c.text_class}: engine p_{pos} = {c.curve.p[pos - 1]:.3f} vs reference ({want}) "
-            f"{ref.p[pos - 1]:.3f}, {gap:.3f} apart (tolerance {tol:.3f}); τ {c.curve.tau:.3f} vs {ref.tau:.3f}. "
+            f"{c.text_class}: engine p_{pos} = {mine.p[pos - 1]:.3f} vs reference ({want}) "
+            f"{ref.p[pos - 1]:.3f}{where}, {gap:.3f} apart (tolerance {tol:.3f}); τ {mine.tau:.3f} vs {ref.tau:.3f}. "
             + ("Greedy curves of the same pair on the same prompts must agree."
                if want == "greedy" else "The reference runs in the engine's draft-proposal mode, so the gap is real."),
             {"text_class": c.text_class, "mode": want, "position": pos, "gap": _r(gap), "tolerance": _r(tol),
-             "p_engine": [_r(x) for x in c.curve.p], "p_reference": [_r(x) for x in ref.p],
-             "tau_engine": _r(c.curve.tau), "tau_reference": _r(ref.tau)}))
+             "p_engine": [_r(x) for x in mine.p], "p_reference": [_r(x) for x in ref.p],
+             "tau_engine": _r(mine.tau), "tau_reference": _r(ref.tau)}))
     return out
 
 
@@ -900,7 +948,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
-                          x.get("engine_tau"), x.get("engine_source"), x.get("step_ms"))
+                          x.get("engine_tau"), x.get("engine_source"), x.get("step_ms"),
+                          tuple(x["requests"]) if x.get("requests") else None)
 
     return DoctorInputs(
         curves=[cc(x) for x in d.get("curves", [])],
@@ -913,7 +962,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         breakeven_noise=d.get("breakeven_noise"),
         output_ids=[list(x) for x in d.get("output_ids", [])], output_texts=list(d.get("output_texts", [])),
         outputs_of=d.get("outputs_of"),
-        oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x)) for x in d.get("oracle", [])],
+        oracle=[OracleCurve(x.get("text_class", "all"), x["mode"], curve_from_dict(x),
+                            tuple(x["requests"]) if x.get("requests") else None) for x in d.get("oracle", [])],
         sampling=d.get("sampling", "greedy"), proposal_mode=d.get("proposal_mode", "top1"),
         baselines=[Baseline(x.get("label", f"baseline {i}"), x.get("build"),
                             {c.get("text_class", "all"): curve_from_dict(c) for c in x.get("curves", [])},
@@ -963,8 +1013,9 @@ def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
         b = queue.get(row["text_class"], [])
         brow = b.pop(0) if b else None
         prompt = (brow["prompt_tokens"] / brow["num_requests"]) if brow and brow["num_requests"] else None
+        reqs = row.get("requests")
         out.append(ClassCurve(row["text_class"], _curve_from_row(row), prompt, row.get("engine_tau"),
-                              row.get("engine_source")))
+                              row.get("engine_source"), requests=tuple(reqs) if reqs else None))
     return out
 
 
@@ -1061,7 +1112,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
             o_temp = o_opts.get("temperature")
             mode = "greedy" if o_temp in (None, 0, 0.0) else str(o_opts.get("draft_proposal") or "top1")
             for cc in _class_curves(store, other["id"]):
-                inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve))
+                inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve, cc.requests))
     # The run's own generations (kept by the bench step at the workload's sampling settings) say
     # what the engine serves; the plain twin's greedy goldens are the fallback for older runs.
     # The plain twin's goldens are greedy: they speak about this run's curves only when its workload was

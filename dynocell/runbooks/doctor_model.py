@@ -54,7 +54,8 @@ class ClassCurve:
     ``curve``: :class:`dynocell.engine.acceptance.Curve`; ``prompt_tokens``: mean
     prompt length of its requests (tokens) when known; ``engine_tau``: the engine's
     own τ for the same requests and ``engine_source`` where it came from; ``step_ms``: the median verify
-    step of these requests (ms), which sets a length bucket's own break-even τ (step_ms / plain step).
+    step of these requests (ms), which sets a length bucket's own break-even τ (step_ms / plain step);
+    ``requests``: each request's record (prompt and output hashes, histogram) when stored (migration 0009).
     """
 
     text_class: str
@@ -63,6 +64,8 @@ class ClassCurve:
     engine_tau: float | None = None
     engine_source: str | None = None
     step_ms: float | None = None
+    #: each request's record (:mod:`dynocell.engine.request_acceptance`), when the store has them
+    requests: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,13 @@ class Sibling:
 
 @dataclass(frozen=True)
 class OracleCurve:
-    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics)."""
+    """A reference-engine curve on the same prompts; ``mode``: greedy | top1 | sampled (draft proposal semantics);
+    ``requests``: its requests' records when stored (to compare greedy curves on identical generated text)."""
 
     text_class: str
     mode: str
     curve: Any
+    requests: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dynocell.engine import acceptance as acc
 from dynocell.engine import breakeven as be
 from dynocell.engine.client import EngineClient
 from dynocell.engine.meta import check_generations
+from dynocell.engine.request_acceptance import request_record
 from dynocell.errors import EngineError
 from dynocell.runbooks import boots
 from dynocell.runbooks.run.bench_step import _bench_row, _run_level
@@ -48,6 +49,10 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             target = {r.index: r.input_tokens_target for r in creqs}
             by_length += [(target[x.index], x) for x in result.results if x.index in target]
             metas = [r.meta_info for r in result.results if r.ok]
+            prompts = {r.index: r.prompt for r in creqs}
+            # Each request's evidence, so the doctor can compare greedy curves on identical generated text.
+            records = [request_record(x.index, prompts[x.index], x.text, x.meta_info)
+                       for x in result.results if x.ok and x.index in prompts]
             per_class.setdefault(text_class, []).extend(metas)
             # A histogram that contradicts the rest of meta_info (Σ h ≠ spec_verify_ct …) is flagged, not
             # silently turned into a τ.
@@ -78,7 +83,7 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
                 run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
                 tau=curve.tau, accept_rate=curve.accept_rate, histogram=list(curve.histogram or []),
                 completion_tokens=completion, engine_tau=engine_tau, engine_source=source,
-                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning, requests=records,
             )
             curves_out.append({"class": text_class, "tau": round(curve.tau, 4),
                                "p": [round(x, 4) for x in curve.p]})
