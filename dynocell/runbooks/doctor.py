@@ -804,8 +804,8 @@ def _same_text_curves(c: ClassCurve, o: OracleCurve, t: dict[str, Any]) -> tuple
     if not m.paired or not m.differing:
         return None
     text = (f"{c.text_class}: {m.differing} of {m.paired} requests generated different greedy text on the engine "
-            "than on the reference (a near-tie of the target's top two tokens resolved differently, e.g. fp16 vs "
-            "fp32), so their acceptance is another text's")
+            "than on the reference (typically a near-tie of the target's top two tokens resolved differently in "
+            "fp16 and fp32), so their acceptance is another text's")
     ev: dict[str, Any] = {"text_class": c.text_class, "mode": "greedy", "paired": m.paired, "same_text": m.same,
                           "differing_text": m.differing}
     ce = acc.curve_from_meta_infos(m.engine_same, num_drafts=c.curve.num_drafts) if m.same else None
@@ -835,16 +835,37 @@ def _oracle_tol(want: str, t: dict[str, Any], mine: Any, ref: Any, i: int) -> fl
     return max(t["sampled_abs_floor"], t["sampled_z"] * se)
 
 
+def _text_differ_share(inp: DoctorInputs) -> tuple[int, int]:
+    """Greedy: (requests whose generated text differs from the reference's, requests paired) over every class
+    with request records on both sides."""
+    from dynocell.engine.request_acceptance import match_by_text
+
+    differ = paired = 0
+    for c in inp.curves:
+        o = next((o for o in inp.oracle if o.text_class == c.text_class and o.mode == "greedy"), None)
+        if o is not None and c.requests and o.requests:
+            m = match_by_text(c.requests, o.requests)
+            differ, paired = differ + m.differing, paired + m.paired
+    return differ, paired
+
+
 def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["engine_vs_oracle"]
     out = []
     want = "greedy" if inp.sampling == "greedy" else inp.proposal_mode
+    # Near-ties explain a few requests on another text; when most differ, the engine's greedy output itself is
+    # in question, so the whole curves are compared (and the share is said) instead of the identical-text ones.
+    differ, paired = _text_differ_share(inp) if want == "greedy" else (0, 0)
+    by_text = not paired or differ / paired <= t["greedy_text_differ_max"]
+    also = (f" {differ} of {paired} requests generated different greedy text than the reference: more than "
+            "near-ties of the target's top two tokens explain — check the output (`dynocell run` with the "
+            "lossless check against the plain twin)." if not by_text else "")
     for c in inp.curves:
         refs = [o for o in inp.oracle if o.text_class == c.text_class and o.mode == want]
         if not refs:
             continue  # only a reference in the wrong proposal mode (or none): comparing would be a false alarm
         mine, ref, where = c.curve, refs[0].curve, ""
-        split = _same_text_curves(c, refs[0], t) if want == "greedy" else None
+        split = _same_text_curves(c, refs[0], t) if want == "greedy" and by_text else None
         if split is not None:
             note, mine, ref, where = split
             if note is not None:
@@ -858,7 +879,7 @@ def rule_engine_vs_oracle(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
             "engine_vs_oracle", "error" if want == "greedy" else "warn",
             f"{c.text_class}: engine p_{pos} = {mine.p[pos - 1]:.3f} vs reference ({want}) "
             f"{ref.p[pos - 1]:.3f}{where}, {gap:.3f} apart (tolerance {tol:.3f}); τ {mine.tau:.3f} vs {ref.tau:.3f}. "
-            + ("Greedy curves of the same pair on the same prompts must agree."
+            + ("Greedy curves of the same pair on the same prompts must agree." + also
                if want == "greedy" else "The reference runs in the engine's draft-proposal mode, so the gap is real."),
             {"text_class": c.text_class, "mode": want, "position": pos, "gap": _r(gap), "tolerance": _r(tol),
              "p_engine": [_r(x) for x in mine.p], "p_reference": [_r(x) for x in ref.p],
