@@ -83,14 +83,14 @@ class BenchRow(rows.Record):
     num_requests: int
     num_failed: int
     length_mismatches: int
-    duration_s: float
+    duration_s: float  # wall time of the level, s
     prompt_tokens: int
     completion_tokens: int
-    request_throughput: float
-    output_tok_s: float
-    total_tok_s: float
-    prefill_tok_s: float | None
-    decode_tok_s: float | None
+    request_throughput: float  # completed requests / duration_s
+    output_tok_s: float  # completion tokens / duration_s (aggregate)
+    total_tok_s: float  # (prompt + completion tokens) / duration_s
+    prefill_tok_s: float | None  # mean over requests of prompt tokens / TTFT
+    decode_tok_s: float | None  # mean over requests of (completion tokens − 1) / (E2E − TTFT)
     ttft_ms: dict[str, Any]
     tpot_ms: dict[str, Any]
     itl_ms: dict[str, Any]
