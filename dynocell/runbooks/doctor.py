@@ -53,15 +53,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from dynocell.errors import NotFound
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dynocell.db.runs import RunRow
 from dynocell.runbooks.doctor_compare import COMPARE_RULES
 from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
 from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
 from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
     Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynocell.db.runs import RunRow
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")

@@ -53,8 +53,8 @@ def reconcile_runs(cell: Cell) -> list[str]:
             continue
         # Re-read now that the process is known dead (it can write nothing more): a run that
         # finished between the listing and the liveness check keeps its real end.
-        now = db_runs.get_run(cell.store, r.id)
-        if now is None or now.state != "running":
+        current = db_runs.get_run(cell.store, r.id)
+        if current is None or current.state != "running":
             continue
         names = db_runs.interrupt_running_steps(cell.store, r.id, "the dynocell process died")
         for prof in db_runs.profiles(cell.store, run_id=r.id):
