@@ -474,13 +474,13 @@ def check_run_rows(cell, run_id: str, expect_state: str = "completed") -> list[s
     if run is None:
         return [f"run row {run_id} missing"]
     out = []
-    if run["state"] != expect_state:
-        out.append(f"run state {run['state']} (expected {expect_state}): {run.get('error')}")
-    if run["ended_at"] is None:
+    if run.state != expect_state:
+        out.append(f"run state {run.state} (expected {expect_state}): {run.error}")
+    if run.ended_at is None:
         out.append("run ended_at missing")
     steps = db_runs.steps(cell.store, run_id)
-    names = [s["name"] for s in steps]
-    if any(s["state"] == "running" for s in steps):
+    names = [s.name for s in steps]
+    if any(s.state == "running" for s in steps):
         out.append("a step is still running")
     if len(names) != len(set(names)):
         out.append(f"duplicate steps {names}")
@@ -489,17 +489,17 @@ def check_run_rows(cell, run_id: str, expect_state: str = "completed") -> list[s
     if missing:
         out.append(f"steps missing: {missing}")
     if expect_state == "completed":
-        bad = {s["name"]: s["state"] for s in steps if s["state"] not in ("completed", "skipped")}
+        bad = {s.name: s.state for s in steps if s.state not in ("completed", "skipped")}
         if bad:
             out.append(f"steps not completed: {bad}")
         bench = db_runs.bench_rows(cell.store, run_id)
-        if not [b for b in bench if not b["text_class"]]:
+        if not [b for b in bench if not b.text_class]:
             out.append("no throughput bench rows")
         if not db_runs.curves(cell.store, run_id):
             out.append("no acceptance curves")
         if not db_runs.profiles(cell.store, run_id=run_id):
             out.append("no profile row")
-    boot = db_boots.get_boot(cell.store, run["boot_id"]) if run.get("boot_id") else None
+    boot = db_boots.get_boot(cell.store, run.boot_id) if run.boot_id else None
     if boot is None:
         out.append("run has no boot row")
     else:
@@ -546,7 +546,7 @@ def _alive_before(pid: int, not_after: float) -> bool:
 def do_run(i: int, env: dict[str, str], deadline: float, tracker: Tracker, cell) -> dict[str, Any]:
     from dynocell.db import runs as db_runs
 
-    before = {r["id"] for r in db_runs.list_runs(cell.store, limit=1000)}
+    before = {r.id for r in db_runs.list_runs(cell.store, limit=1000)}
     t0 = time.monotonic()
     log = Path(env["DYNOCELL_HOME"]) / f"soak-run-{i}.out"
     with open(log, "wb") as out:
@@ -573,18 +573,18 @@ def do_run(i: int, env: dict[str, str], deadline: float, tracker: Tracker, cell)
             proc.wait()
         raise
     seconds = time.monotonic() - t0
-    new = [r for r in db_runs.list_runs(cell.store, limit=1000) if r["id"] not in before]
+    new = [r for r in db_runs.list_runs(cell.store, limit=1000) if r.id not in before]
     res: dict[str, Any] = {"n": i, "exit_code": proc.returncode, "seconds": round(seconds, 1),
-                           "interrupted": interrupted, "run_id": new[0]["id"] if new else None}
+                           "interrupted": interrupted, "run_id": new[0].id if new else None}
     if not new:
         res["problems"] = [f"no run row (exit {proc.returncode}): "
                            + log.read_text(errors="replace")[-400:].strip().replace("\n", " | ")]
         return res
-    res["state"] = new[0]["state"]
+    res["state"] = new[0].state
     expect = "interrupted" if interrupted else "completed"
-    res["problems"] = check_run_rows(cell, new[0]["id"], expect)
-    if interrupted and new[0]["state"] == "completed":
-        res["problems"] = check_run_rows(cell, new[0]["id"], "completed")  # finished before the signal landed
+    res["problems"] = check_run_rows(cell, new[0].id, expect)
+    if interrupted and new[0].state == "completed":
+        res["problems"] = check_run_rows(cell, new[0].id, "completed")  # finished before the signal landed
     if not interrupted and proc.returncode != 0:
         res["problems"].append(f"exit code {proc.returncode}")
     return res

@@ -66,13 +66,13 @@ def test_attach_health_run_and_stop_refused(cell, engine):
 
     run_id = run_on_boot(cell, res["boot_id"])
     run = db_runs.get_run(cell.store, run_id)
-    assert run["state"] == "completed", (run["error"], db_runs.steps(cell.store, run_id))
-    steps = {s["name"]: s["state"] for s in db_runs.steps(cell.store, run_id)}
+    assert run.state == "completed", (run.error, db_runs.steps(cell.store, run_id))
+    steps = {s.name: s.state for s in db_runs.steps(cell.store, run_id)}
     assert steps == {"health": "completed", "bench": "completed", "acceptance": "completed",
                      "profile": "completed", "diagnose": "completed"}
     curves = db_runs.curves(cell.store, run_id)
-    assert curves and all(c["num_drafts"] == 3 and c["steps"] > 0 for c in curves)
-    assert db_runs.profiles(cell.store, run_id=run_id)[0]["state"] == "completed"
+    assert curves and all(c.num_drafts == 3 and c.steps > 0 for c in curves)
+    assert db_runs.profiles(cell.store, run_id=run_id)[0].state == "completed"
 
     with pytest.raises(UserError, match="attached: dynocell did not start it"):
         boots.stop(cell, res["boot_id"])
@@ -105,7 +105,7 @@ def test_two_real_scrapes_of_the_attached_engine_give_its_window(cell, engine):
     (d / "after.txt").write_text(httpx.get(engine.url + "/metrics", trust_env=False).text)
     res = import_metrics(cell, [d / "before.txt", d / "after.txt"])
     assert res["window"].startswith("delta") and res["acceptance"]["source"] == "sglang per-position counters"
-    bench_curves = [Curve.from_histogram(c["histogram"]) for c in db_runs.curves(cell.store, run_id)]
+    bench_curves = [Curve.from_histogram(c.histogram) for c in db_runs.curves(cell.store, run_id)]
     merged = merge(bench_curves)
     # the bench's calibration and warm-up requests are in the window too: τ close, not equal
     assert res["acceptance"]["drafts"] >= merged.steps
@@ -258,8 +258,8 @@ def test_experiment_on_attached_boots_runs_judges_and_leaves_the_engines_up(cell
         assert [s["state"] for s in slots] == ["completed"] * 4, done
         for s in slots:
             run = db_runs.get_run(cell.store, s["run_id"])
-            assert run["boot_id"] == (inc if s["role"] == "incumbent" else arm) and run["kind"] == "run"
-            names = {st["name"] for st in db_runs.steps(cell.store, s["run_id"])}
+            assert run.boot_id == (inc if s["role"] == "incumbent" else arm) and run.kind == "run"
+            names = {st.name for st in db_runs.steps(cell.store, s["run_id"])}
             assert "boot" not in names and {"health", "bench"} <= names
         v = ex.judge(cell, "hand", store=False)
         assert v["complete"] and v["incumbent"]["gates"] == [] and v["arms"][0]["rejections"] == []
@@ -315,7 +315,7 @@ def test_attached_vllm_engine_is_judged_on_vllms_surface(cell, model_pair, tmp_p
         run_id = run_on_boot(cell, res["boot_id"], profile=False)
         from dynocell.db import runs as db_runs
 
-        assert db_runs.get_run(cell.store, run_id)["state"] == "completed"
+        assert db_runs.get_run(cell.store, run_id).state == "completed"
         assert eng.proc.poll() is None  # still the operator's engine
     finally:
         eng.stop()

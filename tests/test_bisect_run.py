@@ -62,5 +62,5 @@ def test_bisect_run_finds_the_knob_on_the_reference_engine(home):
 
     for r in runs:
         row = db_runs.get_run(state.cell.store, r["run_id"])
-        assert row["options"]["workload"] == str(wl)
-        assert row["options"]["lossless"] is False and row["options"]["profile"] is False
+        assert row.options["workload"] == str(wl)
+        assert row.options["lossless"] is False and row.options["profile"] is False

@@ -60,7 +60,7 @@ def test_breakeven_step_on_the_recorded_real_run(real_run_job):
     assert d["plain_source"] == "given" and d["noise_band"] < 0.5 and "NOT" in d["verdict"], d
     from dynocell.db import runs as db_runs
 
-    assert db_runs.get_run(job.cell.store, RUN_ID)["breakeven"] == d  # written to the run row as computed
+    assert db_runs.get_run(job.cell.store, RUN_ID).breakeven == d  # written to the run row as computed
 
 
 def test_breakeven_pays_when_the_budget_exceeds_the_spec_step(real_run_job):
@@ -86,7 +86,7 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
         run_mod._breakeven(job, None, {})
     assert str(skip.value).startswith("no plain step time: none stored for this model, engine, host and workload")
     other = db_runs.get_run(store, "fb0e80c99600")
-    db_runs.update_run(store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
+    db_runs.update_run(store, RUN_ID, lossless_detail={"plain_config_hash": other.config_hash})
     d: dict = {}
     run_mod._breakeven(job, None, d)
     assert _arith(d) == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 8.5118, "budget_ms": 14.9782,
@@ -234,12 +234,12 @@ def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
     d: dict = {}
     run_mod._breakeven(job, 5.2648, d)
     _age_between(d, before, datetime.now(timezone.utc))
-    recorded_hash = db_runs.get_run(job.cell.store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    recorded_hash = db_runs.get_run(job.cell.store, RUN_ID).lossless_detail["plain_config_hash"]
     assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
         "noise_band": 0.1124, "verdict": "does NOT pay", "plain_source": "given", "plain_config_hash": recorded_hash,
         "plain_host": None, "plain_run_id": None, "plain_samples": [], "spec_step_samples": spec_samples}
     other = db_runs.get_run(job.cell.store, "fb0e80c99600")
-    db_runs.update_run(job.cell.store, RUN_ID, lossless_detail={"plain_config_hash": other["config_hash"]})
+    db_runs.update_run(job.cell.store, RUN_ID, lossless_detail={"plain_config_hash": other.config_hash})
     d = {}
     before = datetime.now(timezone.utc)
     run_mod._breakeven(job, None, d)
@@ -247,7 +247,7 @@ def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
     assert d["plain_measured_at"] == "2026-11-30T08:37:57.542843+00:00" and d["plain_age_s"] > 100_000
     assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
         "noise_band": 0.1225, "verdict": "does NOT pay", "plain_source": "plain run fb0e80c99600 (TPOT p50, c=1)",
-        "plain_config_hash": other["config_hash"], "plain_host": None, "plain_run_id": "fb0e80c99600",
+        "plain_config_hash": other.config_hash, "plain_host": None, "plain_run_id": "fb0e80c99600",
         "plain_samples": pytest.approx([8.95823963493592, 7.240387015848509, 7.992909920623846, 8.511762428569787,
                                         7.8989180476330345, 9.449894920642633]),
         "spec_step_samples": spec_samples}
@@ -262,7 +262,7 @@ def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_r
 
     run_mod, job = real_run_job
     store = job.cell.store
-    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    plain_hash = db_runs.get_run(store, RUN_ID).lossless_detail["plain_config_hash"]
     host = socket.gethostname()
 
     def twin(run_id: str, step: float) -> dict:
@@ -281,7 +281,7 @@ def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_r
     assert d["budget_ms"] == pytest.approx(1.7597 * 6.0, abs=1e-3)
     from dynocell.runbooks.configs import config_by_hash
 
-    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID).config_hash)
     d = {}
     run_mod._breakeven(job, None, d, cfg=cfg)  # the lossless check on: still no twin boot, one is stored
     assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")
@@ -301,8 +301,8 @@ def test_breakeven_with_the_runs_config_and_no_lossless_check_boots_no_twin(real
 
     run_mod, job = real_run_job
     row = db_runs.get_run(job.cell.store, RUN_ID)
-    cfg = config_by_hash(job.cell, row["config_hash"])
-    assert run_mod._plain_twin(job.cell, cfg)[1] == row["lossless_detail"]["plain_config_hash"]
+    cfg = config_by_hash(job.cell, row.config_hash)
+    assert run_mod._plain_twin(job.cell, cfg)[1] == row.lossless_detail["plain_config_hash"]
     with pytest.raises(run_mod._Skip) as skip:
         run_mod._breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
     assert str(skip.value) == ("no plain step time: none stored for this model, engine, host and workload, and "
@@ -345,7 +345,7 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
     said: list[str] = []
     job = run_mod._Job(job.cell, RUN_ID, lambda msg, *a: said.append(msg))
     store = job.cell.store
-    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID)["config_hash"])
+    cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID).config_hash)
     plain_hash = run_mod._plain_twin(job.cell, cfg)[1]
     wl = load_workload()
     prompts = [tc.prompts[0] for tc in wl.classes.values()]
@@ -379,7 +379,7 @@ def test_breakeven_reads_stored_plain_steps_only_from_the_same_workload(real_run
 
     run_mod, job = real_run_job
     store = job.cell.store
-    plain_hash = db_runs.get_run(store, RUN_ID)["lossless_detail"]["plain_config_hash"]
+    plain_hash = db_runs.get_run(store, RUN_ID).lossless_detail["plain_config_hash"]
     mine, other = "a" * 64, "f" * 64
     db_runs.update_run(store, RUN_ID, workload_sha256=mine)
     db_runs.update_run(store, "fb0e80c99600", workload_sha256=other, breakeven={

@@ -142,3 +142,86 @@ def test_notes_findings_and_entries_are_records(store: Store):
     entry = dbk.get_entry(store, "s")
     assert _is_frozen_record(entry) and set(entry.to_dict()) == _columns(RunbookEntry)
     assert entry.tags == ["x"] and dbk.list_entries(store) == [entry] and dbk.get_entry(store, "t") is None
+
+
+def _old_shape(store: Store, table, key, **nested) -> dict:
+    """The plain dict ``db/runs.py`` returned before its records (every column; nested rows as lists of
+    dicts), read straight from the table: what ``to_dict()`` must give back."""
+    from dynocell.db.rows import row_dict
+
+    with store.session() as s:
+        d = row_dict(s.get(table, key))
+        for name, (child, fk, order) in nested.items():
+            q = s.query(child).filter(getattr(child, fk) == key).order_by(*order)
+            d[name] = [row_dict(x) for x in q.all()]
+        return d
+
+
+def test_runs_steps_bench_curves_profiles_phases_goldens_are_records(store: Store):
+    """Every public read (and write) of ``db/runs.py`` returns a frozen record; nested rows (curve points,
+    profile splits and kernels) are tuples of records, not the ORM's lists; ``to_dict()`` is the dict the
+    module returned before (the JSON shape the faces print) and goes through ``json.dumps``."""
+    import json
+
+    from dynocell.db import runs as dbr
+    from dynocell.db.tables import (
+        AcceptanceCurve, AcceptancePoint, BenchRun, Golden, ProfileKernel, ProfilePhases, ProfileRun, ProfileSplit,
+        Run, RunStep,
+    )
+
+    dbc.insert_config(store, "sha256:rr", "reference", "dynocell:tiny", "{}", "x = 4")
+    made = dbr.create_run(store, id="r1", kind="run", config_hash="sha256:rr", state="running", step="config",
+                          options={"temperature": 0})
+    moved = dbr.update_run(store, "r1", state="completed", summary={"tau": 2.5})
+    run = dbr.get_run(store, "r1")
+    assert all(_is_frozen_record(x) for x in (made, moved, run)) and dbr.list_runs(store) == [run]
+    assert (made.state, moved.state, run.summary, run.options) == ("running", "completed", {"tau": 2.5},
+                                                                   {"temperature": 0})
+    assert dbr.get_run(store, "r2") is None and dbr.list_runs(store, states=("running",)) == []
+    dbr.end_step(store, dbr.start_step(store, "r1", "bench"), "completed", {"levels": []})
+    (step,) = dbr.steps(store, "r1")
+    pct = {"p50": 7.0, "p90": 7.0, "p99": 7.0}
+    bench = dbr.add_bench(store, run_id="r1", concurrency=1, num_requests=3, duration_s=1.0, prompt_tokens=30,
+                          completion_tokens=30, request_throughput=3.0, output_tok_s=30.0, total_tok_s=60.0,
+                          ttft_ms=pct, tpot_ms=pct, itl_ms=pct, e2e_ms=pct, extra={"samples": ["a"]})
+    added = dbr.add_curve(store, [(1, 0.9, 0.9), (2, 0.72, 0.8)], run_id="r1", text_class="code", num_drafts=2,
+                          steps=10, tau=2.62, accept_rate=0.81, histogram=[1, 2, 7])
+    (curve,) = dbr.curves(store, "r1")
+    prof = dbr.create_profile(store, run_id="r1", state="running")
+    dbr.finish_profile(store, prof.id, [{"rank": -1, "category": "gemm", "ms": 4.0, "pct": 80.0, "launches": 2},
+                                        {"rank": -1, "category": "attention", "ms": 1.0, "pct": 20.0,
+                                         "launches": 3}],
+                       [{"rank": -1, "name": "sm90_gemm", "category": "gemm", "ms": 4.0, "launches": 2}],
+                       state="completed", busy_pct=50.0)
+    (done,) = dbr.profiles(store, run_id="r1")
+    phases = dbr.put_phases(store, prof.id, {"state": "split", "source": "gpu", "total_ms": 5.0,
+                                             "phases": [{"phase": "verify", "ms": 5.0}]})
+    golden = dbr.put_golden(store, config_hash="sha256:rr", kind="canary", prompt_sha256="ab" * 32, prompt="p",
+                            max_new_tokens=4, output_text="q", output_ids=[1, 2])
+    for rec in (step, bench, added, curve, prof, done, phases, golden, dbr.get_phases(store, prof.id),
+                dbr.get_golden(store, "sha256:rr", "canary", "ab" * 32, 4), *curve.points, *done.splits,
+                *done.kernels):
+        assert _is_frozen_record(rec), rec
+    assert added == curve and [p.position for p in curve.points] == [1, 2] and curve.points[1].a_cond == 0.8
+    assert isinstance(curve.points, tuple) and isinstance(done.splits, tuple) and isinstance(done.kernels, tuple)
+    assert [x.category for x in done.splits] == ["gemm", "attention"] and done.state == "completed"
+    assert (prof.splits, prof.kernels, prof.state) == ((), (), "running")
+    assert dbr.get_phases(store, 99) is None and dbr.get_golden(store, "sha256:rr", "lossless", "ab" * 32, 4) is None
+
+    by_pos = (AcceptancePoint.position,)
+    by_rank = (ProfileSplit.rank, ProfileSplit.ms.desc())
+    assert dbr.get_run(store, "r1").to_dict() == _old_shape(store, Run, "r1")
+    assert step.to_dict() == _old_shape(store, RunStep, step.id)
+    assert dbr.bench_rows(store, "r1")[0].to_dict() == _old_shape(store, BenchRun, bench.id)
+    assert curve.to_dict() == _old_shape(store, AcceptanceCurve, curve.id,
+                                         points=(AcceptancePoint, "curve_id", by_pos))
+    assert done.to_dict() == _old_shape(store, ProfileRun, done.id,
+                                        splits=(ProfileSplit, "profile_id", by_rank),
+                                        kernels=(ProfileKernel, "profile_id", (ProfileKernel.rank,)))
+    assert dbr.get_phases(store, prof.id).to_dict() == _old_shape(store, ProfilePhases, phases.id)
+    assert dbr.get_golden(store, "sha256:rr", "canary", "ab" * 32, 4).to_dict() == _old_shape(store, Golden,
+                                                                                              golden.id)
+    shape = json.loads(json.dumps(done.to_dict(), default=str))
+    assert shape["splits"][0] == {"id": done.splits[0].id, "profile_id": done.id, "rank": -1, "category": "gemm",
+                                  "ms": 4.0, "pct": 80.0, "launches": 2}
+    assert json.loads(json.dumps(curve.to_dict()))["points"][0]["p_uncond"] == 0.9

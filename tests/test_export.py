@@ -38,7 +38,7 @@ def filled(backend_settings, tmp_path):
         db_runs.add_curve(cell.store, [(1, 0.9, 0.9), (2, 0.8, 0.889)], run_id=rid, text_class="code", num_drafts=2,
                           steps=10, tau=2.7, accept_rate=0.85, histogram=[1, 1, 8], completion_tokens=27)
         prof = db_runs.create_profile(cell.store, run_id=rid, state="running", host_id=hosts.this_host_id(cell))
-        db_runs.finish_profile(cell.store, prof["id"], state="completed",
+        db_runs.finish_profile(cell.store, prof.id, state="completed",
                                splits=[{"rank": -1, "category": "gemm", "ms": 40.0, "pct": 80.0, "launches": 10},
                                        {"rank": -1, "category": "pointwise", "ms": 10.0, "pct": 20.0, "launches": 30}])
     return a, config_hash

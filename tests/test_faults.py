@@ -435,12 +435,12 @@ def test_engine_closing_connections_mid_stream(fake_sglang, tmp_path, leftovers)
     finally:
         boots.stop_live(cell, live)
     levels = db_runs.bench_rows(cell.store, run_id)
-    assert [b["concurrency"] for b in levels] == [1, 2], "the bench goes on to the next level"
+    assert [b.concurrency for b in levels] == [1, 2], "the bench goes on to the next level"
     for b in levels:
-        assert b["num_requests"] == 4 and b["num_failed"] == 2, b
-        assert b["extra"]["failures"] == {"connection_closed": 2}, b["extra"]
-        assert b["completion_tokens"] == 2 * 16 and b["output_tok_s"] > 0, "the good requests are measured"
-    steps = {s["name"]: s["state"] for s in db_runs.steps(cell.store, run_id)}
+        assert b.num_requests == 4 and b.num_failed == 2, b
+        assert b.extra["failures"] == {"connection_closed": 2}, b.extra
+        assert b.completion_tokens == 2 * 16 and b.output_tok_s > 0, "the good requests are measured"
+    steps = {s.name: s.state for s in db_runs.steps(cell.store, run_id)}
     assert steps["bench"] == "completed"
     assert not live_members(live.supervisor.pid, live.supervisor.pgid)
 

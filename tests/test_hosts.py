@@ -110,7 +110,7 @@ def test_runs_reconcile_locally_and_lists_filter_by_host(two_hosts, cli_env):
         db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
                            pid=dead_pid(), host_id=hosts.this_host_id(cell))
     assert reconcile_runs(a) == ["runA"]
-    assert db_runs.get_run(a.store, "runB")["state"] == "running"  # B's pid means nothing on A
+    assert db_runs.get_run(a.store, "runB").state == "running"  # B's pid means nothing on A
     assert reconcile_runs(b) == ["runB"]
 
     everything = {r["id"]: r["host_label"] for r in views.list_runs(a)}

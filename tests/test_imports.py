@@ -138,12 +138,12 @@ def test_import_real_vllm_log_end_to_end(cell):
     # acceptance from the 4 SpecDecoding lines, step-weighted by drafts (= drafted tokens / 3)
     (curve,) = db_runs.curves(cell.store, res["run_id"])
     lines = [ln for ln in (VLLM / "C_draft_graph.server.log").read_text().splitlines() if "SpecDecoding metrics" in ln]
-    assert len(lines) == 4 and curve["num_drafts"] == 3
+    assert len(lines) == 4 and curve.num_drafts == 3
     drafts = [567 // 3, 939 // 3, 699 // 3, 2112 // 3]
     p1 = (0.825 * drafts[0] + 0.511 * drafts[1] + 0.901 * drafts[2] + 0.866 * drafts[3]) / sum(drafts)
-    assert curve["steps"] == sum(drafts)
-    assert curve["points"][0]["p_uncond"] == pytest.approx(p1, abs=1e-9)
-    assert curve["tau"] == pytest.approx(1 + sum(p["p_uncond"] for p in curve["points"]))
+    assert curve.steps == sum(drafts)
+    assert curve.points[0].p_uncond == pytest.approx(p1, abs=1e-9)
+    assert curve.tau == pytest.approx(1 + sum(p.p_uncond for p in curve.points))
 
 
 def test_config_show_of_an_observed_config_shows_only_what_was_seen(cell):
@@ -183,7 +183,7 @@ def test_import_real_sglang_logs(cell, name):
         assert res["acceptance"] is None and curves == []
         assert res["config_fields"]["cuda_graph.disable"] is True
     else:  # C and E ran speculative decoding: the "Decode batch … accept len" lines
-        assert res["acceptance"]["format"] == "sglang-decode" and curves[0]["tau"] > 1
+        assert res["acceptance"]["format"] == "sglang-decode" and curves[0].tau > 1
 
 
 def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_path):
@@ -294,8 +294,8 @@ def test_foreign_fragments_import_with_a_given_config(cell):
 
     res = import_log_and_check(cell, FOREIGN / "vllm-v1-spec-ngram.log", config_ref=EXAMPLE)
     (curve,) = db_runs.curves(cell.store, res["run_id"])
-    assert [round(p["p_uncond"], 3) for p in curve["points"]] == [0.983, 0.949, 0.915, 0.881, 0.712]
-    assert curve["engine_tau"] == 5.44
+    assert [round(p.p_uncond, 3) for p in curve.points] == [0.983, 0.949, 0.915, 0.881, 0.712]
+    assert curve.engine_tau == 5.44
     crash = import_log_and_check(cell, FOREIGN / "sglang-eagle-crash-while-serving.log", config_ref=EXAMPLE)
     assert crash["state"] == "crashed" and crash["events"][0]["kind"] == "scheduler_exception"
 
@@ -396,11 +396,11 @@ def test_import_one_real_vllm_scrape_gives_the_per_position_curve(cell):
     drafts = snap.sum("vllm:spec_decode_num_drafts_total")
     per = [snap.get("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i)) for i in range(3)]
     (curve,) = db_runs.curves(cell.store, res["run_id"])
-    assert [p["p_uncond"] for p in curve["points"]] == pytest.approx([x / drafts for x in per])
+    assert [p.p_uncond for p in curve.points] == pytest.approx([x / drafts for x in per])
     # τ = 1 + accepted / drafts, and it equals 1 + Σ p_i (vLLM counts every accepted token at its position)
     accepted = snap.sum("vllm:spec_decode_num_accepted_tokens_total")
-    assert curve["tau"] == pytest.approx(1 + accepted / drafts) and curve["engine_tau"] == pytest.approx(curve["tau"])
-    assert curve["steps"] == drafts == 1995
+    assert curve.tau == pytest.approx(1 + accepted / drafts) and curve.engine_tau == pytest.approx(curve.tau)
+    assert curve.steps == drafts == 1995
 
 
 def import_metrics_and_check(cell, *paths, **kw):
@@ -477,10 +477,10 @@ def test_import_real_sglang_meta_info_requests(cell):
     lines = (DATA / "requests" / "sglang-0.5.17-C.meta_info.jsonl").read_text().splitlines()
     metas = [json.loads(ln)["meta_info"] for ln in lines]
     hist = [sum(col) for col in zip(*(m["spec_correct_drafts_histogram"] for m in metas))]
-    assert curve["histogram"] == hist
+    assert curve.histogram == hist
     (row,) = db_runs.bench_rows(cell.store, res["run_id"])
-    assert row["completion_tokens"] == sum(m["completion_tokens"] for m in metas)
-    assert row["extra"]["per_request_tau"] == [m["spec_accept_length"] for m in metas]
+    assert row.completion_tokens == sum(m["completion_tokens"] for m in metas)
+    assert row.extra["per_request_tau"] == [m["spec_accept_length"] for m in metas]
 
 
 def import_requests_and_check(cell, path, **kw):
@@ -517,8 +517,8 @@ def test_import_bench_files_of_each_tool(cell, name, tool, levels, ttft_p50):
     res = import_bench(cell, BENCH / name, config_ref=EXAMPLE)
     assert res["tool"] == tool and len(res["levels"]) == levels
     rows = db_runs.bench_rows(cell.store, res["run_id"])
-    assert len(rows) == levels and rows[0]["ttft_ms"]["p50"] == pytest.approx(ttft_p50)
-    assert rows[0]["extra"]["tool"] == tool and isinstance(rows[0]["extra"]["lost"], list)
+    assert len(rows) == levels and rows[0].ttft_ms["p50"] == pytest.approx(ttft_p50)
+    assert rows[0].extra["tool"] == tool and isinstance(rows[0].extra["lost"], list)
     assert not import_bench(cell, BENCH / name, config_ref=EXAMPLE)["created"]
 
 
@@ -528,13 +528,13 @@ def test_bench_field_mapping_details(cell):
 
     aip = import_bench(cell, BENCH / "aiperf-profile_export_aiperf.json", config_ref=EXAMPLE)
     (row,) = db_runs.bench_rows(cell.store, aip["run_id"])
-    assert row["concurrency"] == 100 and row["num_requests"] == 200 and row["completion_tokens"] == 19370
-    assert row["e2e_ms"]["p90"] == pytest.approx(8594.209632299999) and row["ttft_ms"]["p90"] is None
-    assert "error_summary" in row["extra"]["lost"]
+    assert row.concurrency == 100 and row.num_requests == 200 and row.completion_tokens == 19370
+    assert row.e2e_ms["p90"] == pytest.approx(8594.209632299999) and row.ttft_ms["p90"] is None
+    assert "error_summary" in row.extra["lost"]
     sgl = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)
     (row,) = db_runs.bench_rows(cell.store, sgl["run_id"])
-    assert row["e2e_ms"]["mean"] == 11746.39 and row["itl_ms"]["p99"] == 13753.42
-    assert "p95_itl_ms" in row["extra"]["lost"] and "total_output_tokens_retokenized" in row["extra"]["lost"]
+    assert row.e2e_ms["mean"] == 11746.39 and row.itl_ms["p99"] == 13753.42
+    assert "p95_itl_ms" in row.extra["lost"] and "total_output_tokens_retokenized" in row.extra["lost"]
 
 
 def test_unknown_bench_tool_and_broken_json_are_refused(cell, tmp_path):

@@ -136,7 +136,7 @@ def test_imported_traces_get_their_split(cell):
     from dynocell.db import runs as db_runs
 
     stored = db_runs.get_phases(cell.store, spec["profile_id"])
-    assert stored["phases"] == spec["phase_split"]["phases"]
+    assert stored.phases == spec["phase_split"]["phases"]
     plain = import_trace(cell, H200 / "boots" / "abb2d923339c" / "e0c4da1d051a-TP-0.trace.json.gz")
     assert plain["phase_split"] is None and db_runs.get_phases(cell.store, plain["profile_id"]) is None
     vllm = import_trace(cell, next((VLLM / "boots" / "dd4f31340195").glob("rank0.*.pt.trace.json.gz")))
@@ -157,7 +157,7 @@ def test_a_trace_imported_before_the_split_gets_it_when_imported_again(cell):
     again = import_trace(cell, trace)
     assert again["created"] is False and again["profile_id"] == first["profile_id"]
     assert again["phase_split"]["phases"] == first["phase_split"]["phases"]
-    assert db_runs.get_phases(cell.store, first["profile_id"])["state"] == "split"
+    assert db_runs.get_phases(cell.store, first["profile_id"]).state == "split"
 
 
 def _cli(env, *args):

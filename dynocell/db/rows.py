@@ -27,13 +27,23 @@ class Record:
     that merge a row into a wider dict; :meth:`of` builds one from an ORM row."""
 
     def to_dict(self) -> dict[str, Any]:
-        """``{field: value}`` in field order (values as stored: lists/dicts are the record's own)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """``{field: value}`` in field order (values as stored: lists/dicts are the record's own; a tuple of
+        records, the rows nested under this one, as a list of their ``to_dict()``)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
-    def of(cls: type[R], obj: Any) -> R:
-        """The record of ORM row ``obj`` (each field read from the column of the same name)."""
-        return cls(**{f.name: getattr(obj, f.name) for f in fields(cls)})
+    def of(cls: type[R], obj: Any, **given: Any) -> R:
+        """The record of ORM row ``obj`` (each field read from the column of the same name; fields in
+        ``given``, e.g. nested rows read by another query, taken from there instead)."""
+        return cls(**{f.name: given[f.name] if f.name in given else getattr(obj, f.name) for f in fields(cls)})
+
+
+def _plain(value: Any) -> Any:
+    """``value`` for :meth:`Record.to_dict`: a tuple of records (records keep nested rows as tuples; an empty
+    one too) becomes a list of dicts, the rest is kept."""
+    if isinstance(value, tuple) and all(isinstance(v, Record) for v in value):
+        return [v.to_dict() for v in value]
+    return value
 
 
 def row_dict(obj: Any) -> dict[str, Any]:

@@ -271,9 +271,10 @@ def run_bisect(cell: Any, good_ref: str, bad_ref: str, *, tau_drop: float = 0.1,
         h = store_config(cell, cfg)
         say(f"bisect: running {label}", {"config_hash": h})
         rid = run_job(cell, h, options=options, progress=progress)
-        run = db_runs.get_run(cell.store, rid) or {}
-        return {"label": label, "run_id": rid, "config_hash": h, "tau": (run.get("summary") or {}).get("tau"),
-                "lossless": run.get("lossless"), "state": run.get("state")}
+        run = db_runs.get_run(cell.store, rid)
+        return {"label": label, "run_id": rid, "config_hash": h,
+                "tau": ((run.summary if run else None) or {}).get("tau"),
+                "lossless": run.lossless if run else None, "state": run.state if run else None}
 
     g, b = measure(good, "good"), measure(bad, "bad")
     runs = [g, b]

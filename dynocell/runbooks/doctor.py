@@ -50,7 +50,7 @@ import re
 import tomllib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from dynocell.errors import NotFound
 from dynocell.runbooks.doctor_compare import COMPARE_RULES
@@ -59,6 +59,9 @@ from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
 from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
     Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynocell.db.runs import RunRow
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")
@@ -1045,8 +1048,8 @@ def _length_ladder(store: Any, run_id: str) -> list[ClassCurve]:
     over every class, with its mean prompt length and verify step; [] for a run of one length."""
     from dynocell.db import runs as db_runs
 
-    step = next((s for s in db_runs.steps(store, run_id) if s["name"] == "acceptance"), None)
-    rows = ((step or {}).get("detail") or {}).get("by_length") or []
+    step = next((s for s in db_runs.steps(store, run_id) if s.name == "acceptance"), None)
+    rows = ((step.detail if step else None) or {}).get("by_length") or []
     return [ClassCurve(f"{b['input_tokens']} tokens", _curve_from_row(b),
                        b.get("prompt_tokens") or float(b["input_tokens"]), step_ms=b.get("verify_step_ms"))
             for b in rows]
@@ -1076,14 +1079,15 @@ def _reference_twin(diff: set[str]) -> bool:
     return "engine" in diff and all(k == "engine" or k.startswith(ORACLE_NEUTRAL) for k in diff)
 
 
-def _other_workload(run: dict[str, Any], other: dict[str, Any]) -> bool:
-    """True when two runs measured different workloads: their stored workload sha256 differ, or
-    (for runs that predate the column) their sampling temperatures do. A graph-vs-eager or
-    parallel-size comparison across workloads compares the workloads, not the knob."""
-    a, b = run.get("workload_sha256"), other.get("workload_sha256")
+def _other_workload(run: RunRow, other: dict[str, Any]) -> bool:
+    """True when two runs (``run`` stored, ``other`` one of ``completed_runs_with_configs``) measured different
+    workloads: their stored workload sha256 differ, or (for runs that predate the column) their sampling
+    temperatures do. A graph-vs-eager or parallel-size comparison across workloads compares the workloads,
+    not the knob."""
+    a, b = run.workload_sha256, other.get("workload_sha256")
     if a and b:
         return a != b
-    return (run.get("options") or {}).get("temperature") != (other.get("options") or {}).get("temperature")
+    return (run.options or {}).get("temperature") != (other.get("options") or {}).get("temperature")
 
 
 def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
@@ -1097,21 +1101,21 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     if run is None:
         raise NotFound(f"no run {run_id!r}", "see dynocell runs")
     inp = DoctorInputs(curves=_class_curves(store, run_id), ladder=_length_ladder(store, run_id))
-    cj = dbk.config_json(store, run["config_hash"])
+    cj = dbk.config_json(store, run.config_hash)
     if cj:
         inp.knobs = flatten_config(cj)
-    opts = run.get("options") or {}
+    opts = run.options or {}
     temp = opts.get("temperature")
     inp.sampling = "sampled" if temp not in (None, 0, 0.0) else "greedy"
     topk = inp.knobs.get("speculative.eagle_topk")
     inp.proposal_mode = str(opts.get("draft_proposal") or ("top1" if topk in (None, 1) else "sampled"))
-    be = run.get("breakeven") or {}
+    be = run.breakeven or {}
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")
-    inp.spec_decode_tok_s = (run.get("summary") or {}).get("decode_tok_s")
-    plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
-    seen: set[str] = {run["config_hash"]}
+    inp.spec_decode_tok_s = (run.summary or {}).get("decode_tok_s")
+    plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
+    seen: set[str] = {run.config_hash}
     for other in dbk.completed_runs_with_configs(store, exclude_run=run_id):
         h = other["config_hash"]
         if h == plain_hash and inp.plain_decode_tok_s is None:
@@ -1169,8 +1173,9 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     if run_id:
         findings = diagnose_inputs(inputs_for_run(cell, run_id), knowledge=kn)
         if store_findings:
-            run = db_runs.get_run(store, run_id) or {}
-            dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id, boot_id=run.get("boot_id"))
+            run = db_runs.get_run(store, run_id)
+            dbk.save_findings(store, [f.to_dict() for f in findings], run_id=run_id,
+                              boot_id=run.boot_id if run else None)
         return findings
     boot_id = found.key
     boot = db_boots.get_boot(store, boot_id)

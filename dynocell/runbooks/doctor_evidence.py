@@ -11,7 +11,7 @@ runtime rules. Reads only; the log is read from its start up to :data:`MAX_LOG_R
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynocell.runbooks.doctor_model import (
     Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling, differing_knobs,
@@ -19,6 +19,9 @@ from dynocell.runbooks.doctor_model import (
 
 #: Bytes of an engine log the doctor reads (boot lines are at the start; a longer log is read head + tail).
 MAX_LOG_READ = 16 << 20
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynocell.db.runs import RunRow
 
 
 def log_lines(path: str | None) -> list[str]:
@@ -120,9 +123,8 @@ def _profile(store: Any, run_id: str) -> dict[str, Any]:
     if not profs:
         return {}
     p = profs[-1]
-    return {"requested": True, "traces": p.get("traces") or [], "graph_launches": p.get("graph_launches"),
-            "launches": p.get("launches"), "source": p.get("source"), "trace_dir": p.get("trace_dir"),
-            "state": p.get("state")}
+    return {"requested": True, "traces": p.traces or [], "graph_launches": p.graph_launches,
+            "launches": p.launches, "source": p.source, "trace_dir": p.trace_dir, "state": p.state}
 
 
 def _curves_by_class(store: Any, run_id: str) -> dict[str, Any]:
@@ -149,7 +151,7 @@ def _mode(knobs: dict[str, Any], keys: list[str]) -> str:
     return ", ".join(f"{k}={knobs.get(k)!r}" for k in keys)
 
 
-def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
+def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
     """Baselines (same config and workload), others (same model, speculation and workload, other knobs) and
     the outputs of runs that differ only in a serving mode (``mode_texts``)."""
     from dynocell.db import knowledge as dbk
@@ -157,12 +159,12 @@ def _comparisons(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
 
     store = cell.store
     seen: set[str] = set()
-    for other in dbk.completed_runs_with_configs(store, exclude_run=run["id"]):
-        if other.get("workload_sha256") != run.get("workload_sha256") or other.get("kind") != run.get("kind"):
+    for other in dbk.completed_runs_with_configs(store, exclude_run=run.id):
+        if other.get("workload_sha256") != run.workload_sha256 or other.get("kind") != run.kind:
             continue
         curves = _curves_by_class(store, other["id"])
         tok_s = (other.get("summary") or {}).get("decode_tok_s")
-        if other["config_hash"] == run["config_hash"]:
+        if other["config_hash"] == run.config_hash:
             build = (other.get("summary") or {}).get("build") or str(other.get("started_at") or "")[:10] or None
             if curves:
                 inp.baselines.append(Baseline(other["id"], build, curves, tok_s))
@@ -191,18 +193,18 @@ def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any
         inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
 
 
-def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any] | None:
+def _plain_twin_run(store: Any, run: RunRow, knobs: dict[str, Any]) -> dict[str, Any] | None:
     """The latest run of the plain twin: the lossless step's plain config, else the config equal to this one
     with speculation off (an imported plain arm of the same model)."""
     from dynocell.db import knowledge as dbk
     from dynocell.runbooks.doctor import flatten_config
 
-    plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
+    plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     mine = {k: v for k, v in knobs.items() if not k.startswith("speculative.")}
-    for o in dbk.completed_runs_with_configs(store, exclude_run=run["id"]):
+    for o in dbk.completed_runs_with_configs(store, exclude_run=run.id):
         if plain_hash and o["config_hash"] == plain_hash:
             return o
-        if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run["config_hash"]:
+        if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run.config_hash:
             theirs = flatten_config(o["canonical_json"])
             if not theirs.get("speculative.algorithm") and not differing_knobs(
                     mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")}):
@@ -210,7 +212,7 @@ def _plain_twin_run(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> d
     return None
 
 
-def _concurrency(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> list[ConcurrencyPoint]:
+def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any]) -> list[ConcurrencyPoint]:
     from dynocell.db import knowledge as dbk
 
     plain_run = _plain_twin_run(store, run, knobs)
@@ -222,17 +224,17 @@ def _concurrency(store: Any, run: dict[str, Any], knobs: dict[str, Any]) -> list
         ladder = [b for b in rows if not b["text_class"] or (b.get("extra") or {}).get("tool")]
         return {b["concurrency"]: b["output_tok_s"] for b in ladder}
 
-    mine, plain = by_c(run["id"]), by_c(plain_run["id"])
+    mine, plain = by_c(run.id), by_c(plain_run["id"])
     return [ConcurrencyPoint(c, mine[c], plain[c]) for c in sorted(set(mine) & set(plain))]
 
 
-def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
+def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
     """Fill ``log``, ``gauges``, ``profile``, ``windows``, ``baselines``, ``others``, ``concurrency`` and
-    ``mismatches``."""
+    ``mismatches`` of stored run ``run``."""
     store = cell.store
-    inp.log = _log_signs(store, run.get("boot_id"))
-    inp.gauges = _gauges(store, run["id"])
-    inp.profile = _profile(store, run["id"])
+    inp.log = _log_signs(store, run.boot_id)
+    inp.gauges = _gauges(store, run.id)
+    inp.profile = _profile(store, run.id)
     inp.windows = model_windows(inp.knobs)
     _comparisons(cell, run, inp)
     inp.concurrency = _concurrency(store, run, inp.knobs)
@@ -240,8 +242,8 @@ def add_run_evidence(cell: Any, run: dict[str, Any], inp: DoctorInputs) -> None:
         low = inp.concurrency[0]  # no plain twin measured by a run: the lowest shared concurrency speaks
         inp.spec_decode_tok_s, inp.plain_decode_tok_s = low.spec_tok_s, low.plain_tok_s
     if not inp.curves:
-        inp.curves = _bench_tau_curves(store, run["id"], inp.knobs)
-    for i, m in enumerate((run.get("lossless_detail") or {}).get("mismatches") or []):
+        inp.curves = _bench_tau_curves(store, run.id, inp.knobs)
+    for i, m in enumerate((run.lossless_detail or {}).get("mismatches") or []):
         if m.get("first_diverging_index") is None:
             continue
         if m.get("unit", "token") == "token":

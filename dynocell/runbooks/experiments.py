@@ -211,8 +211,8 @@ def _reconcile(cell: Cell, exp_name: str) -> None:
         if slot.state != "running":
             continue
         run = db_runs.get_run(cell.store, slot.run_id) if slot.run_id else None
-        if run is not None and run["state"] == "running" and run.get("pid") != os.getpid():
-            raise UserError(f"experiment {exp_name!r} is being run by process {run.get('pid')} (run {run['id']})",
+        if run is not None and run.state == "running" and run.pid != os.getpid():
+            raise UserError(f"experiment {exp_name!r} is being run by process {run.pid} (run {run.id})",
                             "wait for it, or stop that process (Ctrl-C) and run again to resume")
         db.update_slot(cell.store, slot.id, state="interrupted")
 
@@ -283,11 +283,12 @@ def run_experiment(cell: Cell, name: str, *, progress: Progress | None = None) -
             continue
         finally:
             unsubscribe()
-        run = db_runs.get_run(cell.store, run_id) or {}
-        state = "completed" if run.get("state") == "completed" else "failed"
+        run = db_runs.get_run(cell.store, run_id)
+        state = "completed" if run is not None and run.state == "completed" else "failed"
         db.update_slot(cell.store, slot.id, state=state, run_id=run_id)
         events.publish("experiment.slot_ended", name=name, seq=slot.seq, state=state, run_id=run_id)
-        progress(f"  run {run_id} {run.get('state')}" + (f": {run.get('error')}" if run.get("error") else ""),
+        error = run.error if run else None
+        progress(f"  run {run_id} {run.state if run else None}" + (f": {error}" if error else ""),
                  {"experiment": name, "seq": slot.seq, "run_id": run_id, "state": state})
     if errors:
         cur = db.get_experiment(cell.store, name)
@@ -486,7 +487,7 @@ def show_experiment(cell: Cell, name: str) -> dict[str, Any]:
     for s in db.slots(cell.store, name):
         run = db_runs.get_run(cell.store, s.run_id) if s.run_id else None
         slots.append({**s.to_dict(), "label": labels.get(s.config_hash, s.config_hash[:19]),
-                      "run_state": (run or {}).get("state")})
+                      "run_state": run.state if run else None})
     verdicts = exp.verdicts
     if (not verdicts or "arms" not in verdicts) and any(s["run_id"] for s in slots):
         verdicts = judge(cell, name, store=False)
@@ -554,7 +555,7 @@ def _evidence(cell: Cell, config_hash: str) -> dict[str, Any]:
         verdict = next((a.get("verdict_label") for a in v.get("arms", []) if a.get("config_hash") == config_hash),
                        None)
         exps.append({"name": e.name, "role": role, "verdict": verdict, "state": e.state})
-    runs = [r["id"] for r in db_runs.list_runs(cell.store, config_hash=config_hash, states=("completed",), limit=5)]
+    runs = [r.id for r in db_runs.list_runs(cell.store, config_hash=config_hash, states=("completed",), limit=5)]
     return {"experiments": exps, "runs": runs}
 
 

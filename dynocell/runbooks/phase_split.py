@@ -58,7 +58,7 @@ def compute(files: list[Path], *, engine: str | None, speculative: bool | None,
 
 
 def record(cell: Cell, profile_id: int, files: list[Path], cfg: Any,
-           output_tokens: int | None) -> dict[str, Any] | None:
+           output_tokens: int | None) -> db_runs.PhasesRow | None:
     """Compute and store the phase split of profile ``profile_id`` from its trace ``files``; ``cfg``: the
     boot's ``EngineConfig`` (None when unknown). Returns the stored row, or None when nothing was stored."""
     engine = getattr(cfg, "engine", None)
@@ -91,7 +91,7 @@ def fill_import(cell: Cell, found: Any, path: Path, output_tokens: int | None) -
         row = db_runs.put_phases(cell.store, pid, report) if report else None
     if row is None:
         return {}
-    return {"phase_split": {k: row.get(k) for k in ("state", "source", "total_ms", "phases", "ranks", "reason")}}
+    return {"phase_split": {k: getattr(row, k) for k in ("state", "source", "total_ms", "phases", "ranks", "reason")}}
 
 
 def _candidates(cell: Cell, stored: Path, boot_id: str | None, trace_dir: Path | None) -> list[Path]:
@@ -129,17 +129,18 @@ def _locate(cell: Cell, trace: dict[str, Any], boot_id: str | None, trace_dir: P
 def reanalyze(cell: Cell, run_ref: str, trace_dir: str | Path | None = None) -> dict[str, Any]:
     """Compute (again) the phase split of a run's newest profile window from its stored trace files.
 
-    Returns ``{run_id, profile_id, files: [path], phases: stored row | None, note}``; ``phases`` is None
-    for a run known not to be speculative whose trace has no phase ranges (``note`` says so). Raises
-    NotFound for an unknown run, UserError for a run without a completed profile window with traces, or
-    when a trace file cannot be found (naming where it was looked for and ``--trace-dir``).
+    Returns ``{run_id, profile_id, files: [path], phases, note}``: ``phases`` the stored row as a dict
+    (``PhasesRow.to_dict()``), or None for a run known not to be speculative whose trace has no phase
+    ranges (``note`` says so). Raises NotFound for an unknown run, UserError for a run without a completed
+    profile window with traces, or when a trace file cannot be found (naming where it was looked for and
+    ``--trace-dir``).
     """
     from dynocell.runbooks.refs import resolve_key
 
     run_id = resolve_key(cell, run_ref, "run")
     run = db_runs.get_run(cell.store, run_id)
-    profs = [p for p in db_runs.profiles(cell.store, run_id=run_id) if p.get("state") == "completed"]
-    if run is None or not profs or not profs[-1].get("traces"):
+    profs = [p for p in db_runs.profiles(cell.store, run_id=run_id) if p.state == "completed"]
+    if run is None or not profs or not profs[-1].traces:
         raise UserError(f"run {run_id} has no completed profile window with trace files",
                         "profile a ready boot (dynocell profile BOOT) or import a trace with --config")
     prof = profs[-1]
@@ -147,16 +148,16 @@ def reanalyze(cell: Cell, run_ref: str, trace_dir: str | Path | None = None) -> 
     if tdir is not None and not tdir.is_dir():
         raise UserError(f"--trace-dir {tdir}: not a directory", "give the folder holding the run's trace files")
     files = []
-    for t in prof["traces"]:
-        found = _locate(cell, t, prof.get("boot_id"), tdir)
+    for t in prof.traces:
+        found = _locate(cell, t, prof.boot_id, tdir)
         if found is None:
             raise NotFound(f"trace {Path(str(t.get('path'))).name} of run {run_id} (stored at {t.get('path')}, "
                            f"sha256 {str(t.get('sha256'))[:12]}…) is not on this host",
                            "copy it back and give its folder: dynocell reanalyze RUN --trace-dir DIR")
         files.append(found)
-    engine, speculative = _config_facts(cell, run.get("config_hash"))
-    report = compute(files, engine=engine, speculative=speculative, output_tokens=prof.get("output_tokens"))
-    row = db_runs.put_phases(cell.store, prof["id"], report) if report else None
+    engine, speculative = _config_facts(cell, run.config_hash)
+    report = compute(files, engine=engine, speculative=speculative, output_tokens=prof.output_tokens)
+    row = db_runs.put_phases(cell.store, prof.id, report) if report else None
     note = None if row else "the run is not speculative and its trace holds no phase ranges: no phase split"
-    return {"run_id": run_id, "profile_id": prof["id"], "files": [str(f) for f in files], "phases": row,
-            "note": note}
+    return {"run_id": run_id, "profile_id": prof.id, "files": [str(f) for f in files],
+            "phases": row.to_dict() if row else None, "note": note}

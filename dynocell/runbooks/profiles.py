@@ -58,10 +58,10 @@ def profile_window(
     *,
     run_id: str | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> db_runs.ProfileRow:
     """Profile ``live`` (a LiveBoot or AttachedBoot) over a fixed decode workload; store the split.
 
-    Returns the stored profile row (with ``splits`` and ``kernels``). Raises
+    Returns the stored profile (:class:`~dynocell.db.runs.ProfileRow`, with ``splits`` and ``kernels``). Raises
     :class:`~dynocell.errors.EngineError` / ``TraceError`` after marking the
     row ``failed`` with the reason.
     """
@@ -137,7 +137,7 @@ def profile_window(
                 kernels += [{"rank": rank, "name": k.name, "category": k.category, "ms": k.ms,
                              "launches": k.launches} for k in r.top[:10]]
         db_runs.finish_profile(
-            cell.store, row["id"], splits, kernels, state="completed", traces=traces, source=combined.source,
+            cell.store, row.id, splits, kernels, state="completed", traces=traces, source=combined.source,
             num_ranks=len(ranked.ranks), device_ms=combined.device_ms, window_ms=combined.window_ms,
             busy_pct=combined.busy_pct, launches=combined.launches, graph_launches=combined.graph_launches,
             output_tokens=tokens, ms_per_token=ms_tok, launches_per_token=launches_tok,
@@ -145,12 +145,12 @@ def profile_window(
         )
         from dynocell.runbooks.phase_split import record as record_phases
 
-        record_phases(cell, row["id"], files, cfg, tokens)
+        record_phases(cell, row.id, files, cfg, tokens)
     except BaseException as exc:
         error = (str(exc) or type(exc).__name__) + _disk_note(trace_dir)
-        db_runs.finish_profile(cell.store, row["id"], state="failed", error=error)
+        db_runs.finish_profile(cell.store, row.id, state="failed", error=error)
         raise
-    return db_runs.profiles(cell.store, run_id=run_id)[-1] if run_id else {**row, "state": "completed"}
+    return db_runs.profiles(cell.store, run_id=run_id)[-1] if run_id else dataclasses.replace(row, state="completed")
 
 
 def _answer(resp: Any) -> str:

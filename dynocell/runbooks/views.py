@@ -494,7 +494,7 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
 def running_state(cell, run_id: str) -> str | None:
     """The state of run ``run_id`` (running, completed, failed, interrupted) or None when absent."""
     r = db_runs.get_run(cell.store, run_id)
-    return r["state"] if r else None
+    return r.state if r else None
 
 
 # ---------------------------------------------------------------- cell and keys for faces

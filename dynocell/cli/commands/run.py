@@ -92,7 +92,7 @@ def _exit_for(run_id: str) -> None:
     """Exit 1 when the run did not complete (the report above says which step failed)."""
     from dynocell.runbooks.run import resolve_run
 
-    if resolve_run(get_cell(), run_id)["state"] != "completed":
+    if resolve_run(get_cell(), run_id).state != "completed":
         raise typer.Exit(1)
 
 
@@ -102,8 +102,8 @@ def _show(ref: str, json_out: bool) -> None:
 
     cell = get_cell()
     run = resolve_run(cell, ref)
-    detail = views.run_detail(cell, run["id"])
-    boot = views.boot_detail(cell, run["boot_id"]) if run.get("boot_id") else None
+    detail = views.run_detail(cell, run.id)
+    boot = views.boot_detail(cell, run.boot_id) if run.boot_id else None
     if json_out:
         print_json({**detail, "boot": boot})
         return

@@ -53,7 +53,7 @@ SAMPLES_PER_LEVEL = 3
 
 
 def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None,
-               verify_step_ms: float | None = None) -> dict[str, Any]:
+               verify_step_ms: float | None = None) -> db_runs.BenchRow:
     """Store one level (``engine.bench.LevelResult``) as a bench_runs row.
 
     ``extra.samples`` keeps a few generated texts (at the workload's sampling
@@ -86,9 +86,9 @@ def _bench(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, 
         reqs = workload.requests(level.name, context_length)
         result = _run_level(job, live, level, reqs)
         row = _bench_row(job, live, result, None)
-        out.append({"level": level.name, "concurrency": level.concurrency, "output_tok_s": row["output_tok_s"],
-                    "failed": row["num_failed"]})
-        if row["num_failed"] == row["num_requests"]:
+        out.append({"level": level.name, "concurrency": level.concurrency, "output_tok_s": row.output_tok_s,
+                    "failed": row.num_failed})
+        if row.num_failed == row.num_requests:
             said, hint = _engine_log_says(live)
             raise EngineError(f"every request of level {level.name} failed{said}", hint)
     d["levels"] = out

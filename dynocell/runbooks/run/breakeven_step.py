@@ -36,27 +36,23 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     curves = db_runs.curves(cell.store, job.run_id)
     if not curves:
         raise _Skip("no acceptance curve")
-    steps = sum(c["steps"] for c in curves)
-    tau = sum(c["tau"] * c["steps"] for c in curves) / steps if steps else None
-    rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r["text_class"]]
-    spec_step = [
-        r["extra"].get("verify_step_ms_p50") for r in rows if r.get("extra") and r["extra"].get("verify_step_ms_p50")
-    ]
+    steps = sum(c.steps for c in curves)
+    tau = sum(c.tau * c.steps for c in curves) / steps if steps else None
+    rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r.text_class]
+    spec_step = [r.extra.get("verify_step_ms_p50") for r in rows if r.extra and r.extra.get("verify_step_ms_p50")]
     spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
     if tau is None or spec_step_ms is None:
         raise _Skip("needs τ and the speculative step time")
     if isinstance(plain, (int, float)):
         plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": now_utc().isoformat()}
+    run = db_runs.get_run(cell.store, job.run_id)
     if cfg is not None:
         plain_cfg, plain_hash = _plain_twin(cell, cfg)
     else:
-        plain_cfg, plain_hash = (
-            None,
-            ((db_runs.get_run(cell.store, job.run_id) or {}).get("lossless_detail") or {}).get("plain_config_hash"),
-        )
+        plain_cfg, plain_hash = None, ((run.lossless_detail if run else None) or {}).get("plain_config_hash")
     if plain is None and plain_hash:
         # a plain step is only reused from the same workload (prompt and output lengths set the step)
-        wl = (db_runs.get_run(cell.store, job.run_id) or {}).get("workload_sha256")
+        wl = run.workload_sha256 if run else None
         plain = _stored_plain(cell, plain_hash, job.run_id, wl) or _plain_step_from_store(cell, plain_hash, wl)
     if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
         plain = _boot_twin(
@@ -102,23 +98,23 @@ def _stored_plain(
 
     host = socket.gethostname()
     for r in db_runs.list_runs(cell.store, states=("completed", "failed"), limit=200):
-        be = r.get("breakeven") or {}
-        if r["id"] == run_id or be.get("plain_config_hash") != plain_hash or be.get("plain_host") != host:
+        be = r.breakeven or {}
+        if r.id == run_id or be.get("plain_config_hash") != plain_hash or be.get("plain_host") != host:
             continue
-        if workload_sha256 and r.get("workload_sha256") and r["workload_sha256"] != workload_sha256:
+        if workload_sha256 and r.workload_sha256 and r.workload_sha256 != workload_sha256:
             continue
         if (
             be.get("plain_source") == "plain twin boot"
-            and be.get("plain_run_id") == r["id"]
+            and be.get("plain_run_id") == r.id
             and be.get("plain_step_ms")
         ):
             return {
                 "step_ms": be["plain_step_ms"],
                 "samples": be.get("plain_samples") or [],
-                "source": f"stored plain twin measurement (run {r['id']})",
+                "source": f"stored plain twin measurement (run {r.id})",
                 "measured_at": be.get("plain_measured_at"),
                 "host": host,
-                "run_id": r["id"],
+                "run_id": r.id,
             }
     return None
 
@@ -141,21 +137,17 @@ def _plain_step_from_store(cell: Cell, plain_hash: str | None, workload_sha256: 
     if not plain_hash:
         return None
     for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
-        if workload_sha256 and r.get("workload_sha256") and r["workload_sha256"] != workload_sha256:
+        if workload_sha256 and r.workload_sha256 and r.workload_sha256 != workload_sha256:
             continue
-        vals = [
-            b["tpot_ms"].get("p50")
-            for b in db_runs.bench_rows(cell.store, r["id"])
-            if b["concurrency"] == 1 and b["tpot_ms"]
-        ]
+        vals = [b.tpot_ms.get("p50") for b in db_runs.bench_rows(cell.store, r.id) if b.concurrency == 1 and b.tpot_ms]
         vals = [v for v in vals if v]
         if vals:
-            when = _utc_iso(r.get("ended_at") or r.get("started_at"))
+            when = _utc_iso(r.ended_at or r.started_at)
             return {
                 "step_ms": sorted(vals)[len(vals) // 2],
                 "samples": vals,
-                "source": f"plain run {r['id']} (TPOT p50, c=1)",
+                "source": f"plain run {r.id} (TPOT p50, c=1)",
                 "measured_at": when,
-                "run_id": r["id"],
+                "run_id": r.id,
             }
     return None

@@ -17,7 +17,7 @@ def _health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
 
     client = live.client(cell.settings.http_timeout_s)
     golden = db_runs.get_golden(cell.store, live.config_hash, "canary", _sha(CANARY_PROMPT), CANARY_TOKENS)
-    canary = engine_health.Canary(CANARY_PROMPT, golden["output_text"], CANARY_TOKENS) if golden else None
+    canary = engine_health.Canary(CANARY_PROMPT, golden.output_text, CANARY_TOKENS) if golden else None
     verdict = engine_health.check_health(
         client, process_alive=live.supervisor.poll().value == "ready", stop_requested=False,
         expected=boots.expected_server(live.cfg), canary=canary, previous_progress=None,

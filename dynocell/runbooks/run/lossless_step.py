@@ -146,8 +146,8 @@ def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any,
         d["twin_boot_id"] = plain["twin_boot_id"]
     mismatches = []
     for p, s, g in zip(prompts, spec_out, goldens, strict=False):
-        a_ids, b_ids = s.get("output_ids"), (g or {}).get("output_ids")
-        a_txt, b_txt = s.get("text", ""), (g or {}).get("output_text", "")
+        a_ids, b_ids = s.get("output_ids"), g.output_ids if g else None
+        a_txt, b_txt = s.get("text", ""), g.output_text if g else ""
         if a_ids is not None and b_ids is not None:
             same = list(a_ids) == list(b_ids)
             idx = next(

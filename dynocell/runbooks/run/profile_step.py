@@ -14,5 +14,5 @@ def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int
 
     prof = profile_window(job.cell, live, workload, context_length, run_id=job.run_id,
                           progress=job.progress)
-    d.update(profile_id=prof["id"], busy_pct=prof.get("busy_pct"), source=prof.get("source"))
-    return prof["id"]
+    d.update(profile_id=prof.id, busy_pct=prof.busy_pct, source=prof.source)
+    return prof.id

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
-
 from dynocell.clock import now_utc
 from dynocell.db import refs
 from dynocell.db import runs as db_runs
@@ -13,18 +11,18 @@ from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
 
 
-def _run_process_alive(run: dict[str, Any]) -> bool:
+def _run_process_alive(run: db_runs.RunRow) -> bool:
     """Whether the process that records ``run`` still runs (a pid recycled since the run started counts as dead)."""
     import psutil
 
-    pid = run.get("pid")
+    pid = run.pid
     if not pid:
         return False
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        started = run.get("started_at")
+        started = run.started_at
         if started is not None:
             from datetime import timezone
 
@@ -49,30 +47,32 @@ def reconcile_runs(cell: Cell) -> list[str]:
     fixed = []
     mine = hosts.this_host_id(cell)
     for r in db_runs.list_runs(cell.store, states=("running",), limit=500):
-        if r.get("host_id") not in (None, mine):
+        if r.host_id not in (None, mine):
             continue  # another host's run: its pid means nothing here
         if _run_process_alive(r):
             continue
         # Re-read now that the process is known dead (it can write nothing more): a run that
         # finished between the listing and the liveness check keeps its real end.
-        if (db_runs.get_run(cell.store, r["id"]) or {}).get("state") != "running":
+        current = db_runs.get_run(cell.store, r.id)
+        if current is None or current.state != "running":
             continue
-        names = db_runs.interrupt_running_steps(cell.store, r["id"], "the dynocell process died")
-        for prof in db_runs.profiles(cell.store, run_id=r["id"]):
-            if prof["state"] == "running":
-                db_runs.finish_profile(cell.store, prof["id"], state="failed",
+        names = db_runs.interrupt_running_steps(cell.store, r.id, "the dynocell process died")
+        for prof in db_runs.profiles(cell.store, run_id=r.id):
+            if prof.state == "running":
+                db_runs.finish_profile(cell.store, prof.id, state="failed",
                                        error="the dynocell process died during the profile window")
-        db_runs.update_run(cell.store, r["id"], state="interrupted", ended_at=now_utc(),
-                           error="the dynocell process died during step " + (", ".join(names) or str(r["step"])))
-        events.publish("run.ended", run_id=r["id"], state="interrupted", error="the dynocell process died")
-        fixed.append(r["id"])
+        db_runs.update_run(cell.store, r.id, state="interrupted", ended_at=now_utc(),
+                           error="the dynocell process died during step " + (", ".join(names) or str(r.step)))
+        events.publish("run.ended", run_id=r.id, state="interrupted", error="the dynocell process died")
+        fixed.append(r.id)
     if fixed:
         boots.reconcile_and_list(cell)  # the dead runs' engines (the run's boot, a lossless twin) are stopped here
     return fixed
 
 
-def resolve_run(cell: Cell, ref: str) -> dict[str, Any]:
-    """A run row by id or unique prefix (the one resolver, :mod:`dynocell.db.refs`). Raises NotFound."""
+def resolve_run(cell: Cell, ref: str) -> db_runs.RunRow:
+    """A run (:class:`~dynocell.db.runs.RunRow`) by id or unique prefix (the one resolver,
+    :mod:`dynocell.db.refs`). Raises NotFound."""
     row = db_runs.get_run(cell.store, refs.resolve_key(cell.store, ref, "run"))
     assert row is not None  # resolved just now; runs are never deleted
     return row
@@ -81,4 +81,4 @@ def resolve_run(cell: Cell, ref: str) -> dict[str, Any]:
 def latest_run_json(cell: Cell) -> str:
     """The newest run id as JSON (for scripts)."""
     rows = db_runs.list_runs(cell.store, limit=1)
-    return json.dumps(rows[0]["id"] if rows else None)
+    return json.dumps(rows[0].id if rows else None)

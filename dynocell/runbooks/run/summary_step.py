@@ -43,16 +43,16 @@ def _summary(job: _Job) -> dict[str, Any]:
     """
     cell = job.cell
     curves = db_runs.curves(cell.store, job.run_id)
-    steps = sum(c["steps"] for c in curves)
-    levels = [b for b in db_runs.bench_rows(cell.store, job.run_id) if not b["text_class"]]
-    best = max(levels, key=lambda b: b["output_tok_s"], default=None)
+    steps = sum(c.steps for c in curves)
+    levels = [b for b in db_runs.bench_rows(cell.store, job.run_id) if not b.text_class]
+    best = max(levels, key=lambda b: b.output_tok_s, default=None)
     return {
         "failed_steps": job.failed,
         "warnings": job.warnings,
         "concurrent_boots": list(job.concurrent.values()),
         "env_warning": job.env_warning,
-        "tau": round(sum(c["tau"] * c["steps"] for c in curves) / steps, 4) if steps else None,
-        "best_output_tok_s": best["output_tok_s"] if best else None,
-        "best_output_concurrency": best["concurrency"] if best else None,
-        "decode_tok_s": best["output_tok_s"] if best else None,  # deprecated alias of best_output_tok_s
+        "tau": round(sum(c.tau * c.steps for c in curves) / steps, 4) if steps else None,
+        "best_output_tok_s": best.output_tok_s if best else None,
+        "best_output_concurrency": best.concurrency if best else None,
+        "decode_tok_s": best.output_tok_s if best else None,  # deprecated alias of best_output_tok_s
     }
