@@ -131,6 +131,7 @@ class CurveRow(rows.Record):
     engine_source: str | None
     disagreement_pct: float | None
     warning: str | None
+    requests: list[Any] | None  # each request's record (engine.request_acceptance; migration 0009), None before
     points: tuple[PointRow, ...]
 
 
