@@ -48,7 +48,10 @@ def health(cell: Cell, boot_ref: str) -> db_boots.HealthRow:
         raise UserError(f"boot {boot['id']} is {boot['state']}: there is no engine to probe",
                         f"see `dynocell show {boot['id']}` for how it ended, or boot it again")
     cfg = config_of_boot(cell, boot)
-    client = EngineClient(engine_base_url(boot["host"], boot["port"]), cell.settings.http_timeout_s)
+    from dynocell.runbooks.attach import attached_scheme
+
+    client = EngineClient(engine_base_url(boot["host"], boot["port"], attached_scheme(boot.get("argv"))),
+                          cell.settings.http_timeout_s)
     prev = db_boots.health_history(cell.store, boot["id"], limit=1)
     prev_sample = None
     if prev:

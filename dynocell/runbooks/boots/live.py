@@ -135,17 +135,21 @@ class AttachedBoot:
     host: str
     port: int
     boot_dir: Path
+    scheme: str = "http"
 
     @classmethod
     def from_row(cls, row: dict[str, Any], cfg: EngineConfig) -> "AttachedBoot":
         """Build from a boot's columns (a :func:`~dynocell.runbooks.boots.reconcile` row) and its
-        (model-resolved) config."""
-        return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent)
+        (model-resolved) config; an engine attached at ``https://`` keeps its scheme."""
+        from dynocell.runbooks.attach import attached_scheme
+
+        return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent,
+                   attached_scheme(row.get("argv")))
 
     @property
     def base_url(self) -> str:
-        """``http://host:port`` of the engine (:func:`~dynocell.engine.adapters.engine_base_url`)."""
-        return engine_base_url(self.host, self.port)
+        """``scheme://host:port`` of the engine (:func:`~dynocell.engine.adapters.engine_base_url`)."""
+        return engine_base_url(self.host, self.port, self.scheme)
 
     def client(self, timeout_s: float) -> EngineClient:
         """An HTTP client of this engine."""
