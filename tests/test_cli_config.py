@@ -179,3 +179,22 @@ def test_stop_of_a_boot_already_stopped_says_so(cli_env):
     assert f"boot {boot_id} stopped (" in first.stdout, first.stdout
     again = run(cli_env, "stop", boot_id)
     assert f"boot {boot_id} was already stopped (" in again.stdout and "graceful" not in again.stdout, again.stdout
+
+
+def test_port_0_is_said_to_be_picked_at_boot_not_made_up(cli_env, tmp_path: Path):
+    """examples/tiny.toml has ``port = 0`` (dynocell picks a free port at boot): ``config show`` says so in
+    its command instead of printing SGLang's 30000 as if configured; ``plan`` (a command run by hand) keeps a
+    runnable number and says where it comes from; a config with a port shows that port and no note."""
+    shown = run(cli_env, "config", "show", str(EXAMPLES / "tiny.toml"), "--json").stdout
+    command = json.loads(shown)["command"]
+    assert "--port <free port at boot> " in command and "30000" not in command
+    assert "--port <free port at boot>" in run(cli_env, "config", "show", str(EXAMPLES / "tiny.toml")).stdout
+    planned = run(cli_env, "plan", str(EXAMPLES / "tiny.toml")).stdout
+    assert planned.startswith("# port = 0 in the config: dynocell picks a free port at boot; this command uses "
+                              "SGLang's default 30000")
+    assert "--port 30000 " in planned
+    fixed = tmp_path / "fixed.toml"
+    fixed.write_text((EXAMPLES / "tiny.toml").read_text().replace("port = 0 ", "port = 31234 "))
+    assert "--port 31234 " in json.loads(run(cli_env, "config", "show", str(fixed), "--json").stdout)["command"]
+    (row,) = json.loads(run(cli_env, "plan", str(fixed), "--json").stdout)
+    assert row["port_note"] is None and "free port" not in run(cli_env, "plan", str(fixed)).stdout
