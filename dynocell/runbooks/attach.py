@@ -215,8 +215,9 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
 
     The boot is recorded ``stopped`` with ``stop_how`` ``detached`` and a ``detached`` event (whether
     the engine still answered ``/health``); no signal is sent to any process — dynocell did not start
-    it. Attaching the same URL again makes a new boot. Returns the boot row. Raises UserError for a
-    boot dynocell started (use ``stop``) or one already ended; NotFound for an unknown reference.
+    it. Attaching the same URL again makes a new boot. Returns the boot row; an attached boot already
+    ended (detached, or stopped with ``stop --pid``) is returned unchanged, as ``stop`` returns a stopped
+    boot. Raises UserError for a boot dynocell started (use ``stop``); NotFound for an unknown reference.
     """
     from dynocell.db import boots as db_boots
     from dynocell.runbooks.boots import resolve_boot
@@ -227,9 +228,7 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
         raise UserError(f"boot {boot.id} is not attached (dynocell started it): there is nothing to detach",
                         f"stop it with `dynocell stop {boot.id}`")
     if boot.state not in db_boots.LIVE_STATES:
-        how = " (detached)" if boot.stop_how == "detached" else ""
-        raise UserError(f"boot {boot.id} is already {boot.state}{how}: nothing to detach",
-                        "see it with `dynocell ps --all`")
+        return boot
     alive = attached_alive(boot)
     now = now_utc()
     started = _aware(boot.started_at)
