@@ -23,7 +23,8 @@ def attach_cmd(
 ) -> None:
     """Attach to a running engine (SGLang, vLLM, any OpenAI server) as a boot of kind `attached`.
 
-    dynocell owns no process of it: health, bench, profile, run --boot and diagnose work on it;
+    dynocell owns no process of it: health, bench, profile, run --boot and diagnose work on it.
+
     stop refuses unless --pid names the process listening on its port.
 
     Example: dynocell attach http://10.0.0.5:30000 && dynocell run --boot BOOT

@@ -203,8 +203,7 @@ def stop_cmd(
 ) -> None:
     """Stop a boot: SIGTERM to its process group, wait the grace, SIGKILL, verify nothing survives.
 
-    An attached boot (dynocell attach) is stopped only with --pid naming the process
-    listening on its port.
+    An attached boot (dynocell attach) is stopped only with --pid naming the process listening on its port.
 
     Example: dynocell stop 3f2a --grace 10
     """

@@ -112,11 +112,13 @@ def compare_cmd(
     """Runs side by side: boot phases, throughput at each concurrency, τ and per-position
     acceptance per text class, lossless, break-even and the profile headline.
 
-    Works across engines (an SGLang run beside a vLLM run of the same model pair) and hosts
-    (a warning says when the hardware differs). `--json` adds the per-category profile deltas
-    and the per-class throughput deltas against the first run. Columns are headed by short run
-    ids (named with their config above the table); a table too wide for the terminal is split
-    into several, each repeating the row names, and never wraps a number.
+    Works across engines (an SGLang run beside a vLLM run of one pair) and hosts (warned if the hardware differs).
+
+    `--json` adds the per-category profile deltas and the per-class throughput deltas against the first run.
+
+    Columns are headed by short run ids, named with their config in the table above them.
+
+    A table too wide for the terminal is split into several, each repeating the row names; no number wraps.
 
     Example: dynocell compare 6dc3 85fb
     """

@@ -14,7 +14,9 @@ from dynocell.cli.common import JSON_OPTION_HELP, add_row, get_cell, out, print_
 def hosts_cmd(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP)) -> None:
     """List the hosts that write to this store: machine id, OS, CPU, memory, GPUs, engine versions, last seen.
 
-    This machine registers itself on first use of the store. Example: dynocell hosts --json
+    This machine registers itself on first use of the store.
+
+    Example: dynocell hosts --json
     """
     from dynocell.runbooks import hosts
 

@@ -16,10 +16,11 @@ def plan_cmd(
 ) -> None:
     """Print the command each node runs: NCCL and other \\[env] settings as KEY=VALUE, then the argv.
 
-    Multi-node configs name \\[\\[nodes]] (host, node_rank, gpus) and a
-    dist_init_addr; every node gets --nnodes, --node-rank and
-    --dist-init-addr. An inconsistent plan (a node rank missing or twice,
-    GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused naming the field.
+    Multi-node configs name \\[\\[nodes]] (host, node_rank, gpus) and a dist_init_addr.
+
+    Every node gets --nnodes, --node-rank and --dist-init-addr.
+
+    A bad plan (rank missing or twice, GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused, naming the field.
 
     Example: dynocell plan examples/two-nodes.toml --json
     """
