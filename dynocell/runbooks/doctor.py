@@ -57,7 +57,8 @@ from dynocell.runbooks.doctor_compare import COMPARE_RULES
 from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
 from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
 from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
-    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
+    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, headline_tok_s,
+    r as _r,
 )
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
@@ -1037,13 +1038,13 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")
-    inp.spec_decode_tok_s = (run.get("summary") or {}).get("decode_tok_s")
+    inp.spec_decode_tok_s = headline_tok_s(run.get("summary"))
     plain_hash = (run.get("lossless_detail") or {}).get("plain_config_hash")
     seen: set[str] = {run["config_hash"]}
     for other in dbk.completed_runs_with_configs(store, exclude_run=run_id):
         h = other["config_hash"]
         if h == plain_hash and inp.plain_decode_tok_s is None:
-            inp.plain_decode_tok_s = (other.get("summary") or {}).get("decode_tok_s")
+            inp.plain_decode_tok_s = headline_tok_s(other.get("summary"))
         if h in seen:
             continue
         if _other_workload(run, other):
