@@ -50,18 +50,24 @@ def curves_since(store: Store, since: datetime, host_ids: list[str] | None = Non
                  **{k: getattr(c, k) for k in CURVE_COLUMNS}} for c in s.scalars(q)]
 
 
+def _per_profile(s: Any, table: Any, since: datetime, host_ids: list[str] | None) -> list[tuple[Any, dict[str, Any]]]:
+    """Rows of ``table`` (a per-profile table: ``profile_id``, ``id``) under the profiles of the runs since
+    ``since``, each with the keys a notebook groups by: ``run_id``, ``profile_id``, ``host_id``, ``config_hash``."""
+    runs = {r.id: r for r in s.scalars(_runs_query(since, host_ids))}
+    if not runs:
+        return []
+    q = (select(table, ProfileRun).join(ProfileRun, table.profile_id == ProfileRun.id)
+         .where(ProfileRun.run_id.in_(list(runs))).order_by(table.id))
+    return [(row, {"run_id": p.run_id, "profile_id": p.id, "host_id": p.host_id or runs[p.run_id].host_id,
+                   "config_hash": runs[p.run_id].config_hash}) for row, p in s.execute(q).all()]
+
+
 def splits_since(store: Store, since: datetime, host_ids: list[str] | None = None) -> list[dict[str, Any]]:
     """Profile kernel-time splits of those runs: ``run_id``, ``profile_id``, ``host_id``, ``config_hash`` and
     :data:`SPLIT_COLUMNS` (``rank`` −1 = all ranks; ``ms`` milliseconds; ``pct`` percent of device time)."""
     with store.session() as s:
-        runs = {r.id: r for r in s.scalars(_runs_query(since, host_ids))}
-        if not runs:
-            return []
-        q = (select(ProfileSplit, ProfileRun).join(ProfileRun, ProfileSplit.profile_id == ProfileRun.id)
-             .where(ProfileRun.run_id.in_(list(runs))).order_by(ProfileSplit.id))
-        return [{"run_id": p.run_id, "profile_id": p.id, "host_id": p.host_id or runs[p.run_id].host_id,
-                 "config_hash": runs[p.run_id].config_hash, **{k: getattr(sp, k) for k in SPLIT_COLUMNS}}
-                for sp, p in s.execute(q).all()]
+        return [{**keys, **{k: getattr(sp, k) for k in SPLIT_COLUMNS}}
+                for sp, keys in _per_profile(s, ProfileSplit, since, host_ids)]
 
 
 def phases_since(store: Store, since: datetime, host_ids: list[str] | None = None) -> list[dict[str, Any]]:
@@ -72,16 +78,9 @@ def phases_since(store: Store, since: datetime, host_ids: list[str] | None = Non
     time in milliseconds and ``pct`` its percent of ``total_ms``. A split in state ``unavailable`` is
     one row with ``phase`` None and its ``reason`` (e.g. vLLM 0.26.0 traces carry no phase ranges)."""
     with store.session() as s:
-        runs = {r.id: r for r in s.scalars(_runs_query(since, host_ids))}
-        if not runs:
-            return []
-        q = (select(ProfilePhases, ProfileRun).join(ProfileRun, ProfilePhases.profile_id == ProfileRun.id)
-             .where(ProfileRun.run_id.in_(list(runs))).order_by(ProfilePhases.id))
         out: list[dict[str, Any]] = []
-        for ph, p in s.execute(q).all():
-            head = {"run_id": p.run_id, "profile_id": p.id, "host_id": p.host_id or runs[p.run_id].host_id,
-                    "config_hash": runs[p.run_id].config_hash, "state": ph.state, "source": ph.source,
-                    "reason": ph.reason}
+        for ph, keys in _per_profile(s, ProfilePhases, since, host_ids):
+            head = {**keys, "state": ph.state, "source": ph.source, "reason": ph.reason}
             groups = [(-1, ph.total_ms, ph.phases or [])] + [
                 (r.get("rank"), r.get("total_ms"), r.get("phases") or []) for r in (ph.ranks or [])]
             rows = [{**head, "rank": rank, "total_ms": total,
