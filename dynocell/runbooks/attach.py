@@ -221,7 +221,7 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
     """
     from dynocell.db import boots as db_boots
     from dynocell.runbooks.boots import resolve_boot
-    from dynocell.runbooks.imports import _aware
+    from dynocell.db.listings import aware_utc
 
     boot = resolve_boot(cell, boot_ref)
     if boot.kind != "attached":
@@ -231,7 +231,7 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
         return boot
     alive = attached_alive(boot)
     now = now_utc()
-    started = _aware(boot.started_at)
+    started = aware_utc(boot.started_at)
     offset = max(0.0, (now - started).total_seconds()) if started else 0.0
     db_boots.add_event(cell.store, boot.id, "state", "detached", offset,
                        {"engine_answered_health": alive, "url": f"{boot.host}:{boot.port}"})
