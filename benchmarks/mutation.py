@@ -75,7 +75,7 @@ class Target:
 # The test map: each module's mutants run only these (fast) test files. One table, to update when code
 # moves (the target name, not the path, keys the equivalence table). Break-even is two modules: the
 # store-free maths (engine/breakeven.py, whole) and the main job's step that finds the plain step time
-# and records the verdict (runbooks/run/breakeven_step.py, its _breakeven). The doctor's no_net_win
+# and records the verdict (runbooks/run/breakeven_step.py, its run_breakeven). The doctor's no_net_win
 # stays in runbooks/doctor.py after the doctor's split into doctor_*.py. The trace split is
 # engine/trace.py (its _Split/_Union accumulator and the ijson reader; trace_chunks.py is the fast
 # reader, checked against the ijson one bit for bit by tests/test_trace_reader.py).
@@ -87,7 +87,7 @@ TARGETS: tuple[Target, ...] = (
            ("tests/test_breakeven_maths.py", "tests/test_breakeven_band.py", "tests/test_breakeven.py")),
     Target("breakeven_step", "dynocell/runbooks/run/breakeven_step.py",
            ("tests/test_breakeven.py", "tests/test_breakeven_workload.py"),
-           ("dynocell.runbooks.run.breakeven_step.x__breakeven__mutmut_*",)),
+           ("dynocell.runbooks.run.breakeven_step.x_run_breakeven__mutmut_*",)),
     Target("no_net_win", "dynocell/runbooks/doctor.py", ("tests/test_breakeven.py", "tests/test_doctor.py"),
            ("dynocell.runbooks.doctor.x_rule_no_net_win__mutmut_*",)),
     Target("health", "dynocell/engine/health.py", ("tests/test_health_oracle.py",)),

@@ -319,3 +319,30 @@ def test_attached_vllm_engine_is_judged_on_vllms_surface(cell, model_pair, tmp_p
         assert eng.proc.poll() is None  # still the operator's engine
     finally:
         eng.stop()
+
+
+def test_an_engine_attached_at_https_is_asked_over_tls(cell, engine):
+    """Liveness (``ps``, ``show``, the polls), health and bench of an engine attached at ``https://`` go over
+    TLS, never silently over plain http: the plain-HTTP reference engine recorded as attached at
+    ``https://127.0.0.1:PORT`` does not answer (the TLS handshake fails) — the old probe built
+    ``http://`` from host and port and called it alive — while the same engine attached at ``http://`` does."""
+    import dataclasses
+
+    from dynocell.runbooks.attach import attach, attached_alive, attached_scheme
+    from dynocell.runbooks.boots import AttachedBoot, reconcile
+
+    res = attach(cell, engine.url)
+    plain = reconcile(cell, _boot(cell, res["boot_id"]))
+    assert res["url"].startswith("http://") and attached_scheme(plain["argv"]) == "http" and plain["engine_alive"]
+    tls = dataclasses.replace(_boot(cell, res["boot_id"]), argv=plain["argv"].replace("(attached: http://",
+                                                                                         "(attached: https://"))
+    assert tls.argv.startswith("(attached: https://127.0.0.1:") and attached_scheme(tls.argv) == "https"
+    assert not attached_alive(tls)
+    assert AttachedBoot.from_row(tls.to_dict(), None).base_url == f"https://127.0.0.1:{tls.port}"
+    assert attached_scheme("python -m sglang.launch_server --port 30000") == "http"  # dynocell's own boots
+
+
+def _boot(cell, boot_id):
+    from dynocell.db import boots as db_boots
+
+    return db_boots.get_boot(cell.store, boot_id)

@@ -38,7 +38,7 @@ def real_run_job(tmp_path, monkeypatch):
     rec.install(REAL_RUN, tmp_path)
     monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
     cell = open_cell(load_settings())
-    return run_mod, run_mod._Job(cell, RUN_ID, lambda *a: None)
+    return run_mod, run_mod.RunJob(cell, RUN_ID, lambda *a: None)
 
 
 ARITHMETIC = ("tau", "spec_step_ms", "plain_step_ms", "budget_ms", "margin", "pays", "speedup_estimate")
@@ -52,7 +52,7 @@ def _arith(d: dict) -> dict:
 def test_breakeven_step_on_the_recorded_real_run(real_run_job):
     run_mod, job = real_run_job
     d: dict = {}
-    run_mod._breakeven(job, 5.2648, d)
+    run_mod.run_breakeven(job, 5.2648, d)
     # τ × plain = 1.75970… × 5.2648 = 9.2645 (the stored 9.2646 used the unrounded plain TPOT), not plain / τ (2.99)
     assert _arith(d) == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 5.2648, "budget_ms": 9.2645,
                          "margin": -0.5009, "pays": False, "speedup_estimate": 0.499}
@@ -67,7 +67,7 @@ def test_breakeven_pays_when_the_budget_exceeds_the_spec_step(real_run_job):
     """Same τ and speculative step, a slower plain step of 12 ms: budget 21.1164 ms > 18.5637 ms pays."""
     run_mod, job = real_run_job
     d: dict = {}
-    run_mod._breakeven(job, 12.0, d)
+    run_mod.run_breakeven(job, 12.0, d)
     assert _arith(d) == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 12.0, "budget_ms": 21.1165,
                          "margin": 0.1375, "pays": True, "speedup_estimate": 1.138}
 
@@ -82,13 +82,13 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
 
     run_mod, job = real_run_job
     store = job.cell.store
-    with pytest.raises(run_mod._Skip) as skip:  # the plain config has no completed run to read
-        run_mod._breakeven(job, None, {})
+    with pytest.raises(run_mod.SkipStep) as skip:  # the plain config has no completed run to read
+        run_mod.run_breakeven(job, None, {})
     assert str(skip.value).startswith("no plain step time: none stored for this model, engine, host and workload")
     other = db_runs.get_run(store, "fb0e80c99600")
     db_runs.update_run(store, RUN_ID, lossless_detail={"plain_config_hash": other.config_hash})
     d: dict = {}
-    run_mod._breakeven(job, None, d)
+    run_mod.run_breakeven(job, None, d)
     assert _arith(d) == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 8.5118, "budget_ms": 14.9782,
                          "margin": -0.1931, "pays": False, "speedup_estimate": 0.807}
     # bench rows without a verify-step time: nothing to compare the budget with
@@ -99,11 +99,11 @@ def test_breakeven_plain_step_from_the_store_and_skips(real_run_job):
         con.execute("UPDATE bench_runs SET extra = json_remove(extra, '$.verify_step_ms_p50') WHERE run_id = ?",
                     (RUN_ID,))
     con.close()
-    with pytest.raises(run_mod._Skip) as skip:
-        run_mod._breakeven(job, 5.0, {})
+    with pytest.raises(run_mod.SkipStep) as skip:
+        run_mod.run_breakeven(job, 5.0, {})
     assert str(skip.value) == "needs τ and the speculative step time"
-    with pytest.raises(run_mod._Skip) as skip:  # a run without acceptance curves
-        run_mod._breakeven(run_mod._Job(job.cell, "no-such-run", lambda *a: None), 5.0, {})
+    with pytest.raises(run_mod.SkipStep) as skip:  # a run without acceptance curves
+        run_mod.run_breakeven(run_mod.RunJob(job.cell, "no-such-run", lambda *a: None), 5.0, {})
     assert str(skip.value) == "no acceptance curve"
 
 
@@ -232,7 +232,7 @@ def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
     spec_samples = [21.4306, 21.2768, 18.5637, 17.467, 16.0524]
     before = datetime.now(timezone.utc)
     d: dict = {}
-    run_mod._breakeven(job, 5.2648, d)
+    run_mod.run_breakeven(job, 5.2648, d)
     _age_between(d, before, datetime.now(timezone.utc))
     recorded_hash = db_runs.get_run(job.cell.store, RUN_ID).lossless_detail["plain_config_hash"]
     assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
@@ -242,7 +242,7 @@ def test_breakeven_provenance_and_noise_band_pinned(real_run_job):
     db_runs.update_run(job.cell.store, RUN_ID, lossless_detail={"plain_config_hash": other.config_hash})
     d = {}
     before = datetime.now(timezone.utc)
-    run_mod._breakeven(job, None, d)
+    run_mod.run_breakeven(job, None, d)
     _age_between(d, before, datetime.now(timezone.utc))
     assert d["plain_measured_at"] == "2026-11-30T08:37:57.542843+00:00" and d["plain_age_s"] > 100_000
     assert {k: d[k] for k in d if k not in ARITHMETIC and k not in ("plain_age_s", "plain_measured_at")} == {
@@ -271,11 +271,11 @@ def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_r
                 "plain_measured_at": "2026-11-30T09:00:00+00:00"}
 
     db_runs.update_run(store, RUN_ID, breakeven=twin(RUN_ID, 99.0))  # the run's own: never read back
-    with pytest.raises(run_mod._Skip, match="no plain step time"):
-        run_mod._breakeven(job, None, {})
+    with pytest.raises(run_mod.SkipStep, match="no plain step time"):
+        run_mod.run_breakeven(job, None, {})
     db_runs.update_run(store, "fb0e80c99600", breakeven=twin("fb0e80c99600", 6.0))
     d: dict = {}
-    run_mod._breakeven(job, None, d)
+    run_mod.run_breakeven(job, None, d)
     assert (d["plain_step_ms"], d["plain_source"], d["plain_run_id"], d["plain_host"], d["plain_samples"]) == (
         6.0, "stored plain twin measurement (run fb0e80c99600)", "fb0e80c99600", host, [6.0, 6.5])
     assert d["budget_ms"] == pytest.approx(1.7597 * 6.0, abs=1e-3)
@@ -283,13 +283,13 @@ def test_breakeven_prefers_a_stored_plain_twin_measurement_of_another_run(real_r
 
     cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID).config_hash)
     d = {}
-    run_mod._breakeven(job, None, d, cfg=cfg)  # the lossless check on: still no twin boot, one is stored
+    run_mod.run_breakeven(job, None, d, cfg=cfg)  # the lossless check on: still no twin boot, one is stored
     assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")
     old = twin("fb0e80c99600", 6.0)
     del old["plain_measured_at"]  # a record without its time: the age is unknown, not made up
     db_runs.update_run(store, "fb0e80c99600", breakeven=old)
     d = {}
-    run_mod._breakeven(job, None, d)
+    run_mod.run_breakeven(job, None, d)
     assert (d["plain_age_s"], d["plain_measured_at"]) == (None, None)
 
 
@@ -302,9 +302,9 @@ def test_breakeven_with_the_runs_config_and_no_lossless_check_boots_no_twin(real
     run_mod, job = real_run_job
     row = db_runs.get_run(job.cell.store, RUN_ID)
     cfg = config_by_hash(job.cell, row.config_hash)
-    assert run_mod._plain_twin(job.cell, cfg)[1] == row.lossless_detail["plain_config_hash"]
-    with pytest.raises(run_mod._Skip) as skip:
-        run_mod._breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
+    assert run_mod.plain_twin(job.cell, cfg)[1] == row.lossless_detail["plain_config_hash"]
+    with pytest.raises(run_mod.SkipStep) as skip:
+        run_mod.run_breakeven(job, None, {}, cfg=cfg, opts=run_mod.RunOptions(lossless=False))
     assert str(skip.value) == ("no plain step time: none stored for this model, engine, host and workload, and "
                                "--no-lossless-check boots no plain twin "
                                "(run once with the lossless check to measure it)")
@@ -319,13 +319,13 @@ def test_breakeven_of_zero_step_curves_and_a_five_decimal_tau(real_run_job):
     with con:
         con.execute("UPDATE acceptance_curves SET tau = 1.23456 WHERE run_id = ?", (RUN_ID,))
     d: dict = {}
-    run_mod._breakeven(job, 5.0, d)
+    run_mod.run_breakeven(job, 5.0, d)
     assert d["tau"] == 1.2346 and d["budget_ms"] == round(1.23456 * 5.0, 4)
     with con:
         con.execute("UPDATE acceptance_curves SET steps = 0 WHERE run_id = ?", (RUN_ID,))
     con.close()
-    with pytest.raises(run_mod._Skip) as skip:
-        run_mod._breakeven(job, 5.0, {})
+    with pytest.raises(run_mod.SkipStep) as skip:
+        run_mod.run_breakeven(job, 5.0, {})
     assert str(skip.value) == "needs τ and the speculative step time"
 
 
@@ -338,22 +338,22 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
     from dynocell.db import runs as db_runs
     from dynocell.engine.workloads import load_workload
     from dynocell.runbooks.configs import config_by_hash
-    from dynocell.runbooks.run.greedy import _sha
+    from dynocell.runbooks.run.greedy import text_sha256
     from dynocell.runbooks.run.job import LOSSLESS_TOKENS
 
     run_mod, job = real_run_job
     said: list[str] = []
-    job = run_mod._Job(job.cell, RUN_ID, lambda msg, *a: said.append(msg))
+    job = run_mod.RunJob(job.cell, RUN_ID, lambda msg, *a: said.append(msg))
     store = job.cell.store
     cfg = config_by_hash(job.cell, db_runs.get_run(store, RUN_ID).config_hash)
-    plain_hash = run_mod._plain_twin(job.cell, cfg)[1]
+    plain_hash = run_mod.plain_twin(job.cell, cfg)[1]
     wl = load_workload()
     prompts = [tc.prompts[0] for tc in wl.classes.values()]
     from dynocell.db import boots as db_boots
 
     before = {b.id for b in db_boots.list_boots(store)}
     d: dict = {}
-    run_mod._breakeven(job, None, d, cfg=cfg, workload=wl)
+    run_mod.run_breakeven(job, None, d, cfg=cfg, workload=wl)
     assert said == ["booting the plain twin to time the plain decode step for break-even"]
     assert (d["plain_source"], d["plain_run_id"], d["plain_config_hash"], d["plain_host"]) == (
         "plain twin boot", RUN_ID, plain_hash, socket.gethostname())
@@ -362,7 +362,7 @@ def test_breakeven_boots_the_plain_twin_when_nothing_is_stored(real_run_job):
     assert d["budget_ms"] == pytest.approx(1.7597 * d["plain_step_ms"], rel=1e-3)
     assert d["plain_age_s"] is not None and 0 <= d["plain_age_s"] < 3600
     for p in prompts:  # the twin's greedy outputs are the plain config's goldens now
-        golden = db_runs.get_golden(store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS)
+        golden = db_runs.get_golden(store, plain_hash, "lossless", text_sha256(p), LOSSLESS_TOKENS)
         assert golden is not None, p
     # one new boot, of the plain config (no speculation), stopped again
     new = [b for b in db_boots.list_boots(store) if b.id not in before]
@@ -392,13 +392,13 @@ def test_breakeven_reads_stored_plain_steps_only_from_the_same_workload(real_run
     db_runs.add_bench(store, run_id="cccc00000003", concurrency=1, num_requests=3, num_failed=0, duration_s=1.0,
                       prompt_tokens=30, completion_tokens=30, request_throughput=3.0, output_tok_s=30.0,
                       total_tok_s=60.0, ttft_ms=pct, tpot_ms=pct, itl_ms=pct, e2e_ms=pct, extra={})
-    with pytest.raises(run_mod._Skip, match="no plain step time"):  # both measured on another workload
-        run_mod._breakeven(job, None, {})
+    with pytest.raises(run_mod.SkipStep, match="no plain step time"):  # both measured on another workload
+        run_mod.run_breakeven(job, None, {})
     db_runs.update_run(store, "cccc00000003", workload_sha256=mine)
     d: dict = {}
-    run_mod._breakeven(job, None, d)
+    run_mod.run_breakeven(job, None, d)
     assert (d["plain_step_ms"], d["plain_source"]) == (7.0, "plain run cccc00000003 (TPOT p50, c=1)")
     db_runs.update_run(store, "fb0e80c99600", workload_sha256=mine)
     d = {}
-    run_mod._breakeven(job, None, d)  # a twin measurement comes before the plain config's own runs
+    run_mod.run_breakeven(job, None, d)  # a twin measurement comes before the plain config's own runs
     assert (d["plain_step_ms"], d["plain_run_id"]) == (6.0, "fb0e80c99600")

@@ -148,6 +148,47 @@ def test_help_everywhere_with_examples(cli_env):
         assert "Example: dynocell" in out, args
 
 
+def _help_texts(columns: int):
+    """(command words, the prose of its --help above the option panels) of every command and group, rendered by
+    Typer/rich at ``columns`` columns."""
+    import typer
+    from typer.testing import CliRunner
+
+    from dynocell.cli.app import build_app
+
+    app = build_app()
+
+    def walk(cmd, path):
+        yield path
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            yield from walk(sub, [*path, name])
+
+    runner = CliRunner()
+    for path in walk(typer.main.get_command(app), []):
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(columns)}, terminal_width=columns)
+        assert res.exit_code == 0, (path, res.output)
+        yield path, res.output.split("╭")[0]
+
+
+def test_help_prose_is_not_broken_mid_sentence_at_80_columns():
+    """Typer keeps a docstring's hard line breaks after its first paragraph, so `COLUMNS=80 dynocell compare
+    --help` printed `… and hosts` / `(a warning says …` on a line of its own, four times; `tui` ran its
+    example into the sentence. No line of any command's prose may end where the next line's first word
+    would still have fitted (examples and list items excepted)."""
+    broken = []
+    for path, prose in _help_texts(80):
+        lines = prose.splitlines()
+        for a, b in zip(lines, lines[1:]):
+            head, nxt = a.rstrip(), b.strip()
+            if not head.strip() or not nxt or nxt.startswith(("Example", "Usage", "-", "•")):
+                continue
+            if len(head) + 1 + len(nxt.split()[0]) <= 78:
+                broken.append(f"dynocell {' '.join(path)}: {head.strip()[-40:]!r} / {nxt[:30]!r}")
+        broken += [f"dynocell {' '.join(path)}: example run into the prose: {ln.strip()[:50]!r}"
+                   for ln in lines if "Example: " in ln and not ln.strip().startswith("Example: ")]
+    assert not broken, "\n".join(broken)
+
+
 def test_python_dash_m_and_help_does_not_import_torch(cli_env):
     proc = subprocess.run([sys.executable, "-m", "dynocell", "--help"], env=cli_env, capture_output=True,
                           text=True, timeout=60, cwd=REPO)
@@ -179,3 +220,22 @@ def test_stop_of_a_boot_already_stopped_says_so(cli_env):
     assert f"boot {boot_id} stopped (" in first.stdout, first.stdout
     again = run(cli_env, "stop", boot_id)
     assert f"boot {boot_id} was already stopped (" in again.stdout and "graceful" not in again.stdout, again.stdout
+
+
+def test_port_0_is_said_to_be_picked_at_boot_not_made_up(cli_env, tmp_path: Path):
+    """examples/tiny.toml has ``port = 0`` (dynocell picks a free port at boot): ``config show`` says so in
+    its command instead of printing SGLang's 30000 as if configured; ``plan`` (a command run by hand) keeps a
+    runnable number and says where it comes from; a config with a port shows that port and no note."""
+    shown = run(cli_env, "config", "show", str(EXAMPLES / "tiny.toml"), "--json").stdout
+    command = json.loads(shown)["command"]
+    assert "--port <free port at boot> " in command and "30000" not in command
+    assert "--port <free port at boot>" in run(cli_env, "config", "show", str(EXAMPLES / "tiny.toml")).stdout
+    planned = run(cli_env, "plan", str(EXAMPLES / "tiny.toml")).stdout
+    assert planned.startswith("# port = 0 in the config: dynocell picks a free port at boot; this command uses "
+                              "SGLang's default 30000")
+    assert "--port 30000 " in planned
+    fixed = tmp_path / "fixed.toml"
+    fixed.write_text((EXAMPLES / "tiny.toml").read_text().replace("port = 0 ", "port = 31234 "))
+    assert "--port 31234 " in json.loads(run(cli_env, "config", "show", str(fixed), "--json").stdout)["command"]
+    (row,) = json.loads(run(cli_env, "plan", str(fixed), "--json").stdout)
+    assert row["port_note"] is None and "free port" not in run(cli_env, "plan", str(fixed)).stdout

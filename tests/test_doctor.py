@@ -335,3 +335,35 @@ def test_depth_decay_says_when_speculation_pays_at_no_length():
     curve = with_breakeven(rows, 2.85)
     assert curve["pays_at_no_length"] is True and curve["crossover_tokens"] == 96
     assert with_breakeven(rows, 20.0)["pays_at_no_length"] is False
+
+
+def test_store_inputs_read_the_headline_throughput_not_only_its_deprecated_alias(settings):
+    """``summary.decode_tok_s`` is the deprecated alias of ``best_output_tok_s`` (runbooks/run/summary_step.py).
+    The doctor read only the alias: a run whose summary carries only the current field (written once the alias
+    is gone, or by another writer) gave no speed-up to no_net_win and no throughput to its baselines. Old rows
+    (alias only) still count."""
+    from datetime import datetime, timedelta, timezone
+
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.configs import add_config
+    from dynocell.runbooks.doctor import inputs_for_run
+
+    cell = open_cell(settings)
+    repo = Path(__file__).resolve().parents[1]
+    spec = add_config(cell, repo / "examples" / "tiny.toml", None).hash
+    plain = add_config(cell, repo / "examples" / "tiny-plain.toml", None).hash
+    t0 = datetime.now(timezone.utc) - timedelta(hours=1)
+    common = {"kind": "run", "state": "completed", "workload_sha256": "w" * 64}
+    db_runs.create_run(cell.store, id="plain-old", config_hash=plain, started_at=t0,
+                       summary={"decode_tok_s": 1000.0}, **common)  # a row stored before best_output_tok_s
+    db_runs.create_run(cell.store, id="spec-base", config_hash=spec, started_at=t0 + timedelta(minutes=1),
+                       summary={"best_output_tok_s": 850.0, "best_output_concurrency": 8}, **common)
+    db_runs.add_curve(cell.store, [(1, 0.9, 0.9)], run_id="spec-base", text_class="code", num_drafts=3, steps=10,
+                      tau=1.9, accept_rate=0.3, histogram=[1, 9, 0, 0], completion_tokens=19)
+    db_runs.create_run(cell.store, id="spec-now", config_hash=spec, started_at=t0 + timedelta(minutes=2),
+                       summary={"best_output_tok_s": 900.0, "best_output_concurrency": 8},
+                       lossless_detail={"plain_config_hash": plain}, **common)
+    inp = inputs_for_run(cell, "spec-now")
+    assert inp.spec_decode_tok_s == 900.0 and inp.plain_decode_tok_s == 1000.0
+    assert [(b.label, b.decode_tok_s) for b in inp.baselines] == [("spec-base", 850.0)]

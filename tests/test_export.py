@@ -1,5 +1,6 @@
-"""``dynocell export`` (issue 18, item 6): runs, curves and splits since a time, as Parquet and CSV,
-from every host of one store (SQLite and PostgreSQL), read back with pyarrow / csv."""
+"""``dynocell export`` (issue 18, item 6): runs, curves, splits and phase splits (``profile_phases``,
+migration 0008) since a time, as Parquet and CSV, from every host of one store (SQLite and PostgreSQL),
+read back with pyarrow / csv."""
 
 from __future__ import annotations
 
@@ -41,7 +42,27 @@ def filled(backend_settings, tmp_path):
         db_runs.finish_profile(cell.store, prof.id, state="completed",
                                splits=[{"rank": -1, "category": "gemm", "ms": 40.0, "pct": 80.0, "launches": 10},
                                        {"rank": -1, "category": "pointwise", "ms": 10.0, "pct": 20.0, "launches": 30}])
+        db_runs.put_phases(cell.store, prof["id"], PHASES[rid])
     return a, config_hash
+
+
+def _phase(phase, ms, pct, launches):
+    return {"phase": phase, "label": phase.replace("_", " "), "ms": ms, "pct": pct, "launches": launches,
+            "launches_per_token": launches / 10, "ranges": 2}
+
+
+# host-a: a two-rank EAGLE window split by phase (shapes of dynocell.engine.spec_phases.phase_report);
+# host-b: a vLLM window whose traces carry no phase ranges.
+PHASES = {
+    "newA": {"state": "split", "source": "gpu", "total_ms": 12.0, "reason": None,
+             "phases": [_phase("draft", 4.0, 33.3, 20), _phase("target_verify", 8.0, 66.7, 30)],
+             "ranks": [{"rank": 0, "total_ms": 6.0, "phases": [_phase("draft", 2.0, 33.3, 10),
+                                                               _phase("target_verify", 4.0, 66.7, 15)]},
+                       {"rank": 1, "total_ms": 6.0, "phases": [_phase("draft", 2.0, 33.3, 10),
+                                                               _phase("target_verify", 4.0, 66.7, 15)]}]},
+    "newB": {"state": "unavailable", "source": "gpu", "total_ms": None, "phases": [], "ranks": [],
+             "reason": "no speculative phase ranges in the trace (vLLM 0.26.0)"},
+}
 
 
 def test_parquet_and_csv_hold_both_hosts_rows_since(filled, tmp_path):
@@ -52,7 +73,7 @@ def test_parquet_and_csv_hold_both_hosts_rows_since(filled, tmp_path):
     cell, config_hash = filled
     since = parse_since("7d")
     rep = export(cell, since, "parquet", tmp_path / "pq")
-    assert rep["rows"] == {"runs": 2, "curves": 2, "splits": 4}
+    assert rep["rows"] == {"runs": 2, "curves": 2, "splits": 4, "phases": 7}
     runs = pq.read_table(rep["files"]["runs"]).to_pylist()
     assert sorted((r["id"], r["host_id"]) for r in runs) == [("newA", "host-a"), ("newB", "host-b")]
     assert json.loads(runs[0]["summary"]) == {"decode_tok_s": 123.5} and runs[0]["started_at"] is not None
@@ -62,9 +83,17 @@ def test_parquet_and_csv_hold_both_hosts_rows_since(filled, tmp_path):
     assert sorted({(s["host_id"], s["category"], s["pct"]) for s in splits}) == [
         ("host-a", "gemm", 80.0), ("host-a", "pointwise", 20.0), ("host-b", "gemm", 80.0), ("host-b", "pointwise",
                                                                                             20.0)]
+    phases = pq.read_table(rep["files"]["phases"]).to_pylist()
+    split = [(p["rank"], p["phase"], p["ms"], p["total_ms"]) for p in phases if p["host_id"] == "host-a"]
+    assert split == [(-1, "draft", 4.0, 12.0), (-1, "target_verify", 8.0, 12.0), (0, "draft", 2.0, 6.0),
+                     (0, "target_verify", 4.0, 6.0), (1, "draft", 2.0, 6.0), (1, "target_verify", 4.0, 6.0)]
+    assert {p["run_id"] for p in phases if p["host_id"] == "host-a"} == {"newA"}
+    assert phases[0]["config_hash"] == config_hash and phases[0]["launches_per_token"] == 2.0
+    (none,) = [p for p in phases if p["host_id"] == "host-b"]
+    assert none["state"] == "unavailable" and none["phase"] is None and "vLLM 0.26.0" in none["reason"]
 
     rep = export(cell, since, "csv", tmp_path / "csv", host="host-b")
-    assert rep["rows"] == {"runs": 1, "curves": 1, "splits": 2}
+    assert rep["rows"] == {"runs": 1, "curves": 1, "splits": 2, "phases": 1}
     with open(rep["files"]["runs"], newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["id"] for r in rows] == ["newB"] and rows[0]["config_hash"] == config_hash
@@ -84,8 +113,8 @@ def test_bad_export_input_is_a_clear_error(settings, tmp_path, cli_env):
     proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", "1d", "--format", "csv", "--json",
                            "--out", str(tmp_path / "y")], env=cli_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0}
-    assert (tmp_path / "y" / "runs.csv").exists()
+    assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0, "phases": 0}
+    assert (tmp_path / "y" / "runs.csv").exists() and (tmp_path / "y" / "phases.csv").exists()
     (tmp_path / "afile").write_text("")
     proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", "1d", "--format", "csv",
                            "--out", str(tmp_path / "afile")], env=cli_env, capture_output=True, text=True, timeout=120)

@@ -108,3 +108,21 @@ def test_nextn_is_reported_as_eagle_and_health_accepts_it():
     _, spec = reference_parse(["--model-path", "/m", "--speculative-algorithm", "NEXTN",
                                "--speculative-draft-model-path", "/m"])
     assert spec.algorithm == "EAGLE"
+
+
+def test_relative_paths_in_gpu_config_comments_resolve_or_say_their_base():
+    """A path in a comment of gpu/configs/*.toml or gpu/requirements-run.txt resolves from that file's folder
+    (as the TOML's own model paths do), or names its base: `../../shared/gpu` from gpu/configs/ pointed into
+    the checkout, where there is no shared/ — the folder lies beside the checkout (`<checkout>/../shared/gpu`)."""
+    import re
+
+    unresolved = []
+    for path in [*sorted((REPO / "gpu" / "configs").glob("*.toml")), REPO / "gpu" / "requirements-run.txt"]:
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            comment = line.partition("#")[2]
+            for rel in re.findall(r"(?<![\w<>/.])((?:\.\./)+[\w./-]*\w)", comment):
+                if not (path.parent / rel).exists():
+                    unresolved.append(f"{path.relative_to(REPO)}:{n}: {rel}")
+    assert not unresolved, "\n".join(unresolved)
+    said = (REPO / "gpu" / "configs" / "h200-plain-graph.toml").read_text()
+    assert "<checkout>/../shared/gpu" in said

@@ -11,11 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from dynocell.cli.app import build_app
+from tests.h200_replay import cli as _cli, store_home, taus as _taus
+from tests.h200_replay import fresh_cli_state  # noqa: F401 - an autouse fixture
 
-app = build_app()
 DATA = Path(__file__).parent / "data" / "sglang-0.5.17-eagle" / "dynocell-h200"
 BOOTS = json.loads((DATA / "boots.json").read_text())
 GREEDY = "gpu/workloads/greedy.toml"
@@ -27,35 +26,14 @@ def _run(config: str, workload: str = "default") -> str:
     return next(b["run_id"] for b in BOOTS if b["config"] == config and b["workload"] == workload)
 
 
-@pytest.fixture(autouse=True)
-def fresh_cli_state():
-    from dynocell.cli.common import state
-
-    state.settings = state.cell = None
-    yield
-    state.settings = state.cell = None
-
-
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
-    shutil.copy(DATA / "dynocell.db", tmp_path / "dynocell.db")
-    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
-    monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
-    return tmp_path
-
-
-def _cli(*args: str) -> str:
-    res = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    return res.output
+    return store_home(DATA, tmp_path, monkeypatch)
 
 
 def _show(run_id: str) -> dict:
     return json.loads(_cli("show", run_id, "--json"))
 
-
-def _taus(run_id: str) -> dict[str, float]:
-    return {c["text_class"]: c["tau"] for c in _show(run_id)["curves"]}
 
 
 def test_every_head_ran_graph_and_eager_on_sglang(home):

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
-from dynocell.cli.app import build_app
-
-app = build_app()
+from tests.h200_replay import app, cli as _cli, store_home, taus as _taus
+from tests.h200_replay import fresh_cli_state  # noqa: F401 - an autouse fixture
 
 DATA = Path(__file__).parent / "data" / "vllm-0.26.0" / "dynocell-h200"
 BOOTS = json.loads((DATA / "boots.json").read_text())
@@ -25,17 +23,6 @@ BOOTS = json.loads((DATA / "boots.json").read_text())
 def _run_id(config: str, workload: str) -> str:
     return next(b["run_id"] for b in BOOTS if b["config"] == config and b["workload"] == workload
                 and b["state"] == "completed")
-
-
-@pytest.fixture(autouse=True)
-def fresh_cli_state():
-    """The CLI keeps its settings and store per process (``cli.common.state``); each test here
-    starts and ends without them, so the DYNOCELL_HOME it sets is the one used."""
-    from dynocell.cli.common import state
-
-    state.settings = state.cell = None
-    yield
-    state.settings = state.cell = None
 
 
 def _switch_home(monkeypatch, path) -> None:
@@ -47,21 +34,7 @@ def _switch_home(monkeypatch, path) -> None:
 
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
-    shutil.copy(DATA / "dynocell.db", tmp_path / "dynocell.db")
-    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
-    monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
-    return tmp_path
-
-
-def _cli(*args: str) -> str:
-    res = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    return res.output
-
-
-def _taus(run_id: str) -> dict[str, float]:
-    shown = json.loads(_cli("show", run_id, "--json"))
-    return {c["text_class"]: c["tau"] for c in shown["curves"]}
+    return store_home(DATA, tmp_path, monkeypatch)
 
 
 GREEDY = "gpu/workloads/h200-greedy.toml"

@@ -643,3 +643,19 @@ def test_bench_accept_length_per_level_becomes_a_curve_at_its_prompt_length(cell
     assert {c.curve.num_drafts for c in curves} == {3}
     plain = import_bench(cell, BENCH / "sglang-bench-serving.jsonl", config_ref=EXAMPLE)  # no accept length
     assert inputs_for_run(cell, plain["run_id"]).curves == []
+
+
+def test_cli_metrics_scrape_with_a_bad_position_label_is_bad_input(cli_env, tmp_path):
+    """A scrape whose per-position counter has a non-integer ``position`` label (here a real vLLM 0.26.0
+    scrape, tests/data/vllm-0.26.0/C_draft_graph.metrics.txt, edited by hand) is bad input: exit 2 and an
+    ``Error:`` line naming the file and the label, with the fix — not exit 3 (an engine fault); nothing stored."""
+    real = (VLLM / "C_draft_graph.metrics.txt").read_text()
+    assert 'position="0"' in real
+    edited = tmp_path / "edited.metrics.txt"
+    edited.write_text(real.replace('position="0"', 'position="first"'))
+    proc = _run(cli_env, "import", "metrics", str(edited), "--config", EXAMPLE, ok=False)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.splitlines()
+    assert err[0].startswith(f"Error: {edited}: vllm:spec_decode_num_accepted_tokens_per_pos_total ")
+    assert "'first'" in err[0] and err[1].startswith("hint: ") and "GET /metrics" in err[1]
+    assert json.loads(_run(cli_env, "runs", "--json").stdout) == []

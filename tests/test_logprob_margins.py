@@ -146,14 +146,14 @@ def test_reference_vllm_surface_answers_vllms_shape(model_pair, tmp_path):
     import httpx
 
     from dynocell.engine.reference.launch import start_engine
-    from dynocell.runbooks.run.greedy import _greedy
+    from dynocell.runbooks.run.greedy import greedy_generate
 
     eng = start_engine(model_pair.target, ["--surface", "vllm"], tmp_path / "server.log")
     try:
         name = httpx.get(eng.url + "/v1/models", timeout=60).json()["data"][0]["id"]
         cfg = SimpleNamespace(api="vllm", served_model_name=name, model_path=str(model_pair.target))
         prompt = "The quick brown fox jumps over the lazy dog. It was"
-        body = _greedy(EngineClient(eng.url), prompt, 8, 120.0, cfg)
+        body = greedy_generate(EngineClient(eng.url), prompt, 8, 120.0, cfg)
         ids = body["output_ids"]
         assert len(ids) == 8 and all(isinstance(i, int) for i in ids)
         raw = httpx.post(eng.url + "/v1/completions", json={"model": name, "prompt": prompt, "max_tokens": 8,

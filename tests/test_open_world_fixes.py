@@ -204,6 +204,10 @@ def test_compare_of_four_runs_at_80_columns_wraps_no_number(tmp_path, cli_env):
     p1 = [ln for ln in lines if ln.strip().startswith("p1/p2/p3")]
     assert len(p1) == 5 and all(len(ln.split("│")[1].strip()) == len(".43/.20/.07") for ln in p1)
     assert "h200-vllm-draft-graph (base)" in text
+    # the legend has a title; the boot's ready time has one name, the engine's own ready line another
+    assert lines[0].strip() == "runs compared (columns of the table below)"
+    assert "boot ready s" in row and "ready line s" in row and "ready s" not in row
+    assert row["ready line s"][2] == "41.2" and row["boot ready s"][2] == "42.5"  # SGLang: line, then /health
 
 
 # ---------------------------------------------------------------- 5. one rule for a repeated phase
@@ -270,8 +274,10 @@ def test_attached_boot_health_is_probed_when_shown_and_detach_leaves_the_engine(
         row = _json(cli_env, "detach", first)
         assert row["state"] == "stopped" and row["stop_how"] == "detached"
         assert eng.proc.poll() is None  # not touched
-        again = _run(cli_env, "detach", first, ok=False)
-        assert again.returncode != 0 and "already stopped (detached)" in again.stderr
+        again = _run(cli_env, "detach", first)  # as `stop` of a stopped boot: said, exit 0, nothing changed
+        assert again.stdout.startswith(f"boot {first} was already stopped (detached) (") and not again.stderr
+        assert again.stdout.rstrip().endswith("ago): nothing to detach")
+        assert _json(cli_env, "detach", first) == row
         assert "(detached)" in next(ln for ln in _run(cli_env, "ps", "--all").stdout.splitlines() if first in ln)
         second = _json(cli_env, "attach", eng.url)["boot_id"]  # a new boot of the same engine
         assert second != first

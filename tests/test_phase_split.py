@@ -119,8 +119,8 @@ def test_a_missing_or_changed_trace_is_named_and_never_read(cell, tmp_path):
     assert reanalyze(cell, STANDALONE, elsewhere)["phases"]["state"] == "split"
     with pytest.raises(UserError, match="--trace-dir"):
         reanalyze(cell, STANDALONE, tmp_path / "nope")
-    with pytest.raises(UserError, match="no completed profile window"):
-        reanalyze(cell, "23827e74a02f")  # a run without a profile
+    with pytest.raises(UserError, match="23827e74a02f was made with --no-profile: it has no profile"):
+        reanalyze(cell, "23827e74a02f")  # a run made with --no-profile
 
 
 def test_imported_traces_get_their_split(cell):
@@ -246,3 +246,23 @@ def test_a_trace_the_phase_reader_refuses_is_reported_not_raised():
                   output_tokens=64)
     assert rep["state"] == "unavailable" and rep["reason"].startswith("the trace could not be read")
     assert "truncated.trace.json.gz" in rep["reason"]
+
+
+NO_PROFILE = "11cee15fe6e2"  # vLLM store: a run made with --no-profile (its profile step skipped for that reason)
+
+
+def test_cli_reanalyze_of_a_run_made_with_no_profile_says_how_to_get_one(settings, cli_env):
+    """It said `has no completed profile window with trace files` and pointed at `import a trace`; a run made
+    with --no-profile is now named as such, with the two ways to get a profile — and the config it names
+    resolves."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    _home(settings, VLLM)
+    env = dict(cli_env, COLUMNS="80")
+    proc = _cli(env, "reanalyze", NO_PROFILE)
+    assert proc.returncode == 2, proc.stderr
+    err, hint = proc.stderr.splitlines()[:2]
+    assert err == f"Error: run {NO_PROFILE} was made with --no-profile: it has no profile to reanalyze"
+    config = json.loads(_cli(env, "show", NO_PROFILE, "--json").stdout)["run"]["config_hash"][7:19]
+    assert hint.startswith("hint: profile a ready boot of its config (dynocell profile BOOT)")
+    assert hint.endswith(f"dynocell run {config} --profile")
+    assert _cli(env, "config", "show", config).returncode == 0

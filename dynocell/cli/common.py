@@ -177,6 +177,15 @@ def human_ago(iso_or_dt: str | datetime | None, now: datetime | None = None) -> 
     return human_duration(((now or datetime.now(timezone.utc)) - t).total_seconds()) + " ago"
 
 
+def ended_before(ended: Any, asked: datetime) -> str | None:
+    """How long before ``asked`` (naive UTC, as the store keeps times) a boot ended, as
+    :func:`human_duration` — or None when it has not ended or ended at or after ``asked`` (this command
+    ended it). ``stop`` and ``detach`` say ``was already …`` with it."""
+    if not isinstance(ended, datetime) or ended.replace(tzinfo=None) >= asked:
+        return None
+    return human_duration((asked - ended.replace(tzinfo=None)).total_seconds())
+
+
 def human_duration(seconds: float | None) -> str:
     """Seconds as ``"850 ms"``, ``"42 s"``, ``"7 min"``, ``"3.2 h"`` or ``"4 d"``; ``"-"`` for None."""
     if seconds is None:

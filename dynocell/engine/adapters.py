@@ -62,14 +62,15 @@ from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exp
 from dynocell.errors import ConfigError, UserError
 
 
-def engine_base_url(host: str | None, port: int | None) -> str:
-    """``http://host:port`` to reach an engine bound to ``host``: a wildcard bind (``0.0.0.0``, ``::``,
-    empty) is reached on loopback, an IPv6 address goes in brackets (RFC 3986). The one place an
-    engine's base URL is built (boots, health probes, the supervisor)."""
+def engine_base_url(host: str | None, port: int | None, scheme: str = "http") -> str:
+    """``scheme://host:port`` to reach an engine bound to ``host``: a wildcard bind (``0.0.0.0``, ``::``,
+    empty) is reached on loopback, an IPv6 address goes in brackets (RFC 3986). ``scheme`` is ``http``
+    (every engine dynocell starts) or ``https`` (an attached engine behind TLS). The one place an
+    engine's base URL is built (boots, health probes, the supervisor, attached engines)."""
     h = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1", None: "127.0.0.1"}.get(host, host) or "127.0.0.1"
     if ":" in h:
         h = f"[{h}]"
-    return f"http://{h}:{port}"
+    return f"{scheme}://{h}:{port}"
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,17 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["scan_lines"]
+__all__ = ["ENGINE_EXCEPTION", "scan_lines"]
+
+#: A serving engine's scheduler or engine core failing (a regex, searched): SGLang 0.5.17's ``Scheduler hit an
+#: exception`` (``TP<n> scheduler …`` per rank), vLLM V1's ``EngineCore encountered a fatal error`` and
+#: ``EngineDeadError`` (``AsyncEngineDeadError`` too). Each reader adds what else it counts
+#: (:mod:`dynocell.engine.logfile`: any traceback while serving).
+ENGINE_EXCEPTION = (r"Scheduler hit an exception|EngineCore encountered a fatal error|EngineDeadError|"
+                    r"TP\d+ scheduler hit an exception")
 
 _READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|server is listening on")
-_EXCEPTION = re.compile(r"Scheduler hit an exception|EngineCore encountered a fatal error|EngineDeadError|"
-                        r"TP\d+ scheduler hit an exception|Engine core proc .* died unexpectedly")
+_EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Engine core proc .* died unexpectedly")
 _HEALTH_OK = re.compile(r'"GET /health(?:_generate)? HTTP/[\d.]+" 200')
 _SGL_STATS = re.compile(r"#running-req:\s*(\d+).*?#queue-req:\s*(\d+)")
 _VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,.*?(?:Pending|Waiting):\s*(\d+)\s*reqs?")

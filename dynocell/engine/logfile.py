@@ -38,6 +38,7 @@ from dynocell.engine.observed import (
     ObservedConfig, ObservedConfigError, cudagraph_mode, from_server_args, from_vllm_args,
     parse_server_args_line, parse_vllm_args_line,
 )
+from dynocell.engine.log_signs import ENGINE_EXCEPTION
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError
 
@@ -64,8 +65,7 @@ _ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
                           r"The server is fired up and ready to roll")),
 )
 
-_EXCEPTION = re.compile(r"Scheduler hit an exception|EngineCore encountered a fatal error|EngineDeadError|"
-                        r"AsyncEngineDeadError|TP\d+ scheduler hit an exception|Traceback \(most recent call last\)")
+_EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Traceback \(most recent call last\)")
 _VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?"
                          r"(?:Pending|Waiting):\s*(\d+)\s*reqs?")
 _VLLM_GEN = re.compile(rf"Avg generation throughput:\s*({_NUM})\s*tokens/s")

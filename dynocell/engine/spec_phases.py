@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynocell.engine.trace import TraceError, _iter_events
+from dynocell.engine.trace import TraceError, iter_events
 
 TABLE = Path(__file__).with_name("spec_phases.toml")
 #: Phases in report order; ``glue`` and ``outside`` are what no range or pattern claims.
@@ -235,7 +235,7 @@ def split_phases(path: str | Path, table: PhaseTable | None = None) -> PhaseSpli
     """
     tb = table or load_phase_table()
     evs = _TraceEvents()
-    for ev in _iter_events(Path(path)):
+    for ev in iter_events(Path(path)):
         evs.add(tb, ev)
     evs.finish()
     out = PhaseSplit(ranges=evs.seen, engines=evs.engines)

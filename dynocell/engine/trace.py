@@ -332,7 +332,7 @@ _JSON_KINDS = {"start_map": "an object", "number": "a number", "string": "a stri
                "boolean": "a boolean"}
 
 
-def _iter_events(path: Path) -> Iterator[dict[str, Any]]:
+def iter_events(path: Path) -> Iterator[dict[str, Any]]:
     """Events of ``traceEvents`` (object form) or of the top-level array, streamed under a :class:`_Guard`."""
     first = _first_byte(path)
     if not first:
@@ -661,7 +661,7 @@ def _read_ijson(p: Path) -> _Split:
     """Split ``p`` with the ijson reader under :class:`_Guard` (exact errors and limits; ~4× slower)."""
     split = _Split()
     try:
-        split.feed_items(_iter_events(p))
+        split.feed_items(iter_events(p))
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:

@@ -9,6 +9,10 @@ and ``/version``; ``/metrics`` tells the engine family (``sglang:`` / ``vllm:``)
 Then ``health``, ``bench``, ``profile``, ``run --boot`` and ``diagnose`` work on it
 like on any boot.
 
+An engine attached at an ``https://`` URL is reached over TLS from then on (liveness, health,
+bench, profile): the scheme is kept in the boot's ``argv``, ``(attached: https://host:port)``
+(:func:`attached_scheme`).
+
 ``detach`` ends dynocell's record of it (``stopped``, ``stop_how`` ``detached``) and touches no
 process. Shown (``ps``, ``show``, the polls), an attached boot's health is probed again
 (``GET /health``, :data:`ALIVE_TIMEOUT_S`), never the stale last verdict alone.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import shutil
 from typing import Any
 
@@ -32,10 +37,12 @@ from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
 import contextlib
 
-__all__ = ["attach", "attached_alive", "detach", "health_now", "parse_engine_url", "probe", "stop_attached"]
+__all__ = ["attach", "attached_alive", "attached_scheme", "detach", "health_now", "parse_engine_url", "probe",
+           "stop_attached"]
 
 PROBE_TIMEOUT_S = 10.0
 ALIVE_TIMEOUT_S = 3.0
+_ATTACHED_ARGV = re.compile(r"\(attached: (https?)://")
 
 
 def parse_engine_url(url: str) -> tuple[str, str, int]:
@@ -133,8 +140,10 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     from dynocell.runbooks.boots import new_id
     from dynocell.runbooks.imports import resolve_or_observe
 
+    from dynocell.engine.adapters import engine_base_url
+
     scheme, host, port = parse_engine_url(url)
-    base = f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}"
+    base = engine_base_url(host, port, scheme)
     for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
         if row.kind == "attached" and row.host == host and row.port == port:
             return {"boot_id": row.id, "created": False, "config_hash": row.config_hash, "engine": row.engine,
@@ -163,16 +172,24 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
             "observed": cfg_row is not None, "config_fields": observed.fields if cfg_row is not None else None}
 
 
+def attached_scheme(argv: str | None) -> str:
+    """``https`` or ``http``: the scheme of the URL an attached boot was attached at, read from its
+    stored ``argv`` (``(attached: https://host:port)``, written by :func:`attach`); ``http`` for any
+    other boot or argv."""
+    m = _ATTACHED_ARGV.match(argv or "")
+    return m.group(1) if m else "http"
+
+
 def attached_alive(row: BootRow) -> bool:
     """Whether an attached boot's engine (``row``: its stored row) answers ``GET /health`` with 200
-    (within a few seconds)."""
+    (within :data:`ALIVE_TIMEOUT_S`), asked over the scheme it was attached at (https stays https)."""
+    from dynocell.engine.adapters import engine_base_url
     from dynocell.engine.client import EngineClient
 
     if not row.port:
         return False
-    host = row.host if ":" not in row.host else f"[{row.host}]"
     try:
-        with EngineClient(f"http://{host}:{row.port}", ALIVE_TIMEOUT_S) as c:
+        with EngineClient(engine_base_url(row.host, row.port, attached_scheme(row.argv)), ALIVE_TIMEOUT_S) as c:
             return c.health().status == 200
     except EngineUnreachable:
         return False
@@ -198,24 +215,23 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
 
     The boot is recorded ``stopped`` with ``stop_how`` ``detached`` and a ``detached`` event (whether
     the engine still answered ``/health``); no signal is sent to any process — dynocell did not start
-    it. Attaching the same URL again makes a new boot. Returns the boot row. Raises UserError for a
-    boot dynocell started (use ``stop``) or one already ended; NotFound for an unknown reference.
+    it. Attaching the same URL again makes a new boot. Returns the boot row; an attached boot already
+    ended (detached, or stopped with ``stop --pid``) is returned unchanged, as ``stop`` returns a stopped
+    boot. Raises UserError for a boot dynocell started (use ``stop``); NotFound for an unknown reference.
     """
     from dynocell.db import boots as db_boots
     from dynocell.runbooks.boots import resolve_boot
-    from dynocell.runbooks.imports import _aware
+    from dynocell.db.listings import aware_utc
 
     boot = resolve_boot(cell, boot_ref)
     if boot.kind != "attached":
         raise UserError(f"boot {boot.id} is not attached (dynocell started it): there is nothing to detach",
                         f"stop it with `dynocell stop {boot.id}`")
     if boot.state not in db_boots.LIVE_STATES:
-        how = " (detached)" if boot.stop_how == "detached" else ""
-        raise UserError(f"boot {boot.id} is already {boot.state}{how}: nothing to detach",
-                        "see it with `dynocell ps --all`")
+        return boot
     alive = attached_alive(boot)
     now = now_utc()
-    started = _aware(boot.started_at)
+    started = aware_utc(boot.started_at)
     offset = max(0.0, (now - started).total_seconds()) if started else 0.0
     db_boots.add_event(cell.store, boot.id, "state", "detached", offset,
                        {"engine_answered_health": alive, "url": f"{boot.host}:{boot.port}"})

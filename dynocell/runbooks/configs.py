@@ -198,7 +198,8 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
 
     For an ``observed`` config ``canonical`` holds only the fields the engine revealed.
     ``command``: the launch argv for the config's engine (SGLang's, vLLM's or the reference
-    engine's names; :func:`dynocell.runbooks.plan.plan_config`, node 0), None for an observed
+    engine's names; :func:`dynocell.runbooks.plan.plan_config`, node 0; ``--port <free port at boot>``
+    for ``port = 0``, :func:`~dynocell.runbooks.plan.shown_command`), None for an observed
     config or one its engine's adapter refuses (``command_error`` then says why).
 
     ``labels``: one entry per name that ever pointed here, ``{name, current
@@ -222,10 +223,10 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     observed = json.loads(row.canonical_json).get("observed") is True
     command, command_error = None, None
     if not observed:
-        from dynocell.runbooks.plan import plan_config
+        from dynocell.runbooks.plan import plan_config, shown_command
 
         try:
-            command = plan_config(cfg, python=cell.settings.engine_python)[0]["argv_string"]
+            command = shown_command(plan_config(cfg, python=cell.settings.engine_python)[0])
         except UserError as exc:  # ConfigError is a UserError: stored before the rule existed
             command_error = str(exc)
     return {

@@ -57,7 +57,8 @@ from dynocell.runbooks.doctor_compare import COMPARE_RULES
 from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
 from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
 from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the doctor's public shapes
-    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, r as _r,
+    Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, headline_tok_s,
+    r as _r,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -304,7 +305,9 @@ def rule_position_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _ladder(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+def ladder_points(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
+    """The length ladder's rungs (``inp.ladder``, else the curves that carry a prompt length) with at least
+    ``general.min_steps`` verify steps, shortest prompt first."""
     pts = inp.ladder or [c for c in inp.curves if c.prompt_tokens is not None]
     min_steps = th["general"]["min_steps"]
     return sorted((c for c in pts
@@ -312,7 +315,7 @@ def _ladder(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
                   key=lambda c: c.prompt_tokens)
 
 
-def _zero_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float, float] | None:
+def zero_acceptance_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float, float] | None:
     """(last length with acceptance, first length with none) when acceptance is 0 exactly beyond a boundary."""
     zero = [c.curve.accept_rate <= t["zero_accept_max"] for c in pts]
     if not any(zero) or all(zero):
@@ -327,8 +330,8 @@ def _zero_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float, flo
 
 def rule_zero_past_length(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["zero_past_length"]
-    pts = _ladder(inp, th)
-    b = _zero_boundary(pts, t) if len(pts) >= 2 else None
+    pts = ladder_points(inp, th)
+    b = zero_acceptance_boundary(pts, t) if len(pts) >= 2 else None
     if b is None:
         return []
     return [Finding(
@@ -363,11 +366,11 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["depth_decay"]
-    pts = _ladder(inp, th)
+    pts = ladder_points(inp, th)
     lengths = sorted({c.prompt_tokens for c in pts})
     if len(lengths) < t["min_points"]:
         return []
-    if _zero_boundary(pts, th["zero_past_length"]) is not None:
+    if zero_acceptance_boundary(pts, th["zero_past_length"]) is not None:
         return []  # the sharper zero_past_length finding explains it
     from dynocell.runbooks.doctor_outputs import rule_length_cliff
 
@@ -388,22 +391,22 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         + _gate_text(inp, lengths, taus) + ". Only a decay much steeper than the "
         "drafter's training data explains points at position scaling or a truncated draft cache.",
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
-         **_crossover(inp, lengths, taus)})]
+         **length_crossover(inp, lengths, taus)})]
 
 
 def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Speculation pays at short contexts and stops paying from some length on, while τ neither falls off
     a cliff nor decays enough for ``depth_decay``: the verify step grows with the context faster than τ
-    pays for it (per length bucket: τ < verify step / plain step, :func:`_crossover`). Policy: gate
+    pays for it (per length bucket: τ < verify step / plain step, :func:`length_crossover`). Policy: gate
     speculation by length. Needs a ladder (longest ≥ ``min_span`` × shortest) whose rungs carry their own verify
     step (the acceptance step's length buckets): classes of a little different prompt length are no ladder, and
     one run-wide step cannot show a step that grows. Silent when it pays at no length (``no_net_win`` speaks)
     or at every one."""
     t = th["length_breakeven"]
-    pts = _ladder(inp, th)
+    pts = ladder_points(inp, th)
     lengths = sorted({c.prompt_tokens for c in pts})
     if (len(lengths) < t["min_points"] or lengths[-1] < t["min_span"] * lengths[0]
-            or not all(c.step_ms for c in pts) or _zero_boundary(pts, th["zero_past_length"]) is not None):
+            or not all(c.step_ms for c in pts) or zero_acceptance_boundary(pts, th["zero_past_length"]) is not None):
         return []  # a real ladder with each rung's own verify step, or nothing to say
     from dynocell.runbooks.doctor_outputs import rule_length_cliff
 
@@ -411,7 +414,7 @@ def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
         return []  # those findings already carry the crossover
     taus = [sum(c.curve.tau for c in pts if c.prompt_tokens == L) / sum(1 for c in pts if c.prompt_tokens == L)
             for L in lengths]
-    c = _crossover(inp, lengths, taus)
+    c = length_crossover(inp, lengths, taus)
     cross = c.get("crossover_length")
     if cross is None or cross <= lengths[0]:
         return []
@@ -424,7 +427,7 @@ def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], **c})]
 
 
-def _crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> dict[str, Any]:
+def length_crossover(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> dict[str, Any]:
     """With measured step times: the break-even τ (verify step / plain step) and the prompt length from which
     τ stays below it (speculation stops paying there; :func:`dynocell.engine.length_curve.with_breakeven`'s
     crossover); {} without step times. A ladder rung that carries its own verify step (``step_ms``, the
@@ -452,7 +455,7 @@ def _gate_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> st
     """The policy the decay calls for: gate speculation by length from the crossover on — or, when τ is below
     the break-even already at the shortest length, say that it pays at no measured length (a gate by length
     would suggest it pays below it)."""
-    c = _crossover(inp, lengths, taus)
+    c = length_crossover(inp, lengths, taus)
     cross = c.get("crossover_length")
     if cross is None:
         return ": gate speculation by length"
@@ -1113,13 +1116,13 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")
-    inp.spec_decode_tok_s = (run.summary or {}).get("decode_tok_s")
+    inp.spec_decode_tok_s = headline_tok_s(run.summary)
     plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     seen: set[str] = {run.config_hash}
     for other in dbk.completed_runs_with_configs(store, exclude_run=run_id):
         h = other["config_hash"]
         if h == plain_hash and inp.plain_decode_tok_s is None:
-            inp.plain_decode_tok_s = (other.get("summary") or {}).get("decode_tok_s")
+            inp.plain_decode_tok_s = headline_tok_s(other.get("summary"))
         if h in seen:
             continue
         if _other_workload(run, other):

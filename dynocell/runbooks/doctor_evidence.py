@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dynocell.runbooks.doctor_model import (
-    Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling, differing_knobs,
+    Baseline, ConcurrencyPoint, DoctorInputs, Mismatch, Sibling, differing_knobs, headline_tok_s,
 )
 
 #: Bytes of an engine log the doctor reads (boot lines are at the start; a longer log is read head + tail).
@@ -163,7 +163,7 @@ def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
         if other.get("workload_sha256") != run.workload_sha256 or other.get("kind") != run.kind:
             continue
         curves = _curves_by_class(store, other["id"])
-        tok_s = (other.get("summary") or {}).get("decode_tok_s")
+        tok_s = headline_tok_s(other.get("summary"))
         if other["config_hash"] == run.config_hash:
             build = (other.get("summary") or {}).get("build") or str(other.get("started_at") or "")[:10] or None
             if curves:

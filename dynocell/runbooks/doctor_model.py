@@ -22,6 +22,14 @@ def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(IGNORED_KNOBS))
 
 
+def headline_tok_s(summary: dict[str, Any] | None) -> float | None:
+    """A run's headline throughput (tok/s) from its stored ``summary``: ``best_output_tok_s`` (the best
+    whole-workload level's aggregate output rate, :func:`dynocell.runbooks.run.summary_step.summarize`), or for
+    runs stored before that field existed its deprecated alias ``decode_tok_s`` (the same number)."""
+    s = summary or {}
+    return s.get("best_output_tok_s") if s.get("best_output_tok_s") is not None else s.get("decode_tok_s")
+
+
 def r(x: float | None, n: int = 4) -> float | None:
     """``x`` rounded to ``n`` places (None stays None): evidence numbers."""
     return None if x is None else round(float(x), n)

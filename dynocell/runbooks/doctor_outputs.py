@@ -136,12 +136,12 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """τ by context length: a cliff (one step ≥ ``step_drop_min`` carrying ≥ ``share_min`` of the fall) is a
     bug at a boundary (draft max length, rope scaling, a cache window); a gradual fall is the drafter's
     nature (``depth_decay``'s policy: gate speculation by length)."""
-    from dynocell.runbooks.doctor import _crossover, _ladder, _zero_boundary
+    from dynocell.runbooks.doctor import length_crossover, ladder_points, zero_acceptance_boundary
 
     t = th["length_cliff"]
-    pts = _ladder(inp, th)
+    pts = ladder_points(inp, th)
     lengths = sorted({c.prompt_tokens for c in pts})
-    if len(lengths) < t["min_points"] or _zero_boundary(pts, th["zero_past_length"]) is not None:
+    if len(lengths) < t["min_points"] or zero_acceptance_boundary(pts, th["zero_past_length"]) is not None:
         return []
     taus = [sum(c.curve.tau for c in pts if c.prompt_tokens == L) / sum(1 for c in pts if c.prompt_tokens == L)
             for L in lengths]
@@ -156,7 +156,7 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
            f"{lengths[i]:.0f} and {lengths[i + 1]:.0f} tokens ({steps[i] * 100:.0f} % in one step), not a gradual "
            "decay — a boundary in the drafter (its max position / context length, rope scaling, a sliding window "
            "or cache size) stops there.")
-    cross = _crossover(inp, lengths, taus)
+    cross = length_crossover(inp, lengths, taus)
     ev.update(cross)
     if cross.get("crossover_length") is not None:
         msg += (f" Speculation stops paying from {cross['crossover_length']:.0f} tokens (τ below the break-even "

@@ -71,6 +71,21 @@ def _scrape(path: Path) -> Any:
     return snap
 
 
+def _check_positions(where: str, snap: Any) -> None:
+    """The per-position counters of one scrape (or of the window between two) readable: a ``position`` label
+    that is no integer, or more accepted than drafted, is bad input (UserError, exit 2) naming ``where``."""
+    from dynocell.engine.metrics import MetricsError, position_curve, vllm_position_curve
+
+    try:
+        vllm_position_curve(snap)
+        position_curve(snap)
+    except MetricsError as exc:
+        raise UserError(f"{where}: {exc.message}",
+                        exc.hint or 'every per-position series needs position="0", "1", … and at most as many '
+                        "accepted as drafted: give the unedited body of GET /metrics "
+                        "(curl -s URL/metrics > scrape.txt)") from None
+
+
 def _first_bad_line(text: str) -> int:
     """The first line the Prometheus parser refuses on its own (1-based; 1 when none alone does)."""
     from dynocell.engine.metrics import MetricsError, parse_metrics
@@ -143,7 +158,11 @@ def import_metrics(cell: Cell, paths: Sequence[str | Path], *, config_ref: str |
             raise UserError(f"{pb}: counter {name}{{{lab}}} went down from {before:g} (in {pa}) to {after:g}: "
                             f"not monotonic ({len(down)} series)",
                             "give the scrapes of one engine process in the order they were taken")
+    for p, snap in pairs:
+        _check_positions(str(p), snap)
     window = m.delta(snaps[0], snaps[-1]) if len(snaps) > 1 else snaps[0]
+    if len(snaps) > 1:
+        _check_positions(f"{paths[0]} → {paths[-1]}", window)
     last = snaps[-1]
     observed = _observed_from_labels(last, Path(paths[-1]).name)
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(paths[-1]))

@@ -1,7 +1,8 @@
-"""``dynocell export``: runs, acceptance curves and profile splits since a time, as Parquet or CSV.
+"""``dynocell export``: runs, acceptance curves, profile splits and phase splits since a time, as Parquet or CSV.
 
-Three files land in the output directory — ``runs.<ext>``, ``curves.<ext>``,
-``splits.<ext>`` — for notebooks that compare hosts and configs across a fleet.
+Four files land in the output directory — ``runs.<ext>``, ``curves.<ext>``,
+``splits.<ext>`` (kernel time by category) and ``phases.<ext>`` (a speculative
+step's time by phase, ``profile_phases``) — for notebooks that compare hosts and configs across a fleet.
 Parquet is written by pyarrow (the optional ``export`` extra:
 ``pip install 'dynocell[export]'``); CSV by the standard library. Nested values
 (histograms, summaries) are JSON text in both; times are ISO 8601 UTC strings in
@@ -27,6 +28,7 @@ from dynocell.runbooks.cell import Cell
 FORMATS = ("parquet", "csv")
 TABLES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "runs": db_exports.runs_since, "curves": db_exports.curves_since, "splits": db_exports.splits_since,
+    "phases": db_exports.phases_since,
 }
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -49,7 +51,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
 
 
 def export(cell: Cell, since: datetime, fmt: str, out_dir: Path, host: str | None = None) -> dict[str, Any]:
-    """Write the three tables for runs started since ``since`` (of the hosts matching ``host``, if given).
+    """Write the :data:`TABLES` for runs started since ``since`` (of the hosts matching ``host``, if given).
 
     Returns ``{format, since, dir, files: {table: path}, rows: {table: n}}``. Raises UserError for an
     unknown format, a missing pyarrow (Parquet), or an output directory that cannot be written.
@@ -60,7 +62,7 @@ def export(cell: Cell, since: datetime, fmt: str, out_dir: Path, host: str | Non
     host_ids = hosts.resolve(cell, host) if host else None
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out: {out_dir} is a file, not a directory",
-                        "name a directory (new or existing) for runs.*, curves.* and splits.*")
+                        "name a directory (new or existing) for runs.*, curves.*, splits.* and phases.*")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

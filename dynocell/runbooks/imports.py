@@ -23,12 +23,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from datetime import timezone
 from pathlib import Path
 from typing import Any, Sequence
 
 from dynocell.clock import now_utc
 from dynocell.db import imports as db_imports
+from dynocell.db.listings import aware_utc
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
 from dynocell.errors import UserError
@@ -166,10 +166,6 @@ def _new_id() -> str:
     return new_id()
 
 
-def _aware(dt: Any) -> Any:
-    return dt.replace(tzinfo=timezone.utc) if dt is not None and dt.tzinfo is None else dt
-
-
 # ---------------------------------------------------------------- logs
 
 def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | None = None,
@@ -235,8 +231,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
         "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
-        "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or now_utc(), "ready_s": ready_s,
-        "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
+        "log_sha256": files[0]["sha256"], "started_at": aware_utc(t0) or now_utc(), "ready_s": ready_s,
+        "ended_at": aware_utc(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
         "failure_signature": sig["id"] if sig else None,
         "failure_detail": ({**sig, "node_rank": ranks[reports.index(failed[0])] if failed else None}
                            if sig else None),
@@ -398,7 +394,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         offsets = []
         for ph in rep.phases:
             off = None if ph["offset_s"] is None else round(ph["offset_s"] + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or _aware(t0) or now_utc(),
+            events.append({"boot_id": boot_id, "ts": aware_utc(rep.first_ts) or aware_utc(t0) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "phase", "name": ph["name"],
                            "detail": {**ph["detail"], "node_rank": rank, "line": ph["line"],
                                       "occurrence": ph["occurrence"]}})
@@ -406,7 +402,7 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
         node_phases[rank] = phase_marks(offsets)
         for ev in rep.events:
             off = None if ev.offset_s is None else round(ev.offset_s + shift, 3)
-            events.append({"boot_id": boot_id, "ts": _aware(rep.first_ts) or now_utc(),
+            events.append({"boot_id": boot_id, "ts": aware_utc(rep.first_ts) or now_utc(),
                            "offset_s": off if off is not None else 0.0, "kind": "note", "name": ev.kind,
                            "detail": {"node_rank": rank, "line": ev.line, "text": ev.text}})
     return events, node_phases

@@ -126,6 +126,20 @@ def _locate(cell: Cell, trace: dict[str, Any], boot_id: str | None, trace_dir: P
     return None
 
 
+def _no_profile(cell: Cell, run_id: str, config_hash: str | None) -> None:
+    """Raise the UserError of a run without a completed profile window with traces; a run made with
+    ``--no-profile`` (its ``profile`` step skipped for that reason) is told how to get a profile."""
+    skipped = any(s.name == "profile" and s.state == "skipped" and s.error == "--no-profile"
+                  for s in db_runs.steps(cell.store, run_id))
+    if skipped:
+        config = (config_hash or "CONFIG").removeprefix("sha256:")[:12]
+        raise UserError(f"run {run_id} was made with --no-profile: it has no profile to reanalyze",
+                        f"profile a ready boot of its config (dynocell profile BOOT), or run it again with the "
+                        f"profile step (on unless --no-profile): dynocell run {config} --profile")
+    raise UserError(f"run {run_id} has no completed profile window with trace files",
+                    "profile a ready boot (dynocell profile BOOT) or import a trace with --config")
+
+
 def reanalyze(cell: Cell, run_ref: str, trace_dir: str | Path | None = None) -> dict[str, Any]:
     """Compute (again) the phase split of a run's newest profile window from its stored trace files.
 
@@ -141,8 +155,7 @@ def reanalyze(cell: Cell, run_ref: str, trace_dir: str | Path | None = None) -> 
     run = db_runs.get_run(cell.store, run_id)
     profs = [p for p in db_runs.profiles(cell.store, run_id=run_id) if p.state == "completed"]
     if run is None or not profs or not profs[-1].traces:
-        raise UserError(f"run {run_id} has no completed profile window with trace files",
-                        "profile a ready boot (dynocell profile BOOT) or import a trace with --config")
+        _no_profile(cell, run_id, run.config_hash if run is not None else None)
     prof = profs[-1]
     tdir = Path(trace_dir) if trace_dir else None
     if tdir is not None and not tdir.is_dir():

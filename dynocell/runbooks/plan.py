@@ -27,6 +27,8 @@ from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.runbooks.cell import Cell
 
 SGLANG_DEFAULT_PORT = 30000  # sglang ServerArgs.port default; used when the config leaves port = 0
+#: How a shown (not run) command names the port of a config with ``port = 0``: dynocell picks a free one at boot.
+PORT_AT_BOOT = "<free port at boot>"
 
 
 def _load(cell: Cell, config_ref: str) -> EngineConfig:
@@ -55,13 +57,18 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
     ``cfg.host`` when no nodes are named), ``argv`` (list), ``argv_string``,
     ``env`` (redacted dict), ``command`` (``KEY=VALUE … argv``, redacted),
     ``port`` (HTTP port; served by node 0 only), ``warning`` (``⚠ env sets …`` when the
-    config's ``[env]`` injects code, see :func:`~dynocell.engine.config.injection_warning`; else None).
+    config's ``[env]`` injects code, see :func:`~dynocell.engine.config.injection_warning`; else None),
+    ``port_note`` (None, or — for a config with ``port = 0`` and no ``port`` given — that dynocell picks a
+    free port at boot and this command uses SGLang's default instead).
 
-    ``port``: default ``cfg.port``, else SGLang's 30000 (a plan never picks a
-    random local port). Raises ConfigError / UserError from
-    :func:`~dynocell.engine.adapters.render_nodes`.
+    ``port``: default ``cfg.port``, else SGLang's 30000 (a plan is run by hand and never picks a
+    random local port; :func:`shown_command` names the port ``<free port at boot>`` instead). Raises
+    ConfigError / UserError from :func:`~dynocell.engine.adapters.render_nodes`.
     """
+    at_boot = not (port or cfg.port)
     port = port or cfg.port or SGLANG_DEFAULT_PORT
+    note = (f"port = 0 in the config: dynocell picks a free port at boot; this command uses SGLang's default "
+            f"{port} (dynocell plan --port N to choose)") if at_boot else None
     specs = render_nodes(cfg, python=python, port=port, base_env={}, build_pythonpath=build_pythonpath)
     rows = []
     for spec in specs:
@@ -75,8 +82,19 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
             "command": command_line(spec, env),
             "port": spec.port,
             "warning": injection_warning(cfg.env),
+            "port_note": note,
         })
     return rows
+
+
+def shown_command(row: dict[str, Any]) -> str:
+    """A :func:`plan_config` row's argv as a person reads it: ``argv_string``, except that a config with
+    ``port = 0`` (``port_note`` set) shows ``--port <free port at boot>`` — the number is picked when
+    dynocell boots it, so none is made up here (``dynocell config show``)."""
+    if not row.get("port_note"):
+        return row["argv_string"]
+    return " ".join(PORT_AT_BOOT if i and row["argv"][i - 1] == "--port" else shlex.quote(a)
+                    for i, a in enumerate(row["argv"]))
 
 
 def plan_warnings(cell: Cell, config_ref: str) -> list[str]:

@@ -90,7 +90,7 @@ def _call_with_progress(fn: Callable[..., Any], *args: Any, progress=None) -> An
     return fn(*args)
 
 
-def _result_id(value: Any) -> Any:
+def result_id(value: Any) -> Any:
     """Procedures may return an id or an object with ``.id`` / ``.run_id``; jobs keep the id."""
     if isinstance(value, (str, int, float)) or value is None:
         return value

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from dynocell.cli.common import get_cell, out, print_json
+from dynocell.cli.common import ended_before, get_cell, out, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,8 @@ def attach_cmd(
 ) -> None:
     """Attach to a running engine (SGLang, vLLM, any OpenAI server) as a boot of kind `attached`.
 
-    dynocell owns no process of it: health, bench, profile, run --boot and diagnose work on it;
+    dynocell owns no process of it: health, bench, profile, run --boot and diagnose work on it.
+
     stop refuses unless --pid names the process listening on its port.
 
     Example: dynocell attach http://10.0.0.5:30000 && dynocell run --boot BOOT
@@ -49,15 +50,23 @@ def detach_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
 ) -> None:
     """End dynocell's record of an attached boot (recorded stopped, detached); the engine process is
-    not touched — dynocell did not start it.
+    not touched — dynocell did not start it. A boot already ended is left as it is (exit 0).
 
     Example: dynocell detach 3f2a
     """
+    from datetime import datetime, timezone
+
     from dynocell.runbooks.attach import detach
 
+    asked = datetime.now(timezone.utc).replace(tzinfo=None)  # the store keeps naive UTC
     row = detach(get_cell(), boot)
     if json_out:
         print_json(row.to_dict())
+        return
+    ago = ended_before(row.ended_at, asked)
+    if ago is not None:
+        how = " (detached)" if row.stop_how == "detached" else ""
+        out(f"boot {row.id} was already {row.state}{how} ({ago} ago): nothing to detach")
         return
     out(f"boot {row.id} detached (recorded {row.state}); the engine at {row.host}:{row.port} was not "
         "touched — stop it where it was started, or attach again to drive it")

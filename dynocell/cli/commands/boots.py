@@ -9,7 +9,9 @@ from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, seconds, table
+from dynocell.cli.common import (
+    add_row, ended_before, err_console, get_cell, human_duration, out, print_json, seconds, table,
+)
 from dynocell.text import printable
 
 STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow", "stopped": "dim",
@@ -201,8 +203,7 @@ def stop_cmd(
 ) -> None:
     """Stop a boot: SIGTERM to its process group, wait the grace, SIGKILL, verify nothing survives.
 
-    An attached boot (dynocell attach) is stopped only with --pid naming the process
-    listening on its port.
+    An attached boot (dynocell attach) is stopped only with --pid naming the process listening on its port.
 
     Example: dynocell stop 3f2a --grace 10
     """
@@ -218,9 +219,8 @@ def stop_cmd(
         return
     how = row.get("stop_how") or "-"
     secs = row.get("stop_s")
-    ended = row.get("ended_at")
-    if isinstance(ended, datetime) and ended.replace(tzinfo=None) < asked:
-        ago = human_duration((asked - ended.replace(tzinfo=None)).total_seconds())
+    ago = ended_before(row.get("ended_at"), asked)
+    if ago is not None:
         out(f"boot {row['id']} was already {row['state']} ({ago} ago)")
         return
     out(f"boot {row['id']} {row['state']} ({how}" + (f", {secs:.1f} s" if secs is not None else "") + ")"

@@ -18,6 +18,9 @@ def _p(p: float) -> str:
     return f"{p:.2f}"[1:] if 0 <= p < 1 else f"{p:.1f}"
 
 
+#: The legend's title (the table of runs above the side-by-side one).
+LEGEND_TITLE = "runs compared (columns of the table below)"
+
 #: The speculative step's phases in the order a step runs them, as labelled in the stored split.
 PHASE_ROWS = ("draft", "draft extend", "verify", "sampling", "glue")
 
@@ -51,7 +54,9 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
     Every cell is one number or one short word, so no cell wraps; a label names its unit and, for
     throughput, the concurrency (``c=8 out tok/s``: the level's aggregate output rate; ``c=8 decode/req
-    tok/s``: the mean per-request decode rate at that level)."""
+    tok/s``: the mean per-request decode rate at that level). ``boot ready s`` is the boot's ``ready_s``
+    (when dynocell found the engine ready); the indented rows under it are the engine's phase lines, s after
+    spawn, the ``ready`` phase as ``ready line s`` so no second row reads "ready s"."""
     from dynocell.runbooks.compare import KEY_PHASES
 
     rows: list[tuple[str, list[str]]] = [
@@ -62,7 +67,8 @@ def _rows(table: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     ]
     for ph in KEY_PHASES:
         if any(ph in t["phases"] for t in table):
-            rows.append((f"  {ph} s", [_f(t["phases"].get(ph)) for t in table]))
+            label = "ready line" if ph == "ready" else ph
+            rows.append((f"  {label} s", [_f(t["phases"].get(ph)) for t in table]))
     concs = sorted({lv["concurrency"] for t in table for lv in t["levels"]})
     for c in concs:
         lvs = [next((x for x in t["levels"] if x["concurrency"] == c), None) for t in table]
@@ -92,7 +98,7 @@ def _legend(table: list[dict[str, Any]], ids: list[str]) -> Any:
     (prose that would widen every column there; here it wraps at spaces)."""
     from dynocell.cli.fit import FitTable
 
-    t = FitTable("run", "config", "top categories", keys=1)
+    t = FitTable("run", "config", "top categories", title=LEGEND_TITLE, keys=1)
     for n, (row, short) in enumerate(zip(table, ids)):
         top = ", ".join(f"{s['category']} {s['pct']:.0f}%" for s in (row["profile"] or {}).get("top") or [])
         t.add_row(short, row["config"] + (" (base)" if n == 0 else ""), top or "-")
@@ -106,11 +112,13 @@ def compare_cmd(
     """Runs side by side: boot phases, throughput at each concurrency, τ and per-position
     acceptance per text class, lossless, break-even and the profile headline.
 
-    Works across engines (an SGLang run beside a vLLM run of the same model pair) and hosts
-    (a warning says when the hardware differs). `--json` adds the per-category profile deltas
-    and the per-class throughput deltas against the first run. Columns are headed by short run
-    ids (named with their config above the table); a table too wide for the terminal is split
-    into several, each repeating the row names, and never wraps a number.
+    Works across engines (an SGLang run beside a vLLM run of one pair) and hosts (warned if the hardware differs).
+
+    `--json` adds the per-category profile deltas and the per-class throughput deltas against the first run.
+
+    Columns are headed by short run ids, named with their config in the table above them.
+
+    A table too wide for the terminal is split into several, each repeating the row names; no number wraps.
 
     Example: dynocell compare 6dc3 85fb
     """

@@ -36,9 +36,9 @@ def add(
 ) -> None:
     """Validate a config file and store it by its hash; point a name at it.
 
-    The same content is stored once (same hash); a name that pointed elsewhere
-    is moved and its history kept. A bad file is refused with one message
-    naming the file, the field and the fix (exit code 2); nothing is written.
+    The same content is stored once (same hash); a name that pointed elsewhere is moved and its history kept.
+
+    A bad file is refused with one message naming the file, the field and the fix (exit code 2); nothing is written.
 
     Example: dynocell config add examples/tiny.toml --name tiny
     """

@@ -38,10 +38,11 @@ def build_cmd(
 ) -> None:
     """Build an overlay of the installed SGLang with patches applied, and record it.
 
-    Untouched files are hard links, patched files real copies; every patched
-    file must match the patch's base sha256 (else the build is refused, naming
-    the file, both hashes and the installed version). Building the same thing
-    twice gives the same hash and reuses the folder.
+    Untouched files are hard links, patched files real copies.
+
+    Every patched file must match the patch's base sha256, else the build is refused (file, hashes, version).
+
+    Building the same thing twice gives the same hash and reuses the folder.
 
     Example: dynocell engine build --patch spec-per-position-metrics --json
     """

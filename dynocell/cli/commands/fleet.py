@@ -14,7 +14,9 @@ from dynocell.cli.common import JSON_OPTION_HELP, add_row, get_cell, out, print_
 def hosts_cmd(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP)) -> None:
     """List the hosts that write to this store: machine id, OS, CPU, memory, GPUs, engine versions, last seen.
 
-    This machine registers itself on first use of the store. Example: dynocell hosts --json
+    This machine registers itself on first use of the store.
+
+    Example: dynocell hosts --json
     """
     from dynocell.runbooks import hosts
 
@@ -39,11 +41,11 @@ def export_cmd(
     fmt: str = typer.Option("parquet", "--format", "-f",
                             help="parquet (needs pyarrow: pip install 'dynocell\\[export]') or csv."),
     out_dir: Path = typer.Option(Path("dynocell-export"), "--out", "-o",
-                                 help="Directory for runs.*, curves.*, splits.*."),
+                                 help="Directory for runs.*, curves.*, splits.*, phases.*."),
     host: Optional[str] = typer.Option(None, "--host", help="Only runs of this host (hostname or machine id prefix)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
-    """Write runs, acceptance curves and profile splits since a time, from every host of the store.
+    """Write runs, acceptance curves, profile splits and phase splits since a time, from every host of the store.
 
     Example: dynocell export --since 7d --format csv --out /tmp/fleet
     """

@@ -5,8 +5,38 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import typer
+
+
+def _make(what: str, seed: int | None, as_json: bool,
+          make: Callable[[Any, Callable[[str], None]], Any]) -> tuple[Any, Any, float]:
+    """Run ``make(settings, progress)`` under a ``making {what}…`` status line on stderr (each progress message
+    also logged there unless ``--json``), with ``seed`` as the ``model_seed`` setting when given. Returns
+    ``(what make returned, the settings, seconds)``. A DynocellError is printed as ``Error: …`` and exits
+    with its code."""
+    from rich.console import Console
+
+    from dynocell.errors import DynocellError
+    from dynocell.settings import load_settings
+
+    console = Console(stderr=True)
+    settings = load_settings()
+    if seed is not None:
+        settings = settings.model_copy(update={"model_seed": seed})
+    t = time.monotonic()
+    try:
+        with console.status(f"making {what}…") as status:
+            def progress(msg: str) -> None:
+                status.update(msg)
+                if not as_json:
+                    console.log(msg)
+            made = make(settings, progress)
+    except DynocellError as exc:
+        console.print(f"Error: {exc}")
+        raise typer.Exit(exc.exit_code) from exc
+    return made, settings, round(time.monotonic() - t, 1)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,27 +57,11 @@ def register(app: typer.Typer) -> None:
         """
         from rich.console import Console
 
-        from dynocell.errors import DynocellError
         from dynocell.runbooks.model_pair import make_tiny
-        from dynocell.settings import load_settings
 
-        console = Console(stderr=True)
-        settings = load_settings()
-        if seed is not None:
-            settings = settings.model_copy(update={"model_seed": seed})
-        t = time.monotonic()
-        try:
-            with console.status("making the reference model pair…") as status:
-                def progress(msg: str) -> None:
-                    status.update(msg)
-                    if not as_json:
-                        console.log(msg)
-                pair = make_tiny(settings, dir, progress=progress)
-        except DynocellError as exc:
-            console.print(f"Error: {exc}")
-            raise typer.Exit(exc.exit_code) from exc
-        out = {"target": str(pair.target), "draft": str(pair.draft), "seed": settings.model_seed,
-               "seconds": round(time.monotonic() - t, 1)}
+        pair, settings, seconds = _make("the reference model pair", seed, as_json,
+                                        lambda s, progress: make_tiny(s, dir, progress=progress))
+        out = {"target": str(pair.target), "draft": str(pair.draft), "seed": settings.model_seed, "seconds": seconds}
         if as_json:
             typer.echo(json.dumps(out))
         else:
@@ -79,26 +93,11 @@ def register(app: typer.Typer) -> None:
         """
         from rich.console import Console
 
-        from dynocell.errors import DynocellError
         from dynocell.runbooks.model_pair import make_eagle_head
-        from dynocell.settings import load_settings
 
-        console = Console(stderr=True)
-        settings = load_settings()
-        if seed is not None:
-            settings = settings.model_copy(update={"model_seed": seed})
-        t = time.monotonic()
-        try:
-            with console.status("making the EAGLE head…") as status:
-                def progress(msg: str) -> None:
-                    status.update(msg)
-                    if not as_json:
-                        console.log(msg)
-                out = make_eagle_head(settings, dir, target=target, steps=steps, progress=progress, kind=kind)
-        except DynocellError as exc:
-            console.print(f"Error: {exc}")
-            raise typer.Exit(exc.exit_code) from exc
-        res = {kind: str(out), "seed": settings.model_seed, "seconds": round(time.monotonic() - t, 1)}
+        out, settings, seconds = _make("the EAGLE head", seed, as_json, lambda s, progress: make_eagle_head(
+            s, dir, target=target, steps=steps, progress=progress, kind=kind))
+        res = {kind: str(out), "seed": settings.model_seed, "seconds": seconds}
         if as_json:
             typer.echo(json.dumps(res))
         else:

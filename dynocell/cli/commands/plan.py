@@ -10,15 +10,17 @@ from dynocell.cli.common import JSON_OPTION_HELP, out, print_json
 def plan_cmd(
     config: str = typer.Argument(..., help="A .toml path (not stored) or a stored config name, hash or prefix."),
     port: int = typer.Option(0, "--port", min=0, max=65535,
-                             help="HTTP port of node 0 (default: the config's, else 30000)."),
+                             help="HTTP port of node 0 (default: the config's; for port = 0, "
+                                  "which dynocell picks at boot, SGLang's 30000)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Print the command each node runs: NCCL and other \\[env] settings as KEY=VALUE, then the argv.
 
-    Multi-node configs name \\[\\[nodes]] (host, node_rank, gpus) and a
-    dist_init_addr; every node gets --nnodes, --node-rank and
-    --dist-init-addr. An inconsistent plan (a node rank missing or twice,
-    GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused naming the field.
+    Multi-node configs name \\[\\[nodes]] (host, node_rank, gpus) and a dist_init_addr.
+
+    Every node gets --nnodes, --node-rank and --dist-init-addr.
+
+    A bad plan (rank missing or twice, GPUs ≠ tp_size × pp_size, no dist_init_addr) is refused, naming the field.
 
     Example: dynocell plan examples/two-nodes.toml --json
     """
@@ -35,6 +37,8 @@ def plan_cmd(
         return
     if rows and rows[0].get("warning"):
         out(f"# {rows[0]['warning']}")
+    if rows and rows[0].get("port_note"):
+        out(f"# {rows[0]['port_note']}")
     for r in rows:
         out(f"# node {r['node_rank']} on {r['host']}")
         out(r["command"])

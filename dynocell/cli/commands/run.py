@@ -58,9 +58,9 @@ def run_cmd(
 ) -> None:
     """Put one config on the stand and leave a complete record.
 
-    config → build → model → boot → health → bench → acceptance → lossless → profile →
-    break-even → stop → diagnose. Every step is stored as soon as it ends; Ctrl-C
-    stops the engine and marks the run interrupted.
+    config → build → model → boot → health → bench → acceptance → lossless → profile → break-even → stop → diagnose.
+
+    Every step is stored as soon as it ends; Ctrl-C stops the engine and marks the run interrupted.
 
     Example: dynocell run                      (embedded reference engine)
     Example: dynocell run --boot 3f2a          (a boot already up, e.g. attached)

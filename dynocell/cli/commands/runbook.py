@@ -266,8 +266,10 @@ def bisect_run_cmd(
     """Run the main job on GOOD, BAD and each bisect step; report which knob flips τ or lossless.
 
     Example: dynocell bisect run eager.toml graph.toml
+
     Per component of a speculative step (SGLang, patch spec-graph-switches):
-    dynocell bisect run gpu/configs/h200-eagle-bisect-good.toml gpu/configs/h200-eagle-bisect-bad.toml
+
+    Example: dynocell bisect run gpu/configs/h200-eagle-bisect-good.toml gpu/configs/h200-eagle-bisect-bad.toml
     """
     from dynocell.runbooks.bisect import run_bisect
     from dynocell.runbooks.run import RunOptions

@@ -19,7 +19,10 @@ def tui_cmd(
                                          help="Polling interval in seconds (default: setting poll_interval_s)."),
 ) -> None:
     """Open the terminal dashboard (keys: r run, b boot, s stop, p profile, h health, l logs, / search,
-    c compare, q quit). Example: dynocell tui"""
+    c compare, q quit).
+
+    Example: dynocell tui
+    """
     from dynocell.cli.tui import run_dashboard
 
     settings = get_settings()

@@ -235,6 +235,21 @@ class Generation:
             return int(torch.argmax(logits_row).item())
         return _sample(probs(logits_row, self.sp), self.gen)
 
+    def _draw_draft(self, logits_row: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """One draft token from the draft's logits and the distribution it was drawn from: the argmax and
+        None under greedy sampling or ``draft_mode`` ``top1`` (q is then a point mass), else a draw from
+        q = ``probs(logits_row)`` and q (the speculative-sampling rule needs it at verify)."""
+        if self.sp.greedy or self.draft_mode == "top1":
+            return int(torch.argmax(logits_row).item()), None
+        q = probs(logits_row, self.sp)
+        return _sample(q, self.gen), q
+
+    def _resample(self, resid: torch.Tensor, p: torch.Tensor) -> int:
+        """The token drawn after a rejection: from the residual ``resid`` normalised, or from the target's
+        ``p`` when nothing is left of it (speculative sampling, Leviathan et al. 2023)."""
+        s = float(resid.sum())
+        return _sample(resid / s, self.gen) if s > 0 else _sample(p, self.gen)
+
     def _emit(self, toks: list[int]) -> list[int]:
         """Append tokens one by one, applying stop rules; returns the tokens actually kept."""
         kept = []
@@ -291,13 +306,8 @@ class Generation:
         for _ in range(D):
             logits = self.draft.forward(feed, self.dcache)[-1]
             self.dcache_tokens.extend(feed)
-            if self.sp.greedy or self.draft_mode == "top1":
-                x = int(torch.argmax(logits).item())
-                qs.append(None)
-            else:
-                q = probs(logits, self.sp)
-                x = _sample(q, self.gen)
-                qs.append(q)
+            x, q = self._draw_draft(logits)
+            qs.append(q)
             drafts.append(x)
             feed = [x]
         return drafts, qs
@@ -358,8 +368,7 @@ class Generation:
                 resid[x] = 0.0
             else:
                 resid = torch.clamp(p - q, min=0.0)
-            s = float(resid.sum())
-            return k, (_sample(resid / s, self.gen) if s > 0 else _sample(p, self.gen))
+            return k, self._resample(resid, p)
         return D, _sample(P[D], self.gen)
 
     def meta(self) -> dict:

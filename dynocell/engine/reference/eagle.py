@@ -105,12 +105,14 @@ class KVCache:
         return c
 
 
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of ``x`` over its last dimension (computed in fp32, returned in ``x``'s dtype) scaled by ``w``,
+    as Llama's ``LlamaRMSNorm``."""
     x32 = x.float()
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
-def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     """Rotary embedding, NeoX / Hugging Face Llama style (``rotate_half``), of ``x`` ``[..., T, d]``
     at integer positions ``pos`` ``[T]`` (SGLang ``get_rope(is_neox_style=True)``)."""
     d = x.shape[-1]
@@ -122,7 +124,10 @@ def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-class _Attn(nn.Module):
+class HeadAttn(nn.Module):
+    """The q/k/v/o projections of a draft head's attention, in Llama's parameter names (``in_dim`` → ``hidden``,
+    ``heads`` heads); the forward lives in the head that owns it."""
+
     def __init__(self, in_dim: int, hidden: int, heads: int) -> None:
         super().__init__()
         self.heads, self.hd = heads, hidden // heads
@@ -132,7 +137,9 @@ class _Attn(nn.Module):
         self.o_proj = nn.Linear(hidden, hidden, bias=False)
 
 
-class _MLP(nn.Module):
+class HeadMLP(nn.Module):
+    """Llama's gated SiLU MLP (``gate_proj``, ``up_proj``, ``down_proj``) of a draft head or MTP layer."""
+
     def __init__(self, hidden: int, inter: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
@@ -149,10 +156,10 @@ class _Layer(nn.Module):
 
     def __init__(self, hidden: int, heads: int, inter: int, eps: float, theta: float) -> None:
         super().__init__()
-        self.self_attn = _Attn(hidden, hidden, heads)
+        self.self_attn = HeadAttn(hidden, hidden, heads)
         self.post_attention_layernorm = nn.Module()
         self.post_attention_layernorm.weight = nn.Parameter(torch.ones(hidden))
-        self.mlp = _MLP(hidden, inter)
+        self.mlp = HeadMLP(hidden, inter)
         self.eps, self.theta = eps, theta
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -162,7 +169,7 @@ class _Layer(nn.Module):
         q = a.q_proj(x).view(B, T, a.heads, a.hd).transpose(1, 2)
         k = a.k_proj(x).view(B, T, a.heads, a.hd).transpose(1, 2)
         v = a.v_proj(x).view(B, T, a.heads, a.hd).transpose(1, 2)
-        q, k = _rope(q, pos, self.theta), _rope(k, pos, self.theta)
+        q, k = apply_rope(q, pos, self.theta), apply_rope(k, pos, self.theta)
         if cache is None:
             o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -171,7 +178,7 @@ class _Layer(nn.Module):
             mask = torch.arange(past + T)[None, :] <= (past + torch.arange(T))[:, None]
             o = nn.functional.scaled_dot_product_attention(q, kk[None], vv[None], attn_mask=mask)
         r = x + a.o_proj(o.transpose(1, 2).reshape(B, T, -1))
-        return r + self.mlp(_rms(r, self.post_attention_layernorm.weight, self.eps))
+        return r + self.mlp(rms_norm(r, self.post_attention_layernorm.weight, self.eps))
 
 
 class EagleHead(nn.Module):
@@ -233,7 +240,9 @@ def target_features(model, ids: torch.Tensor, cache=None) -> tuple[torch.Tensor,
     return model.lm_head(h), h
 
 
-def _head_config(target_cfg: dict) -> dict:
+def head_config(target_cfg: dict) -> dict:
+    """The ``config.json`` of an EAGLE head for a target with config ``target_cfg``: the target's shape fields,
+    ``LlamaForCausalLMEagle``, one layer, untied embeddings, fp32."""
     keep = ("attention_bias", "bos_token_id", "eos_token_id", "pad_token_id", "head_dim", "hidden_act",
             "hidden_size", "intermediate_size", "max_position_embeddings", "mlp_bias", "num_attention_heads",
             "num_key_value_heads", "rms_norm_eps", "rope_parameters", "rope_theta", "vocab_size")
@@ -371,7 +380,7 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
     out_dir, target_dir = Path(out_dir), Path(target_dir)
     t_start = time.monotonic()
     with frozen_target(out_dir, target_dir, "make-eagle", recipe["threads"]) as (target, tcfg):
-        cfg = _head_config(tcfg)
+        cfg = head_config(tcfg)
         torch.manual_seed(seed)
         head = EagleHead(cfg)
         head.set_embed_and_head(target.model.embed_tokens.weight, target.lm_head.weight)

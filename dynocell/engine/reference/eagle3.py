@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from dynocell.engine.reference.eagle import (
-    KVCache, Progress, _Attn, _MLP, _head_config, _rms, _rope, copy_tokenizer, corpus_ids, frozen_target,
+    KVCache, Progress, HeadAttn, HeadMLP, head_config, rms_norm, apply_rope, copy_tokenizer, corpus_ids, frozen_target,
     train_head,
 )
 from dynocell.errors import EngineError, UserError
@@ -87,8 +87,8 @@ def expected_tensors3(config: dict) -> dict[str, tuple[int, ...]]:
 class _Layer3(nn.Module):
     def __init__(self, hidden: int, heads: int, inter: int, eps: float, theta: float) -> None:
         super().__init__()
-        self.self_attn = _Attn(2 * hidden, hidden, heads)
-        self.mlp = _MLP(hidden, inter)
+        self.self_attn = HeadAttn(2 * hidden, hidden, heads)
+        self.mlp = HeadMLP(hidden, inter)
         for n in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
             m = nn.Module()
             m.weight = nn.Parameter(torch.ones(hidden))
@@ -100,12 +100,12 @@ class _Layer3(nn.Module):
         a = self.self_attn
         B, T, _ = x.shape
         residual = x
-        inp = torch.cat([_rms(emb, self.input_layernorm.weight, self.eps), _rms(x, self.hidden_norm.weight, self.eps)],
-                        dim=-1)
+        inp = torch.cat([rms_norm(emb, self.input_layernorm.weight, self.eps),
+                         rms_norm(x, self.hidden_norm.weight, self.eps)], dim=-1)
         q = a.q_proj(inp).view(B, T, a.heads, a.hd).transpose(1, 2)
         k = a.k_proj(inp).view(B, T, a.heads, a.hd).transpose(1, 2)
         v = a.v_proj(inp).view(B, T, a.heads, a.hd).transpose(1, 2)
-        q, k = _rope(q, pos, self.theta), _rope(k, pos, self.theta)
+        q, k = apply_rope(q, pos, self.theta), apply_rope(k, pos, self.theta)
         if cache is None:
             o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -114,7 +114,7 @@ class _Layer3(nn.Module):
             mask = torch.arange(past + T)[None, :] <= (past + torch.arange(T))[:, None]
             o = nn.functional.scaled_dot_product_attention(q, kk[None], vv[None], attn_mask=mask)
         residual = a.o_proj(o.transpose(1, 2).reshape(B, T, -1)) + residual
-        return self.mlp(_rms(residual, self.post_attention_layernorm.weight, self.eps)), residual
+        return self.mlp(rms_norm(residual, self.post_attention_layernorm.weight, self.eps)), residual
 
 
 class Eagle3Head(nn.Module):
@@ -171,7 +171,7 @@ class Eagle3Head(nn.Module):
         emb = nn.functional.embedding(ids, self._embed)
         out, residual = self.layers[0](emb, x, pos, cache)
         aux = out + residual
-        return aux, self.lm_head(_rms(aux, self.norm.weight, self.config["rms_norm_eps"]))
+        return aux, self.lm_head(rms_norm(aux, self.norm.weight, self.config["rms_norm_eps"]))
 
     def forward(self, ids, feats, pos, cache=None):
         aux, dl = self.draft_logits(ids, feats, pos, cache)
@@ -205,7 +205,7 @@ def make_eagle3(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | N
         V = tcfg["vocab_size"]
         counts = torch.bincount(data, minlength=V)
         hot = torch.sort(torch.topk(counts, min(recipe["draft_vocab"], V)).indices).values
-        cfg = _head_config(tcfg)
+        cfg = head_config(tcfg)
         cfg.update({"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": int(hot.numel()),
                     "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
                                      "use_aux_hidden_state": True},

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from dynocell.engine.reference.decoding import VERIFY_SPAN, Generation, SamplingParams, _sample, probs, span
+from dynocell.engine.reference.decoding import VERIFY_SPAN, Generation, SamplingParams, probs, span
 from dynocell.engine.reference.eagle import KVCache
 
 
@@ -120,13 +120,8 @@ class EagleGeneration(Generation):
         drafts: list[int] = []
         qs: list[torch.Tensor | None] = []
         for i in range(self.num_steps):
-            if self.sp.greedy or self.draft_mode == "top1":
-                x = int(torch.argmax(logits).item())
-                qs.append(None)
-            else:
-                q = probs(logits, self.sp)
-                x = _sample(q, self.gen)
-                qs.append(q)
+            x, q = self._draw_draft(logits)
+            qs.append(q)
             drafts.append(x)
             if i < self.num_steps - 1:
                 g, logits = self._head_step(x, g, n - 1 + i, self.hcache)
@@ -200,8 +195,7 @@ class EagleGeneration(Generation):
                     resid = p.clone()
                     for c in kids:
                         resid[tree[c][0]] = 0.0
-                    s = float(resid.sum())
-                    extra = _sample(resid / s, self.gen) if s > 0 else _sample(p, self.gen)
+                    extra = self._resample(resid, p)
             if nxt is None:
                 break
             node = nxt

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from dynocell.engine.reference.eagle import (
-    KVCache, Progress, _MLP, _rms, _rope, copy_tokenizer, corpus_ids, frozen_target, target_features,
+    KVCache, Progress, HeadMLP, rms_norm, apply_rope, copy_tokenizer, corpus_ids, frozen_target, target_features,
     train_head,
 )
 from dynocell.errors import EngineError
@@ -90,7 +90,7 @@ class _MtpLayer(nn.Module):
             setattr(self, n, m)
         self.input_proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.self_attn = _QAttn(hidden, heads)
-        self.mlp = _MLP(hidden, inter)
+        self.mlp = HeadMLP(hidden, inter)
 
 
 class MtpHead(nn.Module):
@@ -128,15 +128,15 @@ class MtpHead(nn.Module):
             raise EngineError("the MTP layer has no embedding / LM head", "call set_embed_and_head(target's)")
         m, eps = self.mtp, self.eps
         emb = nn.functional.embedding(ids, self._embed) * (pos != 0).to(feats.dtype)[None, :, None]
-        x = m.input_proj(torch.cat([_rms(feats, m.hidden_layernorm.weight, eps),
-                                    _rms(emb, m.token_layernorm.weight, eps)], dim=-1))
+        x = m.input_proj(torch.cat([rms_norm(feats, m.hidden_layernorm.weight, eps),
+                                    rms_norm(emb, m.token_layernorm.weight, eps)], dim=-1))
         a = m.self_attn
         B, T, _ = x.shape
-        hin = _rms(x, m.input_layernorm.weight, eps)
+        hin = rms_norm(x, m.input_layernorm.weight, eps)
         q = a.q_proj(hin).view(B, T, a.heads, a.hd).transpose(1, 2)
         k = a.k_proj(hin).view(B, T, a.heads, a.hd).transpose(1, 2)
         v = a.v_proj(hin).view(B, T, a.heads, a.hd).transpose(1, 2)
-        q, k = _rope(q, pos, self.theta), _rope(k, pos, self.theta)
+        q, k = apply_rope(q, pos, self.theta), apply_rope(k, pos, self.theta)
         if cache is None:
             o = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -145,8 +145,8 @@ class MtpHead(nn.Module):
             mask = torch.arange(past + T)[None, :] <= (past + torch.arange(T))[:, None]
             o = nn.functional.scaled_dot_product_attention(q, kk[None], vv[None], attn_mask=mask)
         r = x + a.o_proj(o.transpose(1, 2).reshape(B, T, -1))
-        r = r + m.mlp(_rms(r, m.post_attention_layernorm.weight, eps))
-        out = _rms(r, m.final_layernorm.weight, eps)
+        r = r + m.mlp(rms_norm(r, m.post_attention_layernorm.weight, eps))
+        out = rms_norm(r, m.final_layernorm.weight, eps)
         return out, out @ self._head.T
 
 

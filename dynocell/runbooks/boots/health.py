@@ -15,7 +15,7 @@ from dynocell.engine.config import EngineConfig
 from dynocell.errors import UserError
 from dynocell.runbooks import events
 from dynocell.runbooks.boots.live import resolve_boot
-from dynocell.runbooks.boots.reconcile import _refuse_foreign, reconcile
+from dynocell.runbooks.boots.reconcile import refuse_foreign, reconcile
 from dynocell.runbooks.boots.start import resolve_models
 from dynocell.runbooks.cell import Cell
 
@@ -43,12 +43,15 @@ def health(cell: Cell, boot_ref: str) -> db_boots.HealthRow:
     Returns the stored row (``verdict``, ``checks``, ``failed``).
     """
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
-    _refuse_foreign(boot, "probe its health")
+    refuse_foreign(boot, "probe its health")
     if boot["state"] not in db_boots.LIVE_STATES:
         raise UserError(f"boot {boot['id']} is {boot['state']}: there is no engine to probe",
                         f"see `dynocell show {boot['id']}` for how it ended, or boot it again")
     cfg = config_of_boot(cell, boot)
-    client = EngineClient(engine_base_url(boot["host"], boot["port"]), cell.settings.http_timeout_s)
+    from dynocell.runbooks.attach import attached_scheme
+
+    client = EngineClient(engine_base_url(boot["host"], boot["port"], attached_scheme(boot.get("argv"))),
+                          cell.settings.http_timeout_s)
     prev = db_boots.health_history(cell.store, boot["id"], limit=1)
     prev_sample = None
     if prev:

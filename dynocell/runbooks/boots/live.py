@@ -25,8 +25,8 @@ from dynocell.text import printable
 Progress = Callable[[str, dict[str, Any]], None]
 
 
-def _noop(_msg: str, _data: dict[str, Any]) -> None:
-    pass
+def noop_progress(_msg: str, _data: dict[str, Any]) -> None:
+    """A progress callback that reports nothing (the default of every procedure that takes one)."""
 
 
 def new_id() -> str:
@@ -94,11 +94,12 @@ def engine_profile_dir(cfg: Any, boot_dir: Path | str) -> Path | None:
     return Path(boot_dir) / "profiles" / "vllm" if getattr(cfg, "api", None) == "vllm" else None
 
 
-def _str_or_none(path: Path | None) -> str | None:
+def str_or_none(path: Path | None) -> str | None:
+    """``str(path)``, None for None."""
     return None if path is None else str(path)
 
 
-def _printable(line: str, limit: int = 200) -> str:
+def printable_log_line(line: str, limit: int = 200) -> str:
     """A log line fit for an error message: escape sequences removed, other control bytes as ``?``, cut."""
     from dynocell.engine.rules import match_text
 
@@ -122,7 +123,7 @@ def resolve_boot(cell: Cell, ref: str) -> db_boots.BootRow:
     return row
 
 
-_live_boots: dict[str, LiveBoot] = {}
+supervised_here: dict[str, LiveBoot] = {}
 
 
 @dataclass
@@ -135,17 +136,21 @@ class AttachedBoot:
     host: str
     port: int
     boot_dir: Path
+    scheme: str = "http"
 
     @classmethod
     def from_row(cls, row: dict[str, Any], cfg: EngineConfig) -> "AttachedBoot":
         """Build from a boot's columns (a :func:`~dynocell.runbooks.boots.reconcile` row) and its
-        (model-resolved) config."""
-        return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent)
+        (model-resolved) config; an engine attached at ``https://`` keeps its scheme."""
+        from dynocell.runbooks.attach import attached_scheme
+
+        return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent,
+                   attached_scheme(row.get("argv")))
 
     @property
     def base_url(self) -> str:
-        """``http://host:port`` of the engine (:func:`~dynocell.engine.adapters.engine_base_url`)."""
-        return engine_base_url(self.host, self.port)
+        """``scheme://host:port`` of the engine (:func:`~dynocell.engine.adapters.engine_base_url`)."""
+        return engine_base_url(self.host, self.port, self.scheme)
 
     def client(self, timeout_s: float) -> EngineClient:
         """An HTTP client of this engine."""
@@ -154,4 +159,4 @@ class AttachedBoot:
 
 def live_boot(boot_id: str) -> LiveBoot | None:
     """The LiveBoot this process supervises with that id, if any."""
-    return _live_boots.get(boot_id)
+    return supervised_here.get(boot_id)

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from dynocell.db import boots as db_boots
 from dynocell.runbooks.boots.live import resolve_boot
-from dynocell.runbooks.boots.reconcile import _refuse_foreign_files
+from dynocell.runbooks.boots.reconcile import refuse_foreign_files
 from dynocell.runbooks.cell import Cell
 
 
@@ -22,7 +22,7 @@ def logs(cell: Cell, boot_ref: str, tail: int = 50) -> list[str]:
     Raises UserError for a boot of another host (its log is there, not here).
     """
     boot = resolve_boot(cell, boot_ref)
-    _refuse_foreign_files(cell, boot)
+    refuse_foreign_files(cell, boot)
     path = Path(boot.log_path)
     if not path.exists():
         return []

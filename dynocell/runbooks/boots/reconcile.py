@@ -122,7 +122,7 @@ def reconcile(cell: Cell, boot: db_boots.BootRow) -> dict[str, Any]:
     return row
 
 
-def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
+def refuse_foreign(boot: dict[str, Any], what: str) -> None:
     """Raise UserError when ``boot`` (a :func:`reconcile` row) is a live boot of another host."""
     if boot["state"] in db_boots.LIVE_STATES and boot.get("engine_alive") is None:
         raise UserError(f"boot {boot['id']} runs on host {boot.get('hostname') or boot.get('host_id')}: "
@@ -130,7 +130,7 @@ def _refuse_foreign(boot: dict[str, Any], what: str) -> None:
                         f"run the command on {boot.get('hostname') or 'that host'} (same store)")
 
 
-def _refuse_foreign_files(cell: Cell, boot: db_boots.BootRow) -> None:
+def refuse_foreign_files(cell: Cell, boot: db_boots.BootRow) -> None:
     """Raise UserError when ``boot``'s files live on another host."""
     if boot.host_id and boot.host_id != hosts.this_host_id(cell):
         raise UserError(f"boot {boot.id}'s log lives on host {boot.hostname or boot.host_id} "

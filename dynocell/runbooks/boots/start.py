@@ -20,13 +20,13 @@ from dynocell.engine.supervisor import (
 from dynocell.errors import EngineError, UserError
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, LiveBoot, Progress, _noop, _printable, _str_or_none, engine_base_env, engine_profile_dir,
-    finish_log, new_id,
+    BOOT_MARKER, LiveBoot, Progress, engine_base_env, engine_profile_dir, finish_log, new_id, noop_progress,
+    printable_log_line, str_or_none,
 )
 from dynocell.runbooks.cell import Cell
 
 
-def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = _noop) -> EngineConfig:
+def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = noop_progress) -> EngineConfig:
     """Replace ``dynocell:tiny`` / ``dynocell:tiny-draft`` with the made-locally pair's paths.
 
     Makes the pair on first use (cached in the data directory). The config's
@@ -74,7 +74,7 @@ def start_boot(
     boot_id: str | None = None,
     port: int | None = None,
     build: dict[str, Any] | None = None,
-    progress: Progress = _noop,
+    progress: Progress = noop_progress,
     on_created: Callable[[], None] | None = None,
 ) -> LiveBoot:
     """Spawn the engine for ``cfg`` under this process's supervision and wait until ready.
@@ -113,7 +113,7 @@ def start_boot(
     spec = render(
         cfg_run, python=settings.engine_python, port=port,
         build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
-        profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
+        profile_dir=str_or_none(engine_profile_dir(cfg_run, boot_dir)),
     )
     spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
     supervisor_ctime = process_create_time(os.getpid())
@@ -167,7 +167,7 @@ def start_boot(
             spec = render(
                 cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
                 build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
-                profile_dir=_str_or_none(engine_profile_dir(cfg_run, boot_dir)),
+                profile_dir=str_or_none(engine_profile_dir(cfg_run, boot_dir)),
             )
             spec.env[BOOT_MARKER] = boot_id
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
@@ -194,7 +194,7 @@ def start_boot(
     )
     known = bool(sig and sig.id != "unknown")
     # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
-    last = [_printable(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
+    last = [printable_log_line(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
     if known and sig.id == "boot.timeout":
         head = f"boot {boot_id} timed out: {result.reason}"  # the signature's title would say it twice
     else:

@@ -21,7 +21,7 @@ from dynocell.runbooks.boots.live import (
     BOOT_MARKER, LiveBoot, finish_log, resolve_boot,
 )
 from dynocell.runbooks.boots.reconcile import (
-    _refuse_foreign, reconcile, supervisor_alive,
+    refuse_foreign, reconcile, supervisor_alive,
 )
 from dynocell.runbooks.boots.start import describe_exit, record_crash
 from dynocell.runbooks.boots.wait import WAIT_POLL_S
@@ -76,7 +76,7 @@ def stop(cell: Cell, boot_ref: str, grace_s: float | None = None, wait_s: float 
     boot = reconcile(cell, resolve_boot(cell, boot_ref))
     if boot["state"] not in db_boots.LIVE_STATES:
         return boot
-    _refuse_foreign(boot, "stop it")
+    refuse_foreign(boot, "stop it")
     grace = cell.settings.stop_grace_s if grace_s is None else grace_s
     if boot.get("kind") == "attached":
         from dynocell.runbooks.attach import stop_attached

@@ -16,7 +16,7 @@ from typing import Any
 from dynocell.db import boots as db_boots
 from dynocell.engine.config import injection_warning
 from dynocell.errors import EngineError
-from dynocell.runbooks.boots.live import Progress, _live_boots, _noop, new_id
+from dynocell.runbooks.boots.live import Progress, supervised_here, noop_progress, new_id
 from dynocell.runbooks.boots.reconcile import reconcile, supervisor_alive
 from dynocell.runbooks.boots.start import start_boot
 from dynocell.runbooks.cell import Cell
@@ -28,7 +28,7 @@ def boot(
     *,
     detach: bool = True,
     timeout_s: float | None = None,
-    progress: Progress = _noop,
+    progress: Progress = noop_progress,
 ) -> str:
     """Boot a config and return the boot id once it is ready (raises EngineError on failure).
 
@@ -45,7 +45,7 @@ def boot(
         progress(warning, {"warning": warning})
     if not detach:
         live = start_boot(cell, cfg, config_hash, timeout_s=timeout_s, progress=progress)
-        _live_boots[live.boot_id] = live
+        supervised_here[live.boot_id] = live
         return live.boot_id
     boot_id = new_id()
     timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
@@ -75,7 +75,7 @@ def wait_for_boot(
     *,
     timeout_s: float,
     supervisor: subprocess.Popen[bytes] | None = None,
-    progress: Progress = _noop,
+    progress: Progress = noop_progress,
 ) -> str:
     """Wait until boot ``boot_id`` (supervised by another process) is ``ready``; returns its id.
 

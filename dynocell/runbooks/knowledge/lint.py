@@ -319,7 +319,8 @@ def operator_dir(settings: Any) -> Path:
     return Path(settings.runbooks_dir) if getattr(settings, "runbooks_dir", None) else Path(settings.home) / "runbooks"
 
 
-def _md_files(d: Path) -> list[Path]:
+def md_files(d: Path) -> list[Path]:
+    """The ``*.md`` entries of folder ``d`` (README.md excepted), sorted; [] when ``d`` is no folder."""
     return sorted(p for p in d.glob("*.md") if p.is_file() and p.name.lower() != "readme.md") if d.is_dir() else []
 
 
@@ -336,7 +337,7 @@ def lint_paths(paths: Iterable[Path], timed: bool = True) -> tuple[list[Entry], 
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files.extend(_md_files(p))
+            files.extend(md_files(p))
         elif p.is_file():
             files.append(p)
         else:

@@ -12,10 +12,10 @@ from typing import Any, Iterable
 from dynocell.errors import NotFound
 from dynocell.runbooks.knowledge.entry import BUNDLED_DIR, KINDS, Entry, LintError
 from dynocell.runbooks.knowledge.lint import (
-    _md_files, example_problems, operator_dir, parse_file,
+    md_files, example_problems, operator_dir, parse_file,
 )
 from dynocell.runbooks.knowledge.regex import slow_patterns
-from dynocell.runbooks.knowledge.selectors import _cond_holds, selector_matches
+from dynocell.runbooks.knowledge.selectors import cond_holds, selector_matches
 from dynocell.runbooks.knowledge.versions import version_in_range
 
 
@@ -89,7 +89,7 @@ class Knowledge:
 def _metric_holds(value: Any, cond: dict[str, Any]) -> bool:
     if value is None:
         return False
-    return _cond_holds(value, {k: v for k, v in cond.items() if k != "metric"})
+    return cond_holds(value, {k: v for k, v in cond.items() if k != "metric"})
 
 
 def load_knowledge(operator: Path | None = None, bundled: Path = BUNDLED_DIR) -> Knowledge:
@@ -108,7 +108,7 @@ def load_knowledge(operator: Path | None = None, bundled: Path = BUNDLED_DIR) ->
         if d is None:
             continue
         seen: dict[str, str] = {}
-        parsed = [(path, *parse_file(path, origin)) for path in _md_files(Path(d))]
+        parsed = [(path, *parse_file(path, origin)) for path in md_files(Path(d))]
         slow = (
             slow_patterns(p for _, e, _ in parsed if e is not None for p in e.signatures.get("log", []))
             if origin == "operator"

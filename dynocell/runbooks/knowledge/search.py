@@ -10,7 +10,7 @@ from typing import Any
 from dynocell.errors import UserError
 from dynocell.runbooks.knowledge.entry import Entry
 from dynocell.runbooks.knowledge.lint import (
-    _md_files, lint_paths, operator_dir, parse_file,
+    md_files, lint_paths, operator_dir, parse_file,
 )
 from dynocell.runbooks.knowledge.loader import Knowledge, bundled_knowledge
 
@@ -51,7 +51,7 @@ def add_entry_file(settings: Any, source: Path) -> tuple[Entry, Path, bool]:
     dest_dir = operator_dir(settings)
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / f"{entry.slug}.md"
-    for other in _md_files(dest_dir):  # one file per slug in the operator directory
+    for other in md_files(dest_dir):  # one file per slug in the operator directory
         if other != dest:
             e, _ = parse_file(other, "operator")
             if e is not None and e.slug == entry.slug:

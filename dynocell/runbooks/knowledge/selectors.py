@@ -128,7 +128,9 @@ def _norm(v: Any) -> Any:
     return v.upper() if isinstance(v, str) else v
 
 
-def _cond_holds(value: Any, cond: Any) -> bool:
+def cond_holds(value: Any, cond: Any) -> bool:
+    """Whether ``value`` meets a selector condition: a plain value (equal; strings case-insensitively) or a
+    table of operators (``exists``, ``eq``, ``ne``, ``in``, ``not_in``, ``contains``, … all must hold)."""
     if not isinstance(cond, dict):
         if isinstance(value, str) and isinstance(cond, str):
             return value.upper() == cond.upper()
@@ -137,9 +139,9 @@ def _cond_holds(value: Any, cond: Any) -> bool:
         if op == "exists":
             ok = (value is not None and value != "" and value != ()) == bool(want)
         elif op == "eq":
-            ok = _cond_holds(value, want)
+            ok = cond_holds(value, want)
         elif op == "ne":
-            ok = not _cond_holds(value, want)
+            ok = not cond_holds(value, want)
         elif op == "in":
             ok = _norm(value) in [_norm(w) for w in want]
         elif op == "not_in":
@@ -178,6 +180,6 @@ def _all_hold(selector: dict[str, Any], cfg: Any) -> bool:
         elif key == "not":
             if _all_hold(cond, cfg):
                 return False
-        elif not _cond_holds(_resolve(cfg, key), cond):
+        elif not cond_holds(_resolve(cfg, key), cond):
             return False
     return True

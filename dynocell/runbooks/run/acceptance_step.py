@@ -17,17 +17,20 @@ from dynocell.engine.meta import check_generations
 from dynocell.engine.request_acceptance import request_record
 from dynocell.errors import EngineError
 from dynocell.runbooks import boots
-from dynocell.runbooks.run.bench_step import _bench_row, _run_level
-from dynocell.runbooks.run.job import _Job, _Skip
+from dynocell.runbooks.run.bench_step import bench_row, run_bench_level
+from dynocell.runbooks.run.job import RunJob, SkipStep
 
 
-def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+def run_acceptance(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+    """The ``acceptance`` step: each text class of the workload's acceptance levels, one acceptance curve per
+    class (SGLang's per-request histograms; vLLM's ``/metrics`` counter deltas), and the length curve.
+    Raises SkipStep when the workload has no acceptance section."""
     from dynocell.engine import metrics as engine_metrics
 
     client = live.client(job.cell.settings.http_timeout_s)
     levels = [lv for lv in workload.levels() if lv.purpose == "acceptance"]
     if not levels:
-        raise _Skip("the workload has no acceptance section")
+        raise SkipStep("the workload has no acceptance section")
     if live.cfg.api == "vllm":
         _acceptance_vllm(job, live, workload, context_length, levels, d)
         return
@@ -43,9 +46,9 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
             # No warm-up here: the bench step warmed the engine, and a warm-up request would
             # land in the engine's counters but not in the client's histogram.
             before = _metrics(client, engine_metrics)
-            result = _run_level(job, live, level, creqs, warmup=0)
+            result = run_bench_level(job, live, level, creqs, warmup=0)
             after = _metrics(client, engine_metrics)
-            _bench_row(job, live, result, text_class)
+            bench_row(job, live, result, text_class)
             target = {r.index: r.input_tokens_target for r in creqs}
             by_length += [(target[x.index], x) for x in result.results if x.index in target]
             metas = [r.meta_info for r in result.results if r.ok]
@@ -91,7 +94,7 @@ def _acceptance(job: _Job, live: boots.LiveBoot, workload: Any, context_length: 
     _length_curve(job, by_length, d)
 
 
-def _length_curve(job: _Job, pairs: list[tuple[int, Any]], d: dict[str, Any]) -> None:
+def _length_curve(job: RunJob, pairs: list[tuple[int, Any]], d: dict[str, Any]) -> None:
     """Acceptance by context length (issue 22, shape 5): with a ladder of two or more input lengths in the
     workload's ``[acceptance] input_tokens``, one curve per length over every class, kept in the step's
     detail as ``by_length`` (:class:`dynocell.engine.length_curve.LengthBucket` dicts; the views add the
@@ -107,7 +110,7 @@ def _length_curve(job: _Job, pairs: list[tuple[int, Any]], d: dict[str, Any]) ->
         d["by_length"] = rows
 
 
-def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],
+def _acceptance_vllm(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],
                      d: dict[str, Any]) -> None:
     """vLLM puts no speculative counts in a response: each class (one at a time) is measured by
     differencing ``/metrics`` counters around it (:mod:`dynocell.engine.vllm_acceptance`), and
@@ -124,12 +127,12 @@ def _acceptance_vllm(job: _Job, live: boots.LiveBoot, workload: Any, context_len
         for text_class, creqs in by_class.items():
             offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
             before_text = client.metrics_text().text
-            result = _run_level(job, live, level, creqs, warmup=0)
+            result = run_bench_level(job, live, level, creqs, warmup=0)
             after_text = client.metrics_text().text
             _keep_scrapes(live.log_path.parent, text_class, before_text, after_text)
             before, after = engine_metrics.parse_metrics(before_text), engine_metrics.parse_metrics(after_text)
             cc = va.class_curve(before, after)
-            _bench_row(job, live, result, text_class, verify_step_ms=None if cc is None else va.verify_step_ms(
+            bench_row(job, live, result, text_class, verify_step_ms=None if cc is None else va.verify_step_ms(
                 result.results, cc.figures["drafts"], level.concurrency))
             if cc is None:
                 raise EngineError(f"class {text_class}: the vLLM spec-decode counters did not move",

@@ -10,11 +10,11 @@ from dynocell.engine import breakeven as be
 from dynocell.engine.workloads import Workload
 from dynocell.errors import EngineError
 from dynocell.runbooks import boots
-from dynocell.runbooks.run.greedy import _api_kw
-from dynocell.runbooks.run.job import _Job, _Skip
+from dynocell.runbooks.run.greedy import api_kw
+from dynocell.runbooks.run.job import RunJob, SkipStep
 
 
-def _calibrate(job: _Job, live: Any, workload: Workload, context_length: int | None = None) -> Workload:
+def calibrate(job: RunJob, live: Any, workload: Workload, context_length: int | None = None) -> Workload:
     """``workload`` calibrated to the engine's own tokens per UTF-8 byte, per text class.
 
     Input-length targets are in engine tokens; the workload alone can only assume one token per
@@ -27,13 +27,15 @@ def _calibrate(job: _Job, live: Any, workload: Workload, context_length: int | N
     from dynocell.engine.bench import measure_tokens_per_byte
 
     tpb = asyncio.run(measure_tokens_per_byte(live.base_url, workload.calibration_texts(context_length),
-                                              timeout_s=job.cell.settings.request_timeout_s, **_api_kw(live.cfg)))
+                                              timeout_s=job.cell.settings.request_timeout_s, **api_kw(live.cfg)))
     job.progress("tokens per byte: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(tpb.items())),
                  {"step": "bench", "tokens_per_byte": tpb})
     return workload.calibrated(tpb)
 
 
-def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: int | None = None) -> Any:
+def run_bench_level(job: RunJob, live: Any, level: Any, requests: list[Any], warmup: int | None = None) -> Any:
+    """One level of ``requests`` at the level's concurrency (:func:`dynocell.engine.bench.run_level_sync`),
+    progress reported per request; returns the engine's level result."""
     from dynocell.engine.bench import run_level_sync
 
     def tick(done: int, total: int) -> None:
@@ -42,7 +44,7 @@ def _run_level(job: _Job, live: Any, level: Any, requests: list[Any], warmup: in
 
     return run_level_sync(live.base_url, requests, level.concurrency,
                           warmup=level.warmup if warmup is None else warmup, progress=tick,
-                          timeout_s=job.cell.settings.request_timeout_s, **_api_kw(live.cfg))
+                          timeout_s=job.cell.settings.request_timeout_s, **api_kw(live.cfg))
 
 
 def _pct(p: Any) -> dict[str, Any]:
@@ -52,8 +54,8 @@ def _pct(p: Any) -> dict[str, Any]:
 SAMPLES_PER_LEVEL = 3
 
 
-def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None,
-               verify_step_ms: float | None = None) -> db_runs.BenchRow:
+def bench_row(job: RunJob, live: Any, result: Any, text_class: str | None,
+              verify_step_ms: float | None = None) -> db_runs.BenchRow:
     """Store one level (``engine.bench.LevelResult``) as a bench_runs row.
 
     ``extra.samples`` keeps a few generated texts (at the workload's sampling
@@ -77,15 +79,17 @@ def _bench_row(job: _Job, live: Any, result: Any, text_class: str | None,
     )
 
 
-def _bench(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+def run_bench(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+    """The ``bench`` step: every throughput level of ``workload`` against ``live``, one bench row each.
+    Raises SkipStep when the workload has none."""
     levels = [lv for lv in workload.levels() if lv.purpose == "throughput"]
     if not levels:
-        raise _Skip("the workload has no throughput levels")
+        raise SkipStep("the workload has no throughput levels")
     out = []
     for level in levels:
         reqs = workload.requests(level.name, context_length)
-        result = _run_level(job, live, level, reqs)
-        row = _bench_row(job, live, result, None)
+        result = run_bench_level(job, live, level, reqs)
+        row = bench_row(job, live, result, None)
         out.append({"level": level.name, "concurrency": level.concurrency, "output_tok_s": row.output_tok_s,
                     "failed": row.num_failed})
         if row.num_failed == row.num_requests:

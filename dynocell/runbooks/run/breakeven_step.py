@@ -12,13 +12,13 @@ from dynocell.db import runs as db_runs
 from dynocell.engine import breakeven as be
 from dynocell.engine.config import EngineConfig
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.job import RunOptions, _Job, _Skip
+from dynocell.runbooks.run.job import RunOptions, RunJob, SkipStep
 from dynocell.runbooks.run.lossless_step import (
-    _boot_twin, _lossless_prompts, _plain_twin,
+    boot_twin, lossless_prompts, plain_twin,
 )
 
 
-def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any], *,
+def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str, Any], *,
                cfg: EngineConfig | None = None, workload: Any = None, opts: RunOptions | None = None) -> None:
     """Speculation pays while a speculative step costs less than τ × the plain step (DESIGN.md).
 
@@ -35,19 +35,19 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
     cell = job.cell
     curves = db_runs.curves(cell.store, job.run_id)
     if not curves:
-        raise _Skip("no acceptance curve")
+        raise SkipStep("no acceptance curve")
     steps = sum(c.steps for c in curves)
     tau = sum(c.tau * c.steps for c in curves) / steps if steps else None
     rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r.text_class]
     spec_step = [r.extra.get("verify_step_ms_p50") for r in rows if r.extra and r.extra.get("verify_step_ms_p50")]
     spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
     if tau is None or spec_step_ms is None:
-        raise _Skip("needs τ and the speculative step time")
+        raise SkipStep("needs τ and the speculative step time")
     if isinstance(plain, (int, float)):
         plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": now_utc().isoformat()}
     run = db_runs.get_run(cell.store, job.run_id)
     if cfg is not None:
-        plain_cfg, plain_hash = _plain_twin(cell, cfg)
+        plain_cfg, plain_hash = plain_twin(cell, cfg)
     else:
         plain_cfg, plain_hash = None, ((run.lossless_detail if run else None) or {}).get("plain_config_hash")
     if plain is None and plain_hash:
@@ -55,16 +55,16 @@ def _breakeven(job: _Job, plain: dict[str, Any] | float | None, d: dict[str, Any
         wl = run.workload_sha256 if run else None
         plain = _stored_plain(cell, plain_hash, job.run_id, wl) or _plain_step_from_store(cell, plain_hash, wl)
     if plain is None and plain_cfg is not None and plain_hash and (opts is None or opts.lossless):
-        plain = _boot_twin(
+        plain = boot_twin(
             job,
             plain_cfg,
             plain_hash,
-            _lossless_prompts(workload),
+            lossless_prompts(workload),
             opts or RunOptions(),
             "to time the plain decode step for break-even",
         )
     if plain is None:
-        raise _Skip(
+        raise SkipStep(
             "no plain step time: none stored for this model, engine, host and workload, and --no-lossless-check "
             "boots no plain twin (run once with the lossless check to measure it)"
         )

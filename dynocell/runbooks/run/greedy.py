@@ -10,11 +10,12 @@ from dynocell.engine.client import EngineClient
 from dynocell.errors import EngineError
 
 
-def _sha(text: str) -> str:
+def text_sha256(text: str) -> str:
+    """sha256 hex digest of ``text`` (UTF-8): how goldens and canaries key their prompts."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _api_kw(cfg: Any) -> dict[str, Any]:
+def api_kw(cfg: Any) -> dict[str, Any]:
     """``run_level`` keywords for the engine's HTTP surface: vLLM's is OpenAI ``/v1/completions``
     with the served name (vLLM's default name: the model path given)."""
     if getattr(cfg, "api", "sglang") != "vllm":
@@ -22,13 +23,14 @@ def _api_kw(cfg: Any) -> dict[str, Any]:
     return {"api": "openai", "model": cfg.served_model_name or cfg.model_path}
 
 
-def _greedy(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0, cfg: Any = None) -> dict[str, Any]:
+def greedy_generate(client: EngineClient, prompt: str, n: int, timeout_s: float = 600.0,
+                    cfg: Any = None) -> dict[str, Any]:
     """One greedy, non-streaming generation of ``n`` tokens; returns SGLang's body shape
     (``text``, ``meta_info.completion_tokens``; ``output_ids`` when the engine gives them).
     vLLM's surface (``cfg.api == "vllm"``): ``/v1/completions`` with ``ignore_eos`` and ``return_token_ids``
     (vLLM's ``CompletionRequest``: the choice then carries ``token_ids``, kept as ``output_ids`` so a lossless
     mismatch is located in tokens), normalised; an engine that ignores the key gives text only."""
-    kw = _api_kw(cfg)
+    kw = api_kw(cfg)
     if kw:
         resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": n, "temperature": 0,
                                    "ignore_eos": True, "return_token_ids": True}, timeout_s=timeout_s)

@@ -15,6 +15,7 @@ from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
 from dynocell.errors import DynocellError, Interrupted
 from dynocell.runbooks import events
+from dynocell.runbooks.boots.live import noop_progress  # noqa: F401 - the one no-op progress, for the steps
 from dynocell.runbooks.cell import Cell
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -23,10 +24,6 @@ ESSENTIAL = ("config", "build", "model", "boot", "health", "bench")
 LOSSLESS_TOKENS = 48
 PROFILE_REQUESTS = 2
 PROFILE_TOKENS = 32
-
-
-def _noop(_m: str, _d: dict[str, Any]) -> None:
-    pass
 
 
 @dataclass
@@ -51,18 +48,23 @@ class RunOptions:
         return dict(self.__dict__)
 
 
-class _StepFailed(Exception):
+class StepFailed(Exception):
+    """An essential step (:data:`ESSENTIAL`) failed: ``name`` the step, ``error`` what it raised; ends the run."""
+
     def __init__(self, name: str, error: BaseException) -> None:
         super().__init__(f"{name}: {error}")
         self.name, self.error = name, error
 
 
-class _Skip(Exception):
+class SkipStep(Exception):
     """Raised inside a step to record it as ``skipped`` with a reason."""
 
 
 @dataclass
-class _Job:
+class RunJob:
+    """One main-job run in progress: its cell and run id, the progress callback, and what the steps found so far
+    (failed steps, warnings, concurrent boots, the env warning). :meth:`step` records each step."""
+
     cell: Cell
     run_id: str
     progress: Progress
@@ -81,7 +83,7 @@ class _Job:
         t0 = time.monotonic()
         try:
             yield detail
-        except _Skip as skip:
+        except SkipStep as skip:
             detail["seconds"] = round(time.monotonic() - t0, 3)
             db_runs.end_step(self.cell.store, sid, "skipped", detail, str(skip))
             self._ended(name, "skipped", str(skip))
@@ -91,11 +93,11 @@ class _Job:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or absorbed
             detail["seconds"] = round(time.monotonic() - t0, 3)
-            db_runs.end_step(self.cell.store, sid, "failed", detail, _err(exc))
-            self._ended(name, "failed", _err(exc))
+            db_runs.end_step(self.cell.store, sid, "failed", detail, error_text(exc))
+            self._ended(name, "failed", error_text(exc))
             self.failed.append(name)
             if name in ESSENTIAL:
-                raise _StepFailed(name, exc) from exc
+                raise StepFailed(name, exc) from exc
         else:
             detail["seconds"] = round(time.monotonic() - t0, 3)
             db_runs.end_step(self.cell.store, sid, "completed", detail)
@@ -106,23 +108,28 @@ class _Job:
         self.progress(f"{name} {state}" + (f": {error}" if error else ""), {"step": name, "state": state})
 
 
-def _err(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """A step's error as stored: a DynocellError's own message, any other exception with its type name."""
     return str(exc) if isinstance(exc, DynocellError) else f"{type(exc).__name__}: {exc}"
 
 
-def _pid() -> int:
+def this_pid() -> int:
+    """This process's pid (stored on the run: :mod:`dynocell.runbooks.run.reconcile` judges runs of dead ones)."""
     import os
 
     return os.getpid()
 
 
-def _load_workload(path: str | None):  # noqa: ANN202 - engine type
+def load_run_workload(path: str | None):  # noqa: ANN202 - engine type
+    """The workload at ``path`` (None: the bundled default), imported when a run needs it."""
     from dynocell.engine.workloads import load_workload
 
     return load_workload(path)
 
 
-def _context_length(client: EngineClient, cfg: EngineConfig) -> int:
+def engine_context_length(client: EngineClient, cfg: EngineConfig) -> int:
+    """The engine's context length in tokens: vLLM's ``max_model_len`` (``/v1/models``), SGLang's
+    ``context_length`` / ``max_total_num_tokens`` (``/get_server_info``), else the config's, else 2048."""
     try:
         if cfg.api == "vllm":  # vLLM: /v1/models carries max_model_len
             models = (client.models().body or {}).get("data") or [{}]

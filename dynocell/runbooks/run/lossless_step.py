@@ -14,30 +14,31 @@ from dynocell.engine.config import EngineConfig
 from dynocell.errors import DynocellError
 from dynocell.runbooks import boots
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.greedy import _api_kw, _greedy, _sha
-from dynocell.runbooks.run.job import LOSSLESS_TOKENS, RunOptions, _Job
+from dynocell.runbooks.run.greedy import api_kw, greedy_generate, text_sha256
+from dynocell.runbooks.run.job import LOSSLESS_TOKENS, RunOptions, RunJob
 
 
-def _lossless_prompts(workload: Any) -> list[str]:
+def lossless_prompts(workload: Any) -> list[str]:
+    """The lossless check's prompts: the first prompt of each text class of ``workload``."""
     return [tc.prompts[0] for tc in workload.classes.values()]
 
 
-def _record_goldens(job: _Job, live: boots.LiveBoot, workload: Any) -> int:
+def record_goldens(job: RunJob, live: boots.LiveBoot, workload: Any) -> int:
     """A plain config records its greedy outputs on the lossless prompts (once per config)."""
     cell = job.cell
     client = live.client(cell.settings.http_timeout_s)
     n = 0
-    for p in _lossless_prompts(workload):
-        if db_runs.get_golden(cell.store, live.config_hash, "lossless", _sha(p), LOSSLESS_TOKENS) is None:
-            body = _greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg)
-            db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="lossless", prompt_sha256=_sha(p),
+    for p in lossless_prompts(workload):
+        if db_runs.get_golden(cell.store, live.config_hash, "lossless", text_sha256(p), LOSSLESS_TOKENS) is None:
+            body = greedy_generate(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg)
+            db_runs.put_golden(cell.store, config_hash=live.config_hash, kind="lossless", prompt_sha256=text_sha256(p),
                                prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
                                output_ids=body.get("output_ids"))
             n += 1
     return n
 
 
-def _plain_twin(cell: Cell, cfg: EngineConfig) -> tuple[EngineConfig, str]:
+def plain_twin(cell: Cell, cfg: EngineConfig) -> tuple[EngineConfig, str]:
     """The config without speculative decoding (same model, engine, patches), stored; returns (config, hash)."""
     from dynocell.runbooks.configs import store_config
 
@@ -45,7 +46,7 @@ def _plain_twin(cell: Cell, cfg: EngineConfig) -> tuple[EngineConfig, str]:
     return plain_cfg, store_config(cell, plain_cfg)
 
 
-def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: list[str], opts: RunOptions,
+def boot_twin(job: RunJob, plain_cfg: EngineConfig, plain_hash: str, prompts: list[str], opts: RunOptions,
                why: str) -> dict[str, Any]:
     """Boot the plain twin, run each lossless prompt greedily, record missing goldens, stop it.
 
@@ -62,12 +63,12 @@ def _boot_twin(job: _Job, plain_cfg: EngineConfig, plain_hash: str, prompts: lis
         step_ms = []
         for p in prompts:
             t0 = time.perf_counter()
-            body = _greedy(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, twin.cfg)
+            body = greedy_generate(tclient, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, twin.cfg)
             elapsed = (time.perf_counter() - t0) * 1000
             n = int(body.get("meta_info", {}).get("completion_tokens") or LOSSLESS_TOKENS)
             step_ms.append(elapsed / max(n, 1))
-            if db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) is None:
-                db_runs.put_golden(cell.store, config_hash=plain_hash, kind="lossless", prompt_sha256=_sha(p),
+            if db_runs.get_golden(cell.store, plain_hash, "lossless", text_sha256(p), LOSSLESS_TOKENS) is None:
+                db_runs.put_golden(cell.store, config_hash=plain_hash, kind="lossless", prompt_sha256=text_sha256(p),
                                    prompt=p, max_new_tokens=LOSSLESS_TOKENS, output_text=body.get("text", ""),
                                    output_ids=body.get("output_ids"))
     finally:
@@ -93,7 +94,7 @@ def _divergence_margin(client: EngineClient, prompt: str, spec_ids: list[int], p
     out: dict[str, Any] = {"spec_token": spec_ids[idx] if idx < len(spec_ids) else None,
                            "plain_token": plain_ids[idx] if idx < len(plain_ids) else None, "margin": None,
                            "margin_unknown": None}
-    kw = _api_kw(cfg)
+    kw = api_kw(cfg)
     try:
         if kw:
             resp = client.completions({"model": kw["model"], "prompt": prompt, "max_tokens": idx + 1, "temperature": 0,
@@ -126,23 +127,24 @@ def _near_ties(mismatches: list[dict[str, Any]]) -> bool:
     return bool(mismatches) and all(m.get("margin") is not None and m["margin"] <= lim for m in mismatches)
 
 
-def _lossless(job: _Job, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
+def run_lossless(job: RunJob, live: boots.LiveBoot, cfg: EngineConfig, workload: Any, opts: RunOptions,
               d: dict[str, Any]) -> dict[str, Any] | None:
     """Greedy outputs of the speculative engine vs a plain boot of the same target.
 
-    Returns the plain step measurement of :func:`_boot_twin` for the break-even step, or None
+    Returns the plain step measurement of :func:`boot_twin` for the break-even step, or None
     when the plain outputs came from stored goldens (the twin did not boot).
     """
     cell = job.cell
     client = live.client(cell.settings.http_timeout_s)
-    prompts = _lossless_prompts(workload)
-    spec_out = [_greedy(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg) for p in prompts]
-    plain_cfg, plain_hash = _plain_twin(cell, cfg)
-    goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
+    prompts = lossless_prompts(workload)
+    spec_out = [greedy_generate(client, p, LOSSLESS_TOKENS, cell.settings.request_timeout_s, live.cfg) for p in prompts]
+    plain_cfg, plain_hash = plain_twin(cell, cfg)
+    goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", text_sha256(p), LOSSLESS_TOKENS) for p in prompts]
     plain = None
     if any(g is None for g in goldens):
-        plain = _boot_twin(job, plain_cfg, plain_hash, prompts, opts, "for the lossless check")
-        goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", _sha(p), LOSSLESS_TOKENS) for p in prompts]
+        plain = boot_twin(job, plain_cfg, plain_hash, prompts, opts, "for the lossless check")
+        goldens = [db_runs.get_golden(cell.store, plain_hash, "lossless", text_sha256(p), LOSSLESS_TOKENS)
+                   for p in prompts]
         d["twin_boot_id"] = plain["twin_boot_id"]
     mismatches = []
     for p, s, g in zip(prompts, spec_out, goldens, strict=False):

@@ -25,17 +25,17 @@ from dynocell.engine.config import EngineConfig, injection_warning
 from dynocell.errors import EngineError, Interrupted
 from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.acceptance_step import _acceptance
-from dynocell.runbooks.run.bench_step import _bench, _calibrate
-from dynocell.runbooks.run.breakeven_step import _breakeven
-from dynocell.runbooks.run.health_step import _health
+from dynocell.runbooks.run.acceptance_step import run_acceptance
+from dynocell.runbooks.run.bench_step import calibrate, run_bench
+from dynocell.runbooks.run.breakeven_step import run_breakeven
+from dynocell.runbooks.run.health_step import run_health
 from dynocell.runbooks.run.job import (
-    DEFAULT_CONFIG, Progress, RunOptions, _context_length, _err, _Job, _load_workload, _noop, _pid, _Skip,
-    _StepFailed,
+    DEFAULT_CONFIG, Progress, RunJob, RunOptions, SkipStep, StepFailed, engine_context_length, error_text,
+    load_run_workload, noop_progress, this_pid,
 )
-from dynocell.runbooks.run.lossless_step import _lossless, _record_goldens
-from dynocell.runbooks.run.profile_step import _profile
-from dynocell.runbooks.run.summary_step import _diagnose, _summary, _warn_concurrent
+from dynocell.runbooks.run.lossless_step import record_goldens, run_lossless
+from dynocell.runbooks.run.profile_step import run_profile
+from dynocell.runbooks.run.summary_step import run_diagnose, summarize, warn_concurrent
 
 
 def run_job(
@@ -56,16 +56,16 @@ def run_job(
     from dynocell.runbooks.configs import resolve_config
 
     opts = options or RunOptions()
-    progress = progress or _noop
+    progress = progress or noop_progress
     cfg, config_hash = resolve_config(cell, str(config_ref or DEFAULT_CONFIG))
     # A bad workload file is the operator's mistake: refuse it now (UserError, nothing written),
     # not after a boot and a health check.
-    workload = _load_workload(opts.workload)
+    workload = load_run_workload(opts.workload)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
-                       step="config", options=opts.as_dict(), pid=_pid(), host_id=hosts.this_host_id(cell))
+                       step="config", options=opts.as_dict(), pid=this_pid(), host_id=hosts.this_host_id(cell))
     events.publish("run.started", run_id=run_id, config_hash=config_hash)
-    job = _Job(cell, run_id, progress)
+    job = RunJob(cell, run_id, progress)
     live: boots.LiveBoot | None = None
     state, error = "completed", None
     crashed: str | None = None  # "engine was killed by SIGKILL while ready" when it died under the run
@@ -90,60 +90,60 @@ def run_job(
                          progress=progress, on_created=lambda: db_runs.update_run(
                              cell.store, run_id, boot_id=boot_id, build_hash=(build or {}).get("build_hash")))
             d.update(boot_id=live.boot_id, ready_s=live.ready_s, port=live.spec.port)
-        _warn_concurrent(job, live.boot_id)
+        warn_concurrent(job, live.boot_id)
         with job.step("health") as d:
-            verdict = _health(cell, live, d)
+            verdict = run_health(cell, live, d)
             if verdict != "healthy":
                 raise EngineError(f"health verdict is {verdict}: {d.get('failed')}",
                                   f"see `dynocell health {live.boot_id}` and `dynocell logs {live.boot_id}`")
         db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256,
                            options={**opts.as_dict(), "temperature": workload.temperature, "draft_proposal": "top1"})
         client = live.client(cell.settings.http_timeout_s)
-        context_length = _context_length(client, live.cfg)
+        context_length = engine_context_length(client, live.cfg)
         with job.step("bench") as d:
-            workload = _calibrate(job, live, workload, context_length)
+            workload = calibrate(job, live, workload, context_length)
             d["tokens_per_byte"] = workload.tokens_per_byte
-            _bench(job, live, workload, context_length, d)
+            run_bench(job, live, workload, context_length, d)
         spec_on = live.cfg.speculative_enabled
         with job.step("acceptance") as d:
             if not spec_on:
-                raise _Skip("no speculative decoding in this config")
-            _acceptance(job, live, workload, context_length, d)
+                raise SkipStep("no speculative decoding in this config")
+            run_acceptance(job, live, workload, context_length, d)
         plain: dict[str, Any] | None = None
         with job.step("lossless") as d:
             if not spec_on:
                 if opts.lossless:
-                    n = _record_goldens(job, live, workload)
-                    raise _Skip(f"no speculative decoding; recorded {n} greedy golden(s) for later lossless checks")
-                raise _Skip("no speculative decoding in this config")
+                    n = record_goldens(job, live, workload)
+                    raise SkipStep(f"no speculative decoding; recorded {n} greedy golden(s) for later lossless checks")
+                raise SkipStep("no speculative decoding in this config")
             if not opts.lossless:
-                raise _Skip("--no-lossless-check")
-            plain = _lossless(job, live, cfg, workload, opts, d)
+                raise SkipStep("--no-lossless-check")
+            plain = run_lossless(job, live, cfg, workload, opts, d)
         with job.step("profile") as d:
             if not opts.profile:
-                raise _Skip("--no-profile")
-            _profile(job, live, workload, context_length, d)
+                raise SkipStep("--no-profile")
+            run_profile(job, live, workload, context_length, d)
         with job.step("breakeven") as d:
             if not spec_on:
-                raise _Skip("no speculative decoding in this config")
-            _breakeven(job, plain, d, cfg=cfg, workload=workload, opts=opts)
-    except _StepFailed as f:
-        state, error = "failed", f"{f.name}: {_err(f.error)}"
+                raise SkipStep("no speculative decoding in this config")
+            run_breakeven(job, plain, d, cfg=cfg, workload=workload, opts=opts)
+    except StepFailed as f:
+        state, error = "failed", f"{f.name}: {error_text(f.error)}"
     except (KeyboardInterrupt, Interrupted):
         state, error = "interrupted", "interrupted by the operator"
     finally:
         if live is not None:
-            _warn_concurrent(job, live.boot_id)  # one that started while this run measured
+            warn_concurrent(job, live.boot_id)  # one that started while this run measured
             with job.step("stop") as d:
                 d.update(boots.stop_live(cell, live, opts.stop_grace_s, reason=f"run {run_id} {state}"))
             crashed = d.get("crashed")
         if state != "interrupted" and opts.diagnose:
             with job.step("diagnose") as d:
-                _diagnose(job, d)
+                run_diagnose(job, d)
         state, error = _outcome(state, error, job.failed, crashed)
         db_runs.interrupt_running_steps(cell.store, run_id, "interrupted")
         db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(),
-                           summary=_summary(job))
+                           summary=summarize(job))
         events.publish("run.ended", run_id=run_id, state=state, error=error)
         progress(f"run {run_id} {state}" + (f": {error}" if error else ""), {"run_id": run_id, "state": state})
     if state == "interrupted":
@@ -166,7 +166,7 @@ def _outcome(state: str, error: str | None, failed: list[str], crashed: str | No
 
 def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] | None:
     if not cfg.patches:
-        raise _Skip("no patches: the engine runs as installed")
+        raise SkipStep("no patches: the engine runs as installed")
     from dynocell.runbooks import builds
 
     build = builds.ensure_build(cell, cfg)
@@ -176,9 +176,9 @@ def _build(cell: Cell, cfg: EngineConfig, d: dict[str, Any]) -> dict[str, Any] |
     return build
 
 
-def _model(job: _Job, cfg: EngineConfig, d: dict[str, Any]) -> None:
+def _model(job: RunJob, cfg: EngineConfig, d: dict[str, Any]) -> None:
     """Find (or make) the built-in reference pair the config names, before the boot's clock starts."""
     resolved = boots.resolve_models(job.cell, cfg, progress=job.progress)
     if resolved is cfg:
-        raise _Skip("no built-in model (dynocell:tiny) in this config")
+        raise SkipStep("no built-in model (dynocell:tiny) in this config")
     d.update(model_path=resolved.model_path, draft_model_path=resolved.speculative.draft_model_path)

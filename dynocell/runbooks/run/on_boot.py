@@ -9,13 +9,14 @@ from dynocell.engine.client import EngineClient
 from dynocell.errors import EngineError, Interrupted, UserError
 from dynocell.runbooks import boots, hosts
 from dynocell.runbooks.cell import Cell
-from dynocell.runbooks.run.acceptance_step import _acceptance
-from dynocell.runbooks.run.bench_step import _bench, _calibrate
+from dynocell.runbooks.run.acceptance_step import run_acceptance
+from dynocell.runbooks.run.bench_step import calibrate, run_bench
 from dynocell.runbooks.run.job import (
-    Progress, _context_length, _err, _Job, _load_workload, _noop, _pid, _Skip, _StepFailed,
+    Progress, RunJob, SkipStep, StepFailed, engine_context_length, error_text, load_run_workload, noop_progress,
+    this_pid,
 )
-from dynocell.runbooks.run.profile_step import _profile
-from dynocell.runbooks.run.summary_step import _diagnose, _summary
+from dynocell.runbooks.run.profile_step import run_profile
+from dynocell.runbooks.run.summary_step import run_diagnose, summarize
 
 
 def bench(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None) -> str:
@@ -41,7 +42,7 @@ def run_on_boot(cell: Cell, boot_ref: str, *, workload: str | None = None, profi
 
 def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, progress: Progress | None,
              profile_on: bool = True) -> str:
-    progress = progress or _noop
+    progress = progress or noop_progress
     boot = boots.reconcile(cell, boots.resolve_boot(cell, boot_ref))
     if boot["state"] != "ready" or not boot["engine_alive"]:
         if boot["state"] == "ready" and boot.get("kind") == "attached":
@@ -52,13 +53,13 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
     live = boots.AttachedBoot.from_row(boot, cfg)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind=kind, config_hash=boot["config_hash"], boot_id=boot["id"],
-                       state="running", step=kind, pid=_pid(), host_id=hosts.this_host_id(cell))
-    job = _Job(cell, run_id, progress)
+                       state="running", step=kind, pid=this_pid(), host_id=hosts.this_host_id(cell))
+    job = RunJob(cell, run_id, progress)
     state, error = "completed", None
-    workload = _load_workload(workload_path)
+    workload = load_run_workload(workload_path)
     db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256)
     client = EngineClient(live.base_url, cell.settings.http_timeout_s)
-    ctx = _context_length(client, cfg)
+    ctx = engine_context_length(client, cfg)
     try:
         if kind == "run":  # the main job on a boot that is already up (attached): health first
             with job.step("health") as d:
@@ -67,30 +68,30 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
                 if verdict.verdict != "healthy":
                     raise EngineError(f"health verdict is {verdict.verdict}: {verdict.failed}",
                                       f"see `dynocell health {boot['id']}`")
-        workload = _calibrate(job, live, workload, ctx)
+        workload = calibrate(job, live, workload, ctx)
         if kind in ("bench", "run"):
             with job.step("bench") as d:
                 d["tokens_per_byte"] = workload.tokens_per_byte
-                _bench(job, live, workload, ctx, d)
+                run_bench(job, live, workload, ctx, d)
             with job.step("acceptance") as d:
                 if not cfg.speculative_enabled:
-                    raise _Skip("no speculative decoding in this config")
-                _acceptance(job, live, workload, ctx, d)
+                    raise SkipStep("no speculative decoding in this config")
+                run_acceptance(job, live, workload, ctx, d)
         if kind in ("profile", "run"):
             with job.step("profile") as d:
                 if kind == "run" and not profile_on:
-                    raise _Skip("--no-profile")
-                _profile(job, live, workload, ctx, d)
+                    raise SkipStep("--no-profile")
+                run_profile(job, live, workload, ctx, d)
         if kind == "run":
             with job.step("diagnose") as d:
-                _diagnose(job, d)
-    except _StepFailed as f:
-        state, error = "failed", f"{f.name}: {_err(f.error)}"
+                run_diagnose(job, d)
+    except StepFailed as f:
+        state, error = "failed", f"{f.name}: {error_text(f.error)}"
     except (KeyboardInterrupt, Interrupted):
         state, error = "interrupted", "interrupted by the operator"
     if state == "completed" and job.failed:
         state, error = "failed", "steps failed: " + ", ".join(job.failed)
-    db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(), summary=_summary(job))
+    db_runs.update_run(cell.store, run_id, state=state, error=error, ended_at=now_utc(), summary=summarize(job))
     if state == "interrupted":
         raise Interrupted(f"{kind} {run_id} interrupted", f"dynocell show {run_id}")
     return run_id

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from dynocell.runbooks import boots
-from dynocell.runbooks.run.job import _Job
+from dynocell.runbooks.run.job import RunJob
 
 
-def _profile(job: _Job, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> int:
+def run_profile(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> int:
+    """The ``profile`` step: a profiler window on ``live`` (:func:`dynocell.runbooks.profiles.profile_window`,
+    stored with the run); returns the profile's id."""
     from dynocell.runbooks.profiles import profile_window
 
     prof = profile_window(job.cell, live, workload, context_length, run_id=job.run_id,

@@ -8,10 +8,10 @@ from typing import Any
 from dynocell.db import runs as db_runs
 from dynocell.errors import DynocellError
 from dynocell.runbooks import boots
-from dynocell.runbooks.run.job import _Job
+from dynocell.runbooks.run.job import RunJob
 
 
-def _warn_concurrent(job: _Job, boot_id: str) -> None:
+def warn_concurrent(job: RunJob, boot_id: str) -> None:
     """Warn (progress, and the run summary's ``concurrent_boots`` shown in its report) about each
     other live boot of this store on this host (issue 16, item 15)."""
     try:
@@ -25,14 +25,15 @@ def _warn_concurrent(job: _Job, boot_id: str) -> None:
         job.progress(f"⚠ {msg}", {"warning": msg})
 
 
-def _diagnose(job: _Job, d: dict[str, Any]) -> None:
+def run_diagnose(job: RunJob, d: dict[str, Any]) -> None:
+    """The ``diagnose`` step: the acceptance doctor on the run; the rules that fired go in ``d["findings"]``."""
     from dynocell.runbooks import doctor
 
     findings = doctor.diagnose(job.cell, job.run_id)
     d["findings"] = [f.rule if hasattr(f, "rule") else f.get("rule") for f in findings]
 
 
-def _summary(job: _Job) -> dict[str, Any]:
+def summarize(job: RunJob) -> dict[str, Any]:
     """The run's summary row: warnings, τ (steps-weighted over the text classes) and the headline throughput.
 
     ``best_output_tok_s``: the highest aggregate output tok/s over the whole-workload levels (bench rows

@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from dynocell.runbooks import configs, views
-from dynocell.web.app import _result_id
+from dynocell.web.app import result_id
 from dynocell.web.auth import CSRF_FIELD, CSRF_HEADER
 
 #: The blocks of a template a page may render alone (``?fragment=<block>``).
@@ -122,7 +122,7 @@ def start(request: Request, kind: str, proc: str, ref: Any, key: str, label: str
     c = cell(request)
 
     def job(progress=None):
-        return _result_id(fn(c, ref, progress=progress))
+        return result_id(fn(c, ref, progress=progress))
 
     return request.app.state.jobs.start(kind, job, key=key, label=label)
 
