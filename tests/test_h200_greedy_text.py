@@ -11,15 +11,13 @@ has the identical histogram. The tree's proposal is modelled exactly; the gap wa
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from dynocell.cli.app import build_app
+from tests.h200_replay import cli as _cli, store_home
+from tests.h200_replay import fresh_cli_state  # noqa: F401 - an autouse fixture
 
-app = build_app()
 DATA = Path(__file__).parent / "data" / "sglang-0.5.17-eagle" / "dynocell-h200-greedy-text"
 ENGINE = {"tree": "293ede9ee0b8", "tree-eager": "0a6497907759", "eagle": "8807946c57cf",
           "eagle3": "b427b4065970", "mtp": "b753733948ca"}
@@ -27,27 +25,9 @@ ORACLE = {"tree": "8cc310647ecf", "tree-eager": "8cc310647ecf", "eagle": "dd4187
           "eagle3": "a491b83ab301", "mtp": "45ae1aa9e3e5"}
 
 
-@pytest.fixture(autouse=True)
-def fresh_cli_state():
-    from dynocell.cli.common import state
-
-    state.settings = state.cell = None
-    yield
-    state.settings = state.cell = None
-
-
 @pytest.fixture()
 def home(tmp_path, monkeypatch):
-    shutil.copy(DATA / "dynocell.db", tmp_path / "dynocell.db")
-    monkeypatch.setenv("DYNOCELL_HOME", str(tmp_path))
-    monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
-    return tmp_path
-
-
-def _cli(*args: str) -> str:
-    res = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    return res.output
+    return store_home(DATA, tmp_path, monkeypatch)
 
 
 def _requests(run_id: str) -> dict[str, dict[str, dict]]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from alembic import command
 from sqlalchemy import text
 
-from dynocell.db.session import Store, alembic_config
+from dynocell.db.session import Store
+from tests.migration_steps import migrate as _at
 
 REV = "0007_s23core_liveness"
 
@@ -22,11 +22,6 @@ OLD_ROWS = [
 ]
 
 
-def _at(store: Store, revision: str, how: str = "downgrade") -> None:
-    cfg = alembic_config(store.url)
-    with store.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        getattr(command, how)(cfg, revision)
 
 
 def _rows(store: Store, columns: str) -> dict[str, tuple]:

@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import json
 
-from alembic import command
 from sqlalchemy import inspect, text
 
-from dynocell.db.session import Store, alembic_config
+from dynocell.db.session import Store
+from tests.migration_steps import migrate as _at
 
 REV, BEFORE = "0008_s24phase_phases", "0007_s23core_liveness"
 
 
-def _at(store: Store, revision: str, how: str = "downgrade") -> None:
-    cfg = alembic_config(store.url)
-    with store.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        getattr(command, how)(cfg, revision)
 
 
 def test_phase_table_comes_and_goes_and_profiles_stay(db_url: str):

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import json
 
-from alembic import command
 from sqlalchemy import inspect, text
 
-from dynocell.db.session import Store, alembic_config
+from dynocell.db.session import Store
+from tests.migration_steps import migrate as _at
 
 REV, BEFORE = "0009_s24req_requests", "0008_s24phase_phases"
 
 
-def _at(store: Store, revision: str, how: str = "downgrade") -> None:
-    cfg = alembic_config(store.url)
-    with store.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        getattr(command, how)(cfg, revision)
 
 
 def _columns(store: Store) -> set[str]:
