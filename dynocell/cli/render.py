@@ -330,9 +330,12 @@ def steps_table(steps: list[dict[str, Any]]) -> FitTable:
     return t
 
 
-def _phases_hint(detail: dict[str, Any]) -> str | None:
-    """For a speculative run (it has acceptance curves) whose profile has no phase split stored: how to get one."""
-    return f"not computed for this profile: dynocell reanalyze {detail['run']['id']}" if detail.get("curves") else None
+def phases_hint(detail: dict[str, Any], ref: str | None = None) -> str | None:
+    """For a speculative run (it has acceptance curves) whose profile has no phase split stored: how to get one
+    (``dynocell reanalyze REF``; ``ref``: how the face names the run, its id by default)."""
+    if not detail.get("curves"):
+        return None
+    return f"not computed for this profile: dynocell reanalyze {ref or detail['run']['id']}"
 
 
 def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]:
@@ -345,7 +348,7 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
                 items.append(x)
     for x in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
               length_panel(detail.get("by_length")), lossless_text(run),
-              profile_panel(detail.get("profile"), _phases_hint(detail)), breakeven_text(run),
+              profile_panel(detail.get("profile"), phases_hint(detail)), breakeven_text(run),
               findings_table(detail.get("findings") or [])):
         if x is not None:
             items.append(x)

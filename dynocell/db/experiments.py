@@ -146,7 +146,8 @@ def list_pins(store: Store, limit: int = 200) -> list[PinRow]:
 
 def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any | None) -> list[dict[str, Any]]:
     """Boots of ``config_hash`` started within ``[start, end]`` (``end`` None = open), oldest first, as
-    :func:`~dynocell.db.rows.row_dict` (the boots' own module, ``db/boots.py``, returns dicts).
+    plain dicts (:func:`~dynocell.db.rows.row_dict`; the one caller, ``runbooks/experiments.py``, reads them
+    by key). The boots' own module, ``db/boots.py``, returns :class:`~dynocell.db.boots.BootRow` records.
 
     Used to find the boot of a run whose boot failed before the run row got its ``boot_id``.
     """

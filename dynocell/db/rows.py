@@ -60,11 +60,6 @@ def insert(store: Store, model: type, **values: Any) -> dict[str, Any]:
         return row_dict(obj)
 
 
-def update(store: Store, model: type, key: Any, **values: Any) -> dict[str, Any]:
-    """Set columns of the ``model`` row with primary key ``key``; returns it. Raises KeyError if absent."""
-    return update_as(store, model, key, row_dict, **values)
-
-
 def update_as(store: Store, model: type, key: Any, convert: Callable[[Any], T], **values: Any) -> T:
     """Set columns of the ``model`` row with primary key ``key``; returns ``convert(row)``.
     Raises KeyError if absent."""

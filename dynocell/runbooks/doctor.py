@@ -60,14 +60,13 @@ from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the do
     Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, headline_tok_s,
     r as _r,
 )
+from dynocell.runbooks.doctor_model import differing_knobs
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynocell.db.runs import RunRow
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")
-#: Flattened config fields that never change what an engine computes (ignored when comparing siblings).
-NOISE_FIELDS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "patches")
 
 
 def load_thresholds(path: Path = THRESHOLDS_PATH) -> dict[str, dict[str, float]]:
@@ -95,12 +94,6 @@ def flatten_config(cfg: Any) -> dict[str, Any]:
 
     walk(data, "")
     return out
-
-
-def _differing(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
-    keys = set(a) | set(b)
-    return {k for k in keys if a.get(k) != b.get(k)
-            and k.split(".")[0] not in NOISE_FIELDS and not k.startswith("meta.")}
 
 
 # ------------------------------------------------------------------ rules
@@ -478,9 +471,10 @@ def rule_scales_with_parallel(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
     if me is None:
         return []
     out = []
-    knobs = sorted({k for s in sibs for k in _differing(me.knobs, s.knobs) if k.startswith("parallel.")})
+    knobs = sorted({k for s in sibs for k in differing_knobs(me.knobs, s.knobs, include_env=True)
+                    if k.startswith("parallel.")})
     for knob in knobs:
-        group = [s for s in sibs if _differing(me.knobs, s.knobs) == {knob}]
+        group = [s for s in sibs if differing_knobs(me.knobs, s.knobs, include_env=True) == [knob]]
         if not group:
             continue
         members = sorted([me] + group, key=lambda s: (s.knobs.get(knob) or 1))
@@ -509,7 +503,7 @@ def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     out = []
     for s in sibs:
-        if _differing(me.knobs, s.knobs) != {"cuda_graph.disable"}:
+        if differing_knobs(me.knobs, s.knobs, include_env=True) != ["cuda_graph.disable"]:
             continue
         graph, eager = (s, me) if s.knobs.get("cuda_graph.disable") is False else (me, s)
         diff = abs(graph.tau - eager.tau) / max(graph.tau, eager.tau)
@@ -1132,7 +1126,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
         tau = _run_tau(store, other)
         if tau is None or not inp.knobs:
             continue
-        diff = _differing(inp.knobs, knobs)
+        diff = set(differing_knobs(inp.knobs, knobs, include_env=True))
         if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
             inp.siblings.append(Sibling(other["id"], knobs, tau))
         elif knobs.get("engine") == "reference" and _reference_twin(diff):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dynocell.runbooks.doctor_model import PLACE_KNOBS, DoctorInputs, Finding, differing_knobs, r
+from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
 
 #: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
 #: differing knob (topology, memory, versions …) moves speed, and confounds a τ comparison.
@@ -78,11 +78,6 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
     return out
 
 
-def _raw_diff(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
-    """Every flattened field two configs differ in, the build (``patches``) and ``env.*`` included."""
-    return {k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(PLACE_KNOBS)}
-
-
 def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Several knobs differ and τ is lower here: name the candidates and the confounders instead of refusing."""
     t = th["confounded_comparison"]
@@ -97,7 +92,7 @@ def rule_confounded_comparison(inp: DoctorInputs, th: dict[str, Any]) -> list[Fi
             continue  # spoken on the run that got worse; the better one has nothing to fix
         # The build (patches) and env switches are not knobs of the comparison above, but either can change
         # τ by itself (a patched verify graph, an env that switches a graph off): name them as candidates.
-        build_env = sorted(_raw_diff(inp.knobs, o.knobs) - set(diff))
+        build_env = sorted(set(differing_knobs(inp.knobs, o.knobs, include_patches=True, include_env=True)) - set(diff))
         cands = [k for k in diff if k.startswith(ACCEPTANCE_KNOBS)] + build_env
         confs = [k for k in diff if k not in cands]
         desc = ", ".join(f"{k} {o.knobs.get(k)!r}→{inp.knobs.get(k)!r}" for k in diff)
@@ -126,7 +121,7 @@ BUILD_KNOBS = frozenset({"patches"})
 def _build_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """True when two flattened configs differ in :data:`BUILD_KNOBS` at most — env variables count (an env
     switch such as ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH`` changes how the build runs)."""
-    return _raw_diff(a, b) <= BUILD_KNOBS
+    return set(differing_knobs(a, b, include_patches=True, include_env=True)) <= BUILD_KNOBS
 
 
 def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:

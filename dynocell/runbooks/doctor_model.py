@@ -17,9 +17,27 @@ PLACE_KNOBS = ("host", "port", "served_model_name", "dist_init_addr", "nodes", "
 IGNORED_KNOBS = (*PLACE_KNOBS, "patches", "env.")
 
 
-def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Flattened config fields whose values differ between ``a`` and ``b`` (sorted), :data:`IGNORED_KNOBS` left out."""
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(IGNORED_KNOBS))
+def differing_knobs(a: dict[str, Any], b: dict[str, Any], *, include_patches: bool = False,
+                    include_env: bool = False) -> list[str]:
+    """The flattened config fields (``flatten_config`` keys such as ``parallel.tp_size``, ``env.NAME``) whose
+    values differ between ``a`` and ``b``, sorted.
+
+    A field present on one side only differs unless its value there is None (``a.get(k) != b.get(k)``).
+    :data:`PLACE_KNOBS` (addresses, names, node lists, labels; matched as key prefixes) are always left out:
+    they change neither what an engine computes nor how it is measured. The two parameters select what else
+    counts:
+
+    - ``include_patches`` — count ``patches`` (the engine build). False (default) for comparisons of knobs
+      (siblings, issue 22's others); True where a build change must be seen (``confounded_comparison``'s
+      build/env candidates, ``tau_up_throughput_down``'s "same config, other build").
+    - ``include_env`` — count ``env.*`` variables (an env switch can change how a build runs). True for the
+      acceptance rules' sibling and reference-twin selection (``doctor.py``), False (default) for issue 22's
+      comparisons.
+
+    With both False the left-out prefixes are :data:`IGNORED_KNOBS`.
+    """
+    ignored = (*PLACE_KNOBS, *(() if include_patches else ("patches",)), *(() if include_env else ("env.",)))
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(ignored))
 
 
 def headline_tok_s(summary: dict[str, Any] | None) -> float | None:

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Input, Log, Markdown, OptionList,
 from textual.widgets.option_list import Option
 
 from dynocell.boot_states import LIVE_STATES as LIVE
+from dynocell.cli.render import phases_hint, phases_text
 from dynocell.cli.tui import format as fmt
 from dynocell.cli.tui.widgets import JobBar
 from dynocell.runbooks import views
@@ -418,7 +419,8 @@ class BootScreen(DashScreen):
 
 class RunScreen(DashScreen):
     """One run: throughput/latency, acceptance curves (bars of p_i and a_i per position),
-    lossless, break-even, profile split bars with %, top kernels, doctor findings, steps."""
+    lossless, break-even, profile split bars with %, the speculative step's phase split, top kernels, doctor
+    findings, steps."""
 
     BINDINGS = [Binding("escape", "back", "back"), Binding("c", "app.compare", "compare"),
                 Binding("slash", "app.runbooks", "search"), Binding("q", "app.quit_dash", "quit")]
@@ -485,14 +487,19 @@ def _bench_table(bench: list[dict[str, Any]]) -> Any:
     return t
 
 
-def _profile_parts(prof: dict[str, Any], width: int) -> list[Any]:
-    """The run's profile: why it failed, or its split by category and its top kernels."""
+def _profile_parts(prof: dict[str, Any], width: int, hint: str | None = None) -> list[Any]:
+    """The run's profile: why it failed, or its split by category, the speculative step's phase split
+    (``prof["phases"]`` as ``dynocell show`` prints it, :func:`dynocell.cli.render.phases_text`: % and launches
+    per output token per phase, or why it is unavailable; ``hint`` when none is stored) and its top kernels."""
     if prof.get("state") == "failed":
         return [Text(f"profile failed: {prof.get('error')}", style="red")]
     parts: list[Any] = [Text(f"profile split ({prof.get('source')}; busy {fmt.num(prof.get('busy_pct'))} %, "
                              f"{fmt.num(prof.get('ms_per_token'), '.2f')} ms/token, "
                              f"{fmt.num(prof.get('launches_per_token'), '.1f')} launches/token)", style="bold")]
     parts.extend(fmt.split_lines(prof.get("splits") or [], max(8, min(30, width - 50))))
+    phases = phases_text(prof.get("phases"), hint=hint)
+    if phases is not None:
+        parts.append(phases)
     kernels = prof.get("kernels") or []
     if kernels:
         t = _tbl("top kernels", "kernel", "category", "ms", "launches")
@@ -538,7 +545,7 @@ def run_sections(dash: "DynocellApp", d: dict[str, Any], width: int) -> list[Any
         parts.append(t)
     prof = d.get("profile")
     if prof:
-        parts.extend(_profile_parts(prof, width))
+        parts.extend(_profile_parts(prof, width, phases_hint(d, dash.alias(r["id"]))))
     else:
         parts.append(Text("profile: none", style="dim"))
     findings = d.get("findings") or []
