@@ -42,7 +42,7 @@ def filled(backend_settings, tmp_path):
         db_runs.finish_profile(cell.store, prof.id, state="completed",
                                splits=[{"rank": -1, "category": "gemm", "ms": 40.0, "pct": 80.0, "launches": 10},
                                        {"rank": -1, "category": "pointwise", "ms": 10.0, "pct": 20.0, "launches": 30}])
-        db_runs.put_phases(cell.store, prof["id"], PHASES[rid])
+        db_runs.put_phases(cell.store, prof.id, PHASES[rid])
     return a, config_hash
 
 
