@@ -224,6 +224,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
     boot_dir = cell.settings.boots_dir / boot_id
+    copies = _copy_names(paths, ranks)
     events, node_phases = _log_events(boot_id, ranks, reports, t0)
     # the boot is ready when its last node is (offsets on the shared clock)
     ready_s = None if failed else max((per["ready"] for per in node_phases.values() if "ready" in per), default=None)
@@ -234,7 +235,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "port": (observed.fields.get("port") if observed else None),
         "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
-        "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
+        "log_path": str(boot_dir / copies[0]), "log_size": files[0]["size"],
         "log_sha256": files[0]["sha256"], "started_at": _aware(t0) or now_utc(), "ready_s": ready_s,
         "ended_at": _aware(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
         "failure_signature": sig["id"] if sig else None,
@@ -262,8 +263,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     run["summary"] = {"import": "log", "acceptance": acc_summary, "signature": sig["id"] if sig else None}
     boot_dir.mkdir(parents=True, exist_ok=True)
     try:
-        for p in paths:
-            shutil.copyfile(p, boot_dir / Path(p).name)
+        for p, name in zip(paths, copies, strict=True):
+            shutil.copyfile(p, boot_dir / name)
         rec, created = db_imports.record_import(
             cell.store, kind="log", sha256=key, files=files, summary=summary, config=cfg_row,
             boots=[boot], events=events, run=run, curves=curves)
@@ -274,6 +275,16 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec.summary, "import_id": rec.id, "created": False}
     return {**summary, "import_id": rec.id, "created": True}
+
+
+def _copy_names(paths: list[Path], ranks: list[int]) -> list[str]:
+    """Names of the logs' copies in the boot's directory, in file order: each file's own name, or
+    ``node<rank>-<name>`` for every file when two share a name (two nodes' ``server.log``: one copy
+    used to overwrite the other, and the boot's log showed the other node's lines)."""
+    names = [Path(p).name for p in paths]
+    if len(set(names)) == len(names):
+        return names
+    return [f"node{rank}-{name}" for rank, name in zip(ranks, names, strict=True)]
 
 
 def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
