@@ -288,3 +288,14 @@ def test_attached_boot_health_is_probed_when_shown_and_detach_leaves_the_engine(
     assert _json(cli_env, "show", second)["health_now"]["health"] == "down"
     # an attached engine that died is detached like a live one
     assert _json(cli_env, "detach", second)["stop_how"] == "detached"
+
+
+def test_compare_names_the_engine_of_imported_runs(cli_env):
+    """`compare` of an imported SGLang run and an imported vLLM run said engine `-` for both (the engine
+    came only from a `dynocell run`'s config step); it is the boot's engine now (newcomer pass)."""
+    res = [_json(cli_env, "import", "log", str(log)) for log in (VLLM_DRAFT_FP16, SGL_LOG)]
+    table = _json(cli_env, "compare", res[0]["run_id"], res[1]["run_id"])["table"]
+    assert [row["engine"] for row in table] == ["vllm", "sglang"]
+    text = _run(cli_env, "compare", res[0]["run_id"], res[1]["run_id"]).stdout
+    engine_row = next(ln for ln in text.splitlines() if ln.strip().startswith("engine"))
+    assert "vllm" in engine_row and "sglang" in engine_row
