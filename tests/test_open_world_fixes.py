@@ -299,3 +299,13 @@ def test_compare_names_the_engine_of_imported_runs(cli_env):
     text = _run(cli_env, "compare", res[0]["run_id"], res[1]["run_id"]).stdout
     engine_row = next(ln for ln in text.splitlines() if ln.strip().startswith("engine"))
     assert "vllm" in engine_row and "sglang" in engine_row
+
+
+def test_detach_of_an_imported_boot_says_it_was_imported(cli_env):
+    """It said "not attached (dynocell started it)" and to `dynocell stop` it: an imported boot has no
+    engine behind it, and dynocell started nothing (newcomer pass)."""
+    boot_id = _json(cli_env, "import", "log", str(SGL_LOG))["boot_id"]
+    proc = _run(cli_env, "detach", boot_id, ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"Error: boot {boot_id} was imported from a log"), proc.stderr
+    assert "dynocell started it" not in proc.stderr and "dynocell stop" not in proc.stderr

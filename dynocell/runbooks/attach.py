@@ -206,6 +206,9 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
     from dynocell.runbooks.imports import _aware
 
     boot = resolve_boot(cell, boot_ref)
+    if boot.kind == "imported":
+        raise UserError(f"boot {boot.id} was imported from a log (no engine is behind it): there is nothing to detach",
+                        f"see it with `dynocell show {boot.id}`")
     if boot.kind != "attached":
         raise UserError(f"boot {boot.id} is not attached (dynocell started it): there is nothing to detach",
                         f"stop it with `dynocell stop {boot.id}`")
