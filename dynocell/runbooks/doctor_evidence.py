@@ -115,12 +115,15 @@ def _gauges(store: Any, run_id: str) -> dict[str, Any]:
 
 def _profile(store: Any, run_id: str) -> dict[str, Any]:
     from dynocell.db import runs as dbr
+    from dynocell.runbooks.profiles import window_refused
 
     profs = dbr.profiles(store, run_id=run_id)
     if not profs:
         return {}
     p = profs[-1]
-    return {"requested": True, "traces": p.get("traces") or [], "graph_launches": p.get("graph_launches"),
+    # a window the engine refused to open owes no trace (the profile step's own error says why)
+    return {"requested": not window_refused(p.get("state"), p.get("error")),
+            "traces": p.get("traces") or [], "graph_launches": p.get("graph_launches"),
             "launches": p.get("launches"), "source": p.get("source"), "trace_dir": p.get("trace_dir"),
             "state": p.get("state")}
 
