@@ -35,7 +35,7 @@ from dynocell.engine.config import (
     redact_env,
     to_toml,
 )
-from dynocell.errors import ConfigError, NotFound, Refused, UserError
+from dynocell.errors import ConfigError, NotFound, Refused, UserError, not_a_file
 from dynocell.runbooks.cell import Cell
 
 HASH_PREFIX = "sha256:"
@@ -148,8 +148,7 @@ def resolve_hash(cell: Cell, ref: str) -> str:
         return refs.resolve_key(cell.store, ref, "config")
     except NotFound:
         if _looks_like_path(ref):
-            raise ConfigError(ref, None, "a directory, not a config file" if Path(ref).is_dir()
-                              else "no such config file", "give the path of a .toml config") from None
+            raise ConfigError(ref, None, not_a_file(ref, "config file"), "give the path of a .toml config") from None
         raise
 
 
