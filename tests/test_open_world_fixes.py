@@ -309,3 +309,18 @@ def test_detach_of_an_imported_boot_says_it_was_imported(cli_env):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"Error: boot {boot_id} was imported from a log"), proc.stderr
     assert "dynocell started it" not in proc.stderr and "dynocell stop" not in proc.stderr
+
+
+def test_attach_to_an_engine_dynocell_started_here_names_that_boot(cli_env):
+    """`dynocell attach` of a boot's own URL recorded the one engine a second time (an attached boot beside
+    the started one; `dynocell run` then warned of "another live boot" that was itself) (newcomer pass)."""
+    boot = _json(cli_env, "boot", str(REPO / "examples" / "tiny-plain.toml"), "--detach")
+    try:
+        for url in (f"http://127.0.0.1:{boot['port']}", f"http://localhost:{boot['port']}/"):
+            proc = _run(cli_env, "attach", url, ok=False)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr
+            assert f"is boot {boot['id']}, which dynocell started" in proc.stderr, proc.stderr
+            assert f"dynocell run --boot {boot['id']}" in proc.stderr
+        assert [b["id"] for b in json.loads(_run(cli_env, "ps", "--json").stdout)] == [boot["id"]]
+    finally:
+        _run(cli_env, "stop", boot["id"])
