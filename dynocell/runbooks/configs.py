@@ -73,11 +73,16 @@ def short_hash(config_hash: str, n: int = 12) -> str:
     return config_hash.removeprefix(HASH_PREFIX)[:n]
 
 
-def check_name(name: str) -> str:
-    """Validate a label name (letters, digits, ``. _ + -``; not a hash). Raises UserError."""
+#: What a label may be, as the hints say it (:data:`_NAME`).
+NAME_RULE = "1 to 200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+
+
+def check_name(name: str, source: str = "") -> str:
+    """Validate a label name (:data:`NAME_RULE`; not a hash). ``source``: where the name came from when
+    the user did not type it (``the file name``), named in the hint with ``--name``. Raises UserError."""
     if not _NAME.match(name):
-        raise UserError(f"invalid config name {name!r}",
-                        "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit")
+        raise UserError(f"invalid config name {name!r}" + (f" (from {source})" if source else ""),
+                        f"use {NAME_RULE}" + (" (or give --name)" if source else ""))
     return name
 
 
@@ -93,9 +98,8 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     cfg = load_config(p)
     if not name and cfg.meta.name and not _NAME.match(cfg.meta.name):
         raise ConfigError(str(p), "meta.name", f"invalid config name {cfg.meta.name!r}",
-                          "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
-                          "(or give --name)")
-    label = check_name(name or cfg.meta.name or p.stem)
+                          f"use {NAME_RULE} (or give --name)")
+    label = check_name(name or cfg.meta.name or p.stem, "" if name or cfg.meta.name else "the file name")
     text = p.read_text(encoding="utf-8")
     store = cell.store
     created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
