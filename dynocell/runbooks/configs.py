@@ -77,11 +77,12 @@ def short_hash(config_hash: str, n: int = 12) -> str:
 NAME_RULE = "1 to 200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
 
 
-def check_name(name: str, source: str = "") -> str:
-    """Validate a label name (:data:`NAME_RULE`; not a hash). ``source``: where the name came from when
-    the user did not type it (``the file name``), named in the hint with ``--name``. Raises UserError."""
+def check_name(name: str, source: str = "", kind: str = "config") -> str:
+    """Validate a label name (:data:`NAME_RULE`; not a hash) of a ``kind`` (config, experiment). ``source``:
+    where the name came from when the user did not type it (``the file name``), named in the hint with
+    ``--name``. Raises UserError."""
     if not _NAME.match(name):
-        raise UserError(f"invalid config name {name!r}" + (f" (from {source})" if source else ""),
+        raise UserError(f"invalid {kind} name {name!r}" + (f" (from {source})" if source else ""),
                         f"use {NAME_RULE}" + (" (or give --name)" if source else ""))
     return name
 
