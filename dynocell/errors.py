@@ -81,3 +81,19 @@ class Interrupted(DynocellError):
 
     exit_code = 130
     http_status = 409
+
+
+def not_a_file(path: object, noun: str = "file") -> str:
+    """Why ``path`` (a ``str`` or ``Path`` that is not a regular file) cannot be read, for an error
+    message: ``a directory, not a {noun}``; ``not a regular {noun} (a pipe, device or socket)`` —
+    a FIFO or ``/dev/zero`` used to be called missing; or ``no such {noun}``."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(str(path)).st_mode
+    except OSError:
+        return f"no such {noun}"
+    if stat.S_ISDIR(mode):
+        return f"a directory, not a {noun}"
+    return f"not a regular {noun} (a pipe, device or socket)"

@@ -239,3 +239,18 @@ def test_port_0_is_said_to_be_picked_at_boot_not_made_up(cli_env, tmp_path: Path
     assert "--port 31234 " in json.loads(run(cli_env, "config", "show", str(fixed), "--json").stdout)["command"]
     (row,) = json.loads(run(cli_env, "plan", str(fixed), "--json").stdout)
     assert row["port_note"] is None and "free port" not in run(cli_env, "plan", str(fixed)).stdout
+
+
+def test_a_bad_label_says_the_length_and_where_the_name_came_from(cli_env, tmp_path):
+    """A label of 300 letters was told to "use letters, digits, …" (it did: the limit is 200); a label taken
+    from a file name with a space gave no way out but renaming the file (--name) (newcomer pass)."""
+    long = run(cli_env, "config", "add", str(EXAMPLES / "tiny.toml"), "--name", "a" * 300, ok=False)
+    assert long.returncode == 2 and "hint: use 1 to 200 letters, digits" in long.stderr, long.stderr
+    text = (EXAMPLES / "tiny-plain.toml").read_text().split("[meta]")[0]
+    spaced = tmp_path / "my tiny.toml"
+    spaced.write_text(text)
+    proc = run(cli_env, "config", "add", str(spaced), ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("Error: invalid config name 'my tiny' (from the file name)"), proc.stderr
+    assert "(or give --name)" in proc.stderr
+    assert run(cli_env, "config", "add", str(spaced), "--name", "my-tiny").returncode == 0

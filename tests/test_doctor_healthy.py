@@ -310,3 +310,29 @@ def test_profile_window_cut_by_the_excerpt_is_not_judged():
     signs = scan_lines(lines[:start + 2])
     assert "profile_no_trace" not in [f.rule for f in diagnose_inputs(DoctorInputs(knobs={"engine": "sglang"},
                                                                                    log=signs))]
+
+
+@pytest.mark.parametrize(("error", "judged"), [
+    ("/start_profile answered 400: output_dir '/d/boots/b2/profiles/r' is outside the profile directory "
+     "/d/boots/b1/profiles given at launch", False),
+    ("no trace file appeared in /d/boots/b1/profiles/r within 60 s", True),
+])
+def test_a_profile_window_the_engine_refused_owes_no_trace(settings, error, judged):
+    """`dynocell run --boot` on an engine attached twice: its /start_profile answered 400 (the profile
+    directory of the other boot) and the doctor said "1 profile window(s) started and no trace was
+    written" — no window had started (newcomer pass). A window that opened and wrote nothing is still judged.
+    Real SQLite store; the error texts are the profile step's own."""
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks import hosts
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.configs import add_config
+    from dynocell.runbooks.doctor import inputs_for_run
+
+    cell = open_cell(settings)
+    config_hash = add_config(cell, Path(__file__).resolve().parents[1] / "examples" / "tiny.toml", None).hash
+    db_runs.create_run(cell.store, id="r1", kind="run", config_hash=config_hash, state="failed",
+                       host_id=hosts.this_host_id(cell))
+    prof = db_runs.create_profile(cell.store, run_id="r1", state="running", host_id=hosts.this_host_id(cell))
+    db_runs.finish_profile(cell.store, prof["id"], state="failed", error=error)
+    rules = [f.rule for f in diagnose_inputs(inputs_for_run(cell, "r1"))]
+    assert ("profile_no_trace" in rules) is judged

@@ -79,7 +79,7 @@ def test_create_refuses_bad_input(cell):
         ex.create_experiment(cell, "dup2", PLAIN, [NGRAM, NGRAM])
     with pytest.raises(UserError, match="repeats"):
         ex.create_experiment(cell, "zero", PLAIN, [NGRAM], repeats=0)
-    with pytest.raises(UserError, match="invalid"):
+    with pytest.raises(UserError, match="invalid experiment name 'bad name!'"):  # it said "config name"
         ex.create_experiment(cell, "bad name!", PLAIN, [NGRAM])
     with pytest.raises(UserError, match="workload"):
         ex.create_experiment(cell, "wl", PLAIN, [NGRAM], workload=str(EXP / "missing.toml"))

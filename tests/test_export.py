@@ -130,3 +130,15 @@ def test_parquet_without_pyarrow_names_the_extra(settings, tmp_path, cli_env):
     proc = subprocess.run([sys.executable, "-c", code], env=cli_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "pyarrow" in proc.stderr and "dynocell[export]" in proc.stderr
     assert not (tmp_path / "z").exists()
+
+
+@pytest.mark.parametrize("span", ["99999999999d", "9999999d", "999999999999999999999w"])
+def test_a_span_reaching_past_year_one_exports_everything(span, tmp_path, cli_env):
+    """`--since 99999999999d` was `Error: internal error: OverflowError` (newcomer pass)."""
+    from dynocell.runbooks.export import parse_since
+
+    assert parse_since(span) == datetime.min.replace(tzinfo=timezone.utc)
+    proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", span, "--format", "csv", "--json",
+                           "--out", str(tmp_path / "all")], env=cli_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0}

@@ -217,6 +217,42 @@ def test_kill_9_during_main_job_step(step, model_pair, cli_env, isolated_home, t
     assert query(db, "SELECT id FROM boots WHERE state IN ('starting', 'ready', 'stopping')") == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_hangup_or_term_of_dynocell_run_stops_its_engine_before_it_exits(sig, model_pair, cli_env, isolated_home,
+                                                                         tmp_path, leftovers):
+    """A closed terminal or a dropped SSH session sends SIGHUP: its default ended `dynocell run` at once, the run
+    left `running` and the engine up until a later command reconciled them (newcomer pass). Like SIGTERM
+    (`timeout`, `kill`) and Ctrl-C it now ends the run `interrupted` with its engine stopped — read straight from
+    the store, before any other dynocell command could reconcile anything."""
+    env = dict(cli_env, DYNOCELL_FAULT_PAUSE=KILL_POINTS["bench"], DYNOCELL_FAULT_MARKER=str(tmp_path / "paused"),
+               DYNOCELL_STOP_GRACE_S="10")
+    db = db_path(isolated_home)
+    with open(tmp_path / "run.out", "wb") as out, open(tmp_path / "run.err", "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(FAULT_POINTS), "run", "--no-lossless-check", "-w", str(WORKLOAD)],
+                                env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO)
+    leftovers.procs.append(proc)
+
+    def paused() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"dynocell run exited ({proc.returncode}) before the bench fault point\n"
+                                 + (tmp_path / "run.err").read_text()[-3000:])
+        return (tmp_path / "paused").exists()
+
+    wait_for(paused, 240, "the bench fault point")
+    run_id = query(db, "SELECT id FROM runs ORDER BY started_at DESC LIMIT 1")[0][0]
+    boot_id, pid, pgid = query(db, "SELECT id, pid, pgid FROM boots ORDER BY started_at DESC LIMIT 1")[0]
+    leftovers.groups.append(pgid)
+    assert live_members(pid, pgid), "the engine must be running when dynocell gets the signal"
+
+    os.kill(proc.pid, sig)
+    assert proc.wait(timeout=120) != 0
+    assert query(db, "SELECT state FROM runs WHERE id = ?", run_id) == [("interrupted",)]
+    assert query(db, "SELECT state FROM run_steps WHERE run_id = ? AND name = 'bench'", run_id) == [("interrupted",)]
+    assert query(db, "SELECT state FROM boots WHERE id = ?", boot_id) == [("stopped",)]
+    assert not live_members(pid, pgid), "the engine of the run was left running"
+
+
 def query_profiles(db: Path, run_id: str) -> list[dict]:
     rows = query(db, "SELECT state, error FROM profile_runs WHERE run_id = ? ORDER BY id", run_id)
     return [{"state": s, "error": e} for s, e in rows]

@@ -53,3 +53,13 @@ def test_every_command_help_has_an_example():
     root = typer.main.get_command(build_app())
     missing = [" ".join(p) for p, c in _commands(root) if p and "Example" not in (c.help or "")]
     assert not missing, f"--help without an example: {missing}"
+
+
+def test_every_command_summary_is_one_line_in_its_group_list():
+    """The command lists (`dynocell --help`, `dynocell import --help`) show each command's first
+    paragraph with its line breaks kept (rich markup mode): a summary written over two docstring lines
+    read "phases, failure signature,⏎ acceptance lines" at 80 columns (newcomer pass)."""
+    root = typer.main.get_command(build_app())
+    broken = [" ".join(path) for path, cmd in _commands(root)
+              if path and "\n" in (cmd.short_help or cmd.help or "").strip().split("\n\n")[0]]
+    assert broken == []

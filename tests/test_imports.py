@@ -209,6 +209,29 @@ def test_two_logs_of_one_boot_are_one_boot_with_nodes_side_by_side(cell, tmp_pat
     assert "cuda_graph.disable" in res["config_mismatch"]
 
 
+def test_two_nodes_logs_of_one_name_are_both_kept(cell, tmp_path):
+    """Each node writes ``server.log``: the copies in the boot's directory overwrote each other, so the
+    boot kept node 1's lines under node 0's sha256 and `dynocell logs` showed the wrong node (newcomer pass).
+    The two real TP2 logs stand in for the nodes (as above)."""
+    import hashlib
+
+    from dynocell.db import boots as db_boots
+    from dynocell.runbooks.imports import import_log
+
+    sources = []
+    for node, name in ((0, "T.server.log"), (1, "T0.server.log")):
+        (tmp_path / f"node{node}").mkdir()
+        sources.append(shutil.copyfile(SGL_TP2 / name, tmp_path / f"node{node}" / "server.log"))
+    res = import_log(cell, sources, node_rank=[0, 1], allow_mismatch=True)
+    boot = db_boots.get_boot(cell.store, res["boot_id"])
+    kept = sorted(Path(boot.log_path).parent.iterdir())
+    assert [p.name for p in kept] == ["node0-server.log", "node1-server.log"]
+    for node, src in enumerate(sources):
+        assert (kept[node]).read_bytes() == Path(src).read_bytes()
+    assert Path(boot.log_path).read_bytes() == Path(sources[0]).read_bytes()
+    assert hashlib.sha256(Path(boot.log_path).read_bytes()).hexdigest() == boot.log_sha256
+
+
 # ---------------------------------------------------------------- logs: public excerpts
 
 def test_cli_node_rank_once_per_file_names_each_node(cli_env, tmp_path):

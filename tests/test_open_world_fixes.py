@@ -294,3 +294,39 @@ def test_attached_boot_health_is_probed_when_shown_and_detach_leaves_the_engine(
     assert _json(cli_env, "show", second)["health_now"]["health"] == "down"
     # an attached engine that died is detached like a live one
     assert _json(cli_env, "detach", second)["stop_how"] == "detached"
+
+
+def test_compare_names_the_engine_of_imported_runs(cli_env):
+    """`compare` of an imported SGLang run and an imported vLLM run said engine `-` for both (the engine
+    came only from a `dynocell run`'s config step); it is the boot's engine now (newcomer pass)."""
+    res = [_json(cli_env, "import", "log", str(log)) for log in (VLLM_DRAFT_FP16, SGL_LOG)]
+    table = _json(cli_env, "compare", res[0]["run_id"], res[1]["run_id"])["table"]
+    assert [row["engine"] for row in table] == ["vllm", "sglang"]
+    text = _run(cli_env, "compare", res[0]["run_id"], res[1]["run_id"]).stdout
+    engine_row = next(ln for ln in text.splitlines() if ln.strip().startswith("engine"))
+    assert "vllm" in engine_row and "sglang" in engine_row
+
+
+def test_detach_of_an_imported_boot_says_it_was_imported(cli_env):
+    """It said "not attached (dynocell started it)" and to `dynocell stop` it: an imported boot has no
+    engine behind it, and dynocell started nothing (newcomer pass)."""
+    boot_id = _json(cli_env, "import", "log", str(SGL_LOG))["boot_id"]
+    proc = _run(cli_env, "detach", boot_id, ok=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"Error: boot {boot_id} was imported from a log"), proc.stderr
+    assert "dynocell started it" not in proc.stderr and "dynocell stop" not in proc.stderr
+
+
+def test_attach_to_an_engine_dynocell_started_here_names_that_boot(cli_env):
+    """`dynocell attach` of a boot's own URL recorded the one engine a second time (an attached boot beside
+    the started one; `dynocell run` then warned of "another live boot" that was itself) (newcomer pass)."""
+    boot = _json(cli_env, "boot", str(REPO / "examples" / "tiny-plain.toml"), "--detach")
+    try:
+        for url in (f"http://127.0.0.1:{boot['port']}", f"http://localhost:{boot['port']}/"):
+            proc = _run(cli_env, "attach", url, ok=False)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr
+            assert f"is boot {boot['id']}, which dynocell started" in proc.stderr, proc.stderr
+            assert f"dynocell run --boot {boot['id']}" in proc.stderr
+        assert [b["id"] for b in json.loads(_run(cli_env, "ps", "--json").stdout)] == [boot["id"]]
+    finally:
+        _run(cli_env, "stop", boot["id"])

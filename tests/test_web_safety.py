@@ -274,6 +274,20 @@ def test_adding_a_config_from_the_web_and_label_moves_need_confirmation(settings
         assert r.status_code == 303 and label_target(cell, "tiny-up") == old
 
 
+def test_an_uploaded_config_that_is_not_utf8_is_refused_not_stored_altered(settings, cell):
+    """A Latin-1 file was decoded with replacement characters and stored (another text, another hash);
+    `dynocell config add` of the same file says "not UTF-8 text" (newcomer pass)."""
+    from dynocell.runbooks.configs import list_configs
+
+    latin1 = ('served_model_name = "café"\n' + TINY).encode("latin-1")
+    with logged_in(_app(settings, cell)) as c:
+        csrf = _csrf(c)
+        r = c.post("/configs-add", data={"name": "latin", "csrf_token": csrf},
+                   files={"upload": ("latin.toml", latin1, "application/toml")}, follow_redirects=False)
+        assert r.status_code == 400 and "not UTF-8 text" in r.text
+    assert list_configs(cell) == []
+
+
 # ---------------------------------------------------------------- item 2: injection env
 
 def test_web_refuses_untrusted_injection_env_and_marks_it(settings, cell):

@@ -105,6 +105,32 @@ def seconds(*, at_least: float = 0.0, zero_ok: bool = False) -> Any:
     return check
 
 
+def interrupt_on_term_and_hangup() -> None:
+    """Make SIGTERM and SIGHUP end the command as Ctrl-C does (KeyboardInterrupt in the main thread), so a
+    command that owns an engine stops it and records the step in flight ``interrupted``.
+
+    ``timeout`` and ``kill`` send SIGTERM; a closed terminal or a dropped SSH session sends SIGHUP, whose
+    default ended dynocell at once, the run left ``running`` and its engine up until a later command
+    reconciled them. After a hangup the terminal is gone: stdout and stderr go to /dev/null, so the
+    clean-up is not cut short by writing to it (EIO).
+    """
+    import os
+    import signal
+
+    def on_term(_s: int, _f: object) -> None:
+        raise KeyboardInterrupt
+
+    def on_hangup(_s: int, _f: object) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_hangup)
+
+
 def get_settings() -> "Settings":
     """The process's settings, loaded once from the environment (``load_settings()``)."""
     if state.settings is None:

@@ -11,6 +11,7 @@ serialised between processes by a file lock (SQLite) or an advisory lock
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -106,10 +107,45 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
         before = current_revision(engine)
         if before != head:
             cfg = alembic_config(str(engine.url.render_as_string(hide_password=False)))
-            with engine.begin() as conn:
+            with _schema_transaction(engine) as conn:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
     return before, head
+
+
+@contextmanager
+def _schema_transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction around a whole upgrade, DDL included: an upgrade stopped half-way (a full
+    disk, an error, a kill -9) leaves the store at the revision it had, never half-created.
+
+    PostgreSQL's DDL is transactional as it is. Python's sqlite3 module (its legacy transaction
+    control, "Transaction control" in its docs) runs CREATE/ALTER/DROP outside any transaction until
+    an INSERT or UPDATE opens one, so a first migration stopped before its ``alembic_version`` row
+    used to leave tables without a revision: a store every later command refused ("table configs
+    already exists"). On this one connection the driver's own transaction handling is switched off
+    and the upgrade runs in ``BEGIN IMMEDIATE`` … ``COMMIT`` (SQLAlchemy's pysqlite recipe
+    "Serializable isolation / Savepoints / Transactional DDL"); the setting is restored before the
+    connection goes back to the pool.
+    """
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:
+            yield conn
+        return
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        saved = raw.isolation_level
+        raw.isolation_level = None
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                _rollback(conn)
+                raise
+            conn.commit()
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                raw.isolation_level = saved
 
 
 def _where(url: str) -> str:
@@ -134,10 +170,13 @@ def _check_known(engine: Engine, revision: str | None, head: str) -> None:
 
 def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None:
     """A :class:`~dynocell.errors.StoreUnavailable` for a store file SQLite cannot read as a
-    database (not a database, malformed, truncated); None for any other error."""
+    database (not a database, malformed, truncated) or as a dynocell store (its tables there but no
+    schema revision); None for any other error."""
     text = str(getattr(exc, "orig", None) or exc)
     low = text.lower()
-    if not any(k in low for k in ("file is not a database", "malformed", "file is encrypted")):
+    # "already exists": tables without a schema revision (another program's database, or a first
+    # migration an older dynocell left half-done)
+    if not any(k in low for k in ("file is not a database", "malformed", "file is encrypted", "already exists")):
         return None
     where = _where(url)
     return StoreUnavailable(
@@ -251,7 +290,7 @@ class Store:
                 raise
 
 
-def _rollback(s: Session) -> None:
+def _rollback(s: Session | Connection) -> None:
     # the connection may be unusable (read-only, disk full); the error being raised says why
     with contextlib.suppress(OperationalError, InterfaceError):
         s.rollback()

@@ -21,6 +21,7 @@ as coroutines.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -58,19 +59,38 @@ class HttpResult:
         return 200 <= self.status < 300
 
 
-def _result(resp: httpx.Response, t0: float) -> HttpResult:
+#: Largest answer read from an engine, bytes (after any gzip): a big engine's ``/metrics`` page is a
+#: few MB. A longer answer is refused as it streams in (``protocol`` error), never buffered whole: a
+#: hostile or broken server behind ``dynocell attach URL`` sending gigabytes took 12 GB of memory.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+
+class _TooLong(Exception):
+    """An answer past :data:`MAX_ANSWER_BYTES`."""
+
+
+def _add_chunk(buf: bytearray, chunk: bytes) -> None:
+    buf += chunk
+    if len(buf) > MAX_ANSWER_BYTES:
+        raise _TooLong(f"the answer is longer than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB, "
+                       "the most dynocell reads from an engine")
+
+
+def _result(resp: httpx.Response, content: bytes, t0: float) -> HttpResult:
     latency_ms = (time.perf_counter() - t0) * 1000.0
     body: Any = None
     ctype = resp.headers.get("content-type", "")
     if "json" in ctype:
         try:
-            body = resp.json()
+            body = json.loads(content)
         except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
             body = None
-    return HttpResult(resp.status_code, latency_ms, body, resp.text)
+    return HttpResult(resp.status_code, latency_ms, body, content.decode(resp.encoding or "utf-8", errors="replace"))
 
 
 def _translate(url: str, exc: Exception) -> EngineUnreachable:
+    if isinstance(exc, _TooLong):
+        return EngineUnreachable(url, "protocol", str(exc))
     if isinstance(exc, httpx.TimeoutException):
         return EngineUnreachable(url, "timeout", type(exc).__name__)
     if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
@@ -104,12 +124,15 @@ class EngineClient:
         """Send one request; raises EngineUnreachable on transport failure only."""
         url = self.base_url + path
         t0 = time.perf_counter()
+        buf = bytearray()
         try:
-            resp = self._http.request(method, path, json=json,
-                                      timeout=timeout_s if timeout_s is not None else self.timeout_s)
-        except httpx.HTTPError as exc:
+            with self._http.stream(method, path, json=json,
+                                   timeout=timeout_s if timeout_s is not None else self.timeout_s) as resp:
+                for chunk in resp.iter_bytes():
+                    _add_chunk(buf, chunk)
+        except (httpx.HTTPError, _TooLong) as exc:
             raise _translate(url, exc) from None
-        return _result(resp, t0)
+        return _result(resp, bytes(buf), t0)
 
     def health(self, timeout_s: float | None = None) -> HttpResult:
         """``GET /health``: 200 when serving, 503 while starting (SGLang)."""
@@ -176,12 +199,15 @@ class AsyncEngineClient:
     async def request(self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None) -> HttpResult:
         url = self.base_url + path
         t0 = time.perf_counter()
+        buf = bytearray()
         try:
-            resp = await self._http.request(method, path, json=json,
-                                            timeout=timeout_s if timeout_s is not None else self.timeout_s)
-        except httpx.HTTPError as exc:
+            async with self._http.stream(method, path, json=json,
+                                         timeout=timeout_s if timeout_s is not None else self.timeout_s) as resp:
+                async for chunk in resp.aiter_bytes():
+                    _add_chunk(buf, chunk)
+        except (httpx.HTTPError, _TooLong) as exc:
             raise _translate(url, exc) from None
-        return _result(resp, t0)
+        return _result(resp, bytes(buf), t0)
 
     async def health(self, timeout_s: float | None = None) -> HttpResult:
         return await self.request("GET", "/health", timeout_s=timeout_s)

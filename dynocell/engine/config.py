@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dynocell.errors import ConfigError
+from dynocell.errors import ConfigError, not_a_file
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 ENGINES = ("sglang", "reference", "vllm")
@@ -778,7 +778,7 @@ def load_config(path: str | Path) -> EngineConfig:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(str(p), None, "a directory, not a config file" if p.is_dir() else "no such config file",
+        raise ConfigError(str(p), None, not_a_file(p, "config file"),
                           "give the path of a .toml config")
     size = p.stat().st_size
     if size > MAX_CONFIG_BYTES:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dynocell.engine.acceptance import Curve, curve_from_meta_infos
-from dynocell.errors import UserError
+from dynocell.errors import UserError, not_a_file
 
 __all__ = ["BenchLevel", "RequestsReport", "ResultReadError", "read_bench", "read_requests"]
 
@@ -85,7 +85,7 @@ class BenchLevel:
 def _load_json(path: Path) -> list[tuple[int, Any]]:
     """``[(line, value)]``: one JSON document, or JSON lines."""
     if not path.is_file():
-        raise ResultReadError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+        raise ResultReadError(f"{path}: " + not_a_file(path),
                               "give the path of the result file")
     size = path.stat().st_size
     if size > MAX_RESULT_BYTES:

@@ -128,13 +128,33 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     return {"engine": engine, "observed": observed, "answers": answers}
 
 
+def _started_here(cell: Cell, live: list[BootRow], host: str, port: int) -> BootRow | None:
+    """The live boot dynocell started on this machine that ``host:port`` reaches, if any: its bind address
+    itself, or a loopback name when it listens on loopback or on every address."""
+    from dynocell.runbooks import hosts
+
+    def loopback(h: str) -> bool:
+        with contextlib.suppress(ValueError):
+            return ipaddress.ip_address(h.strip("[]")).is_loopback
+        return h == "localhost"
+
+    mine = hosts.this_host_id(cell)
+    for row in live:
+        if row.kind != "started" or row.port != port or row.host_id != mine:
+            continue
+        if host == row.host or (loopback(host) and (loopback(row.host or "") or row.host in ("0.0.0.0", "::"))):
+            return row
+    return None
+
+
 def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, Any]:
     """Register the engine at ``url`` as a boot of kind ``attached`` (state ``ready``; ``ready_s`` unknown —
     the engine was up before dynocell saw it, so the faces say ``attached``, never ``ready 0.0 s``); returns
     ``{boot_id, created, config_hash, observed, engine, config_fields}``.
 
     An engine already attached at the same host:port (boot still ready) gives that boot back
-    (``created`` False). Raises UserError for a bad URL or nothing answering there.
+    (``created`` False). Raises UserError for a bad URL, nothing answering there, or a live boot dynocell
+    started on this machine at that address (the one engine would be recorded twice).
     """
     from dynocell.db import boots as db_boots, imports as db_imports
     from dynocell.runbooks.boots import new_id
@@ -144,10 +164,16 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
 
     scheme, host, port = parse_engine_url(url)
     base = engine_base_url(host, port, scheme)
-    for row in db_boots.list_boots(cell.store, db_boots.LIVE_STATES):
+    live = db_boots.list_boots(cell.store, db_boots.LIVE_STATES)
+    for row in live:
         if row.kind == "attached" and row.host == host and row.port == port:
             return {"boot_id": row.id, "created": False, "config_hash": row.config_hash, "engine": row.engine,
                     "url": base, "observed": None, "config_fields": None}
+    own = _started_here(cell, live, host, port)
+    if own is not None:
+        raise UserError(f"{base} is boot {own.id}, which dynocell started: attaching would record the one "
+                        "engine twice", f"drive it as it is: dynocell run --boot {own.id} (or bench, profile, "
+                        f"health {own.id})")
     found = probe(base)
     observed = found["observed"]
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, base)
@@ -224,6 +250,9 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
     from dynocell.db.listings import aware_utc
 
     boot = resolve_boot(cell, boot_ref)
+    if boot.kind == "imported":
+        raise UserError(f"boot {boot.id} was imported from a log (no engine is behind it): there is nothing to detach",
+                        f"see it with `dynocell show {boot.id}`")
     if boot.kind != "attached":
         raise UserError(f"boot {boot.id} is not attached (dynocell started it): there is nothing to detach",
                         f"stop it with `dynocell stop {boot.id}`")

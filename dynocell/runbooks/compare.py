@@ -26,16 +26,17 @@ def _config_name(detail: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _phase_ends(cell: Any, boot_id: str | None) -> tuple[float | None, dict[str, float]]:
-    """(ready s, {phase: s after spawn when its line was seen}) of a boot; (None, {}) without one. A repeated
-    phase counts at its last occurrence (:func:`dynocell.engine.rules.phase_marks`, as ``import log``)."""
+def _phase_ends(cell: Any, boot_id: str | None) -> tuple[float | None, dict[str, float], str | None]:
+    """(ready s, {phase: s after spawn when its line was seen}, engine) of a boot; (None, {}, None) without
+    one. A repeated phase counts at its last occurrence (:func:`dynocell.engine.rules.phase_marks`, as
+    ``import log``). The engine is the boot's: runs of imported and attached boots have no config step."""
     from dynocell.engine.rules import phase_marks
 
     if not boot_id:
-        return None, {}
+        return None, {}, None
     bd = views.boot_detail(cell, boot_id)
     marks = phase_marks((p["name"], p.get("start_s")) for p in bd.get("phases") or [])
-    return bd["boot"].get("ready_s"), {name: round(float(s), 1) for name, s in marks.items()}
+    return bd["boot"].get("ready_s"), {name: round(float(s), 1) for name, s in marks.items()}, bd["boot"].get("engine")
 
 
 def _levels(detail: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,10 +88,10 @@ def compare(cell: Any, run_ids: list[str]) -> dict[str, Any]:
     for detail in base["runs"]:
         run = detail["run"]
         name, engine = _config_name(detail)
-        ready_s, ends = _phase_ends(cell, run.get("boot_id"))
+        ready_s, ends, boot_engine = _phase_ends(cell, run.get("boot_id"))
         be = run.get("breakeven") or None
         table.append({
-            "run_id": run["id"], "config": name or run["config_hash"][7:19], "engine": engine,
+            "run_id": run["id"], "config": name or run["config_hash"][7:19], "engine": engine or boot_engine,
             "state": run["state"], "temperature": (run.get("options") or {}).get("temperature"),
             "ready_s": ready_s, "phases": ends, "levels": _levels(detail), "curves": _curves(detail),
             "lossless": run.get("lossless"),

@@ -35,7 +35,7 @@ from dynocell.engine.config import (
     redact_env,
     to_toml,
 )
-from dynocell.errors import ConfigError, NotFound, Refused, UserError
+from dynocell.errors import ConfigError, NotFound, Refused, UserError, not_a_file
 from dynocell.runbooks.cell import Cell
 
 HASH_PREFIX = "sha256:"
@@ -73,11 +73,17 @@ def short_hash(config_hash: str, n: int = 12) -> str:
     return config_hash.removeprefix(HASH_PREFIX)[:n]
 
 
-def check_name(name: str) -> str:
-    """Validate a label name (letters, digits, ``. _ + -``; not a hash). Raises UserError."""
+#: What a label may be, as the hints say it (:data:`_NAME`).
+NAME_RULE = "1 to 200 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
+
+
+def check_name(name: str, source: str = "", kind: str = "config") -> str:
+    """Validate a label name (:data:`NAME_RULE`; not a hash) of a ``kind`` (config, experiment). ``source``:
+    where the name came from when the user did not type it (``the file name``), named in the hint with
+    ``--name``. Raises UserError."""
     if not _NAME.match(name):
-        raise UserError(f"invalid config name {name!r}",
-                        "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit")
+        raise UserError(f"invalid {kind} name {name!r}" + (f" (from {source})" if source else ""),
+                        f"use {NAME_RULE}" + (" (or give --name)" if source else ""))
     return name
 
 
@@ -93,9 +99,8 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     cfg = load_config(p)
     if not name and cfg.meta.name and not _NAME.match(cfg.meta.name):
         raise ConfigError(str(p), "meta.name", f"invalid config name {cfg.meta.name!r}",
-                          "use letters, digits, '.', '_', '+' or '-', starting with a letter or digit "
-                          "(or give --name)")
-    label = check_name(name or cfg.meta.name or p.stem)
+                          f"use {NAME_RULE} (or give --name)")
+    label = check_name(name or cfg.meta.name or p.stem, "" if name or cfg.meta.name else "the file name")
     text = p.read_text(encoding="utf-8")
     store = cell.store
     created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
@@ -148,8 +153,7 @@ def resolve_hash(cell: Cell, ref: str) -> str:
         return refs.resolve_key(cell.store, ref, "config")
     except NotFound:
         if _looks_like_path(ref):
-            raise ConfigError(ref, None, "a directory, not a config file" if Path(ref).is_dir()
-                              else "no such config file", "give the path of a .toml config") from None
+            raise ConfigError(ref, None, not_a_file(ref, "config file"), "give the path of a .toml config") from None
         raise
 
 

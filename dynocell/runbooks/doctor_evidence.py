@@ -118,12 +118,15 @@ def _gauges(store: Any, run_id: str) -> dict[str, Any]:
 
 def _profile(store: Any, run_id: str) -> dict[str, Any]:
     from dynocell.db import runs as dbr
+    from dynocell.runbooks.profiles import window_refused
 
     profs = dbr.profiles(store, run_id=run_id)
     if not profs:
         return {}
     p = profs[-1]
-    return {"requested": True, "traces": p.traces or [], "graph_launches": p.graph_launches,
+    # a window the engine refused to open owes no trace (the profile step's own error says why)
+    return {"requested": not window_refused(p.state, p.error),
+            "traces": p.traces or [], "graph_launches": p.graph_launches,
             "launches": p.launches, "source": p.source, "trace_dir": p.trace_dir, "state": p.state}
 
 

@@ -134,7 +134,7 @@ def create_experiment(
     """
     from dynocell.runbooks.configs import check_name
 
-    check_name(name)
+    check_name(name, kind="experiment")
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1 (got {repeats})",
                         "use 2 or more: one run per side gives no spread to judge against")

@@ -36,12 +36,15 @@ _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 def parse_since(value: str, now: datetime | None = None) -> datetime:
     """``--since`` as an aware UTC datetime: ISO 8601 (``2026-12-01``, ``2026-12-01T08:00``, with or
-    without offset; naive means UTC) or a span back from now (``90m``, ``24h``, ``7d``, ``2w``).
-    Raises UserError naming ``--since`` otherwise."""
+    without offset; naive means UTC) or a span back from now (``90m``, ``24h``, ``7d``, ``2w``; one
+    reaching past year 1 means since the beginning). Raises UserError naming ``--since`` otherwise."""
     v = value.strip()
     m = _RELATIVE.match(v.lower())
     if m:
-        return (now or datetime.now(timezone.utc)) - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        try:
+            return (now or datetime.now(timezone.utc)) - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        except OverflowError:  # a span reaching past year 1 (e.g. 99999999999d): since the beginning
+            return datetime.min.replace(tzinfo=timezone.utc)
     try:
         dt = datetime.fromisoformat(v)
     except ValueError:

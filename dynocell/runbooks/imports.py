@@ -31,7 +31,7 @@ from dynocell.db import imports as db_imports
 from dynocell.db.listings import aware_utc
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
-from dynocell.errors import UserError
+from dynocell.errors import UserError, not_a_file
 from dynocell.runbooks.cell import Cell
 
 __all__ = ["IMPORT_KINDS", "MAX_UPLOAD_BYTES", "config_row", "digest_files", "import_log", "import_trace",
@@ -102,7 +102,7 @@ def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise UserError(f"{path}: " + ("a directory, not a file" if path.is_dir() else "no such file"),
+            raise UserError(f"{path}: " + not_a_file(path),
                             "give the path of the file to import")
         h = hashlib.sha256()
         size = 0
@@ -220,6 +220,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         sig = UNKNOWN.as_dict()
     # the log is copied under the data directory, so `dynocell logs BOOT` shows it
     boot_dir = cell.settings.boots_dir / boot_id
+    copies = _copy_names(paths, ranks)
     events, node_phases = _log_events(boot_id, ranks, reports, t0)
     # the boot is ready when its last node is (offsets on the shared clock)
     ready_s = None if failed else max((per["ready"] for per in node_phases.values() if "ready" in per), default=None)
@@ -230,7 +231,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "port": (observed.fields.get("port") if observed else None),
         "node_rank": None if len(reports) > 1 else ranks[0],
         "argv": "", "env": {}, "state": state, "last_phase": lead.last_phase,
-        "log_path": str(boot_dir / Path(reports[0].path).name), "log_size": files[0]["size"],
+        "log_path": str(boot_dir / copies[0]), "log_size": files[0]["size"],
         "log_sha256": files[0]["sha256"], "started_at": aware_utc(t0) or now_utc(), "ready_s": ready_s,
         "ended_at": aware_utc(max((r.last_ts for r in reports if r.last_ts), default=None)) or now_utc(),
         "failure_signature": sig["id"] if sig else None,
@@ -258,8 +259,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     run["summary"] = {"import": "log", "acceptance": acc_summary, "signature": sig["id"] if sig else None}
     boot_dir.mkdir(parents=True, exist_ok=True)
     try:
-        for p in paths:
-            shutil.copyfile(p, boot_dir / Path(p).name)
+        for p, name in zip(paths, copies, strict=True):
+            shutil.copyfile(p, boot_dir / name)
         rec, created = db_imports.record_import(
             cell.store, kind="log", sha256=key, files=files, summary=summary, config=cfg_row,
             boots=[boot], events=events, run=run, curves=curves)
@@ -270,6 +271,16 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         shutil.rmtree(boot_dir, ignore_errors=True)
         return {**rec.summary, "import_id": rec.id, "created": False}
     return {**summary, "import_id": rec.id, "created": True}
+
+
+def _copy_names(paths: list[Path], ranks: list[int]) -> list[str]:
+    """Names of the logs' copies in the boot's directory, in file order: each file's own name, or
+    ``node<rank>-<name>`` for every file when two share a name (two nodes' ``server.log``: one copy
+    used to overwrite the other, and the boot's log showed the other node's lines)."""
+    names = [Path(p).name for p in paths]
+    if len(set(names)) == len(names):
+        return names
+    return [f"node{rank}-{name}" for rank, name in zip(ranks, names, strict=True)]
 
 
 def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
@@ -459,7 +470,7 @@ def trace_split(path: str | Path, top: int = 20) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p}: " + ("a directory, not a file" if p.is_dir() else "no such file"),
+        raise UserError(f"{p}: " + not_a_file(p),
                         "give the path of a Chrome trace (.json or .json.gz)")
     split = analyze_trace(p, top=top)
     return {"path": str(p), **split.as_dict()}

@@ -7,8 +7,9 @@ callback the procedures accept; :meth:`Job.update` takes each call: the latest s
 progress details (``run_id``, ``boot_id``) are kept as ``links``, and ``done``/``total`` when the
 procedure reports counts (the TUI's progress bar).
 
-The web panel runs jobs through :class:`JobRunner` (daemon threads). The TUI runs them in its own
-Textual thread workers and uses :func:`cancelling_progress`.
+The web panel runs jobs through :class:`JobRunner` (daemon threads; :meth:`JobRunner.shutdown` cancels
+them when the panel exits). The TUI runs them in its own Textual thread workers and uses
+:func:`cancelling_progress`.
 
 De-duplication: ``JobRunner.start(..., key=...)`` with a ``(kind, key)`` pair that already has a
 queued or running job returns that job's id instead of starting another — two identical "start a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
@@ -181,6 +183,9 @@ class JobRunner:
         def cb(step: str, detail: dict | None = None) -> None:
             with self._lock:
                 job.update(step, detail)
+                stop = job.should_interrupt(detail or {})
+            if stop:
+                raise Interrupted(f"{job.kind} {job.label} stopped: the panel shut down", "see the run's steps")
         return cb
 
     def _run(self, job: Job, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
@@ -191,11 +196,27 @@ class JobRunner:
             result = fn(*args, **kwargs, progress=cb) if _accepts_progress(fn) else fn(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - the job records every failure
             with self._lock:
-                job.finish("failed", error=str(e) or type(e).__name__, error_status=getattr(e, "http_status", None))
+                job.finish("interrupted" if isinstance(e, Interrupted) else "failed", error=str(e) or type(e).__name__,
+                           error_status=getattr(e, "http_status", None))
                 job.messages[-1]["detail"]["trace"] = traceback.format_exception_only(type(e), e)[-1].strip()
         else:
             with self._lock:
                 job.finish("done", result=result)
+
+    def shutdown(self, wait_s: float) -> list[Job]:
+        """Stop the active jobs before the process exits (``dynocell web`` after SIGTERM or Ctrl-C): each is
+        cancelled at its next step start — a main job then records its run ``interrupted`` and stops its
+        engine, as ``dynocell run`` does on Ctrl-C — and waited for up to ``wait_s`` seconds in all. Returns
+        the jobs still running then (their threads end with the process; the next command reconciles what
+        they leave). Before, the panel's exit left a run ``running`` and its engine up."""
+        with self._lock:
+            active = [j for j in self._jobs.values() if j.state in ACTIVE]
+        for job in active:
+            job.cancel.set()
+        deadline = time.monotonic() + wait_s
+        for job in active:
+            job.ended.wait(max(0.0, deadline - time.monotonic()))
+        return [j for j in active if not j.ended.is_set()]
 
     def get(self, job_id: str) -> Job | None:
         """The job with ``job_id`` or None."""

@@ -29,6 +29,14 @@ PROFILE_REQUESTS = 2
 PROFILE_TOKENS = 32
 TRACE_WAIT_S = 60.0
 TRACE_GLOB = "*.trace.json*"
+#: How a profile's error starts when the engine refused ``/start_profile``: no window was opened.
+START_REFUSED = "/start_profile answered"
+
+
+def window_refused(state: str | None, error: str | None) -> bool:
+    """Whether a stored profile (its ``state`` and ``error``) failed because the engine refused to open
+    the window (``/start_profile`` answered an error status), so no window ran and no trace was due."""
+    return state == "failed" and (error or "").startswith(START_REFUSED)
 
 
 def _traces(trace_dir: Path, exclude: frozenset[Path]) -> list[Path]:
@@ -90,7 +98,7 @@ def profile_window(
                                      "with_stack": False, "record_shapes": False,
                                      "profile_id": run_id or stamp})
         if not resp.ok:
-            raise EngineError(f"/start_profile answered {resp.status}: {_answer(resp)}",
+            raise EngineError(f"{START_REFUSED} {resp.status}: {_answer(resp)}",
                               "vLLM serves it only when started with --profiler-config (dynocell boots add it)"
                               if fixed else
                               f"start the engine with profiling allowed and its profile directory covering "

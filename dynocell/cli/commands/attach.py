@@ -49,8 +49,10 @@ def detach_cmd(
     boot: str = typer.Argument(..., help="The attached boot's id (or a unique prefix)."),
     json_out: bool = typer.Option(False, "--json", help="Print the boot row as JSON."),
 ) -> None:
-    """End dynocell's record of an attached boot (recorded stopped, detached); the engine process is
-    not touched — dynocell did not start it. A boot already ended is left as it is (exit 0).
+    """End dynocell's record of an attached boot; the engine process is not touched.
+
+    The boot is recorded stopped (detached): dynocell did not start the engine, so it leaves it running. A
+    boot already ended is left as it is (exit 0).
 
     Example: dynocell detach 3f2a
     """

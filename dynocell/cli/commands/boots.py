@@ -72,7 +72,8 @@ def boot_cmd(
         return
     live = boots.live_boot(boot_id)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # kill, timeout, or the terminal closed: stop it too
+        signal.signal(sig, lambda *_: stop.set())
     err_console.print("engine running in the foreground; Ctrl-C stops it", markup=False)
     try:
         state = boots.watch(cell, live, should_stop=stop.is_set)

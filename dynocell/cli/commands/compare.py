@@ -109,8 +109,10 @@ def compare_cmd(
     runs: List[str] = typer.Argument(..., help="Two or more run ids (or unique prefixes); the first is the base."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
-    """Runs side by side: boot phases, throughput at each concurrency, τ and per-position
-    acceptance per text class, lossless, break-even and the profile headline.
+    """Runs side by side: boot phases, throughput, τ, acceptance, break-even and profile.
+
+    Throughput at each concurrency, τ and per-position acceptance per text class, lossless, break-even and
+    the profile headline.
 
     Works across engines (an SGLang run beside a vLLM run of one pair) and hosts (warned if the hardware differs).
 

@@ -7,12 +7,12 @@ level against the incumbent's own noise (see ``dynocell.engine.verdicts``).
 
 from __future__ import annotations
 
-import signal
 from typing import Any, List, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, out, print_json, seconds, table
+from dynocell.cli.common import (add_row, err_console, get_cell, interrupt_on_term_and_hangup, out, print_json,
+                                 seconds, table)
 from dynocell.text import printable
 
 experiment_app = typer.Typer(
@@ -28,13 +28,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(experiment_app, name="experiment")
     app.command("pin")(pin_cmd)
     app.command("rollback")(rollback_cmd)
-
-
-def _sigterm_as_interrupt() -> None:
-    def handler(_s: int, _f: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _progress(msg: str, data: dict[str, Any]) -> None:
@@ -90,7 +83,7 @@ def run_cmd(
     """
     from dynocell.runbooks import experiments
 
-    _sigterm_as_interrupt()
+    interrupt_on_term_and_hangup()
     res = experiments.run_experiment(get_cell(), name, progress=_progress)
     _render(res, json_out)
 

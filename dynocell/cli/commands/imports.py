@@ -56,10 +56,11 @@ def import_log_cmd(
         help="Import several logs as one boot even when they disagree (server args, start time, node ranks)."),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
-    """Import an engine's server log(s) as a boot of kind `imported`: phases, failure signature,
-    acceptance lines, runtime events, and the config from the log's own config line. Several logs
-    are the nodes of one boot only when they agree (same server args, nnodes, distinct node ranks,
-    started within 10 minutes); --allow-mismatch overrides.
+    """Import an engine's server log(s) as a boot of kind `imported`.
+
+    Phases, failure signature, acceptance lines, runtime events, and the config from the log's own
+    config line. Several logs are the nodes of one boot only when they agree (same server args, nnodes,
+    distinct node ranks, started within 10 minutes); --allow-mismatch overrides.
 
     Example: dynocell import log node0.log --node-rank 0 node1.log --node-rank 1
     """
@@ -178,8 +179,10 @@ def import_metrics_cmd(
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the import summary as JSON."),
 ) -> None:
-    """Import /metrics scrapes: two or more become counter deltas over the window; vLLM's and
-    SGLang's per-position counters become an acceptance curve.
+    """Import /metrics scrapes: counter deltas, and an acceptance curve from per-position counters.
+
+    Two or more scrapes become counter deltas over the window; vLLM's and SGLang's per-position
+    counters become an acceptance curve.
 
     Example: dynocell import metrics before.txt after.txt
     """

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, err_console, get_cell, human_duration, out, print_json, seconds, table
+from dynocell.cli.common import (add_row, err_console, get_cell, human_duration, interrupt_on_term_and_hangup, out,
+                                 print_json, seconds, table)
 from dynocell.text import printable
 
 
@@ -32,13 +32,6 @@ class _Live:
         if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
                 or (data.get("step") == "model" and data.get("state") != "running") or "warning" in data:
             err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
-
-
-def _sigterm_as_interrupt() -> None:
-    def handler(_s: int, _f: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def run_cmd(
@@ -69,7 +62,7 @@ def run_cmd(
     from dynocell.runbooks.run import RunOptions, run_job, run_on_boot
 
     cell = get_cell()
-    _sigterm_as_interrupt()
+    interrupt_on_term_and_hangup()
     live = _Live()
     if boot:
         if config:

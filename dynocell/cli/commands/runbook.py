@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import typer
 
-from dynocell.cli.common import JSON_OPTION_HELP, err_console, get_cell, get_settings, out, print_json
+from dynocell.cli.common import (JSON_OPTION_HELP, err_console, get_cell, get_settings, interrupt_on_term_and_hangup,
+                                 out, print_json)
 from dynocell.text import printable
 
 runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
@@ -278,6 +279,7 @@ def bisect_run_cmd(
         err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
 
     opts = RunOptions(workload=workload, lossless=lossless, profile=profile)
+    interrupt_on_term_and_hangup()
     res = run_bisect(get_cell(), good, bad, tau_drop=tau_drop, progress=show, options=opts)
     if json_out:
         print_json(res)

@@ -18,8 +18,9 @@ def tui_cmd(
     poll: Optional[float] = typer.Option(None, "--poll", min=0.2,
                                          help="Polling interval in seconds (default: setting poll_interval_s)."),
 ) -> None:
-    """Open the terminal dashboard (keys: r run, b boot, s stop, p profile, h health, l logs, / search,
-    c compare, q quit).
+    """Open the terminal dashboard.
+
+    Keys: r run, b boot, s stop, p profile, h health, l logs, / search, c compare, q quit.
 
     Example: dynocell tui
     """

@@ -10,11 +10,13 @@ otherwise. Tokens are printed once and stored hashed; revoking one ends its sess
 
 from __future__ import annotations
 
+import signal
 from typing import Optional
 
 import typer
 
 from dynocell.cli.common import err_console, get_cell, get_settings
+from dynocell.text import printable
 
 
 def register(app: typer.Typer) -> None:
@@ -76,7 +78,31 @@ def web_cmd(
     else:
         err_console.print(f"dynocell panel on http://{shown}:{port}/ (login required: log in with a token from "
                           "`dynocell web token create`)", markup=False, highlight=False, soft_wrap=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", **web_app.uvicorn_options(settings))).run(sockets=[sock])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **web_app.uvicorn_options(settings)))
+    # uvicorn re-raises the SIGTERM / SIGINT it shut down on once it is done; noting it here (instead of
+    # dying by it) lets the panel stop its running jobs first. A second signal then ends it at once.
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _stop_jobs(app.state.jobs, settings.stop_grace_s + JOBS_STOP_MARGIN_S)
+
+
+#: Seconds past the stop grace that `dynocell web` waits, once it is told to end, for its jobs to stop.
+JOBS_STOP_MARGIN_S = 60.0
+
+
+def _stop_jobs(jobs, wait_s: float) -> None:  # noqa: ANN001 - runbooks.jobs.JobRunner
+    """The panel is ending (SIGTERM, Ctrl-C): stop its running jobs — a run records ``interrupted`` and stops
+    its engine — and say which ones did not end within ``wait_s`` seconds."""
+    if not jobs.list(active_only=True):
+        return
+    err_console.print("stopping the panel's running jobs (their engines are stopped) …", markup=False)
+    for job in jobs.shutdown(wait_s):
+        err_console.print(printable(f"job {job.kind} {job.label} did not end within {wait_s:.0f} s; the next "
+                                    "dynocell command reconciles what it leaves"), markup=False, highlight=False)
 
 
 def listen(host: str, port: int):  # noqa: ANN201 - socket.socket

@@ -47,7 +47,14 @@ async def add_config(request: Request):
     text = form.get("toml")
     upload = form.get("upload")
     if hasattr(upload, "read") and getattr(upload, "filename", ""):
-        text = (await upload.read(MAX_UPLOAD + 1)).decode("utf-8", errors="replace")
+        raw = await upload.read(MAX_UPLOAD + 1)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if len(raw) <= MAX_UPLOAD:  # a larger one is refused for its size below
+                raise UserError("upload: the file is not UTF-8 text (it would be stored altered)",
+                                "save the config as UTF-8 TOML and upload it again") from None
+            text = raw.decode("utf-8", errors="replace")
     name = str(form.get("name") or "").strip() or None
     return _add_config(request, text if isinstance(text, str) else "", name, str(form.get("confirm") or ""))
 
