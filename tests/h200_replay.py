@@ -1,6 +1,6 @@
 """What the replays of a stored H200 session share (tests/test_h200_eagle.py, tests/test_h200_same_pair.py,
-tests/test_h200_greedy_text.py): the CLI run in this process (Typer's CliRunner) over a copy of the session's real store as DYNOCELL_HOME,
-each test starting and ending without the CLI's per-process settings and store."""
+tests/test_h200_greedy_text.py): the CLI run in this process (Typer's CliRunner) over a copy of the session's
+real store as DYNOCELL_HOME, each test starting and ending without the CLI's per-process settings and store."""
 
 from __future__ import annotations
 
