@@ -141,4 +141,4 @@ def test_a_span_reaching_past_year_one_exports_everything(span, tmp_path, cli_en
     proc = subprocess.run([sys.executable, "-m", "dynocell", "export", "--since", span, "--format", "csv", "--json",
                            "--out", str(tmp_path / "all")], env=cli_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0}
+    assert json.loads(proc.stdout)["rows"] == {"runs": 0, "curves": 0, "splits": 0, "phases": 0}
