@@ -333,6 +333,6 @@ def test_a_profile_window_the_engine_refused_owes_no_trace(settings, error, judg
     db_runs.create_run(cell.store, id="r1", kind="run", config_hash=config_hash, state="failed",
                        host_id=hosts.this_host_id(cell))
     prof = db_runs.create_profile(cell.store, run_id="r1", state="running", host_id=hosts.this_host_id(cell))
-    db_runs.finish_profile(cell.store, prof["id"], state="failed", error=error)
+    db_runs.finish_profile(cell.store, prof.id, state="failed", error=error)
     rules = [f.rule for f in diagnose_inputs(inputs_for_run(cell, "r1"))]
     assert ("profile_no_trace" in rules) is judged

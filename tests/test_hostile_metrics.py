@@ -34,7 +34,7 @@ def test_import_metrics_refuses_a_counter_no_engine_exports(series, value, expec
     proc = subprocess.run([sys.executable, "-m", "dynocell", "import", "metrics", str(SCRAPES / "code.before.prom"),
                            str(after), "--config", str(TINY)], env=cli_env, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL)
-    # 3: a MetricsError is an EngineError (what a live engine's /metrics answered), as before this fix
-    assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr)
-    assert proc.stderr.startswith(f"Error: {expected}"), proc.stderr
+    # 2: an imported file is the operator's input (a live engine's bad /metrics answer stays an EngineError, 3)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert proc.stderr.startswith(f"Error: {after}: {expected}"), proc.stderr
     assert "\nhint: " in proc.stderr and "internal error" not in proc.stderr
