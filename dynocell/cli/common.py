@@ -280,3 +280,13 @@ def out(renderable: Any = "") -> None:
         console.print(printable(renderable, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(renderable)
+
+
+def say(text: str) -> None:
+    """Print plain prose to stdout wrapped at word boundaries to the output width (a word longer than a
+    line, e.g. a model path, is folded), for lines that can run long: lists of fields, warnings.
+    :func:`out` keeps a text line whole (ids, hashes and commands to copy); text is not parsed as markup."""
+    from dynocell.text import printable
+
+    console.print(printable(text, keep_newlines=True), markup=False, highlight=False, soft_wrap=False,
+                  overflow="fold")

@@ -6,7 +6,7 @@ from typing import Any, List
 
 import typer
 
-from dynocell.cli.common import JSON_OPTION_HELP, get_cell, out, print_json
+from dynocell.cli.common import JSON_OPTION_HELP, get_cell, out, print_json, say
 
 
 def _f(v: Any, fmt: str = "{:.1f}") -> str:
@@ -139,7 +139,7 @@ def compare_cmd(
         t.add_row(label, *cells)
     out(t)
     if data.get("hardware_warning"):
-        out(f"warning: {data['hardware_warning']}")
+        say(f"warning: {data['hardware_warning']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, get_cell, out, print_json, table
+from dynocell.cli.common import add_row, get_cell, out, print_json, say, table
 
 import_app = typer.Typer(help="Import evidence from engines dynocell did not start: server logs, /metrics "
                          "scrapes, per-request results, benchmark JSON, profiler traces. The same file "
@@ -74,16 +74,16 @@ def import_log_cmd(
     _header(res, f"{res['engine']} log")
     if not res.get("created", True):
         out("the same file(s) are one record, kept with the options of their first import")
-    out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}  config {res['config_hash'][:19]}"
-        + (" (observed)" if res.get("observed") else ""))
+    out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}")
+    out(f"config {res['config_hash'][:19]}" + (" (observed)" if res.get("observed") else ""))
     if res.get("config_fields"):
-        # every field seen, model paths included (out() makes the log's text safe for the terminal)
-        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
+        # every field seen, model paths included (say() makes the log's text safe for the terminal)
+        say("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     nodes = res.get("nodes") or {}
     names = list(dict.fromkeys(n for per in nodes.values() for n in per))
     if names:
-        t = table("phase", *[f"node {r} (s)" for r in nodes], *(["skew (s)"] if len(nodes) > 1 else []),
-                  title="boot timeline (seconds from the first line)")
+        out("boot timeline (seconds from the first line)")  # a title over the narrow table would wrap
+        t = table("phase", *[f"node {r} (s)" for r in nodes], *(["skew (s)"] if len(nodes) > 1 else []))
         for n in names:
             add_row(t, n, *[_fmt(nodes[r].get(n), 0) for r in nodes],
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
@@ -193,11 +193,12 @@ def import_metrics_cmd(
         print_json(res)
         return
     _header(res, f"{res['scrapes']} scrape(s)")
-    out(f"run {res['run_id']}  window: {res['window']}  config {res['config_hash'][:19]}"
+    say(f"run {res['run_id']}  window: {res['window']}  config {res['config_hash'][:19]}"
         + (" (observed)" if res.get("observed") else ""))
     acc = res.get("acceptance")
     if acc:
-        t = table("position i", "p_i", title=f"per-position acceptance ({acc['source']})")
+        say(f"per-position acceptance ({acc['source']})")  # a title over the narrow table would wrap
+        t = table("position i", "p_i")
         for i, p in enumerate(acc["p"], start=1):
             add_row(t, i, f"{p:.4f}")
         out(t)
