@@ -24,7 +24,8 @@ EXAMPLES = REPO / "examples"
 # The schema at head. A change here is a deliberate schema change: add a migration too.
 EXPECTED_COLUMNS: dict[str, set[str]] = {
     "acceptance_curves": {"id", "run_id", "text_class", "num_drafts", "steps", "tau", "accept_rate", "histogram",
-                          "completion_tokens", "engine_tau", "engine_source", "disagreement_pct", "warning", "requests"},
+                          "completion_tokens", "engine_tau", "engine_source", "disagreement_pct", "warning",
+                          "requests"},
     "acceptance_points": {"id", "curve_id", "position", "p_uncond", "a_cond"},
     "alembic_version": {"version_num"},
     "bench_runs": {"id", "run_id", "boot_id", "text_class", "concurrency", "num_requests", "num_failed",
