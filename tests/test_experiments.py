@@ -354,3 +354,12 @@ def test_e2e_pin_the_winner_with_evidence(e2e):
     assert "--port" in text and "dynocell boot " in text
     bad = cli(env, "pin", plain, ok=False)
     assert bad.returncode == 2 and "needs --note" in bad.stderr
+
+
+def test_e2e_verdict_report_fits_80_columns(e2e):
+    """`experiment show` at COLUMNS=80 printed "incumbent … (2 runs); method: welch-t 95% (…); noise floor = …"
+    at 118 columns (newcomer pass n6check); now its prose lines wrap like its tables."""
+    text = cli(dict(e2e["env"], COLUMNS="80"), "experiment", "show", "spec").stdout
+    assert [ln for ln in text.splitlines() if len(ln) > 80] == []
+    joined = " ".join(text.splitlines())
+    assert "method: welch-t 95%" in joined and "noise floor = max(2%, incumbent CV)" in joined

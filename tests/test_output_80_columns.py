@@ -69,3 +69,32 @@ def test_compare_across_hardware_warns_within_80_columns(tmp_path, cli_env):
     warning = " ".join(lines[next(i for i, ln in enumerate(lines) if ln.startswith("warning: ")):])
     assert "these runs come from different hardware" in warning
     assert "not only the configs" in warning
+
+
+def test_attach_detach_and_bisect_plan_fit_80_columns(tmp_path, cli_env, model_pair):
+    """`attach` printed its first line at ~100 columns and "seen: …" (every observed field) as one line of ~500;
+    `detach` its line at ~150; `bisect plan tiny tiny-plain` its step and group note at 153 and 192. Here on a
+    reference engine started by hand (not by dynocell), as an operator's engine would be."""
+    from dynocell.engine.reference.launch import start_engine
+
+    eng = start_engine(model_pair.target, ["--enable-metrics"], tmp_path / "hand-started" / "engine.log")
+    try:
+        res = json.loads(_run(cli_env, "attach", eng.url, "--json"))
+        _run(cli_env, "detach", res["boot_id"])
+        text = _run(cli_env, "attach", eng.url)  # attached again: a new boot, printed for a person
+        lines = _fits(text)
+        assert lines[0].startswith(f"attached sglang at {eng.url} as boot ")
+        seen = "".join(lines[1:-1])
+        for k, v in res["config_fields"].items():
+            assert f"{k}={v}".replace(" ", "") in seen.replace(" ", "")
+        boot = lines[0].split(" as boot ")[1].split()[0]
+        lines = _fits(_run(cli_env, "detach", boot))
+        assert " ".join(lines).startswith(f"boot {boot} detached (recorded stopped); the engine at 127.0.0.1:")
+    finally:
+        eng.stop()
+
+    lines = _fits(_run(cli_env, "bisect", "plan", "examples/tiny.toml", "examples/tiny-plain.toml"))
+    text = " ".join(lines)
+    assert "step 1 [" in text and "note: some knobs are only valid together and move as one group" in text
+    for knob in ("speculative.algorithm", "speculative.draft_model_path", "speculative.num_steps"):
+        assert text.count(knob) == 3  # the diff, the step and the note, none cut

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import (JSON_OPTION_HELP, err_console, get_cell, get_settings, interrupt_on_term_and_hangup,
-                                 out, print_json)
+                                 out, print_json, say)
 from dynocell.text import printable
 
 runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
@@ -246,7 +246,7 @@ def bisect_plan_cmd(
     if json_out:
         print_json(p.to_dict())
     else:
-        out(p.render())
+        say(p.render())
 
 
 @bisect_app.command("run")
