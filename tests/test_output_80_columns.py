@@ -98,3 +98,14 @@ def test_attach_detach_and_bisect_plan_fit_80_columns(tmp_path, cli_env, model_p
     assert "step 1 [" in text and "note: some knobs are only valid together and move as one group" in text
     for knob in ("speculative.algorithm", "speculative.draft_model_path", "speculative.num_steps"):
         assert text.count(knob) == 3  # the diff, the step and the note, none cut
+
+
+def test_config_add_fits_80_columns_with_the_hash_whole(cli_env):
+    """`config add` printed "stored sha256:<64 hex>; tiny now points at it" at 101 columns ("already stored …"
+    at 107); now it wraps at a space, the hash whole on its line (to copy)."""
+    said = [_fits(_run(cli_env, "config", "add", "examples/tiny-plain.toml")) for _ in range(2)]
+    digest = json.loads(_run(cli_env, "config", "add", "examples/tiny-plain.toml", "--json"))["hash"]
+    for lines, what in zip(said, ("stored", "already stored")):
+        words = " ".join(lines).split()
+        assert " ".join(words).startswith(f"{what} {digest}") and "tiny-plain" in words
+        assert any(digest in ln for ln in lines)
