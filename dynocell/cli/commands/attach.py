@@ -51,8 +51,9 @@ def detach_cmd(
 ) -> None:
     """End dynocell's record of an attached boot; the engine process is not touched.
 
-    The boot is recorded stopped (detached): dynocell did not start the engine, so it leaves it running. A
-    boot already ended is left as it is (exit 0).
+    The boot is recorded stopped (detached): dynocell did not start the engine, so it leaves it running.
+
+    A boot already ended is left as it is (exit 0).
 
     Example: dynocell detach 3f2a
     """

@@ -111,8 +111,7 @@ def compare_cmd(
 ) -> None:
     """Runs side by side: boot phases, throughput, τ, acceptance, break-even and profile.
 
-    Throughput at each concurrency, τ and per-position acceptance per text class, lossless, break-even and
-    the profile headline.
+    Throughput at each concurrency, τ and per-position acceptance per text class, lossless, break-even, profile.
 
     Works across engines (an SGLang run beside a vLLM run of one pair) and hosts (warned if the hardware differs).
 

@@ -58,9 +58,11 @@ def import_log_cmd(
 ) -> None:
     """Import an engine's server log(s) as a boot of kind `imported`.
 
-    Phases, failure signature, acceptance lines, runtime events, and the config from the log's own
-    config line. Several logs are the nodes of one boot only when they agree (same server args, nnodes,
-    distinct node ranks, started within 10 minutes); --allow-mismatch overrides.
+    Phases, failure signature, acceptance lines, runtime events, and the config from the log's own config line.
+
+    Several logs are one boot's nodes only when they agree (server args, nnodes, distinct ranks, within 10 min).
+
+    --allow-mismatch imports them as one boot anyway.
 
     Example: dynocell import log node0.log --node-rank 0 node1.log --node-rank 1
     """
@@ -181,8 +183,7 @@ def import_metrics_cmd(
 ) -> None:
     """Import /metrics scrapes: counter deltas, and an acceptance curve from per-position counters.
 
-    Two or more scrapes become counter deltas over the window; vLLM's and SGLang's per-position
-    counters become an acceptance curve.
+    Two or more scrapes give counter deltas over the window; per-position counters (vLLM, SGLang) give a curve.
 
     Example: dynocell import metrics before.txt after.txt
     """
