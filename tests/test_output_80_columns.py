@@ -109,3 +109,20 @@ def test_config_add_fits_80_columns_with_the_hash_whole(cli_env):
         words = " ".join(lines).split()
         assert " ".join(words).startswith(f"{what} {digest}") and "tiny-plain" in words
         assert any(digest in ln for ln in lines)
+
+
+def test_runbook_search_and_show_fit_80_columns(cli_env):
+    """`runbook search acceptance collapse` (README's tour) printed hits at up to 151 columns; `runbook show
+    high-acceptance-falling-throughput-accounting` (what `diagnose` says to read next) its slug/tags line at 159
+    and evidence items at up to 377. Now they wrap, items indented, no word lost."""
+    from dynocell.runbooks.knowledge import bundled_knowledge
+
+    lines = _fits(_run(cli_env, "runbook", "search", "acceptance", "collapse"))
+    assert lines[0].startswith("index-share-topk-seed-last-verified  [fix]  ")
+    slug = "high-acceptance-falling-throughput-accounting"
+    lines = _fits(_run(cli_env, "runbook", "show", slug))
+    words = " ".join(lines).split()
+    entry = bundled_knowledge().get(slug)
+    for item in (entry.title, *entry.evidence, *entry.fix, *entry.sources):
+        assert " ".join(item.split()) in " ".join(words)
+    assert all(ln.startswith("  ") for ln in lines[lines.index("evidence:") + 1:lines.index("what to try:")])
