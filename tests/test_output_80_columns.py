@@ -126,3 +126,13 @@ def test_runbook_search_and_show_fit_80_columns(cli_env):
     for item in (entry.title, *entry.evidence, *entry.fix, *entry.sources):
         assert " ".join(item.split()) in " ".join(words)
     assert all(ln.startswith("  ") for ln in lines[lines.index("evidence:") + 1:lines.index("what to try:")])
+
+
+def test_trace_split_fits_80_columns(cli_env):
+    """`trace split` of the real SGLang 0.5.17 H200 trace printed its headline at 161 columns."""
+    trace = DATA / "sglang-0.5.17" / "A.1796009075.4916983-TP-0.trace.json.gz"
+    res = json.loads(_run(cli_env, "trace", "split", str(trace), "--json"))
+    words = " ".join(_fits(_run(cli_env, "trace", "split", str(trace)))).split()
+    assert " ".join(words).startswith(f"{trace}: kernel time {res['device_ms']:.3f} ms over a "
+                                      f"{res['window_ms']:.3f} ms window, busy {res['busy_pct']:.1f} %, "
+                                      f"{res['launches']} launches, {res['graph_launches']} CUDA-graph launches")

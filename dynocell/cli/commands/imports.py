@@ -163,7 +163,7 @@ def trace_split_cmd(
     if json_out:
         print_json(res)
         return
-    out(f"{res['path']}: {res['source']} time {res['device_ms']:.3f} ms over a {res['window_ms']:.3f} ms window, "
+    say(f"{res['path']}: {res['source']} time {res['device_ms']:.3f} ms over a {res['window_ms']:.3f} ms window, "
         f"busy {res['busy_pct']:.1f} %, {res['launches']} launches, {res['graph_launches']} CUDA-graph launches")
     _categories(res["categories"])
     t = table("kernel", "category", "ms", "launches", title=f"top {top}")
