@@ -136,3 +136,13 @@ def test_trace_split_fits_80_columns(cli_env):
     assert " ".join(words).startswith(f"{trace}: kernel time {res['device_ms']:.3f} ms over a "
                                       f"{res['window_ms']:.3f} ms window, busy {res['busy_pct']:.1f} %, "
                                       f"{res['launches']} launches, {res['graph_launches']} CUDA-graph launches")
+
+
+def test_show_of_an_imported_curve_claims_no_empty_histogram(cli_env):
+    """A curve from vLLM 0.26.0's per-position counters has no accepted-drafts histogram; `show` printed
+    "histogram []" beside its τ, as if zero drafts had been counted. Now the histogram is shown only when
+    there is one (a measured run's curves keep theirs: tests/test_widths.py, tests/data/stores/real-run)."""
+    res = json.loads(_run(cli_env, "import", "metrics", str(VLLM / "C_draft_graph.metrics.txt"), "--json"))
+    text = _run(cli_env, "show", res["run_id"])
+    head = next(ln for ln in _fits(text) if ln.startswith("metrics: τ "))
+    assert "steps 1995  D 3" in head and "histogram" not in text
