@@ -217,6 +217,24 @@ def test_pin_history_and_rollback(cell):
         ex.pin(cell, PLAIN, note="x", build="sha256:deadbeef")
 
 
+def test_pin_keeps_the_name_it_was_pinned_by(cell):
+    """A config with two names (exp-plain, and aaa-plain added later for the same file) pinned as exp-plain
+    was listed (`pin --list`, `rollback`) under aaa-plain, the first name in sort order — `dynocell pin tiny`
+    showed as `embedded` in the newcomer pass (n6check). Now the pin keeps its name while that name points
+    at the config; a rollback --apply re-pins under the previous pin's name."""
+    from dynocell.runbooks import experiments as ex
+    from dynocell.runbooks.configs import add_config
+
+    first = ex.pin(cell, PLAIN, note="what serves today")
+    add_config(cell, Path(PLAIN), "aaa-plain")  # a second name of the same config
+    assert ex.pin(cell, "exp-plain", note="the same, by name")["label"] == "exp-plain"
+    ex.pin(cell, STANDALONE, note="qualified")
+    assert [p["label"] for p in ex.list_pins(cell)] == ["exp-standalone", "exp-plain", "exp-plain"]
+    assert first["label"] == "exp-plain"
+    applied = ex.rollback(cell, apply=True)["applied"]
+    assert ex.list_pins(cell)[0]["id"] == applied["id"] and ex.list_pins(cell)[0]["label"] == "exp-plain"
+
+
 # ---------------------------------------------------------------- end to end on the reference engine
 
 def _link_models(home: Path, pair) -> None:
@@ -354,3 +372,12 @@ def test_e2e_pin_the_winner_with_evidence(e2e):
     assert "--port" in text and "dynocell boot " in text
     bad = cli(env, "pin", plain, ok=False)
     assert bad.returncode == 2 and "needs --note" in bad.stderr
+
+
+def test_e2e_verdict_report_fits_80_columns(e2e):
+    """`experiment show` at COLUMNS=80 printed "incumbent … (2 runs); method: welch-t 95% (…); noise floor = …"
+    at 118 columns (newcomer pass n6check); now its prose lines wrap like its tables."""
+    text = cli(dict(e2e["env"], COLUMNS="80"), "experiment", "show", "spec").stdout
+    assert [ln for ln in text.splitlines() if len(ln) > 80] == []
+    joined = " ".join(text.splitlines())
+    assert "method: welch-t 95%" in joined and "noise floor = max(2%, incumbent CV)" in joined

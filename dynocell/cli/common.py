@@ -280,3 +280,17 @@ def out(renderable: Any = "") -> None:
         console.print(printable(renderable, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(renderable)
+
+
+def say(text: str, indent: int = 0) -> None:
+    """Print plain prose to stdout wrapped at word boundaries to the output width (a word longer than a
+    line, e.g. a model path, is folded), for lines that can run long: lists of fields, warnings, list items.
+    ``indent`` columns go before every line (the first one included). :func:`out` keeps a text line whole
+    (ids, hashes and commands to copy); text is not parsed as markup."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from dynocell.text import printable
+
+    body = Text(printable(text, keep_newlines=True), overflow="fold")
+    console.print(Padding(body, (0, 0, 0, indent), expand=False) if indent else body, soft_wrap=False)

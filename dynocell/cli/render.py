@@ -130,7 +130,9 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
                           "its SpecDecoding log lines"))
     for c in curves:
         head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
-                    f"steps {c['steps']}  D {c['num_drafts']}  histogram [{','.join(map(str, c['histogram']))}]")
+                    f"steps {c['steps']}  D {c['num_drafts']}")
+        if c.get("histogram"):  # an imported curve (counters, log lines) has none: not "histogram []"
+            head.append(f"  histogram [{','.join(map(str, c['histogram']))}]")
         if c.get("engine_tau") is not None:
             head.append(f"  engine τ {c['engine_tau']:.3f}")
         if c.get("warning"):

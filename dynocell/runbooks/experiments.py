@@ -541,7 +541,7 @@ def pin(cell: Cell, config: str, *, note: str, build: str | None = None,
     if evidence is None:
         evidence = _evidence(cell, h)
     pins = db.list_pins(cell.store, limit=1)
-    evidence = {**evidence, "replaces_pin": pins[0].id if pins else None}
+    evidence = {**evidence, "replaces_pin": pins[0].id if pins else None, "label": label}
     row = db.add_pin(cell.store, config_hash=h, build_hash=bh, note=note.strip(), evidence=evidence)
     events.publish("pin.added", pin_id=row.id, config_hash=h)
     return {**row.to_dict(), "label": label}
@@ -560,7 +560,10 @@ def _evidence(cell: Cell, config_hash: str) -> dict[str, Any]:
 
 
 def list_pins(cell: Cell) -> list[dict[str, Any]]:
-    """Every pin, newest (current) first, each with ``label`` and ``current`` (bool)."""
+    """Every pin, newest (current) first, each with ``label`` and ``current`` (bool).
+
+    ``label`` is the name the config was pinned by while that name still points at it (a config can have
+    several names), else its first current name, else its short hash."""
     labels = db_configs.current_labels(cell.store)
     by_hash: dict[str, list[str]] = defaultdict(list)
     for n, h in labels.items():
@@ -570,7 +573,9 @@ def list_pins(cell: Cell) -> list[dict[str, Any]]:
         from dynocell.runbooks.configs import short_hash
 
         names = sorted(by_hash.get(p.config_hash, []))
-        out.append({**p.to_dict(), "label": names[0] if names else short_hash(p.config_hash), "current": i == 0})
+        pinned_as = (p.evidence or {}).get("label")
+        label = pinned_as if pinned_as in names else names[0] if names else short_hash(p.config_hash)
+        out.append({**p.to_dict(), "label": label, "current": i == 0})
     return out
 
 
@@ -630,7 +635,7 @@ def rollback(cell: Cell, *, apply: bool = False) -> dict[str, Any]:
     if apply:
         applied = db.add_pin(cell.store, config_hash=prev["config_hash"], build_hash=prev["build_hash"],
                              note=f"rollback from pin {cur['id']} to pin {prev['id']}: {prev['note']}",
-                             evidence={"rollback_of": cur["id"], "restores": prev["id"],
+                             evidence={"rollback_of": cur["id"], "restores": prev["id"], "label": prev["label"],
                                        **{k: v for k, v in (prev.get("evidence") or {}).items()
                                           if k in ("experiments", "runs")}})
     return {"current": cur, "previous": prev, "recipe": recipe,

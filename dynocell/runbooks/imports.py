@@ -283,7 +283,7 @@ def _copy_names(paths: list[Path], ranks: list[int]) -> list[str]:
     return [f"node{rank}-{name}" for rank, name in zip(ranks, names, strict=True)]
 
 
-def _check_reimport(cell: Cell, found: dict[str, Any], *, config_ref: str | None, ranks_given: list[int],
+def _check_reimport(cell: Cell, found: db_imports.ImportRow, *, config_ref: str | None, ranks_given: list[int],
                     engine: str | None) -> None:
     """Validate a re-import's options as a first import would, then refuse any that differ from the stored record's.
 

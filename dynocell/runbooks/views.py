@@ -364,16 +364,24 @@ def _boot_log(cell, boot_id: str) -> Path:
 def log_tail(cell, boot_id: str, n: int = 200, search: str | None = None) -> dict[str, Any]:
     """The last ``n`` lines of a boot's log (only lines containing ``search``, case-insensitive, when given).
 
-    Returns ``{boot_id, lines: [str], total_lines, matched, size (bytes), path, elsewhere}``. Lines are raw
-    text — faces must escape them. A missing file gives no lines, not an error; so does a log that
-    lives on another host (``elsewhere`` then says where, see :func:`elsewhere`).
+    Returns ``{boot_id, lines: [str], total_lines, matched, size (bytes), path, elsewhere, unavailable}``.
+    Lines are raw text — faces must escape them. A missing file gives no lines, not an error; so does a log
+    that lives on another host (``elsewhere`` then says where, see :func:`elsewhere`) and one recorded outside
+    this data directory (a store copied from another data directory; only files inside it are served):
+    ``unavailable`` then says why, else it is None.
     """
     n = max(1, min(int(n), 5000))
     where = elsewhere(cell, boot_id)
     if where is not None:
         return {"boot_id": boot_id, "lines": [], "total_lines": 0, "matched": 0, "size": 0,
-                "path": where["log_path"], "elsewhere": where}
-    p = _boot_log(cell, boot_id)
+                "path": where["log_path"], "elsewhere": where, "unavailable": None}
+    try:
+        p = _boot_log(cell, boot_id)
+    except NotFound:  # recorded outside the data directory: the boot's page still shows the rest
+        path = listings.boot_place(cell.store, boot_id)["log_path"]
+        return {"boot_id": boot_id, "lines": [], "total_lines": 0, "matched": 0, "size": 0, "path": path,
+                "elsewhere": None, "unavailable": f"the log was recorded at {path}, outside this data directory "
+                                                  f"({cell.settings.home}): the panel serves only files inside it"}
     needle = (search or "").lower()
     lines: deque[str] = deque(maxlen=n)
     total = matched = 0
@@ -386,7 +394,7 @@ def log_tail(cell, boot_id: str, n: int = 200, search: str | None = None) -> dic
                 matched += 1
                 lines.append(line.rstrip("\n"))
     return {"boot_id": boot_id, "lines": list(lines), "total_lines": total, "matched": matched,
-            "size": p.stat().st_size if p.is_file() else 0, "path": str(p), "elsewhere": None}
+            "size": p.stat().st_size if p.is_file() else 0, "path": str(p), "elsewhere": None, "unavailable": None}
 
 
 def list_artifacts(cell, boot_id: str) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from dynocell.cli.common import ended_before, get_cell, out, print_json
+from dynocell.cli.common import ended_before, get_cell, out, print_json, say
 
 
 def register(app: typer.Typer) -> None:
@@ -38,10 +38,10 @@ def attach_cmd(
     if not res["created"]:
         out(f"{res['url']} is already attached as boot {res['boot_id']}")
         return
-    out(f"attached {res['engine']} at {res['url']} as boot {res['boot_id']} (config {res['config_hash'][:19]}"
+    say(f"attached {res['engine']} at {res['url']} as boot {res['boot_id']} (config {res['config_hash'][:19]}"
         + (", observed)" if res.get("observed") else ")"))
     if res.get("config_fields"):
-        out("seen: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
+        say("seen: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     out(f"next: dynocell health {res['boot_id']} / dynocell run --boot {res['boot_id']}")
 
 
@@ -51,8 +51,9 @@ def detach_cmd(
 ) -> None:
     """End dynocell's record of an attached boot; the engine process is not touched.
 
-    The boot is recorded stopped (detached): dynocell did not start the engine, so it leaves it running. A
-    boot already ended is left as it is (exit 0).
+    The boot is recorded stopped (detached): dynocell did not start the engine, so it leaves it running.
+
+    A boot already ended is left as it is (exit 0).
 
     Example: dynocell detach 3f2a
     """
@@ -70,5 +71,5 @@ def detach_cmd(
         how = " (detached)" if row.stop_how == "detached" else ""
         out(f"boot {row.id} was already {row.state}{how} ({ago} ago): nothing to detach")
         return
-    out(f"boot {row.id} detached (recorded {row.state}); the engine at {row.host}:{row.port} was not "
+    say(f"boot {row.id} detached (recorded {row.state}); the engine at {row.host}:{row.port} was not "
         "touched — stop it where it was started, or attach again to drive it")

@@ -6,7 +6,7 @@ from typing import Any, List
 
 import typer
 
-from dynocell.cli.common import JSON_OPTION_HELP, get_cell, out, print_json
+from dynocell.cli.common import JSON_OPTION_HELP, get_cell, out, print_json, say
 
 
 def _f(v: Any, fmt: str = "{:.1f}") -> str:
@@ -111,8 +111,7 @@ def compare_cmd(
 ) -> None:
     """Runs side by side: boot phases, throughput, τ, acceptance, break-even and profile.
 
-    Throughput at each concurrency, τ and per-position acceptance per text class, lossless, break-even and
-    the profile headline.
+    Throughput at each concurrency, τ and per-position acceptance per text class, lossless, break-even, profile.
 
     Works across engines (an SGLang run beside a vLLM run of one pair) and hosts (warned if the hardware differs).
 
@@ -139,7 +138,7 @@ def compare_cmd(
         t.add_row(label, *cells)
     out(t)
     if data.get("hardware_warning"):
-        out(f"warning: {data['hardware_warning']}")
+        say(f"warning: {data['hardware_warning']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from dynocell.cli.common import (
     human_time,
     out,
     print_json,
+    say,
     table,
 )
 
@@ -54,11 +55,11 @@ def add(
         return
     what = "stored" if rec.created else "already stored"
     label = f"; {rec.name} now points at it" if rec.relabelled else f"; named {rec.name}"
-    out(f"{what} {rec.hash}{label}")
+    say(f"{what} {rec.hash}{label}")  # wrapped at a space: the hash stays whole, to copy
     if rec.moved:
         out(f"label {rec.name}: {short_ref(rec.previous)} → {short_ref(rec.hash)}")
     if rec.injection_env:
-        out(f"⚠ env sets {', '.join(rec.injection_env)}: the engine loads code from there "
+        say(f"⚠ env sets {', '.join(rec.injection_env)}: the engine loads code from there "
             f"(the web panel boots it only after `dynocell config trust {rec.name}`)")
 
 

@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 import typer
 
 from dynocell.cli.common import (add_row, err_console, get_cell, interrupt_on_term_and_hangup, out, print_json,
-                                 seconds, table)
+                                 say, seconds, table)
 from dynocell.text import printable
 
 experiment_app = typer.Typer(
@@ -189,7 +189,10 @@ def _render(res: dict[str, Any], json_out: bool) -> None:
         print_json(res)
         return
     for item in verdict_tables(res):
-        out(item)
+        if isinstance(item, str):
+            say(item)  # prose lines wrap at the width; tables lay themselves out
+        else:
+            out(item)
 
 
 # ---------------------------------------------------------------- pin / rollback

@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from dynocell.cli.common import add_row, get_cell, out, print_json, table
+from dynocell.cli.common import add_row, get_cell, out, print_json, say, table
 
 import_app = typer.Typer(help="Import evidence from engines dynocell did not start: server logs, /metrics "
                          "scrapes, per-request results, benchmark JSON, profiler traces. The same file "
@@ -58,9 +58,11 @@ def import_log_cmd(
 ) -> None:
     """Import an engine's server log(s) as a boot of kind `imported`.
 
-    Phases, failure signature, acceptance lines, runtime events, and the config from the log's own
-    config line. Several logs are the nodes of one boot only when they agree (same server args, nnodes,
-    distinct node ranks, started within 10 minutes); --allow-mismatch overrides.
+    Phases, failure signature, acceptance lines, runtime events, and the config from the log's own config line.
+
+    Several logs are one boot's nodes only when they agree (server args, nnodes, distinct ranks, within 10 min).
+
+    --allow-mismatch imports them as one boot anyway.
 
     Example: dynocell import log node0.log --node-rank 0 node1.log --node-rank 1
     """
@@ -74,16 +76,16 @@ def import_log_cmd(
     _header(res, f"{res['engine']} log")
     if not res.get("created", True):
         out("the same file(s) are one record, kept with the options of their first import")
-    out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}  config {res['config_hash'][:19]}"
-        + (" (observed)" if res.get("observed") else ""))
+    out(f"boot {res['boot_id']} (imported, {res['state']})  run {res['run_id']}")
+    out(f"config {res['config_hash'][:19]}" + (" (observed)" if res.get("observed") else ""))
     if res.get("config_fields"):
-        # every field seen, model paths included (out() makes the log's text safe for the terminal)
-        out("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
+        # every field seen, model paths included (say() makes the log's text safe for the terminal)
+        say("config seen in the log: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     nodes = res.get("nodes") or {}
     names = list(dict.fromkeys(n for per in nodes.values() for n in per))
     if names:
-        t = table("phase", *[f"node {r} (s)" for r in nodes], *(["skew (s)"] if len(nodes) > 1 else []),
-                  title="boot timeline (seconds from the first line)")
+        out("boot timeline (seconds from the first line)")  # a title over the narrow table would wrap
+        t = table("phase", *[f"node {r} (s)" for r in nodes], *(["skew (s)"] if len(nodes) > 1 else []))
         for n in names:
             add_row(t, n, *[_fmt(nodes[r].get(n), 0) for r in nodes],
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
@@ -161,7 +163,7 @@ def trace_split_cmd(
     if json_out:
         print_json(res)
         return
-    out(f"{res['path']}: {res['source']} time {res['device_ms']:.3f} ms over a {res['window_ms']:.3f} ms window, "
+    say(f"{res['path']}: {res['source']} time {res['device_ms']:.3f} ms over a {res['window_ms']:.3f} ms window, "
         f"busy {res['busy_pct']:.1f} %, {res['launches']} launches, {res['graph_launches']} CUDA-graph launches")
     _categories(res["categories"])
     t = table("kernel", "category", "ms", "launches", title=f"top {top}")
@@ -181,8 +183,7 @@ def import_metrics_cmd(
 ) -> None:
     """Import /metrics scrapes: counter deltas, and an acceptance curve from per-position counters.
 
-    Two or more scrapes become counter deltas over the window; vLLM's and SGLang's per-position
-    counters become an acceptance curve.
+    Two or more scrapes give counter deltas over the window; per-position counters (vLLM, SGLang) give a curve.
 
     Example: dynocell import metrics before.txt after.txt
     """
@@ -193,11 +194,12 @@ def import_metrics_cmd(
         print_json(res)
         return
     _header(res, f"{res['scrapes']} scrape(s)")
-    out(f"run {res['run_id']}  window: {res['window']}  config {res['config_hash'][:19]}"
+    say(f"run {res['run_id']}  window: {res['window']}  config {res['config_hash'][:19]}"
         + (" (observed)" if res.get("observed") else ""))
     acc = res.get("acceptance")
     if acc:
-        t = table("position i", "p_i", title=f"per-position acceptance ({acc['source']})")
+        say(f"per-position acceptance ({acc['source']})")  # a title over the narrow table would wrap
+        t = table("position i", "p_i")
         for i, p in enumerate(acc["p"], start=1):
             add_row(t, i, f"{p:.4f}")
         out(t)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import (JSON_OPTION_HELP, err_console, get_cell, get_settings, interrupt_on_term_and_hangup,
-                                 out, print_json)
+                                 out, print_json, say)
 from dynocell.text import printable
 
 runbook_app = typer.Typer(help="Runbook knowledge: lint, search, show and add entries.\n\n"
@@ -85,8 +85,8 @@ def search_cmd(
         out("no entries match")
         return
     for h in hits:
-        out(f"{h['slug']}  [{h['kind']}]  {h['title']}")
-        out(f"    {h['snippet']}")
+        say(f"{h['slug']}  [{h['kind']}]  {h['title']}")
+        say(h["snippet"], indent=4)
 
 
 @runbook_app.command("show")
@@ -110,27 +110,27 @@ def show_cmd(
         return
     from rich.markdown import Markdown
 
-    out(f"{e.title}")
-    out(f"slug: {e.slug}   kind: {e.kind}   origin: {e.origin}   tags: {', '.join(e.tags)}")
+    say(f"{e.title}")
+    say(f"slug: {e.slug}   kind: {e.kind}   origin: {e.origin}   tags: {', '.join(e.tags)}")
     if e.engines:
-        out("engines: " + ", ".join(f"{k} {v}" for k, v in e.engines.items()))
+        say("engines: " + ", ".join(f"{k} {v}" for k, v in e.engines.items()))
     sig = {k: v for k, v in e.signatures.items() if v}
     if sig:
-        out("signatures: " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in sig.items()))
+        say("signatures: " + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in sig.items()))
     if e.applies_to:
         from dynocell.runbooks.knowledge import selector_text
 
-        out(f"applies to: {selector_text(e.applies_to)}")
+        say(f"applies to: {selector_text(e.applies_to)}")
     out("\nevidence:")
     for x in e.evidence:
-        out(f"  - {x}")
+        say(f"- {x}", indent=2)
     out("what to try:")
     for x in e.fix:
-        out(f"  - {x}")
+        say(f"- {x}", indent=2)
     if e.sources:
         out("sources:")
         for i, x in enumerate(e.sources, 1):
-            out(f"  [{i}] {x}")
+            say(f"[{i}] {x}", indent=2)
     if e.examples:
         out("example lines:")
         for x in e.examples:
@@ -246,7 +246,7 @@ def bisect_plan_cmd(
     if json_out:
         print_json(p.to_dict())
     else:
-        out(p.render())
+        say(p.render())
 
 
 @bisect_app.command("run")

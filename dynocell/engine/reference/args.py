@@ -121,6 +121,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
     """Parse argv; exits 2 with a message on unknown or invalid arguments."""
     p = build_parser()
     a = p.parse_args(argv)
+    _builtin_model_paths(p, a)
     if a.profile_dir is None:  # SGLang's own default for profile output (read at launch, as SGLang does)
         a.profile_dir = (os.environ.get("SGLANG_TORCH_PROFILER_DIR")
                          or os.path.join(tempfile.gettempdir(), "dynocell-reference-profiles"))
@@ -155,6 +156,33 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, ResolvedSp
         if steps < 1:
             p.error("--speculative-num-steps must be ≥ 1")
     return a, ResolvedSpec(alg, steps, topk, ndt)
+
+
+def _builtin_model_paths(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """``dynocell:tiny`` / ``dynocell:tiny-draft`` (the model names of dynocell's configs,
+    :data:`dynocell.engine.config.BUILTIN_MODELS`) given to ``--model-path``, ``--tokenizer-path`` or
+    ``--speculative-draft-model-path`` become the folders of the model pair shipped with the package, as
+    ``dynocell boot`` resolves them; an engine started by hand with a config's names then loads (it said
+    "cannot load the model from 'dynocell:tiny': No such file or directory"). Exits 2 for another
+    ``dynocell:`` name, or when this install ships no pair."""
+    from dynocell.engine.config import BUILTIN_MODEL_PREFIX, BUILTIN_MODELS
+
+    flags = {"model_path": "--model-path", "tokenizer_path": "--tokenizer-path",
+             "speculative_draft_model_path": "--speculative-draft-model-path"}
+    given = {k: getattr(a, k) for k in flags if (getattr(a, k) or "").startswith(BUILTIN_MODEL_PREFIX)}
+    if not given:
+        return
+    from .nets import packaged_pair
+
+    pair = packaged_pair()
+    folders = {"dynocell:tiny": pair.target, "dynocell:tiny-draft": pair.draft} if pair else {}
+    for key, name in given.items():
+        if name not in BUILTIN_MODELS:
+            p.error(f"{flags[key]} {name!r} is no built-in model: use {' or '.join(BUILTIN_MODELS)}, or a model folder")
+        if not folders:
+            p.error(f"{flags[key]} {name}: this install ships no model pair; make one with "
+                    f"`dynocell model make-tiny DIR` and give DIR/target and DIR/draft")
+        setattr(a, key, str(folders[name]))
 
 
 def _resolve_eagle(p: argparse.ArgumentParser, a: argparse.Namespace, alg: str, topk: int) -> ResolvedSpec:
