@@ -163,12 +163,11 @@ KILL_POINTS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("step", list(KILL_POINTS))
-def test_kill_9_during_main_job_step(step, model_pair, cli_env, isolated_home, tmp_path, leftovers):
+def _run_paused_at(step: str, cli_env: dict, tmp_path, leftovers) -> tuple[dict, subprocess.Popen]:
+    """Start `dynocell run` (the fault-point wrapper) and wait until it pauses at ``step``'s fault point;
+    returns (its environment, its process). Fails the test if it exits before getting there."""
     env = dict(cli_env, DYNOCELL_FAULT_PAUSE=KILL_POINTS[step], DYNOCELL_FAULT_MARKER=str(tmp_path / "paused"),
                DYNOCELL_STOP_GRACE_S="10")
-    db = db_path(isolated_home)
     with open(tmp_path / "run.out", "wb") as out, open(tmp_path / "run.err", "wb") as err:
         proc = subprocess.Popen([sys.executable, str(FAULT_POINTS), "run", "--no-lossless-check", "-w", str(WORKLOAD)],
                                 env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO)
@@ -181,6 +180,14 @@ def test_kill_9_during_main_job_step(step, model_pair, cli_env, isolated_home, t
         return (tmp_path / "paused").exists()
 
     wait_for(paused, 240, f"the {step} fault point")
+    return env, proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", list(KILL_POINTS))
+def test_kill_9_during_main_job_step(step, model_pair, cli_env, isolated_home, tmp_path, leftovers):
+    env, proc = _run_paused_at(step, cli_env, tmp_path, leftovers)
+    db = db_path(isolated_home)
     run_id, run_state = query(db, "SELECT id, state FROM runs ORDER BY started_at DESC LIMIT 1")[0]
     in_flight = query(db, "SELECT name FROM run_steps WHERE run_id = ? AND state = 'running'", run_id)
     assert run_state == "running" and in_flight == [(step,)], (run_state, in_flight)
@@ -225,21 +232,8 @@ def test_a_hangup_or_term_of_dynocell_run_stops_its_engine_before_it_exits(sig, 
     left `running` and the engine up until a later command reconciled them (newcomer pass). Like SIGTERM
     (`timeout`, `kill`) and Ctrl-C it now ends the run `interrupted` with its engine stopped — read straight from
     the store, before any other dynocell command could reconcile anything."""
-    env = dict(cli_env, DYNOCELL_FAULT_PAUSE=KILL_POINTS["bench"], DYNOCELL_FAULT_MARKER=str(tmp_path / "paused"),
-               DYNOCELL_STOP_GRACE_S="10")
+    env, proc = _run_paused_at("bench", cli_env, tmp_path, leftovers)
     db = db_path(isolated_home)
-    with open(tmp_path / "run.out", "wb") as out, open(tmp_path / "run.err", "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(FAULT_POINTS), "run", "--no-lossless-check", "-w", str(WORKLOAD)],
-                                env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO)
-    leftovers.procs.append(proc)
-
-    def paused() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"dynocell run exited ({proc.returncode}) before the bench fault point\n"
-                                 + (tmp_path / "run.err").read_text()[-3000:])
-        return (tmp_path / "paused").exists()
-
-    wait_for(paused, 240, "the bench fault point")
     run_id = query(db, "SELECT id FROM runs ORDER BY started_at DESC LIMIT 1")[0][0]
     boot_id, pid, pgid = query(db, "SELECT id, pid, pgid FROM boots ORDER BY started_at DESC LIMIT 1")[0]
     leftovers.groups.append(pgid)
