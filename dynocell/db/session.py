@@ -22,7 +22,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, text
-from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError
+from sqlalchemy.exc import DatabaseError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dynocell.errors import StoreUnavailable, UserError
@@ -172,11 +172,16 @@ def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None
     """A :class:`~dynocell.errors.StoreUnavailable` for a store file SQLite cannot read as a
     database (not a database, malformed, truncated) or as a dynocell store (its tables there but no
     schema revision); None for any other error."""
+    if isinstance(exc, IntegrityError):
+        # a constraint (e.g. PostgreSQL's "Key (config_hash)=(…) already exists" when a concurrent writer
+        # stored the same content-addressed row first): the caller's business, never a corrupt store
+        return None
     text = str(getattr(exc, "orig", None) or exc)
     low = text.lower()
-    # "already exists": tables without a schema revision (another program's database, or a first
+    # "table … already exists": tables without a schema revision (another program's database, or a first
     # migration an older dynocell left half-done)
-    if not any(k in low for k in ("file is not a database", "malformed", "file is encrypted", "already exists")):
+    if not any(k in low for k in ("file is not a database", "malformed", "file is encrypted")) and not (
+            "table" in low and "already exists" in low):
         return None
     where = _where(url)
     return StoreUnavailable(
