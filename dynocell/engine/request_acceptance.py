@@ -23,17 +23,18 @@ Pure functions: no I/O.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from dynocell.engine.builds import sha256_bytes
 
 #: The ``meta_info`` fields a record keeps (the ones :func:`curve_from_meta_infos` reads).
 META_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram", "spec_num_proposed_drafts", "spec_verify_ct")
 
 
 def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_bytes(text.encode("utf-8", "surrogatepass"))
 
 
 def request_record(index: int, prompt: str, output_text: str, meta: Mapping[str, Any]) -> dict[str, Any]:
