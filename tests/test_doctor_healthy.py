@@ -67,9 +67,9 @@ def _open(name: str, home: Path):
 
 
 def _run_ids(cell) -> list[str]:
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import runs as db_runs
 
-    return [r["id"] for r in dbk.completed_runs_with_configs(cell.store)]
+    return [r.id for r in db_runs.list_runs(cell.store, states=("completed",), limit=500)]
 
 
 @pytest.fixture(params=sorted(STORES))

@@ -640,14 +640,14 @@ def test_imported_responses_keep_their_texts_for_the_doctor(cell):
     rules judge), as a bench level's are: the 12 completions of the real vLLM probe file."""
     import json as _json
 
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import runs as db_runs
     from dynocell.runbooks.doctor import inputs_for_run
 
     res = import_requests_and_check(cell, VLLM / "C_draft_graph.result.json", config_ref=EXAMPLE)
     probe = _json.loads((VLLM / "C_draft_graph.result.json").read_text())
     texts = [r["response"]["choices"][0]["text"] for run in probe["acceptance"] for r in run["requests"]]
-    (bench,) = dbk.bench_of_run(cell.store, res["run_id"])
-    assert bench["extra"]["samples"] == texts and len(texts) == 12
+    (bench,) = db_runs.bench_rows(cell.store, res["run_id"])
+    assert bench.extra["samples"] == texts and len(texts) == 12
     assert inputs_for_run(cell, res["run_id"]).output_texts == texts
 
 

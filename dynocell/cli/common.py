@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderHook
 
+from dynocell.clock import aware_utc, now_utc
+
 if TYPE_CHECKING:  # pragma: no cover
     from dynocell.runbooks.cell import Cell
     from dynocell.settings import Settings
@@ -186,10 +188,8 @@ def human_time(iso_or_dt: str | datetime | None, now: datetime | None = None) ->
     """``"2026-11-30 04:12 UTC (3 min ago)"`` for an ISO 8601 string or datetime; ``"-"`` for None."""
     if iso_or_dt is None:
         return "-"
-    t = datetime.fromisoformat(iso_or_dt) if isinstance(iso_or_dt, str) else iso_or_dt
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    now = now or datetime.now(timezone.utc)
+    t = aware_utc(iso_or_dt)
+    now = now or now_utc()
     return f"{t.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC ({human_duration((now - t).total_seconds())} ago)"
 
 
@@ -197,10 +197,7 @@ def human_ago(iso_or_dt: str | datetime | None, now: datetime | None = None) -> 
     """``"3 min ago"`` for an ISO 8601 string or datetime; ``"-"`` for None."""
     if iso_or_dt is None:
         return "-"
-    t = datetime.fromisoformat(iso_or_dt) if isinstance(iso_or_dt, str) else iso_or_dt
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    return human_duration(((now or datetime.now(timezone.utc)) - t).total_seconds()) + " ago"
+    return human_duration(((now or now_utc()) - aware_utc(iso_or_dt)).total_seconds()) + " ago"
 
 
 def ended_before(ended: Any, asked: datetime) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from dynocell.boot_states import FAILED_STATES, LIVE_STATES, TERMINAL_STATES  # noqa: F401 - the one definition, re-exported
+from dynocell.clock import aware_utc
 from dynocell.db import rows
 from dynocell.db.tables import Boot, BootEvent, HealthCheck, utcnow
 from dynocell.db.session import Store
@@ -130,11 +131,7 @@ def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str,
 
 
 def _offset(boot: Boot) -> float:
-    started = boot.started_at
-    if started.tzinfo is None:
-        from datetime import timezone
-        started = started.replace(tzinfo=timezone.utc)
-    return round((utcnow() - started).total_seconds(), 3)
+    return round((utcnow() - aware_utc(boot.started_at)).total_seconds(), 3)
 
 
 def get_boot(store: Store, boot_id: str) -> BootRow | None:
@@ -184,3 +181,14 @@ def health_history(store: Store, boot_id: str, limit: int = 50) -> list[HealthRo
     with store.session() as s:
         q = select(HealthCheck).where(HealthCheck.boot_id == boot_id).order_by(HealthCheck.id.desc()).limit(limit)
         return [HealthRow.of(h) for h in s.scalars(q).all()]
+
+
+def boots_of_config_between(store: Store, config_hash: str, start: datetime,
+                            end: datetime | None) -> list[BootRow]:
+    """Boots of ``config_hash`` started within ``[start, end]`` (``end`` None = open), oldest first: how the
+    boot of a run whose boot failed before the run row got its ``boot_id`` is found."""
+    with store.session() as s:
+        q = select(Boot).where(Boot.config_hash == config_hash, Boot.started_at >= start)
+        if end is not None:
+            q = q.where(Boot.started_at <= end)
+        return [BootRow.of(b) for b in s.scalars(q.order_by(Boot.started_at))]

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dynocell.db import rows
 from dynocell.db.session import Store
-from dynocell.db.tables import Boot, Experiment, ExperimentRun, Pin
+from dynocell.db.tables import Experiment, ExperimentRun, Pin
 
 
 @dataclass(frozen=True)
@@ -142,17 +142,3 @@ def list_pins(store: Store, limit: int = 200) -> list[PinRow]:
     """Pins, newest first (index 0 is current)."""
     with store.session() as s:
         return [PinRow.of(p) for p in s.scalars(select(Pin).order_by(Pin.id.desc()).limit(limit))]
-
-
-def boots_of_config_between(store: Store, config_hash: str, start: Any, end: Any | None) -> list[dict[str, Any]]:
-    """Boots of ``config_hash`` started within ``[start, end]`` (``end`` None = open), oldest first, as
-    plain dicts (:func:`~dynocell.db.rows.row_dict`; the one caller, ``runbooks/experiments.py``, reads them
-    by key). The boots' own module, ``db/boots.py``, returns :class:`~dynocell.db.boots.BootRow` records.
-
-    Used to find the boot of a run whose boot failed before the run row got its ``boot_id``.
-    """
-    with store.session() as s:
-        q = select(Boot).where(Boot.config_hash == config_hash, Boot.started_at >= start)
-        if end is not None:
-            q = q.where(Boot.started_at <= end)
-        return [rows.row_dict(b) for b in s.scalars(q.order_by(Boot.started_at))]

@@ -1,9 +1,10 @@
-"""Small read/write functions for runbook entries, their FTS5 index, notes, findings and doctor inputs.
+"""Small read/write functions for runbook entries, their FTS5 index, notes (the one writer) and findings.
 
 Every function takes a :class:`~dynocell.db.session.Store` and plain values and returns records
 (:class:`EntryRow`, :class:`NoteRow`, :class:`FindingRow`, frozen :class:`~dynocell.db.rows.Record`) or, for the
-search hits and the doctor inputs (derived shapes: ``p``/``a`` lists per curve, a run joined with its
-config's JSON, a subset of columns), plain dicts — never ORM objects. The full-text
+search hits (a derived shape: ``score`` and ``snippet`` beside the entry's slug), plain dicts — never ORM
+objects. The doctor reads a run's rows where every other caller does: :mod:`dynocell.db.runs` (runs,
+curves, bench rows, goldens) and :mod:`dynocell.db.configs`. The full-text
 index ``runbook_fts(slug, title, tags, body)`` (SQLite FTS5 or PostgreSQL
 ``tsvector``) is kept and queried through :mod:`dynocell.db.fulltext`.
 """
@@ -17,10 +18,8 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from dynocell.db import fulltext
-from dynocell.db.rows import Record, get_as, row_dict as _row
-from dynocell.db.tables import (
-    AcceptanceCurve, BenchRun, Config, Finding, Golden, Note, Run, RunbookEntry, utcnow,
-)
+from dynocell.db.rows import Record, get_as
+from dynocell.db.tables import Finding, Note, RunbookEntry, utcnow
 from dynocell.errors import UserError
 
 # ------------------------------------------------------------------ entries
@@ -220,81 +219,6 @@ def list_findings(store: Any, run_id: str | None = None, boot_id: str | None = N
         if boot_id is not None:
             q = q.where(Finding.boot_id == boot_id)
         return [FindingRow.of(f) for f in s.scalars(q)]
-
-
-# ------------------------------------------------------------------ doctor inputs
-
-def runs_of_boot(store: Any, boot_id: str) -> list[str]:
-    """Ids of the runs on a boot, oldest first."""
-    with store.session() as s:
-        return list(s.scalars(select(Run.id).where(Run.boot_id == boot_id).order_by(Run.started_at)))
-
-
-def config_json(store: Any, config_hash: str) -> str | None:
-    """The canonical JSON of a stored config, or None."""
-    with store.session() as s:
-        c = s.get(Config, config_hash)
-        return c.canonical_json if c else None
-
-
-def curves_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
-    """Acceptance curves of a run: dicts with text_class, num_drafts, steps, tau, accept_rate, histogram,
-    engine_tau, engine_source, disagreement_pct, completion_tokens, p (list p_1..p_D), a (list a_1..a_D),
-    requests (each request's record, migration 0009; None when not stored)."""
-    with store.session() as s:
-        out = []
-        for c in s.scalars(select(AcceptanceCurve).where(AcceptanceCurve.run_id == run_id)
-                           .order_by(AcceptanceCurve.id)):
-            pts = sorted(c.points, key=lambda p: p.position)
-            out.append({"id": c.id, "text_class": c.text_class, "num_drafts": c.num_drafts, "steps": c.steps,
-                        "tau": c.tau, "accept_rate": c.accept_rate, "histogram": list(c.histogram or []),
-                        "engine_tau": c.engine_tau, "engine_source": c.engine_source,
-                        "disagreement_pct": c.disagreement_pct, "completion_tokens": c.completion_tokens,
-                        "p": [p.p_uncond for p in pts], "a": [p.a_cond for p in pts],
-                        "requests": list(c.requests) if c.requests else None})
-        return out
-
-
-def bench_of_run(store: Any, run_id: str) -> list[dict[str, Any]]:
-    """Bench rows of a run: dicts with text_class, concurrency, decode_tok_s, output_tok_s, prompt_tokens,
-    completion_tokens, num_requests, extra."""
-    with store.session() as s:
-        return [{"text_class": b.text_class, "concurrency": b.concurrency, "decode_tok_s": b.decode_tok_s,
-                 "output_tok_s": b.output_tok_s, "prompt_tokens": b.prompt_tokens,
-                 "completion_tokens": b.completion_tokens, "num_requests": b.num_requests, "extra": b.extra or {}}
-                for b in s.scalars(select(BenchRun).where(BenchRun.run_id == run_id).order_by(BenchRun.id))]
-
-
-def completed_runs_with_configs(store: Any, exclude_run: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Recent completed runs (newest first) with their config's canonical JSON: dicts of run fields +
-    ``canonical_json``."""
-    with store.session() as s:
-        q = (
-            select(Run, Config.canonical_json)
-            .join(Config, Config.config_hash == Run.config_hash)
-            .where(Run.state == "completed")
-            .order_by(Run.started_at.desc())
-            .limit(limit)
-        )
-        out = []
-        for r, cj in s.execute(q):
-            if r.id == exclude_run:
-                continue
-            d = _row(r)
-            d["canonical_json"] = cj
-            out.append(d)
-        return out
-
-
-def goldens_of_config(store: Any, config_hash: str, kind: str = "lossless") -> list[dict[str, Any]]:
-    """Recorded greedy continuations of a config: dicts with prompt, output_text, output_ids (or None)."""
-    with store.session() as s:
-        return [
-            {"prompt": g.prompt, "output_text": g.output_text, "output_ids": g.output_ids}
-            for g in s.scalars(
-                select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind).order_by(Golden.id)
-            )
-        ]
 
 
 def timestamp(dt: datetime | None) -> str:

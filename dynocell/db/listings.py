@@ -12,27 +12,18 @@ Acceptance: p_i (unconditional) and a_i = p_i / p_{i−1} per DESIGN.md; τ = 1 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable
 
 from sqlalchemy import desc, func, or_, select
 
+from dynocell.clock import aware_utc, now_utc
 from dynocell.db import refs, tables as m
 from dynocell.db.boots import FAILED_STATES, LIVE_STATES
 from dynocell.db.session import Store
 from dynocell.errors import NotFound
 
 
-def aware_utc(dt: datetime | None) -> datetime | None:
-    """``dt`` as an aware UTC datetime (SQLite hands back naive datetimes that were written as UTC)."""
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-
-
-def now_utc() -> datetime:
-    """The current time, aware UTC."""
-    return datetime.now(timezone.utc)
 
 
 def _row(obj: Any, fields: Iterable[str]) -> dict[str, Any]:

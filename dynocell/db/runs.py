@@ -415,6 +415,13 @@ def get_golden(store: Store, config_hash: str, kind: str, prompt_sha256: str,
         return GoldenRow.of(g) if g else None
 
 
+def goldens(store: Store, config_hash: str, kind: str = "lossless") -> list[GoldenRow]:
+    """Every recorded continuation of ``kind`` (canary | lossless) by a config, in insertion order."""
+    with store.session() as s:
+        q = select(Golden).where(Golden.config_hash == config_hash, Golden.kind == kind).order_by(Golden.id)
+        return [GoldenRow.of(g) for g in s.scalars(q)]
+
+
 def put_golden(store: Store, **values: Any) -> GoldenRow:
     """Record a golden continuation (``tables.Golden`` columns); returns it."""
     return GoldenRow(**rows.insert(store, Golden, **values))

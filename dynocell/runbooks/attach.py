@@ -247,7 +247,7 @@ def detach(cell: Cell, boot_ref: str) -> BootRow:
     """
     from dynocell.db import boots as db_boots
     from dynocell.runbooks.boots import resolve_boot
-    from dynocell.db.listings import aware_utc
+    from dynocell.clock import aware_utc
 
     boot = resolve_boot(cell, boot_ref)
     if boot.kind == "imported":

@@ -17,11 +17,10 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dynocell.clock import now_utc
+from dynocell.clock import iso_utc, now_utc
 from dynocell.db import configs as db, refs
 from dynocell.engine.config import (
     REDACTED,
@@ -129,9 +128,6 @@ def _meta_of(source_toml: str) -> dict[str, Any]:
     return {k: v for k, v in (meta or {}).items() if k in ("name", "notes") and isinstance(v, str)}
 
 
-def _iso(t: datetime) -> str:
-    """ISO 8601 in UTC (SQLite hands back naive datetimes that were written as UTC)."""
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
 
 
 def _looks_like_path(ref: str) -> bool:
@@ -191,7 +187,7 @@ def list_configs(cell: Cell) -> list[dict[str, Any]]:
             "engine": row.engine,
             "model_path": row.model_path,
             "algorithm": cfg.speculative.algorithm,
-            "created_at": _iso(row.created_at),
+            "created_at": iso_utc(row.created_at),
         })
     return out
 
@@ -219,7 +215,7 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         labels.append({
             "name": name,
             "current": hist[-1].config_hash == h,
-            "history": [{"config_hash": r.config_hash, "at": _iso(r.created_at)} for r in hist],
+            "history": [{"config_hash": r.config_hash, "at": iso_utc(r.created_at)} for r in hist],
         })
     shown = cfg.model_copy(update={"env": redact_env(cfg.env)})
     trusted = db.get_trust(store, h)
@@ -238,7 +234,7 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         "names": [lab["name"] for lab in labels if lab["current"]],
         "engine": row.engine,
         "model_path": row.model_path,
-        "created_at": _iso(row.created_at),
+        "created_at": iso_utc(row.created_at),
         "canonical": json.loads(row.canonical_json)["fields"] if observed else shown.canonical(),
         "meta": cfg.meta.model_dump(exclude_none=True),
         "toml": redact_source(row.source_toml, cfg.env) if observed else to_toml(shown),
@@ -247,7 +243,7 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         "observed": observed,
         "injection_env": injection_env_keys(cfg.env),
         "warning": injection_warning(cfg.env),
-        "trusted": {"by": trusted[0], "at": _iso(trusted[1])} if trusted else None,
+        "trusted": {"by": trusted[0], "at": iso_utc(trusted[1])} if trusted else None,
         "command": command,
         "command_error": command_error,
     }
@@ -292,7 +288,7 @@ def trust(cell: Cell, config_hash: str, who: str) -> dict[str, Any]:
         raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
     created = db.set_trust(cell.store, config_hash, who)
     by, at = db.get_trust(cell.store, config_hash) or (who, now_utc())
-    return {"hash": config_hash, "trusted_by": by, "trusted_at": _iso(at), "created": created,
+    return {"hash": config_hash, "trusted_by": by, "trusted_at": iso_utc(at), "created": created,
             "injection_env": injection_env_keys(config_by_hash(cell, config_hash).env)}
 
 

@@ -64,7 +64,7 @@ from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the do
 from dynocell.runbooks.doctor_model import differing_knobs
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynocell.db.runs import RunRow
+    from dynocell.db.runs import CurveRow, RunRow
 
 THRESHOLDS_PATH = Path(__file__).with_name("doctor_thresholds.toml")
 SEVERITIES = ("info", "warn", "error")
@@ -913,23 +913,33 @@ def _curve_from_row(row: dict[str, Any]) -> Any:
     return curve
 
 
-def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
-    from dynocell.db import knowledge as dbk
+def curve_of(c: CurveRow) -> Any:
+    """The :class:`~dynocell.engine.acceptance.Curve` of a stored curve (``db.runs.CurveRow``): from its
+    histogram when it kept one, else its per-position p_k, else its τ and accept rate."""
+    return _curve_from_row({"histogram": c.histogram, "p": [p.p_uncond for p in sorted(c.points, key=_position)],
+                            "steps": c.steps, "tau": c.tau, "accept_rate": c.accept_rate,
+                            "num_drafts": c.num_drafts})
 
-    curves = dbk.curves_of_run(store, run_id)
-    bench = [b for b in dbk.bench_of_run(store, run_id) if b["text_class"]]
+
+def _position(point: Any) -> int:
+    return point.position
+
+
+def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
+    from dynocell.db import runs as db_runs
+
     # Acceptance bench rows are written just before each curve, class by class: pair them in order.
-    queue: dict[str, list[dict[str, Any]]] = {}
-    for b in bench:
-        queue.setdefault(b["text_class"], []).append(b)
+    queue: dict[str, list[Any]] = {}
+    for b in db_runs.bench_rows(store, run_id):
+        if b.text_class:
+            queue.setdefault(b.text_class, []).append(b)
     out = []
-    for row in curves:
-        b = queue.get(row["text_class"], [])
+    for c in db_runs.curves(store, run_id):
+        b = queue.get(c.text_class, [])
         brow = b.pop(0) if b else None
-        prompt = (brow["prompt_tokens"] / brow["num_requests"]) if brow and brow["num_requests"] else None
-        reqs = row.get("requests")
-        out.append(ClassCurve(row["text_class"], _curve_from_row(row), prompt, row.get("engine_tau"),
-                              row.get("engine_source"), requests=tuple(reqs) if reqs else None))
+        prompt = (brow.prompt_tokens / brow.num_requests) if brow and brow.num_requests else None
+        out.append(ClassCurve(c.text_class, curve_of(c), prompt, c.engine_tau, c.engine_source,
+                              requests=tuple(c.requests) if c.requests else None))
     return out
 
 
@@ -945,15 +955,15 @@ def _length_ladder(store: Any, run_id: str) -> list[ClassCurve]:
             for b in rows]
 
 
-def _run_tau(store: Any, run: dict[str, Any]) -> float | None:
-    from dynocell.db import knowledge as dbk
+def _run_tau(store: Any, run: RunRow) -> float | None:
+    from dynocell.db import runs as db_runs
 
-    tau = (run.get("summary") or {}).get("tau")
+    tau = (run.summary or {}).get("tau")
     if tau is not None:
         return float(tau)
-    cs = dbk.curves_of_run(store, run["id"])
-    steps = sum(c["steps"] for c in cs)
-    return sum(c["tau"] * c["steps"] for c in cs) / steps if steps else None
+    cs = db_runs.curves(store, run.id)
+    steps = sum(c.steps for c in cs)
+    return sum(c.tau * c.steps for c in cs) / steps if steps else None
 
 
 #: Knobs a reference twin may differ in besides ``engine``: how a GPU engine runs (CUDA graphs, attention
@@ -969,31 +979,31 @@ def _reference_twin(diff: set[str]) -> bool:
     return "engine" in diff and all(k == "engine" or k.startswith(ORACLE_NEUTRAL) for k in diff)
 
 
-def _other_workload(run: RunRow, other: dict[str, Any]) -> bool:
-    """True when two runs (``run`` stored, ``other`` one of ``completed_runs_with_configs``) measured different
-    workloads: their stored workload sha256 differ, or (for runs that predate the column) their sampling
-    temperatures do. A graph-vs-eager or parallel-size comparison across workloads compares the workloads,
-    not the knob."""
-    a, b = run.workload_sha256, other.get("workload_sha256")
+def _other_workload(run: RunRow, other: RunRow) -> bool:
+    """True when two stored runs measured different workloads: their stored workload sha256 differ, or
+    (for runs that predate the column) their sampling temperatures do. A graph-vs-eager or parallel-size
+    comparison across workloads compares the workloads, not the knob."""
+    a, b = run.workload_sha256, other.workload_sha256
     if a and b:
         return a != b
-    return (run.options or {}).get("temperature") != (other.get("options") or {}).get("temperature")
+    return (run.options or {}).get("temperature") != (other.options or {}).get("temperature")
 
 
 def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     """Build :class:`DoctorInputs` for a stored run: its curves (with prompt lengths from the acceptance
     bench rows), its config's knobs, sibling runs (latest completed run per other config), break-even
     numbers, the plain twin's decode throughput, greedy outputs and reference-engine oracle curves."""
-    from dynocell.db import knowledge as dbk, runs as db_runs
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.doctor_evidence import (
+        add_run_evidence, completed_others, knobs_of, run_samples,
+    )
 
     store = cell.store
     run = db_runs.get_run(store, run_id)
     if run is None:
         raise NotFound(f"no run {run_id!r}", "see dynocell runs")
     inp = DoctorInputs(curves=_class_curves(store, run_id), ladder=_length_ladder(store, run_id))
-    cj = dbk.config_json(store, run.config_hash)
-    if cj:
-        inp.knobs = flatten_config(cj)
+    inp.knobs = knobs_of(store, run.config_hash)
     opts = run.options or {}
     temp = opts.get("temperature")
     inp.sampling = "sampled" if temp not in (None, 0, 0.0) else "greedy"
@@ -1006,43 +1016,42 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     inp.spec_decode_tok_s = headline_tok_s(run.summary)
     plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     seen: set[str] = {run.config_hash}
-    for other in dbk.completed_runs_with_configs(store, exclude_run=run_id):
-        h = other["config_hash"]
+    others = completed_others(store, run_id)
+    for other, knobs in others:
+        h = other.config_hash
         if h == plain_hash and inp.plain_decode_tok_s is None:
-            inp.plain_decode_tok_s = headline_tok_s(other.get("summary"))
+            inp.plain_decode_tok_s = headline_tok_s(other.summary)
         if h in seen:
             continue
         if _other_workload(run, other):
             continue  # siblings and oracles speak about this run only on the same workload (prompts, lengths, T)
         seen.add(h)
-        knobs = flatten_config(other["canonical_json"])
         tau = _run_tau(store, other)
         if tau is None or not inp.knobs:
             continue
         diff = set(differing_knobs(inp.knobs, knobs, include_env=True))
         if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
-            inp.siblings.append(Sibling(other["id"], knobs, tau))
+            inp.siblings.append(Sibling(other.id, knobs, tau))
         elif knobs.get("engine") == "reference" and _reference_twin(diff):
-            o_opts = other.get("options") or {}
+            o_opts = other.options or {}
             o_temp = o_opts.get("temperature")
             mode = "greedy" if o_temp in (None, 0, 0.0) else str(o_opts.get("draft_proposal") or "top1")
-            for cc in _class_curves(store, other["id"]):
+            for cc in _class_curves(store, other.id):
                 inp.oracle.append(OracleCurve(cc.text_class, mode, cc.curve, cc.requests))
     # The run's own generations (kept by the bench step at the workload's sampling settings) say
     # what the engine serves; the plain twin's greedy goldens are the fallback for older runs.
     # The plain twin's goldens are greedy: they speak about this run's curves only when its workload was
     # greedy too (issue 22: a tiny model repeating a space under greedy said nothing about a sampled τ).
-    samples = [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
+    samples = run_samples(store, run_id)
     if samples:
         inp.output_texts, inp.outputs_of = samples, "run samples"
     elif plain_hash and "temperature" in opts and temp in (0, 0.0):
         inp.outputs_of = "plain twin greedy goldens"
-        inp.output_ids = [g["output_ids"] for g in dbk.goldens_of_config(store, plain_hash) if g["output_ids"]]
+        goldens = db_runs.goldens(store, plain_hash)
+        inp.output_ids = [g.output_ids for g in goldens if g.output_ids]
         if not inp.output_ids:
-            inp.output_texts = [g["output_text"] for g in dbk.goldens_of_config(store, plain_hash)]
-    from dynocell.runbooks.doctor_evidence import add_run_evidence
-
-    add_run_evidence(cell, run, inp)
+            inp.output_texts = [g.output_text for g in goldens]
+    add_run_evidence(cell, run, inp, others)
     return inp
 
 
@@ -1089,7 +1098,7 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)
     said = {(f.rule, f.message) for f in findings}
-    for rid in dbk.runs_of_boot(store, boot_id):
+    for rid in reversed([r.id for r in db_runs.list_runs(store, boot_id=boot_id, limit=10_000)]):
         findings.extend(f for f in diagnose(cell, rid, store_findings=store_findings)
                         if (f.rule, f.message) not in said)
     return findings

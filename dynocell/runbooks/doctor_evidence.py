@@ -62,13 +62,8 @@ def _log_signs(store: Any, boot_id: str | None) -> dict[str, Any]:
 def boot_inputs(cell: Any, boot: Any) -> DoctorInputs:
     """Inputs of a boot (its ``db.boots.BootRow``) for the runtime rules: its config's knobs and its
     log's runtime signs."""
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.doctor import flatten_config
-
     inp = DoctorInputs()
-    cj = dbk.config_json(cell.store, boot.config_hash) if boot.config_hash else None
-    if cj:
-        inp.knobs = flatten_config(cj)
+    inp.knobs = knobs_of(cell.store, boot.config_hash) if boot.config_hash else {}
     inp.log = _log_signs(cell.store, boot.id)
     inp.windows = model_windows(inp.knobs)
     return inp
@@ -130,11 +125,37 @@ def _profile(store: Any, run_id: str) -> dict[str, Any]:
             "launches": p.launches, "source": p.source, "trace_dir": p.trace_dir, "state": p.state}
 
 
-def _curves_by_class(store: Any, run_id: str) -> dict[str, Any]:
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.doctor import curve_from_dict
+def knobs_of(store: Any, config_hash: str) -> dict[str, Any]:
+    """The flattened knobs of a stored config (``{}`` when the store has no such config)."""
+    from dynocell.db import configs as db_configs
+    from dynocell.runbooks.doctor import flatten_config
 
-    return {c["text_class"]: curve_from_dict(c) for c in dbk.curves_of_run(store, run_id)}
+    row = db_configs.get_config(store, config_hash)
+    return flatten_config(row.canonical_json) if row else {}
+
+
+def completed_others(store: Any, run_id: str, limit: int = 500) -> list[tuple[RunRow, dict[str, Any]]]:
+    """The completed runs other than ``run_id`` among the newest ``limit`` completed ones, newest first, each
+    with its config's flattened knobs (read once per config): what siblings, baselines, oracles and plain
+    twins are chosen from."""
+    from dynocell.db import runs as db_runs
+
+    knobs: dict[str, dict[str, Any]] = {}
+    out = []
+    for r in db_runs.list_runs(store, states=("completed",), limit=limit):
+        if r.id == run_id:
+            continue
+        if r.config_hash not in knobs:
+            knobs[r.config_hash] = knobs_of(store, r.config_hash)
+        out.append((r, knobs[r.config_hash]))
+    return out
+
+
+def _curves_by_class(store: Any, run_id: str) -> dict[str, Any]:
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.doctor import curve_of
+
+    return {c.text_class: curve_of(c) for c in db_runs.curves(store, run_id)}
 
 
 def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
@@ -144,45 +165,42 @@ def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
 #: Knobs that select a serving mode of the same model (graphs, overlap / spec-v2, parallel sizes): outputs
 #: that differ between such runs point at the mode (corrupt_output).
 MODE_KNOBS = ("cuda_graph.", "serving.spec_v2", "serving.disable_overlap_schedule", "parallel.")
-def _samples(store: Any, run_id: str) -> list[str]:
-    from dynocell.db import knowledge as dbk
+def run_samples(store: Any, run_id: str) -> list[str]:
+    """The generations a run's bench step kept (``bench_runs.extra.samples``, every level), in order."""
+    from dynocell.db import runs as db_runs
 
-    return [t for b in dbk.bench_of_run(store, run_id) for t in ((b.get("extra") or {}).get("samples") or [])]
+    return [t for b in db_runs.bench_rows(store, run_id) for t in ((b.extra or {}).get("samples") or [])]
 
 
 def _mode(knobs: dict[str, Any], keys: list[str]) -> str:
     return ", ".join(f"{k}={knobs.get(k)!r}" for k in keys)
 
 
-def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
+def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs, others: list[tuple[RunRow, dict[str, Any]]]) -> None:
     """Baselines (same config and workload), others (same model, speculation and workload, other knobs) and
     the outputs of runs that differ only in a serving mode (``mode_texts``)."""
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.doctor import flatten_config
-
     store = cell.store
     seen: set[str] = set()
-    for other in dbk.completed_runs_with_configs(store, exclude_run=run.id):
-        if other.get("workload_sha256") != run.workload_sha256 or other.get("kind") != run.kind:
+    for other, knobs in others:
+        if other.workload_sha256 != run.workload_sha256 or other.kind != run.kind:
             continue
-        curves = _curves_by_class(store, other["id"])
-        tok_s = headline_tok_s(other.get("summary"))
-        if other["config_hash"] == run.config_hash:
-            build = (other.get("summary") or {}).get("build") or str(other.get("started_at") or "")[:10] or None
+        curves = _curves_by_class(store, other.id)
+        tok_s = headline_tok_s(other.summary)
+        if other.config_hash == run.config_hash:
+            build = (other.summary or {}).get("build") or str(other.started_at or "")[:10] or None
             if curves:
-                inp.baselines.append(Baseline(other["id"], build, curves, tok_s))
+                inp.baselines.append(Baseline(other.id, build, curves, tok_s))
             continue
-        if other["config_hash"] in seen or not inp.knobs:
+        if other.config_hash in seen or not inp.knobs:
             continue
-        seen.add(other["config_hash"])
-        knobs = flatten_config(other["canonical_json"])
+        seen.add(other.config_hash)
         if _speculation(knobs) != _speculation(inp.knobs):
             continue
-        _add_mode(store, other["id"], inp, knobs)
+        _add_mode(store, other.id, inp, knobs)
         if curves:
             w = [c.steps or 1 for c in curves.values()]
             tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
-            inp.others.append(Sibling(other["id"], knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
+            inp.others.append(Sibling(other.id, knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
 
 
 def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any]) -> None:
@@ -190,57 +208,58 @@ def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any
     diff = differing_knobs(inp.knobs, knobs)
     if not diff or not all(k.startswith(MODE_KNOBS) for k in diff) or not inp.output_texts:
         return
-    theirs = _samples(store, other_id)
+    theirs = run_samples(store, other_id)
     if theirs:
         inp.mode_texts.setdefault(_mode(inp.knobs, diff), list(inp.output_texts))
         inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
 
 
-def _plain_twin_run(store: Any, run: RunRow, knobs: dict[str, Any]) -> dict[str, Any] | None:
+def _plain_twin_run(run: RunRow, knobs: dict[str, Any], others: list[tuple[RunRow, dict[str, Any]]]) -> RunRow | None:
     """The latest run of the plain twin: the lossless step's plain config, else the config equal to this one
     with speculation off (an imported plain arm of the same model)."""
-    from dynocell.db import knowledge as dbk
-    from dynocell.runbooks.doctor import flatten_config
-
     plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     mine = {k: v for k, v in knobs.items() if not k.startswith("speculative.")}
-    for o in dbk.completed_runs_with_configs(store, exclude_run=run.id):
-        if plain_hash and o["config_hash"] == plain_hash:
+    for o, theirs in others:
+        if plain_hash and o.config_hash == plain_hash:
             return o
-        if not plain_hash and knobs.get("speculative.algorithm") and o["config_hash"] != run.config_hash:
-            theirs = flatten_config(o["canonical_json"])
-            if not theirs.get("speculative.algorithm") and not differing_knobs(
-                    mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")}):
-                return o
+        if (not plain_hash and knobs.get("speculative.algorithm") and o.config_hash != run.config_hash
+                and not theirs.get("speculative.algorithm")
+                and not differing_knobs(mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")})):
+            return o
     return None
 
 
-def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any]) -> list[ConcurrencyPoint]:
-    from dynocell.db import knowledge as dbk
+def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any],
+                 others: list[tuple[RunRow, dict[str, Any]]]) -> list[ConcurrencyPoint]:
+    from dynocell.db import runs as db_runs
 
-    plain_run = _plain_twin_run(store, run, knobs)
+    plain_run = _plain_twin_run(run, knobs, others)
     if plain_run is None:
         return []
 
     def by_c(run_id: str) -> dict[int, float]:
-        rows = [b for b in dbk.bench_of_run(store, run_id) if b["concurrency"] and b["output_tok_s"]]
-        ladder = [b for b in rows if not b["text_class"] or (b.get("extra") or {}).get("tool")]
-        return {b["concurrency"]: b["output_tok_s"] for b in ladder}
+        rows = [b for b in db_runs.bench_rows(store, run_id) if b.concurrency and b.output_tok_s]
+        ladder = [b for b in rows if not b.text_class or (b.extra or {}).get("tool")]
+        return {b.concurrency: b.output_tok_s for b in ladder}
 
-    mine, plain = by_c(run.id), by_c(plain_run["id"])
+    mine, plain = by_c(run.id), by_c(plain_run.id)
     return [ConcurrencyPoint(c, mine[c], plain[c]) for c in sorted(set(mine) & set(plain))]
 
 
-def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
+def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,
+                     others: list[tuple[RunRow, dict[str, Any]]] | None = None) -> None:
     """Fill ``log``, ``gauges``, ``profile``, ``windows``, ``baselines``, ``others``, ``concurrency`` and
-    ``mismatches`` of stored run ``run``."""
+    ``mismatches`` of stored run ``run``; ``others`` is :func:`completed_others` of the run (read here when
+    the caller has not)."""
     store = cell.store
+    if others is None:
+        others = completed_others(store, run.id)
     inp.log = _log_signs(store, run.boot_id)
     inp.gauges = _gauges(store, run.id)
     inp.profile = _profile(store, run.id)
     inp.windows = model_windows(inp.knobs)
-    _comparisons(cell, run, inp)
-    inp.concurrency = _concurrency(store, run, inp.knobs)
+    _comparisons(cell, run, inp, others)
+    inp.concurrency = _concurrency(store, run, inp.knobs, others)
     if inp.concurrency and inp.plain_decode_tok_s is None:
         low = inp.concurrency[0]  # no plain twin measured by a run: the lowest shared concurrency speaks
         inp.spec_decode_tok_s, inp.plain_decode_tok_s = low.spec_tok_s, low.plain_tok_s
@@ -259,22 +278,22 @@ def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs) -> None:
 def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:
     """A summary curve (τ only) per imported bench level that reported an accept length, when the run has
     no acceptance curve (bench tools print τ, not a histogram)."""
-    from dynocell.db import knowledge as dbk
+    from dynocell.db import runs as db_runs
     from dynocell.engine.acceptance import AcceptanceError, Curve
     from dynocell.runbooks.doctor_model import ClassCurve
 
     out = []
     steps, ndt = knobs.get("speculative.num_steps"), knobs.get("speculative.num_draft_tokens")
     d = (ndt - 1) if ndt else steps
-    for b in dbk.bench_of_run(store, run_id):
-        tau = (b.get("extra") or {}).get("accept_length")
+    for b in db_runs.bench_rows(store, run_id):
+        tau = (b.extra or {}).get("accept_length")
         if tau is None:
             continue
         try:
             curve = Curve.from_summary(float(tau), None, d)
         except (AcceptanceError, ValueError, TypeError):
             continue
-        prompt = b["prompt_tokens"] / b["num_requests"] if b.get("prompt_tokens") and b.get("num_requests") else None
-        out.append(ClassCurve(f"{b['text_class'] or 'bench'}-c{b['concurrency']}", curve, prompt,
+        prompt = b.prompt_tokens / b.num_requests if b.prompt_tokens and b.num_requests else None
+        out.append(ClassCurve(f"{b.text_class or 'bench'}-c{b.concurrency}", curve, prompt,
                               engine_source="bench accept_length"))
     return out

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,10 +56,6 @@ METRIC_BY_KEY = V.METRIC_BY_KEY  # for the faces: metric key → label, unit, di
 
 def _noop(_m: str, _d: dict[str, Any]) -> None:
     pass
-
-
-def _aware(t: datetime | None) -> datetime | None:
-    return t if t is None or t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 # ---------------------------------------------------------------- create
@@ -365,14 +360,14 @@ def run_gates(cell: Cell, detail: dict[str, Any]) -> list[str]:
 
 
 def _boot_signature(cell: Cell, run: dict[str, Any]) -> str | None:
-    if run.get("boot_id"):
-        from dynocell.db import boots as db_boots
+    from dynocell.db import boots as db_boots
 
+    if run.get("boot_id"):
         b = db_boots.get_boot(cell.store, run["boot_id"])
         return b.failure_signature if b else None
-    boots = db.boots_of_config_between(cell.store, run["config_hash"], run["started_at"], run.get("ended_at"))
-    failed = [b for b in boots if b["state"] in ("failed", "crashed")]
-    return failed[0]["failure_signature"] if failed else None
+    boots = db_boots.boots_of_config_between(cell.store, run["config_hash"], run["started_at"], run.get("ended_at"))
+    failed = [b for b in boots if b.state in ("failed", "crashed")]
+    return failed[0].failure_signature if failed else None
 
 
 def _is_speculative(cell: Cell, config_hash: str) -> bool | None:

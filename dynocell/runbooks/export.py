@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from dynocell.clock import aware_utc
 from dynocell.db import exports as db_exports
 from dynocell.errors import UserError
 from dynocell.runbooks import hosts
@@ -89,7 +90,7 @@ def _flat(value: Any, keep_times: bool) -> Any:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     if isinstance(value, datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        aware = aware_utc(value)
         return aware if keep_times else aware.isoformat()
     return value
 

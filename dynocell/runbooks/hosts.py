@@ -14,10 +14,11 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dynocell.clock import aware_utc, now_utc
 from dynocell.db import hosts as db_hosts
 from dynocell.engine import hostinfo
 from dynocell.errors import StoreUnavailable
@@ -154,10 +155,7 @@ def ago(host: dict[str, Any]) -> str:
 
 def seen_ago_s(host: dict[str, Any], now: datetime | None = None) -> float:
     """Seconds since ``host`` was last heard from."""
-    seen = host["last_seen_at"]
-    if seen.tzinfo is None:
-        seen = seen.replace(tzinfo=timezone.utc)
-    return max(0.0, ((now or datetime.now(timezone.utc)) - seen).total_seconds())
+    return max(0.0, ((now or now_utc()) - aware_utc(host["last_seen_at"])).total_seconds())
 
 
 def different_hardware(hosts_by_id: dict[str, dict[str, Any]], host_ids: list[str | None]) -> list[str]:

@@ -26,9 +26,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from dynocell.clock import now_utc
+from dynocell.clock import aware_utc, now_utc
 from dynocell.db import imports as db_imports
-from dynocell.db.listings import aware_utc
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
 from dynocell.errors import UserError, not_a_file

@@ -20,7 +20,7 @@ from typing import Any
 
 from dynocell.boot_states import FAILED_STATES, LIVE_STATES  # noqa: F401 - faces read them here
 from dynocell.db import listings, refs, runs as db_runs
-from dynocell.db.listings import now_utc as _now
+from dynocell.clock import now_utc as _now
 from dynocell.engine.adapters import REDACTED, redact_env
 from dynocell.errors import NotFound, UserError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynocell.db import web as dbweb
-from dynocell.db.listings import aware_utc as _aware
+from dynocell.clock import aware_utc as _aware
 from dynocell.errors import NotFound
 
 

@@ -13,6 +13,8 @@ import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from dynocell.clock import aware_utc
+
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 _ALLOWED_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "code", "pre", "em", "strong", "a",
                  "blockquote", "table", "thead", "tbody", "tr", "th", "td", "hr", "br"}
@@ -46,9 +48,7 @@ def when(v: datetime | None) -> str:
     """UTC time ``YYYY-MM-DD HH:MM:SS``."""
     if v is None:
         return "–"
-    if v.tzinfo is None:
-        v = v.replace(tzinfo=timezone.utc)
-    return v.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return aware_utc(v).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def duration(s: float | None) -> str:

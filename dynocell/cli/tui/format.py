@@ -9,12 +9,13 @@ reads the same under ``NO_COLOR`` and over a monochrome SSH session.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Callable
 
 from rich.text import Text
 
 from dynocell.cli.render import bar
+from dynocell.clock import aware_utc, now_utc
 
 Now = Callable[[], datetime]
 
@@ -37,18 +38,8 @@ HEALTH_GLYPHS: dict[str | None, tuple[str, str]] = {
 RUN_STYLES = {"completed": "green", "failed": "red", "interrupted": "yellow", "running": "cyan"}
 
 
-def utc_now() -> datetime:
-    """The wall clock in UTC (the dashboard's default ``now``)."""
-    return datetime.now(timezone.utc)
-
-
-def aware(dt: datetime | str | None) -> datetime | None:
-    """``dt`` as a timezone-aware UTC datetime (naive values are taken as UTC; ISO strings parsed)."""
-    if dt is None:
-        return None
-    if isinstance(dt, str):
-        dt = datetime.fromisoformat(dt)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+utc_now = now_utc  # the dashboard's default ``now`` (dynocell.clock)
+aware = aware_utc  # naive = UTC, ISO strings parsed (dynocell.clock)
 
 
 def duration(seconds: float | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from dynocell.clock import now_utc
+from dynocell.clock import aware_utc, now_utc
 from dynocell.db import boots as db_boots
 from dynocell.engine.supervisor import (
     process_alive, stop_marked, stop_process_group,
@@ -229,11 +229,5 @@ def _uptime(row: dict[str, Any]) -> float | None:
     start = row.get("ready_at") or row.get("started_at")
     if start is None:
         return None
-    from datetime import timezone
-
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=timezone.utc)
-    end = row.get("ended_at") or now_utc()
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=timezone.utc)
-    return max(0.0, (end - start).total_seconds())
+    end = aware_utc(row.get("ended_at")) or now_utc()
+    return max(0.0, (end - aware_utc(start)).total_seconds())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from dynocell.clock import now_utc
+from dynocell.clock import iso_utc, now_utc
 from dynocell.db import runs as db_runs
 from dynocell.engine import breakeven as be
 from dynocell.engine.config import EngineConfig
@@ -70,7 +70,7 @@ def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str
         )
     age_s = None
     if plain.get("measured_at"):
-        age_s = round((now_utc() - datetime.fromisoformat(_utc_iso(plain["measured_at"]) or "")).total_seconds(), 1)
+        age_s = round((now_utc() - datetime.fromisoformat(iso_utc(plain["measured_at"]) or "")).total_seconds(), 1)
     result = {
         **be.margin(tau, spec_step_ms, plain["step_ms"], spec_step, plain.get("samples") or []),
         "plain_source": plain["source"],
@@ -119,15 +119,6 @@ def _stored_plain(
     return None
 
 
-def _utc_iso(t: Any) -> str | None:
-    """A stored time (naive = UTC, as the store keeps them) as an ISO string with its offset."""
-    from datetime import datetime, timezone
-
-    if isinstance(t, str):
-        t = datetime.fromisoformat(t)
-    if t is None:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).isoformat()
 
 
 def _plain_step_from_store(cell: Cell, plain_hash: str | None, workload_sha256: str | None = None,
@@ -142,7 +133,7 @@ def _plain_step_from_store(cell: Cell, plain_hash: str | None, workload_sha256: 
         vals = [b.tpot_ms.get("p50") for b in db_runs.bench_rows(cell.store, r.id) if b.concurrency == 1 and b.tpot_ms]
         vals = [v for v in vals if v]
         if vals:
-            when = _utc_iso(r.ended_at or r.started_at)
+            when = iso_utc(r.ended_at or r.started_at)
             return {
                 "step_ms": sorted(vals)[len(vals) // 2],
                 "samples": vals,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dynocell.clock import now_utc
+from dynocell.clock import aware_utc, now_utc
 from dynocell.db import refs
 from dynocell.db import runs as db_runs
 from dynocell.runbooks import boots, events, hosts
@@ -22,15 +22,9 @@ def _run_process_alive(run: db_runs.RunRow) -> bool:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        started = run.started_at
-        if started is not None:
-            from datetime import timezone
-
-            if started.tzinfo is None:
-                started = started.replace(tzinfo=timezone.utc)
-            if proc.create_time() > started.timestamp() + 1.0:
-                return False  # born after the run began: another process got the pid
-        return True
+        started = aware_utc(run.started_at)
+        # born after the run began: another process got the pid
+        return started is None or proc.create_time() <= started.timestamp() + 1.0
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
