@@ -31,3 +31,40 @@ def test_no_module_imports_another_modules_private_names():
                 private += [f"{path.relative_to(REPO)}:{node.lineno}: from {node.module} import {a.name}"
                             for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
     assert not private, "\n".join(private)
+
+
+#: The db/ module that is the one way in for each kind of row (issue 23). The rest of db/ are composites that
+#: read or write across kinds on purpose: listings (the faces' list/detail views, one transaction), exports,
+#: imports (one transaction per import), refs (the one resolver), session (the store itself), tables.
+OWNER = {
+    "Config": "configs", "ConfigLabel": "configs", "ConfigTrust": "configs", "EngineBuild": "builds",
+    "Boot": "boots", "BootEvent": "boots", "HealthCheck": "boots", "Run": "runs", "RunStep": "runs",
+    "BenchRun": "runs", "AcceptanceCurve": "runs", "AcceptancePoint": "runs", "ProfileRun": "runs",
+    "ProfileSplit": "runs", "ProfileKernel": "runs", "ProfilePhases": "runs", "Golden": "runs",
+    "Experiment": "experiments", "ExperimentRun": "experiments", "Pin": "experiments",
+    "RunbookEntry": "knowledge", "Note": "knowledge", "Finding": "knowledge", "Host": "hosts",
+    "ImportRecord": "imports", "WebToken": "web",
+}
+COMPOSITES = {"listings", "exports", "imports", "refs", "session", "tables", "rows", "fulltext", "__init__"}
+
+
+def test_each_kind_of_row_has_one_door_in_db():
+    """No db/ module but a kind's own (or a named composite) reads or writes that kind's table: the doctor's
+    second door to runs (``db/knowledge.py``'s curves_of_run, bench_of_run, completed_runs_with_configs in
+    other dict shapes) and boots (``db/experiments.py``'s boots_of_config_between, as dicts) were such."""
+    import ast
+
+    from dynocell.db import tables
+
+    every_table = {c.__name__ for c in tables.Base.__subclasses__()}
+    assert set(OWNER) == every_table, "a new table needs its owning db/ module in OWNER"
+    strays = []
+    for path in sorted((REPO / "dynocell" / "db").glob("*.py")):
+        mod = path.stem
+        if mod in COMPOSITES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name in OWNER and OWNER[name] != mod:
+                strays.append(f"db/{path.name}:{node.lineno}: {name} (one way in: db/{OWNER[name]}.py)")
+    assert not strays, "\n".join(strays)
