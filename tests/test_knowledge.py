@@ -148,7 +148,7 @@ def test_search_ranks_the_obvious_entry_first(backend_settings):
     }
     for query, slug in cases.items():
         hits = search(cell.store, kn, query)
-        assert hits and hits[0]["slug"] == slug, (query, [h["slug"] for h in hits[:3]])
+        assert hits and hits[0].slug == slug, (query, [h.slug for h in hits[:3]])
     # Words that never occur together still find something (OR fallback); FTS syntax is inert.
     assert search(cell.store, kn, 'watchdog AND "unbalanced NEAR(')
     with pytest.raises(UserError, match="empty search query"):
@@ -165,7 +165,7 @@ def test_search_snippets_show_evidence_facts_not_their_python_repr(backend_setti
     hits = search(cell.store, kn, "draft tensor parallel size accepts")
     assert hits
     for h in hits:
-        assert "{'fact'" not in h["snippet"] and "'source'" not in h["snippet"], h
+        assert "{'fact'" not in h.snippet and "'source'" not in h.snippet, h
 
 
 def test_operator_entry_overrides_bundled_by_slug(backend_settings, tmp_path):
@@ -185,10 +185,10 @@ def test_operator_entry_overrides_bundled_by_slug(backend_settings, tmp_path):
     assert len(kn.entries) == len(bundled_knowledge().entries)
     cell = open_cell(settings)
     hits = search(cell.store, kn, "quokka")
-    assert [h["slug"] for h in hits] == ["port-in-use"]
+    assert [h.slug for h in hits] == ["port-in-use"]
     # A new operator slug adds an entry; the index follows removals.
     (operator_dir(settings) / "extra.md").write_text(GOOD_ENTRY.format(slug="extra-trap", title="Extra", body="wombat"))
-    assert search(cell.store, knowledge_for(settings), "wombat")[0]["slug"] == "extra-trap"
+    assert search(cell.store, knowledge_for(settings), "wombat")[0].slug == "extra-trap"
     (operator_dir(settings) / "extra.md").unlink()
     assert search(cell.store, knowledge_for(settings), "wombat") == []
 

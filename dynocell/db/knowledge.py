@@ -1,12 +1,11 @@
 """Small read/write functions for runbook entries, their FTS5 index, notes (the one writer) and findings.
 
 Every function takes a :class:`~dynocell.db.session.Store` and plain values and returns records
-(:class:`EntryRow`, :class:`NoteRow`, :class:`FindingRow`, frozen :class:`~dynocell.db.rows.Record`) or, for the
-search hits (a derived shape: ``score`` and ``snippet`` beside the entry's slug), plain dicts — never ORM
-objects. The doctor reads a run's rows where every other caller does: :mod:`dynocell.db.runs` (runs,
-curves, bench rows, goldens) and :mod:`dynocell.db.configs`. The full-text
-index ``runbook_fts(slug, title, tags, body)`` (SQLite FTS5 or PostgreSQL
-``tsvector``) is kept and queried through :mod:`dynocell.db.fulltext`.
+(:class:`EntryRow`, :class:`NoteRow`, :class:`FindingRow`, :class:`SearchHit`, frozen
+:class:`~dynocell.db.rows.Record`), never ORM objects or plain dicts. The doctor reads a run's rows where
+every other caller does: :mod:`dynocell.db.runs` (runs, curves, bench rows, goldens) and
+:mod:`dynocell.db.configs`. The full-text index ``runbook_fts(slug, title, tags, body)`` (SQLite FTS5 or
+PostgreSQL ``tsvector``) is kept and queried through :mod:`dynocell.db.fulltext`.
 """
 
 from __future__ import annotations
@@ -119,6 +118,19 @@ class FindingRow(Record):
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class SearchHit(Record):
+    """One full-text hit over ``runbook_fts``: the entry's ``slug``, ``title`` and ``kind``, its ``score``
+    (lower is better: SQLite FTS5 ``bm25`` or negated PostgreSQL ``ts_rank_cd``, :mod:`dynocell.db.fulltext`)
+    and a ``snippet`` of its body with the matched words in ``[`` ``]``."""
+
+    slug: str
+    title: str
+    kind: str
+    score: float
+    snippet: str
+
+
 def get_entry(store: Any, slug: str) -> EntryRow | None:
     """The stored entry ``slug``, or None."""
     return get_as(store, RunbookEntry, slug, EntryRow.of)
@@ -130,11 +142,10 @@ def list_entries(store: Any) -> list[EntryRow]:
         return [EntryRow.of(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
 
 
-def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, Any]]:
+def search_entries(store: Any, query: str, limit: int = 10) -> list[SearchHit]:
     """Search the index: all words first (AND), then any word (OR) if that finds nothing.
 
-    Returns ``[{slug, title, kind, score, snippet}]`` best first; ``score`` is lower-is-better
-    (SQLite FTS5 ``bm25`` or negated PostgreSQL ``ts_rank_cd``, see :mod:`dynocell.db.fulltext`).
+    Returns :class:`SearchHit` records, best first (lowest ``score``).
     Query words are reduced to letters and digits, so search syntax characters in ``query`` are inert.
     """
     if not fulltext.terms(query):
@@ -143,7 +154,7 @@ def search_entries(store: Any, query: str, limit: int = 10) -> list[dict[str, An
         for any_word in (False, True):
             hits = fulltext.search(s, store.engine.dialect.name, query, any_word, limit)
             if hits:
-                return hits
+                return [SearchHit(**h) for h in hits]
     return []
 
 

@@ -469,9 +469,9 @@ def search_entries(cell, query: str, *, limit: int = 50) -> list[dict[str, Any]]
             hits = knowledge.search(cell.store, k, query, limit=limit)
             out = []
             for h in hits:
-                e = k.entries.get(h["slug"])
-                out.append({"slug": h["slug"], "title": h["title"], "kind": h["kind"],
-                            "tags": list(e.tags) if e else [], "snippet": h.get("snippet") or ""})
+                e = k.entries.get(h.slug)
+                out.append({"slug": h.slug, "title": h.title, "kind": h.kind,
+                            "tags": list(e.tags) if e else [], "snippet": h.snippet or ""})
             return out
         return [{"slug": e.slug, "title": e.title, "kind": e.kind, "tags": list(e.tags),
                  "snippet": " ".join(e.body.split())[:200]} for e in sorted(k.entries.values(), key=lambda e: e.slug)]

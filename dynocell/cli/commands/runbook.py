@@ -79,14 +79,14 @@ def search_cmd(
     cell = get_cell()
     hits = search(cell.store, knowledge_for(cell.settings), " ".join(query), limit=limit)
     if json_out:
-        print_json(hits)
+        print_json([h.to_dict() for h in hits])
         return
     if not hits:
         out("no entries match")
         return
     for h in hits:
-        say(f"{h['slug']}  [{h['kind']}]  {h['title']}")
-        say(h["snippet"], indent=4)
+        say(f"{h.slug}  [{h.kind}]  {h.title}")
+        say(h.snippet, indent=4)
 
 
 @runbook_app.command("show")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dynocell.errors import UserError
 from dynocell.runbooks.knowledge.entry import Entry
@@ -13,6 +13,9 @@ from dynocell.runbooks.knowledge.lint import (
     md_files, lint_paths, operator_dir, parse_file,
 )
 from dynocell.runbooks.knowledge.loader import Knowledge, bundled_knowledge
+
+if TYPE_CHECKING:
+    from dynocell.db.knowledge import SearchHit
 
 # ------------------------------------------------------------------ index and search
 
@@ -23,10 +26,11 @@ def sync_index(store: Any, knowledge: Knowledge) -> int:
     return dbk.upsert_entries(store, [e.as_row() for e in knowledge.entries.values()], replace_all=True)
 
 
-def search(store: Any, knowledge: Knowledge, query: str, limit: int = 10) -> list[dict[str, Any]]:
+def search(store: Any, knowledge: Knowledge, query: str, limit: int = 10) -> list[SearchHit]:
     """Full-text search (bm25, title weighted over tags over body) after syncing the index.
 
-    Returns ``[{slug, title, kind, score, snippet}]``, best first (lower bm25 score = better).
+    Returns ``db.knowledge.SearchHit`` records (slug, title, kind, score, snippet), best first (lower score =
+    better).
     Raises UserError for an empty query.
     """
     from dynocell.db import knowledge as dbk
