@@ -55,6 +55,7 @@ from pydantic import BaseModel
 from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exported
     REDACTED,
     EngineConfig,
+    Speculative,
     check_engine_fields,
     fields_not_of,
     redact_env,
@@ -124,6 +125,19 @@ def _opt(out: list[str], flag: str, value: object | None) -> None:
         out += [flag, str(value)]
 
 
+def _speculative_flags(out: list[str], s: Speculative) -> None:
+    """SGLang's speculative server args (``--speculative-algorithm``, ``-draft-model-path``, ``-num-steps``,
+    ``-eagle-topk``, ``-num-draft-tokens``; python/sglang/srt/server_args.py), spoken by SGLang and by the
+    reference engine alike: appended to ``out`` when ``s.algorithm`` is set, each only when given."""
+    if not s.algorithm:
+        return
+    out += ["--speculative-algorithm", s.algorithm]
+    _opt(out, "--speculative-draft-model-path", s.draft_model_path)
+    _opt(out, "--speculative-num-steps", s.num_steps)
+    _opt(out, "--speculative-eagle-topk", s.eagle_topk)
+    _opt(out, "--speculative-num-draft-tokens", s.num_draft_tokens)
+
+
 class SGLangAdapter:
     """``python -m sglang.launch_server`` with SGLang 0.5.17 argument names."""
 
@@ -142,13 +156,7 @@ class SGLangAdapter:
                             ("--dcp-size", p.dcp_size)):
             if value > 1:
                 out += [flag, str(value)]
-        s = cfg.speculative
-        if s.algorithm:
-            out += ["--speculative-algorithm", s.algorithm]
-            _opt(out, "--speculative-draft-model-path", s.draft_model_path)
-            _opt(out, "--speculative-num-steps", s.num_steps)
-            _opt(out, "--speculative-eagle-topk", s.eagle_topk)
-            _opt(out, "--speculative-num-draft-tokens", s.num_draft_tokens)
+        _speculative_flags(out, cfg.speculative)
         m = cfg.memory
         _opt(out, "--mem-fraction-static", m.mem_fraction_static)
         _opt(out, "--chunked-prefill-size", m.chunked_prefill_size)
@@ -198,13 +206,7 @@ class ReferenceAdapter:
         out = ["--model-path", cfg.model_path, "--host", cfg.host, "--port", str(port)]
         _opt(out, "--served-model-name", cfg.served_model_name)
         _opt(out, "--context-length", cfg.memory.context_length)
-        s = cfg.speculative
-        if s.algorithm:
-            out += ["--speculative-algorithm", s.algorithm]
-            _opt(out, "--speculative-draft-model-path", s.draft_model_path)
-            _opt(out, "--speculative-num-steps", s.num_steps)
-            _opt(out, "--speculative-eagle-topk", s.eagle_topk)
-            _opt(out, "--speculative-num-draft-tokens", s.num_draft_tokens)
+        _speculative_flags(out, cfg.speculative)
         out.append("--enable-metrics")
         if cfg.cuda_graph.disable:
             out.append("--disable-cuda-graph")
