@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -192,11 +192,7 @@ def bench_cmd(
     """
     from dynocell.runbooks.run import bench
 
-    live = _Live()
-    with live.status:
-        run_id = bench(get_cell(), boot, workload=workload, progress=live)
-    _show(run_id, json_out)
-    _exit_for(run_id)
+    _on_boot(bench, boot, workload, json_out)
 
 
 def profile_cmd(
@@ -210,9 +206,15 @@ def profile_cmd(
     """
     from dynocell.runbooks.run import profile
 
+    _on_boot(profile, boot, workload, json_out)
+
+
+def _on_boot(procedure: Callable[..., str], boot: str, workload: str | None, json_out: bool) -> None:
+    """Run ``procedure`` (``runbooks.run.bench`` or ``profile``) on a ready boot with live progress, show the
+    run it recorded and exit with its outcome."""
     live = _Live()
     with live.status:
-        run_id = profile(get_cell(), boot, workload=workload, progress=live)
+        run_id = procedure(get_cell(), boot, workload=workload, progress=live)
     _show(run_id, json_out)
     _exit_for(run_id)
 
