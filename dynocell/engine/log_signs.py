@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ENGINE_EXCEPTION", "scan_lines"]
+__all__ = ["ENGINE_EXCEPTION", "VLLM_STATS", "scan_lines"]
 
 #: A serving engine's scheduler or engine core failing (a regex, searched): SGLang 0.5.17's ``Scheduler hit an
 #: exception`` (``TP<n> scheduler …`` per rank), vLLM V1's ``EngineCore encountered a fatal error`` and
@@ -42,7 +42,11 @@ _READY = re.compile(r"The server is fired up and ready to roll|Application start
 _EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Engine core proc .* died unexpectedly")
 _HEALTH_OK = re.compile(r'"GET /health(?:_generate)? HTTP/[\d.]+" 200')
 _SGL_STATS = re.compile(r"#running-req:\s*(\d+).*?#queue-req:\s*(\d+)")
-_VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,.*?(?:Pending|Waiting):\s*(\d+)\s*reqs?")
+#: vLLM's periodic stats line, running and waiting requests (groups 1, 2): V1 ``…Running: 0 reqs, Waiting: 0 reqs,
+#: GPU KV cache usage…`` (vllm/v1/metrics/loggers.py), V0 ``Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs``
+#: (vllm/engine/metrics.py). One pattern for every reader (:mod:`dynocell.engine.logfile` too).
+VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?"
+                        r"(?:Pending|Waiting):\s*(\d+)\s*reqs?")
 _NCCL = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)]{0,400})\)"
                    r"(?: ran for (?P<ran>\d+) milliseconds)?")
 _SEQ = re.compile(r"SeqNum=(\d+)")
@@ -91,7 +95,7 @@ def _scan_serving(line: str, i: int, out: dict[str, Any]) -> None:
         out["exceptions"].append(i)
     elif out["exceptions"] and _HEALTH_OK.search(line):
         out["health_ok_after_exception"] += 1
-    st = _SGL_STATS.search(line) or _VLLM_STATS.search(line)
+    st = _SGL_STATS.search(line) or VLLM_STATS.search(line)
     if st:
         running, waiting = int(st.group(1)), int(st.group(2))
         if running == 0 and waiting > 0:

@@ -38,7 +38,7 @@ from dynocell.engine.observed import (
     ObservedConfig, ObservedConfigError, cudagraph_mode, from_server_args, from_vllm_args,
     parse_server_args_line, parse_vllm_args_line,
 )
-from dynocell.engine.log_signs import ENGINE_EXCEPTION
+from dynocell.engine.log_signs import ENGINE_EXCEPTION, VLLM_STATS
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError, not_a_file
 
@@ -66,8 +66,6 @@ _ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 _EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Traceback \(most recent call last\)")
-_VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?"
-                         r"(?:Pending|Waiting):\s*(\d+)\s*reqs?")
 _VLLM_GEN = re.compile(rf"Avg generation throughput:\s*({_NUM})\s*tokens/s")
 # llama.cpp: one verify round per line ("accepted 3/4 draft tokens"), and the aggregate statistics line
 _LCPP_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
@@ -403,7 +401,7 @@ class _Scan:
             if serving and d.running_req == 0 and (d.queue_req or 0) > 0:
                 self.rep.events.append(RuntimeEvent("queue_stall", i, off, _printable(line)))
             return True
-        st = _VLLM_STATS.search(line)
+        st = VLLM_STATS.search(line)
         if st:
             gen = _VLLM_GEN.search(line)
             if gen:
