@@ -90,7 +90,12 @@ def import_log_cmd(
             add_row(t, n, *[_fmt(nodes[r].get(n), 0) for r in nodes],
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
         out(t)
-    out(f"ready after {_fmt(res.get('ready_s'), 0)} s" if res.get("ready_s") is not None else "never ready")
+    if res.get("ready_s") is not None:
+        out(f"ready after {_fmt(res['ready_s'], 0)} s")
+    else:
+        out("never ready" if res.get("state") == "failed" or not res.get("warnings") else "ready time unknown")
+    for w in res.get("warnings") or []:
+        say(f"warning: {w}")
     for why in res.get("not_one_boot") or []:
         out(f"warning (--allow-mismatch): not one boot: {why}")
     if res.get("config_mismatch"):
