@@ -15,8 +15,11 @@ from rich.text import Text
 
 from dynocell.cli.common import human_duration
 from dynocell.cli.fit import FitTable
+from dynocell.text import shorten
 
 BAR_WIDTH = 30
+#: Kernel names (C++ templates run to hundreds of characters) are cut to this, ending in "…".
+KERNEL_NAME_MAX = 90
 
 
 def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
@@ -208,7 +211,7 @@ def profile_panel(profile: dict[str, Any] | None, phases_hint: str | None = None
     if kernels:
         t = FitTable("kernel", "category", "ms", "launches", title="top kernels", shorten=("kernel",))
         for k in kernels[:20]:
-            t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
+            t.add_row(Text(shorten(k["name"], KERNEL_NAME_MAX)), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
         parts.append(t)
     return Group(*parts)
 

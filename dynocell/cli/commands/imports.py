@@ -9,6 +9,8 @@ from typing import Any, List, Optional
 import typer
 
 from dynocell.cli.common import add_row, get_cell, out, print_json, say, table
+from dynocell.cli.render import KERNEL_NAME_MAX
+from dynocell.text import shorten
 
 import_app = typer.Typer(help="Import evidence from engines dynocell did not start: server logs, /metrics "
                          "scrapes, per-request results, benchmark JSON, profiler traces. The same file "
@@ -173,7 +175,7 @@ def trace_split_cmd(
     _categories(res["categories"])
     t = table("kernel", "category", "ms", "launches", title=f"top {top}")
     for k in res["top"][:top]:
-        add_row(t, k["name"][:90], k["category"], f"{k['ms']:.3f}", k["launches"])
+        add_row(t, shorten(k["name"], KERNEL_NAME_MAX), k["category"], f"{k['ms']:.3f}", k["launches"])
     out(t)
     for w in res.get("warnings") or []:
         out(f"warning: {w}")
