@@ -11,11 +11,13 @@ serialised between processes by a file lock (SQLite) or an advisory lock
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -253,23 +255,53 @@ def store_error(url: str, exc: OperationalError | InterfaceError) -> StoreUnavai
     return None
 
 
+def read_only_urls(url: str) -> list[str]:
+    """The URLs to open a SQLite store file this user cannot write (the file or its folder read-only:
+    read-only media, ``chattr +i``, another user's store) for reading; empty for any other URL.
+
+    A WAL store needs its ``-shm`` file: ``mode=ro`` opens it while ``-shm`` exists or can be made
+    (another process has the store open); else only ``immutable=1`` does (SQLite "URI filenames"),
+    which reads the database file alone — right on read-only media, where nothing can write it."""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:") or "?" in url:
+        return []
+    path = Path(url.removeprefix("sqlite:///"))
+    if not path.is_file() or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return []
+    uri = f"sqlite:///file:{quote(str(path.resolve()))}"
+    return [f"{uri}?mode=ro&uri=true", f"{uri}?mode=ro&immutable=1&uri=true"]
+
+
 class Store:
-    """A migrated database: ``store.session()`` gives a short write transaction."""
+    """A migrated database: ``store.session()`` gives a short write transaction.
+
+    A SQLite store file this user cannot write is opened read-only (:func:`read_only_urls`;
+    ``read_only`` True): reading commands work, a write is refused naming the store and the fix."""
 
     def __init__(self, url: str) -> None:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
-        self.engine = make_engine(url)
-        try:
-            self.revision_before, self.revision = migrate(self.engine)
-        except DatabaseError as exc:
-            translated = corrupt_store_error(url, exc) or (
-                store_error(url, exc) if isinstance(exc, OperationalError) else None)
-            if translated is None:
-                raise
-            raise translated from exc
+        tries = read_only_urls(url) or [url]
+        self.read_only = tries[0] != url
+        for n, engine_url in enumerate(tries, 1):
+            self.engine = make_engine(engine_url)
+            try:
+                self.revision_before, self.revision = migrate(self.engine)
+                break
+            except OperationalError as exc:
+                if n < len(tries) and "unable to open" in str(exc).lower():
+                    self.engine.dispose()  # mode=ro cannot make -shm: open it immutable
+                    continue
+                raise self._translated(exc) from exc
+            except DatabaseError as exc:
+                raise self._translated(exc) from exc
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _translated(self, exc: DatabaseError) -> BaseException:
+        """The clear error for a store that cannot be opened or migrated, or ``exc`` itself."""
+        translated = corrupt_store_error(self.url, exc) or (
+            store_error(self.url, exc) if isinstance(exc, OperationalError) else None)
+        return translated or exc
 
     @contextmanager
     def session(self) -> Iterator[Session]:
