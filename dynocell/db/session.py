@@ -105,6 +105,8 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
     if before == head:
         return before, head
     _check_known(engine, before, head)
+    if before is None:
+        _refuse_foreign(engine)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before != head:
@@ -168,6 +170,50 @@ def _check_known(engine: Engine, revision: str | None, head: str) -> None:
             f"the store {where} is at schema {revision}; this dynocell knows up to {head}: upgrade dynocell",
             "install the dynocell that wrote it (or newer); nothing in the store was changed",
         )
+
+
+def _refuse_foreign(engine: Engine) -> None:
+    """Refuse a database without a schema revision that already holds tables (another program's
+    database, e.g. given through ``DYNOCELL_DATABASE_URL``, or a store an older dynocell left
+    half-created): dynocell's tables are never added to it. An empty database is fine."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        tables = sorted(t for t in inspect(conn).get_table_names() if not t.startswith("sqlite_"))
+    if tables:
+        raise _foreign_error(_where(engine.url.render_as_string(hide_password=True)), tables)
+
+
+def _refuse_foreign_file(url: str) -> None:
+    """:func:`_refuse_foreign` for an existing SQLite file, read before dynocell's connection pragmas
+    run (they would switch another program's database to WAL): a plain read-only sqlite3 look."""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:"):
+        return
+    path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return  # not readable this way (corrupt, read-only WAL): the store's own checks say why
+    tables = sorted(n for n in names if not n.startswith("sqlite_"))
+    if tables and "alembic_version" not in tables:
+        raise _foreign_error(str(path), tables)
+
+
+def _foreign_error(where: str, tables: list[str]) -> StoreUnavailable:
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return StoreUnavailable(
+        f"the store {where} is corrupt or not a dynocell store: it holds {len(tables)} table(s) ({shown}) "
+        "but no dynocell schema revision (alembic_version); nothing was written to it",
+        f"move it aside (mv {where} {where}.corrupt) and run `dynocell init` if it is a store dynocell left "
+        "half-made; if it is another program's database, point DYNOCELL_DATABASE_URL at an empty database or "
+        "a dynocell store, or unset it to use the store in the data directory",
+    )
 
 
 def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None:
@@ -281,6 +327,7 @@ class Store:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
+        _refuse_foreign_file(url)
         tries = read_only_urls(url) or [url]
         self.read_only = tries[0] != url
         for n, engine_url in enumerate(tries, 1):
