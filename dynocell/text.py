@@ -12,6 +12,7 @@ every layer like :mod:`dynocell.errors` (no imports from dynocell).
 - :func:`printable`: :func:`strip_escapes`, then every remaining character that
   is not printable (``str.isprintable``: C0/C1 controls, DEL, a lone ESC,
   unassigned or format characters) shown as ``?``; newlines kept when asked.
+- :func:`shorten`: :func:`printable`, cut to a length with ``…`` as its last character.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ def printable(text: Any, *, limit: int | None = None, keep_newlines: bool = Fals
         s = "".join(ch if ch.isprintable() or ch in keep else (" " if ch == "\t" else REPLACEMENT)
                     for ch in s)
     return s if limit is None else s[:limit]
+
+
+def shorten(text: Any, limit: int) -> str:
+    """:func:`printable` ``text`` of at most ``limit`` characters: when cut, its last character is
+    ``…`` so the reader knows there is more (e.g. a C++ kernel name cut in a table)."""
+    s = printable(text)
+    return s if len(s) <= limit else s[:max(0, limit - 1)] + "…"
 
 
 def printable_tree(value: Any) -> Any:

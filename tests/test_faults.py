@@ -610,6 +610,36 @@ def test_read_only_store_file(cli_env, isolated_home, read_only):
     assert all_rows(db) == before
 
 
+def test_a_store_on_read_only_media_is_read(cli_env, tmp_path, read_only):
+    """A store whose file and folder nobody may write (read-only media; here chattr +i): a WAL store's
+    reader needs its -shm file, so every command failed ("cannot open the store … unable to open database
+    file"). Now reading commands open it read-only (mode=ro, else immutable=1) and show what is stored;
+    a write is refused naming the store and what to make writable. A copy of a real store of H200 runs
+    (tests/data/sglang-0.5.17/dynocell-h200, see its README)."""
+    home = tmp_path / "media"
+    home.mkdir()
+    real = HERE / "data" / "sglang-0.5.17" / "dynocell-h200" / "dynocell.db"
+    (home / "dynocell.db").write_bytes(real.read_bytes())
+    env = dict(cli_env, DYNOCELL_HOME=str(home))
+    runs = json.loads(dynocell(env, "runs", "--json").stdout)  # migrated to head while still writable
+    assert "2d8a3ffa5459" in {r["id"] for r in runs}
+    assert not (home / "dynocell.db-shm").exists()  # the last reader left no -shm behind
+
+    def rows_now() -> dict[str, set[tuple]]:  # read from a copy: a reader here would leave a -shm file
+        copy = tmp_path / f"copy-{len(list(tmp_path.glob('copy-*')))}.db"
+        copy.write_bytes((home / "dynocell.db").read_bytes())
+        return all_rows(copy)
+
+    before = rows_now()
+    read_only(home, *sorted(home.glob("dynocell.db*")))
+    assert json.loads(dynocell(env, "runs", "--json").stdout) == runs
+    assert "top kernels" in dynocell(env, "show", "2d8a3ffa5459").stdout
+    assert len(json.loads(dynocell(env, "ps", "--all", "--json").stdout)) >= 6
+    proc = dynocell(env, "note", "run:2d8a3ffa5459", "written on read-only media", check=False)
+    assert_clear_error(proc, str(home / "dynocell.db"))
+    assert rows_now() == before
+
+
 def test_read_only_database_url(cli_env, isolated_home):
     dynocell(cli_env, "config", "add", str(REPO / "examples" / "tiny.toml"))
     db = db_path(isolated_home)

@@ -148,3 +148,58 @@ def test_show_of_an_imported_curve_claims_no_empty_histogram(cli_env):
     text = _run(cli_env, "show", res["run_id"])
     head = next(ln for ln in _fits(text) if ln.startswith("metrics: τ "))
     assert "steps 1995  D 3" in head and "histogram" not in text
+
+
+def test_error_and_hint_lines_fit_80_columns(tmp_path, cli_env):
+    """`Error:`/`hint:` lines were printed whole (soft wrap): a long path, a long label or a long message
+    ran past 80 columns. Now they wrap at 80 (words kept whole, a path longer than a line folded), and
+    nothing of the message is lost. Piped with COLUMNS unset, each stays one line (logs, grep)."""
+    deep = tmp_path / ("d" * 90) / "missing.toml"
+    cases = [
+        (("config", "add", str(deep)), f"Error: {deep}: no such config file"),
+        (("web", "token", "create", "--label", "x" * 300),
+         "Error: --label: 300 characters; a web token label has at most 64"),
+        (("import", "log", str(VLLM / "C_draft_graph.server.log"), "--engine", "sglang"),
+         "Error: --engine: 'sglang', but"),
+        (("show", "no-such-run-or-boot-" + "z" * 70), "Error: no run or boot matches"),
+    ]
+    exe = shutil.which("dynocell", path=str(Path(sys.executable).parent))
+    for args, starts in cases:
+        wrapped = subprocess.run([exe, *args], env={**cli_env, "COLUMNS": "80", "NO_COLOR": "1"},
+                                 capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        assert wrapped.returncode != 0 and "hint: " in wrapped.stderr, wrapped.stderr
+        lines = wrapped.stderr.splitlines()
+        assert [ln for ln in lines if len(ln) > 80] == [], args
+        assert "".join(wrapped.stderr.split()).startswith("".join(starts.split())), wrapped.stderr
+        env = {k: v for k, v in cli_env.items() if k != "COLUMNS"}
+        whole = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=180,
+                               stdin=subprocess.DEVNULL)
+        assert len(whole.stderr.splitlines()) == 2 and whole.stderr.startswith(starts), whole.stderr
+        assert "".join(whole.stderr.split()) == "".join(wrapped.stderr.split())  # nothing lost
+
+
+def test_show_keeps_each_label_with_its_value(tmp_path, cli_env):
+    """`show RUN` at 80 columns printed a class's acceptance line as "code: τ 2.144 … histogram [38,20,13,19]
+    engine" / "τ 2.144": the label "engine τ" broken across lines, away from its value. Now the line wraps
+    between its items only. A real store of dynocell runs (tests/data/sglang-0.5.17-eagle/dynocell-h200)."""
+    home = tmp_path / "eagle"
+    home.mkdir()
+    shutil.copy(DATA / "sglang-0.5.17-eagle" / "dynocell-h200" / "dynocell.db", home / "dynocell.db")
+    env = {**cli_env, "DYNOCELL_HOME": str(home)}
+    run = json.loads(_run(env, "show", "3f4cdb426f60", "--json"))
+    curves = run["curves"]
+    assert len(curves) == 5 and all(c["engine_tau"] is not None for c in curves)
+    for columns in ("80", "60", "44"):
+        proc = subprocess.run([shutil.which("dynocell", path=str(Path(sys.executable).parent)), "show",
+                               "3f4cdb426f60"], env={**env, "COLUMNS": columns, "NO_COLOR": "1"},
+                              capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+        lines = proc.stdout.splitlines()
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("acceptance per text class"))
+        lines = lines[start:lines.index("", start)]  # the acceptance panel
+        assert not [ln for ln in lines if ln.rstrip().endswith(("engine", "accept"))], columns
+        for c in curves:
+            for item in (f"engine τ {c['engine_tau']:.3f}", f"accept rate {c['accept_rate']:.3f}",
+                         f"{c['text_class']}: τ {c['tau']:.3f}"):
+                assert any(item in ln for ln in lines), (columns, item)
+        head = [ln for ln in lines if ln.startswith(("arithmetic:", "code:", "prose:"))]
+        assert len(head) == 3 and all(len(ln) <= int(columns) for ln in head), head

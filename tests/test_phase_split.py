@@ -260,7 +260,8 @@ def test_cli_reanalyze_of_a_run_made_with_no_profile_says_how_to_get_one(setting
     env = dict(cli_env, COLUMNS="80")
     proc = _cli(env, "reanalyze", NO_PROFILE)
     assert proc.returncode == 2, proc.stderr
-    err, hint = proc.stderr.splitlines()[:2]
+    err, hint = (" ".join(part.split()) for part in proc.stderr.split("\nhint: ", 1))  # wrapped at 80 columns
+    hint = "hint: " + hint
     assert err == f"Error: run {NO_PROFILE} was made with --no-profile: it has no profile to reanalyze"
     config = json.loads(_cli(env, "show", NO_PROFILE, "--json").stdout)["run"]["config_hash"][7:19]
     assert hint.startswith("hint: profile a ready boot of its config (dynocell profile BOOT)")

@@ -2,10 +2,10 @@
 
 The real panel (``create_app`` served by uvicorn on 127.0.0.1, a free port) over a filled
 temporary store (tests/web_fill.py stand-in rows). Its OpenAPI (``/openapi.json``, the JSON
-API) is loaded over HTTP and extended with the HTML pages and form actions the published
-schema hides (``include_in_schema=False``), so every route is fuzzed: positive and negative
-(schema-violating) cases, plus positive cases on real ids (boots, runs, configs, entries), a
-bounded number per operation. Five passes:
+API; behind the login like every page) is loaded over HTTP and extended with the HTML pages
+and form actions the published schema hides (``include_in_schema=False``), so every route is
+fuzzed: positive and negative (schema-violating) cases, plus positive cases on real ids
+(boots, runs, configs, entries), a bounded number per operation. Five passes:
 
 - ``anonymous`` — login required (a web token exists), no credentials, every operation: any
   non-public route answering 2xx (or redirecting anywhere but /login) is an auth bypass;
@@ -44,8 +44,8 @@ import pytest
 
 from tests.web_fill import fill_stand_in
 
-PUBLIC_PREFIXES = ("/static/", "/login", "/healthz")
-PUBLIC_PATHS = ("/openapi.json",)
+PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PATHS = ("/login", "/healthz")
 EXAMPLES = int(os.environ.get("DYNOCELL_FUZZ_EXAMPLES", "6"))
 FORGED_FORWARDING = {"X-Forwarded-For": "203.0.113.7, 127.0.0.1", "Forwarded": "for=198.51.100.9;proto=https",
                      "X-Real-IP": "192.0.2.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example"}
@@ -318,8 +318,10 @@ def run_passes(fuzz_store, examples: int = EXAMPLES, *, derandomize: bool = True
     procs, notes0 = StubProcedures(), _notes(cell)
     app = _app(fuzz_store, procs, bind_host="127.0.0.1")
     with serve(app) as base:
-        published = requests.get(base + "/openapi.json", timeout=10)
-        assert published.status_code == 200, "the OpenAPI document is public"
+        anonymous = requests.get(base + "/openapi.json", timeout=10, allow_redirects=False)
+        assert anonymous.status_code == 303, "the OpenAPI document needs a login"
+        published = requests.get(base + "/openapi.json", timeout=10, headers={"Authorization": f"Bearer {token}"})
+        assert published.status_code == 200
         schema, complete = full_schema(app)
         assert set(published.json()["paths"]) <= set(schema["paths"])
         anon = Figures("anonymous")

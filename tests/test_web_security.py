@@ -52,6 +52,45 @@ def test_without_session_pages_redirect_and_api_401(secured):
     assert c.get("/static/panel.css").status_code == 200  # public
 
 
+def _routes(app) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, the included routers' ones too."""
+    from fastapi import routing
+
+    out = []
+    for ctx in routing.iter_route_contexts(app.routes):
+        route = ctx._effective_route
+        for method in sorted(getattr(route, "methods", None) or ["GET"]):
+            out.append((method, route.path))
+    return out
+
+
+def test_a_logged_out_client_reaches_only_login_healthz_and_static(secured):
+    """Every route of app.routes, called without credentials: only /login, /healthz and the static
+    assets answer; /openapi.json (the whole API's map) needs a login; no /docs or /redoc."""
+    c, token, ids, app = secured
+    routes = _routes(app)
+    assert ("GET", "/openapi.json") in routes and len(routes) >= 40
+    assert not {p for _, p in routes} & {"/docs", "/redoc", "/docs/oauth2-redirect"}
+    reached = set()
+    for method, path in routes:
+        url = re.sub(r"\{boot_id\}", ids["live_boot"], path)
+        url = re.sub(r"\{run_id\}", ids["runs"][0], url)
+        url = re.sub(r"\{[a-z_]+(:path)?\}", "x", url)
+        if url == "/static":
+            url = "/static/panel.css"
+        r = c.request(method, url, follow_redirects=False, headers={"Origin": "http://testserver"})
+        refused = r.status_code in (401, 403) or r.headers.get("location", "").startswith("/login?next=")
+        if not refused:
+            reached.add((method, path))
+    # POST /login without a right token answers 401 (the login form again), so it is not "reached"
+    assert reached == {("GET", "/login"), ("GET", "/healthz"), ("GET", "/static")}, reached
+    assert c.get("/openapi.json", follow_redirects=False).headers["location"] == "/login?next=%2Fopenapi.json"
+    spec = TestClient(app).get("/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    assert spec.status_code == 200 and "/api/runs" in spec.json()["paths"]
+    for path in ("/docs", "/redoc"):
+        assert TestClient(app).get(path, headers={"Authorization": f"Bearer {token}"}).status_code == 404
+
+
 def test_login_sets_strict_httponly_cookie_and_bearer_works(secured):
     c, token, _, _ = secured
     r = login(c, token)

@@ -89,16 +89,38 @@ def build_app() -> typer.Typer:
     return app
 
 
+#: ``Error:`` and ``hint:`` lines are wrapped at most this wide (narrower on a narrower terminal).
+ERROR_WIDTH = 80
+
+
+def _error_width() -> int | None:
+    """Columns to wrap ``Error:``/``hint:`` lines at: :data:`ERROR_WIDTH`, or the terminal's width (or
+    ``COLUMNS``) when narrower; None (one line each) when stderr is piped and ``COLUMNS`` is unset, so a
+    log or ``grep`` gets the whole message on its line."""
+    from dynocell.settings import terminal_columns
+
+    cols = terminal_columns() or (err_console.size.width if err_console.is_terminal else None)
+    return min(ERROR_WIDTH, cols) if cols else None
+
+
+def _say_error(text: str) -> None:
+    from rich.text import Text
+
+    from dynocell.text import printable  # a message may quote a config value or an engine line
+
+    width = _error_width()
+    if width is None:
+        err_console.print(printable(text, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
+    else:  # at word boundaries; a word longer than a line (a path) is folded
+        err_console.print(Text(printable(text, keep_newlines=True), overflow="fold"), width=width, soft_wrap=False)
+
+
 def _report(exc: BaseException, code: int, message: str, hint: str | None = None) -> int:
     if state.debug:
         traceback.print_exception(exc, file=sys.stderr)
-    from dynocell.text import printable  # a message may quote a config value or an engine line
-
-    err_console.print(f"Error: {printable(message, keep_newlines=True)}", markup=False, highlight=False,
-                      soft_wrap=True)
+    _say_error(f"Error: {message}")
     if hint:
-        err_console.print(f"hint: {printable(hint, keep_newlines=True)}", markup=False, highlight=False,
-                          soft_wrap=True)
+        _say_error(f"hint: {hint}")
     return code
 
 

@@ -15,8 +15,11 @@ from rich.text import Text
 
 from dynocell.cli.common import human_duration
 from dynocell.cli.fit import FitTable
+from dynocell.text import shorten
 
 BAR_WIDTH = 30
+#: Kernel names (C++ templates run to hundreds of characters) are cut to this, ending in "…".
+KERNEL_NAME_MAX = 90
 
 
 def bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
@@ -119,6 +122,28 @@ def bench_table(bench: list[dict[str, Any]]) -> FitTable | None:
     return t
 
 
+class Items:
+    """Label–value items (``accept rate 0.374``, ``engine τ 2.144``) on a line, two spaces apart, wrapped
+    at the width they are printed at *between* items, never inside one: a label stays with its value.
+    Continuation lines are indented by ``indent``; an item wider than the whole line is folded."""
+
+    def __init__(self, items: list[str], indent: int = 2) -> None:
+        self.items = items
+        self.indent = indent
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+
+        width, line = options.max_width, ""
+        for item in self.items:
+            joined = f"{line}  {item}" if line else item
+            if line and cell_len(joined) > width:
+                yield Text(line, overflow="fold")
+                joined = " " * self.indent + item
+            line = joined
+        yield Text(line, overflow="fold")
+
+
 def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
     """Per text class: τ, accept rate, and bars of p_i (unconditional) and a_i (conditional)."""
     if not curves:
@@ -129,15 +154,15 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
                           "unconditional (p_i = drafts with positions 1..i all accepted / drafts), engine τ from "
                           "its SpecDecoding log lines"))
     for c in curves:
-        head = Text(f"{c['text_class']}: τ {c['tau']:.3f}  accept rate {c['accept_rate']:.3f}  "
-                    f"steps {c['steps']}  D {c['num_drafts']}")
+        items = [f"{c['text_class']}: τ {c['tau']:.3f}", f"accept rate {c['accept_rate']:.3f}",
+                 f"steps {c['steps']}", f"D {c['num_drafts']}"]
         if c.get("histogram"):  # an imported curve (counters, log lines) has none: not "histogram []"
-            head.append(f"  histogram [{','.join(map(str, c['histogram']))}]")
+            items.append(f"histogram [{','.join(map(str, c['histogram']))}]")
         if c.get("engine_tau") is not None:
-            head.append(f"  engine τ {c['engine_tau']:.3f}")
+            items.append(f"engine τ {c['engine_tau']:.3f}")
+        parts.append(Items(items))
         if c.get("warning"):
-            head.append(f"\n  warning: {c['warning']}", style="yellow")
-        parts.append(head)
+            parts.append(Text(f"  warning: {c['warning']}", style="yellow"))
         for p in c.get("points", []):
             parts.append(Text(f"  p{p['position']} {p['p']:.3f} {bar(p['p'], 20):<20}  "
                               f"a{p['position']} {p['a']:.3f} {bar(p['a'], 20)}"))
@@ -208,7 +233,7 @@ def profile_panel(profile: dict[str, Any] | None, phases_hint: str | None = None
     if kernels:
         t = FitTable("kernel", "category", "ms", "launches", title="top kernels", shorten=("kernel",))
         for k in kernels[:20]:
-            t.add_row(Text(k["name"][:90]), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
+            t.add_row(Text(shorten(k["name"], KERNEL_NAME_MAX)), k["category"], f"{k['ms']:.3f}", str(k["launches"]))
         parts.append(t)
     return Group(*parts)
 

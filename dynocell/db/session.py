@@ -11,11 +11,13 @@ serialised between processes by a file lock (SQLite) or an advisory lock
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -103,6 +105,8 @@ def migrate(engine: Engine) -> tuple[str | None, str]:
     if before == head:
         return before, head
     _check_known(engine, before, head)
+    if before is None:
+        _refuse_foreign(engine)
     with _migration_lock(engine):
         before = current_revision(engine)
         if before != head:
@@ -166,6 +170,50 @@ def _check_known(engine: Engine, revision: str | None, head: str) -> None:
             f"the store {where} is at schema {revision}; this dynocell knows up to {head}: upgrade dynocell",
             "install the dynocell that wrote it (or newer); nothing in the store was changed",
         )
+
+
+def _refuse_foreign(engine: Engine) -> None:
+    """Refuse a database without a schema revision that already holds tables (another program's
+    database, e.g. given through ``DYNOCELL_DATABASE_URL``, or a store an older dynocell left
+    half-created): dynocell's tables are never added to it. An empty database is fine."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        tables = sorted(t for t in inspect(conn).get_table_names() if not t.startswith("sqlite_"))
+    if tables:
+        raise _foreign_error(_where(engine.url.render_as_string(hide_password=True)), tables)
+
+
+def _refuse_foreign_file(url: str) -> None:
+    """:func:`_refuse_foreign` for an existing SQLite file, read before dynocell's connection pragmas
+    run (they would switch another program's database to WAL): a plain read-only sqlite3 look."""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:"):
+        return
+    path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return  # not readable this way (corrupt, read-only WAL): the store's own checks say why
+    tables = sorted(n for n in names if not n.startswith("sqlite_"))
+    if tables and "alembic_version" not in tables:
+        raise _foreign_error(str(path), tables)
+
+
+def _foreign_error(where: str, tables: list[str]) -> StoreUnavailable:
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return StoreUnavailable(
+        f"the store {where} is corrupt or not a dynocell store: it holds {len(tables)} table(s) ({shown}) "
+        "but no dynocell schema revision (alembic_version); nothing was written to it",
+        f"move it aside (mv {where} {where}.corrupt) and run `dynocell init` if it is a store dynocell left "
+        "half-made; if it is another program's database, point DYNOCELL_DATABASE_URL at an empty database or "
+        "a dynocell store, or unset it to use the store in the data directory",
+    )
 
 
 def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None:
@@ -253,23 +301,54 @@ def store_error(url: str, exc: OperationalError | InterfaceError) -> StoreUnavai
     return None
 
 
+def read_only_urls(url: str) -> list[str]:
+    """The URLs to open a SQLite store file this user cannot write (the file or its folder read-only:
+    read-only media, ``chattr +i``, another user's store) for reading; empty for any other URL.
+
+    A WAL store needs its ``-shm`` file: ``mode=ro`` opens it while ``-shm`` exists or can be made
+    (another process has the store open); else only ``immutable=1`` does (SQLite "URI filenames"),
+    which reads the database file alone — right on read-only media, where nothing can write it."""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:") or "?" in url:
+        return []
+    path = Path(url.removeprefix("sqlite:///"))
+    if not path.is_file() or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return []
+    uri = f"sqlite:///file:{quote(str(path.resolve()))}"
+    return [f"{uri}?mode=ro&uri=true", f"{uri}?mode=ro&immutable=1&uri=true"]
+
+
 class Store:
-    """A migrated database: ``store.session()`` gives a short write transaction."""
+    """A migrated database: ``store.session()`` gives a short write transaction.
+
+    A SQLite store file this user cannot write is opened read-only (:func:`read_only_urls`;
+    ``read_only`` True): reading commands work, a write is refused naming the store and the fix."""
 
     def __init__(self, url: str) -> None:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
-        self.engine = make_engine(url)
-        try:
-            self.revision_before, self.revision = migrate(self.engine)
-        except DatabaseError as exc:
-            translated = corrupt_store_error(url, exc) or (
-                store_error(url, exc) if isinstance(exc, OperationalError) else None)
-            if translated is None:
-                raise
-            raise translated from exc
+        _refuse_foreign_file(url)
+        tries = read_only_urls(url) or [url]
+        self.read_only = tries[0] != url
+        for n, engine_url in enumerate(tries, 1):
+            self.engine = make_engine(engine_url)
+            try:
+                self.revision_before, self.revision = migrate(self.engine)
+                break
+            except OperationalError as exc:
+                if n < len(tries) and "unable to open" in str(exc).lower():
+                    self.engine.dispose()  # mode=ro cannot make -shm: open it immutable
+                    continue
+                raise self._translated(exc) from exc
+            except DatabaseError as exc:
+                raise self._translated(exc) from exc
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _translated(self, exc: DatabaseError) -> BaseException:
+        """The clear error for a store that cannot be opened or migrated, or ``exc`` itself."""
+        translated = corrupt_store_error(self.url, exc) or (
+            store_error(self.url, exc) if isinstance(exc, OperationalError) else None)
+        return translated or exc
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,7 @@ class LogReport:
     events: list[RuntimeEvent] = field(default_factory=list)
     node_rank: int | None = None
     truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float | None:
@@ -240,6 +241,19 @@ def _check_engine(p: Path, engine: str | None, detected: str | None) -> None:
                        "give the log of the engine you meant")
 
 
+#: The earliest timestamp a log line may carry to count (no engine dynocell reads is older).
+EARLIEST_TS = datetime(2000, 1, 1)
+#: How far past now a timestamp may be (clock skew, time zones) to count.
+FUTURE_SLACK = timedelta(days=1)
+
+
+def sane_timestamp(ts: datetime, now: datetime | None = None) -> bool:
+    """True when ``ts`` (naive, the engine's local time) lies between :data:`EARLIEST_TS` and ``now`` +
+    :data:`FUTURE_SLACK` (``now``: this machine's local time). A year-0001 or year-9999 line would
+    otherwise make phase offsets and ``ready_s`` of billions of seconds."""
+    return EARLIEST_TS <= ts <= (now or datetime.now()) + FUTURE_SLACK
+
+
 def _timestamp(line: str, year: int) -> datetime | None:
     m = _SGLANG_TS.search(line)
     if m:
@@ -307,6 +321,8 @@ class _Scan:
         self.decode_tp: list[float] = []
         self.last_ts: datetime | None = None
         self.ready_seen = False
+        self.now = datetime.now()
+        self.insane: list[tuple[int, datetime]] = []  # (line, timestamp) of lines out of the sane window
         self.graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
 
     def line(self, i: int, raw: str) -> None:
@@ -318,10 +334,14 @@ class _Scan:
             self.graph_mode = cudagraph_mode(raw)
         line = match_text(raw)
         ts = _timestamp(line, self.year)
-        if ts:
+        insane = ts is not None and not sane_timestamp(ts, self.now)
+        if insane:
+            self.insane.append((i, ts))
+        elif ts:
             self.last_ts = ts
             rep.first_ts = rep.first_ts or ts
-        off = (self.last_ts - rep.first_ts).total_seconds() if (self.last_ts and rep.first_ts) else None
+        # a line whose own time is nonsense has no offset (its phase, e.g. ready, gets no time)
+        off = (self.last_ts - rep.first_ts).total_seconds() if (self.last_ts and rep.first_ts and not insane) else None
         if rep.config is None and ("server_args=ServerArgs(" in raw or "non-default args: {" in raw):
             self._config(i, raw)
         if self.rules_engine:
@@ -445,6 +465,11 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     last_ts, ready_seen, graph_mode, command = scan.last_ts, scan.ready_seen, scan.graph_mode, scan.command
     rep.last_ts = last_ts
     rep.ready = ready_seen
+    if scan.insane:
+        line_no, ts = scan.insane[0]
+        rep.warnings.append(f"{len(scan.insane)} line(s) carry a timestamp outside {EARLIEST_TS:%Y-%m-%d} … now + 1 "
+                            f"day (first: line {line_no}, {ts.isoformat(sep=' ')}): not used for phase times"
+                            + ("" if rep.ready_s is not None or not ready_seen else "; ready time unknown"))
     if rep.config is None and command is not None:  # no non-default args line: the command line says
         rep.config, rep.config_line = from_vllm_args(command[1], f"{p.name} line {command[0]} (command)"), command[0]
     if rep.config is not None and graph_mode and "cuda_graph.mode" not in rep.config.fields:

@@ -121,13 +121,16 @@ class ObservedConfig:
     """A config seen, not written: ``fields`` (dotted name → value) holds only what was revealed.
 
     ``native`` keeps the engine's own arguments as seen (JSON-able, for people;
-    not hashed); ``source`` says where they were seen (``log line 12``, ``/get_server_info``).
+    not hashed); ``source`` says where they were seen (``log line 12``, ``/get_server_info``);
+    ``warnings``: revealed values dropped as nonsense (e.g. a ``port`` outside 1–65535), for
+    the faces to say (not hashed).
     """
 
     engine: str
     fields: dict[str, Any]
     native: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    warnings: tuple[str, ...] = ()
 
     def canonical(self) -> dict[str, Any]:
         """``{"observed": true, "engine": …, "fields": {…}}`` — the hashed content."""
@@ -151,7 +154,8 @@ class ObservedConfig:
     def merged(self, other: "ObservedConfig") -> "ObservedConfig":
         """Fields of both (``other`` wins on conflicts), e.g. a server's info plus its ``/version``."""
         return ObservedConfig(self.engine, {**self.fields, **other.fields}, {**self.native, **other.native},
-                              ", ".join(s for s in (self.source, other.source) if s))
+                              ", ".join(s for s in (self.source, other.source) if s),
+                              self.warnings + other.warnings)
 
     def source_text(self) -> str:
         """What is stored as the config's "source": comment lines (valid, empty TOML) with the native args."""
@@ -174,6 +178,30 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, Mapping):
         return {str(k): _jsonable(x) for k, x in v.items()}
     return str(v)
+
+
+def _tcp_port(value: Any) -> int | None:
+    """``value`` as a TCP port (an int, or digits, from 1 to 65535), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and 1 <= value <= 65535 else None
+
+
+def _checked_port(fields: dict[str, Any], source: str) -> tuple[str, ...]:
+    """Drop a revealed ``port`` that is no TCP port (a hostile or broken server: -1, 0, 70000, "x")
+    from ``fields``; returns the warning saying so (empty when the port is fine or absent)."""
+    if "port" not in fields:
+        return ()
+    port = _tcp_port(fields["port"])
+    if port is not None:
+        fields["port"] = port
+        return ()
+    bad = fields.pop("port")
+    shown = json.dumps(bad, default=str, ensure_ascii=True)
+    shown = shown if len(shown) <= 40 else shown[:39] + "…"
+    return (f"{source or 'the engine'} reports port {shown}, not a TCP port (1–65535): ignored",)
 
 
 def _put(fields: dict[str, Any], name: str, value: Any) -> None:
@@ -214,7 +242,8 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
     if "disaggregation_mode" in args:
         mode = args.get("disaggregation_mode")
         fields["serving.topology"] = "colocated" if mode in (None, "null", "") else str(mode)
-    return ObservedConfig("sglang", fields, _jsonable(dict(args)), source)
+    warnings = _checked_port(fields, source)
+    return ObservedConfig("sglang", fields, _jsonable(dict(args)), source, warnings)
 
 
 def from_sglang_server_info(info: Mapping[str, Any], source: str = "/get_server_info") -> ObservedConfig:
@@ -288,7 +317,8 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
     role = _kv_role(args.get("kv_transfer_config"))
     if role:
         fields["serving.topology"] = role
-    return ObservedConfig("vllm", fields, _jsonable(dict(args)), source)
+    warnings = _checked_port(fields, source)
+    return ObservedConfig("vllm", fields, _jsonable(dict(args)), source, warnings)
 
 
 def _kv_role(kv: Any) -> str | None:

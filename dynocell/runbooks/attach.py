@@ -24,6 +24,7 @@ that process (and its children) get SIGTERM, the grace, SIGKILL.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import re
@@ -122,9 +123,7 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     if "vllm" in families and engine in ("openai", "vllm"):
         engine = "vllm"
     if engine != observed.engine:
-        from dynocell.engine.observed import ObservedConfig
-
-        observed = ObservedConfig(engine, observed.fields, observed.native, observed.source)
+        observed = dataclasses.replace(observed, engine=engine)
     return {"engine": engine, "observed": observed, "answers": answers}
 
 
@@ -150,7 +149,8 @@ def _started_here(cell: Cell, live: list[BootRow], host: str, port: int) -> Boot
 def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, Any]:
     """Register the engine at ``url`` as a boot of kind ``attached`` (state ``ready``; ``ready_s`` unknown —
     the engine was up before dynocell saw it, so the faces say ``attached``, never ``ready 0.0 s``); returns
-    ``{boot_id, created, config_hash, observed, engine, config_fields}``.
+    ``{boot_id, created, config_hash, observed, engine, config_fields, warnings}`` (``warnings``: what the
+    engine revealed that was dropped as nonsense, e.g. a port outside 1–65535).
 
     An engine already attached at the same host:port (boot still ready) gives that boot back
     (``created`` False). Raises UserError for a bad URL, nothing answering there, or a live boot dynocell
@@ -195,7 +195,8 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
         shutil.rmtree(boot_dir, ignore_errors=True)
         raise
     return {"boot_id": boot_id, "created": True, "config_hash": config_hash, "engine": found["engine"], "url": base,
-            "observed": cfg_row is not None, "config_fields": observed.fields if cfg_row is not None else None}
+            "observed": cfg_row is not None, "config_fields": observed.fields if cfg_row is not None else None,
+            "warnings": list(observed.warnings)}
 
 
 def attached_scheme(argv: str | None) -> str:

@@ -252,6 +252,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
         "events": [{"node_rank": r, "kind": e.kind, "line": e.line, "text": e.text}
                    for r, rep in zip(ranks, reports, strict=False) for e in rep.events],
         "decode": lead.decode, "truncated": [r.path for r in reports if r.truncated],
+        "warnings": [f"{Path(r.path).name}: {w}" for r in reports for w in r.warnings],
         "config_mismatch": mismatch, "not_one_boot": disagree,
         "config_fields": (observed.fields if (observed and cfg_row is not None) else None),
     }

@@ -7,12 +7,34 @@ from typing import Any
 
 from dynocell.db import web as dbweb
 from dynocell.clock import aware_utc as _aware
-from dynocell.errors import NotFound
+from dynocell.errors import NotFound, UserError
+
+#: The longest label a web token may have (characters).
+LABEL_MAX = 64
+
+
+def check_label(label: str | None) -> str | None:
+    """``label`` stripped (None when empty), or UserError naming ``--label`` when it is longer than
+    :data:`LABEL_MAX` characters or holds a control or other non-printable character (it is
+    printed on terminals and pages)."""
+    if label is None or not label.strip():
+        return None
+    label = label.strip()
+    if len(label) > LABEL_MAX:
+        raise UserError(f"--label: {len(label)} characters; a web token label has at most {LABEL_MAX}",
+                        "give a shorter name, e.g. --label alice")
+    bad = next((ch for ch in label if not ch.isprintable()), None)
+    if bad is not None:
+        raise UserError(f"--label: control character {ord(bad):#04x} in the web token label",
+                        "use printable characters only, e.g. --label alice")
+    return label
 
 
 def create(cell, label: str | None = None) -> str:
-    """Create a web-panel token; returns the clear token (print it once; only its scrypt hash is stored)."""
-    return dbweb.create_token(cell.store, label)
+    """Create a web-panel token; returns the clear token (print it once; only its scrypt hash is stored).
+
+    Raises UserError for a bad ``label`` (:func:`check_label`); nothing is stored then."""
+    return dbweb.create_token(cell.store, check_label(label))
 
 
 def count(cell) -> int:

@@ -18,7 +18,10 @@ from starlette.concurrency import run_in_threadpool
 from dynocell.web.auth import COOKIE, LAUNCH_TOKEN_ID, Sessions, host_name, is_loopback, same_origin
 from dynocell.web.errors import error_response
 
-PUBLIC_PREFIXES = ("/static/", "/login", "/healthz")
+PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PATHS = ("/login", "/healthz")
+"""What a logged-out client may reach: the login page, the liveness probe and the static assets.
+Everything else needs a login, ``/openapi.json`` included (it maps the whole API surface)."""
 UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
@@ -135,7 +138,7 @@ async def access(request: Request, call_next):  # noqa: ANN201
         sess = None  # its token was revoked: the session ends
     request.state.session = sess
     path = request.url.path
-    if path.startswith(PUBLIC_PREFIXES) or path in ("/openapi.json",):
+    if is_public(path):
         return await call_next(request)
     url_token = request.query_params.get("token")
     if url_token is not None and request.method in ("GET", "HEAD"):
@@ -146,6 +149,11 @@ async def access(request: Request, call_next):  # noqa: ANN201
     if sess is None:
         return _unauthenticated(request)
     return await call_next(request)
+
+
+def is_public(path: str) -> bool:
+    """True for the paths a logged-out client may reach (:data:`PUBLIC_PATHS`, :data:`PUBLIC_PREFIXES`)."""
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
 def _client(request: Request) -> str:

@@ -121,7 +121,8 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
                procedures: dict[str, Callable[..., Any]] | None = None,
                launch_token: str | None = None, login_max_failures: int = 5,
                login_backoff_s: float = 1.0) -> FastAPI:
-    """Build the panel for ``settings``. Every page but /login, /healthz and /static needs a login.
+    """Build the panel for ``settings``. Every page but /login, /healthz and /static needs a login
+    (``/openapi.json`` too; no ``/docs`` or ``/redoc``).
 
     ``bind_host``: the address it will listen on (default ``settings.web_host``); on a loopback
     bind the ``Host`` header must be a loopback name (stops DNS-rebinding pages).
@@ -134,7 +135,10 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
     """
     from dynocell.runbooks import views
 
-    app = FastAPI(title="dynocell panel", version="1", description="Engine test cell: boots, runs, acceptance, "
+    # /openapi.json needs a login like any page (access.PUBLIC_PATHS); no /docs or /redoc: their
+    # pages load scripts from a CDN, which the panel's Content-Security-Policy refuses anyway.
+    app = FastAPI(title="dynocell panel", version="1", docs_url=None, redoc_url=None,
+                  description="Engine test cell: boots, runs, acceptance, "
                   "profiles. JSON mirror of every page under /api; every route needs a login: a session + "
                   "CSRF header or `Authorization: Bearer <token>`.")
     app.state.settings = settings

@@ -40,6 +40,8 @@ def attach_cmd(
         return
     say(f"attached {res['engine']} at {res['url']} as boot {res['boot_id']} (config {res['config_hash'][:19]}"
         + (", observed)" if res.get("observed") else ")"))
+    for warning in res.get("warnings") or []:
+        say(f"warning: {warning}")
     if res.get("config_fields"):
         say("seen: " + ", ".join(f"{k}={v}" for k, v in sorted(res["config_fields"].items())))
     out(f"next: dynocell health {res['boot_id']} / dynocell run --boot {res['boot_id']}")

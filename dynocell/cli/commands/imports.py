@@ -9,6 +9,8 @@ from typing import Any, List, Optional
 import typer
 
 from dynocell.cli.common import add_row, get_cell, out, print_json, say, table
+from dynocell.cli.render import KERNEL_NAME_MAX
+from dynocell.text import shorten
 
 import_app = typer.Typer(help="Import evidence from engines dynocell did not start: server logs, /metrics "
                          "scrapes, per-request results, benchmark JSON, profiler traces. The same file "
@@ -90,7 +92,12 @@ def import_log_cmd(
             add_row(t, n, *[_fmt(nodes[r].get(n), 0) for r in nodes],
                     *([_fmt(res["phase_skew_s"].get(n), 0)] if len(nodes) > 1 else []))
         out(t)
-    out(f"ready after {_fmt(res.get('ready_s'), 0)} s" if res.get("ready_s") is not None else "never ready")
+    if res.get("ready_s") is not None:
+        out(f"ready after {_fmt(res['ready_s'], 0)} s")
+    else:
+        out("never ready" if res.get("state") == "failed" or not res.get("warnings") else "ready time unknown")
+    for w in res.get("warnings") or []:
+        say(f"warning: {w}")
     for why in res.get("not_one_boot") or []:
         out(f"warning (--allow-mismatch): not one boot: {why}")
     if res.get("config_mismatch"):
@@ -168,7 +175,7 @@ def trace_split_cmd(
     _categories(res["categories"])
     t = table("kernel", "category", "ms", "launches", title=f"top {top}")
     for k in res["top"][:top]:
-        add_row(t, k["name"][:90], k["category"], f"{k['ms']:.3f}", k["launches"])
+        add_row(t, shorten(k["name"], KERNEL_NAME_MAX), k["category"], f"{k['ms']:.3f}", k["launches"])
     out(t)
     for w in res.get("warnings") or []:
         out(f"warning: {w}")

@@ -141,7 +141,8 @@ def listen(host: str, port: int):  # noqa: ANN201 - socket.socket
 
 
 def token_create_cmd(
-    label: Optional[str] = typer.Option(None, "--label", help="A name to remember the token by."),
+    label: Optional[str] = typer.Option(None, "--label", help="A name to remember the token by "
+                                        "(at most 64 printable characters)."),
 ) -> None:
     """Create a login token and print it once (only its salted hash is stored).
 
@@ -167,12 +168,8 @@ def token_list_cmd() -> None:
         return
     for t in rows:
         state = f"revoked {t['revoked_at']:%Y-%m-%d %H:%M}" if t["revoked_at"] else "live"
-        label = _printable(t["label"] or "-")
+        label = printable(t["label"] or "-", limit=web_tokens.LABEL_MAX)
         typer.echo(f"{t['id']:>4}  {label:<20}  created {t['created_at']:%Y-%m-%d %H:%M}  {state}")
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def token_revoke_cmd(
