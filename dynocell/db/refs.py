@@ -34,6 +34,11 @@ KINDS = ("config", "build", "boot", "run", "experiment", "entry")
 MIN_PREFIX = 4
 """Fewest characters of an id or hash (after ``sha256:``) that count as a prefix."""
 
+MAX_REF = 200
+"""Most characters a reference may have: no key is longer (ids ≤ 32, ``sha256:`` hashes 71, labels,
+experiment names and slugs ≤ 200), so a longer one names nothing and is never looked up (a LIKE
+pattern of 50,000 characters is "too complex" for SQLite)."""
+
 HASH_PREFIX = "sha256:"
 
 LIST_COMMANDS = {
@@ -82,6 +87,11 @@ def _kinds(kinds: Iterable[str] | str | None) -> tuple[str, ...]:
     return ks
 
 
+def _shown(ref: str) -> str:
+    """``ref`` as an error message quotes it: its first 40 characters when it is longer than that."""
+    return repr(ref[:40] + "…") if len(ref) > 40 else repr(ref)
+
+
 def _like(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
@@ -124,6 +134,8 @@ def candidates_in(s: Session, ref: str, kinds: Iterable[str] | str | None = None
     """:func:`candidates` inside an open session ``s`` (for db/ modules that read more in it)."""
     ref = ref.strip()
     ks = _kinds(kinds)
+    if len(ref) > MAX_REF:
+        return []
     exact = [r for k in ks for r in _exact(s, k, ref)]
     if exact or len(ref.removeprefix(HASH_PREFIX)) < MIN_PREFIX:
         return exact
@@ -149,6 +161,9 @@ def resolve_in(s: Session, ref: str, kinds: Iterable[str] | str | None = None) -
     ref = (ref or "").strip()
     if not ref:
         raise UserError(f"empty {what} reference", "give an id, a hash or unique prefix of it, or a name")
+    if len(ref) > MAX_REF:
+        raise NotFound(f"no {what} matches {_shown(ref)} (a reference has at most {MAX_REF} characters, "
+                       f"this one {len(ref)})", "give an id, a hash or unique prefix of it, or a name")
     found = candidates_in(s, ref, ks)
     if len(found) == 1:
         return found[0]

@@ -1,0 +1,92 @@
+"""Hostile references through every face: the CLI as a subprocess and the web panel served by uvicorn
+on 127.0.0.1, on a real SQLite store. Found by the newcomer/attacker pass over issue 23's resolver
+(branch n7check).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+import requests
+
+from dynocell.db import boots as db_boots, configs as db_configs, runs as db_runs
+from tests.test_web_fuzz import serve
+from tests.weblogin import LAUNCH
+
+CONFIG = "sha256:" + "c0ffee12" + "0" * 56
+RUN = "5e5e00000001"
+BOOT = "b00700000001"
+LONG = "a" * 60_000  # past SQLite's 50,000-byte LIKE pattern limit
+
+
+@pytest.fixture
+def cell(settings):
+    from dynocell.runbooks.cell import open_cell
+
+    c = open_cell(settings)
+    st = c.store
+    db_configs.insert_config(st, CONFIG, "reference", "builtin:tiny", '{"model_path": "builtin:tiny"}', "")
+    db_configs.add_label(st, "prod", CONFIG)
+    now = datetime.now(timezone.utc)
+    db_boots.create_boot(st, id=BOOT, config_hash=CONFIG, engine="reference", hostname="h", host="127.0.0.1",
+                         port=1, argv="[]", env={}, state="failed", log_path=str(settings.home / "none.log"),
+                         started_at=now, ended_at=now)
+    db_runs.create_run(st, id=RUN, kind="run", config_hash=CONFIG, state="failed", step="config",
+                       started_at=now, ended_at=now, error="stand-in")
+    return c
+
+
+@pytest.fixture
+def panel(settings, cell):
+    """The panel served over real HTTP on 127.0.0.1, logged in through its token URL:
+    (base, a session carrying its CSRF header)."""
+    from dynocell.web.app import create_app
+
+    app = create_app(settings, cell=cell, launch_token=LAUNCH)
+    with serve(app) as base:
+        http = requests.Session()
+        http.trust_env = False
+        r = http.get(f"{base}/?token={LAUNCH}", allow_redirects=False, timeout=60)
+        assert r.status_code == 303, r.text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', http.get(base + "/", timeout=60).text).group(1)
+        http.headers["X-CSRF-Token"] = csrf
+        yield base, http
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dynocell", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_reference_longer_than_any_key_is_a_clear_not_found_in_the_cli(cell, cli_env):
+    """Before: `dynocell show <60,000 characters>` said "internal error: OperationalError … LIKE or GLOB
+    pattern too complex" (the resolver sent it to SQLite as a prefix)."""
+    for args in (["show", LONG], ["diagnose", LONG], ["config", "show", LONG], ["note", f"run:{LONG}", "x"],
+                 ["compare", LONG, RUN], ["stop", LONG]):
+        r = _cli(args, cli_env)
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, (args[0], out[-2000:])
+        assert "internal error" not in out and "Traceback" not in out, (args[0], out[-2000:])
+        assert "at most 200 characters" in out, (args[0], out[-2000:])
+        assert len(out) < 2000, (args[0], len(out))  # the reference is quoted cut, not 60,000 characters
+
+
+def test_a_reference_longer_than_any_key_is_a_404_not_a_500_on_the_web(panel):
+    """Before: 500 Internal Server Error on every route that resolves a reference."""
+    base, http = panel
+    for method, path, kw in [
+        ("GET", f"/api/runs/{LONG}", {}),
+        ("GET", f"/api/boots/{LONG}", {}),
+        ("GET", f"/api/configs/{LONG}", {}),
+        ("GET", "/api/compare", {"params": {"runs": [LONG, RUN]}}),
+        ("POST", "/api/notes", {"json": {"kind": "run", "target": LONG, "text": "x"}}),
+    ]:
+        r = http.request(method, base + path, timeout=120, **kw)
+        assert r.status_code == 404, (path, r.status_code, r.text[:500])
+        assert "at most 200 characters" in r.json()["error"], (path, r.text[:500])
+    # nothing recorded was lost: the short references still resolve
+    assert http.get(f"{base}/api/runs/{RUN[:4]}", timeout=60).json()["run"]["id"] == RUN
