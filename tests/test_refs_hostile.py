@@ -90,3 +90,18 @@ def test_a_reference_longer_than_any_key_is_a_404_not_a_500_on_the_web(panel):
         assert "at most 200 characters" in r.json()["error"], (path, r.text[:500])
     # nothing recorded was lost: the short references still resolve
     assert http.get(f"{base}/api/runs/{RUN[:4]}", timeout=60).json()["run"]["id"] == RUN
+
+
+def test_starting_a_run_or_boot_from_the_web_gives_the_resolvers_reason_as_the_cli_does(panel, cli_env):
+    """Before: the panel's start-run/boot said "no stored config named '9' and no hash starting with it"
+    for a 1-character reference (and for a 60,000-character one) where `dynocell run 9` says a prefix needs
+    at least 4 characters: runbooks.configs.resolve_stored replaced the resolver's message with its own."""
+    base, http = panel
+    for ref, words in (("9", "a prefix needs at least 4 characters"), (LONG, "at most 200 characters"),
+                       ("zzzz9999", "no config named 'zzzz9999'")):
+        cli = _cli(["boot", ref], cli_env)
+        assert cli.returncode == 2 and words in cli.stdout + cli.stderr, (ref[:10], cli.stderr[-500:])
+        for path in ("/api/runs", "/api/boots"):
+            r = http.post(base + path, json={"config": ref}, timeout=120)
+            assert r.status_code == 404 and words in r.json()["error"], (path, ref[:10], r.text[:300])
+            assert "a file path is never read from a request" in r.json()["hint"]
