@@ -105,3 +105,35 @@ def test_starting_a_run_or_boot_from_the_web_gives_the_resolvers_reason_as_the_c
             r = http.post(base + path, json={"config": ref}, timeout=120)
             assert r.status_code == 404 and words in r.json()["error"], (path, ref[:10], r.text[:300])
             assert "a file path is never read from a request" in r.json()["hint"]
+
+
+ENTRY = "dummy-weights-make-drafts-agree"  # a bundled entry; "dummy" names only it
+
+
+def test_an_entry_reference_means_the_same_in_the_cli_and_the_web(panel, cli_env):
+    """Before: runbook entries had two rules. `dynocell note entry:dummy` and `/runbooks/dummy` took any
+    unique prefix (even 1 character), while the panel's note form (db/refs: entries never abbreviated,
+    and only once the search index was synced) said "no entry matches 'dummy'" — even for the full slug
+    on a store nobody had searched yet. Now one rule: exact slug, else a unique prefix of ≥ 4 characters."""
+    base, http = panel
+    for ref in (ENTRY, "dummy"):
+        cli = _cli(["note", f"entry:{ref}", "seen with --load-format dummy"], cli_env)
+        assert cli.returncode == 0 and f"entry:{ENTRY}" in cli.stdout, (ref, cli.stdout + cli.stderr)
+        web = http.post(base + "/api/notes", json={"kind": "entry", "target": ref, "text": "seen on the web"},
+                        timeout=120)
+        assert web.status_code == 200, (ref, web.text)
+        page = http.get(f"{base}/api/runbooks/{ref}", timeout=60)
+        assert page.status_code == 200 and page.json()["slug"] == ENTRY
+    notes = http.get(f"{base}/api/runbooks/{ENTRY}", timeout=60).json()["notes"]
+    assert [n["text"] for n in notes].count("seen on the web") == 2, notes
+    # a 3-character prefix is too short on every face, as for ids and hashes
+    cli = _cli(["runbook", "show", "dum"], cli_env)
+    assert cli.returncode == 2 and "a prefix needs at least 4 characters" in cli.stdout + cli.stderr
+    for r in (http.get(f"{base}/api/runbooks/dum", timeout=60),
+              http.post(base + "/api/notes", json={"kind": "entry", "target": "dum", "text": "x"}, timeout=60)):
+        assert r.status_code == 404 and "a prefix needs at least 4 characters" in r.json()["error"], r.text
+    # a prefix several entries share is refused on both, listing them with their kind
+    cli = _cli(["note", "entry:spec", "x"], cli_env)
+    web = http.post(base + "/api/notes", json={"kind": "entry", "target": "spec", "text": "x"}, timeout=60)
+    assert cli.returncode == 2 and "ambiguous" in cli.stderr and "entry spec" in cli.stderr, cli.stderr
+    assert web.status_code == 404 and "ambiguous" in web.json()["error"] and "entry spec" in web.json()["error"]

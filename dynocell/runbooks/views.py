@@ -486,6 +486,7 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
     from dynocell.runbooks.knowledge import selector_text
 
     k = _knowledge(cell)
+    missing: NotFound | None = None
     if k is not None:
         try:
             d = k.get(slug).to_dict()
@@ -493,9 +494,16 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
             d["applies_to_text"] = selector_text(d.get("applies_to"))
             d["notes"] = listings.notes_of(cell.store, "entry", d["slug"])
             return d
-        except NotFound:
-            pass
-    d = listings.entry_row(cell.store, slug)
+        except refs.AmbiguousRef:
+            raise
+        except NotFound as exc:
+            missing = exc  # the knowledge's reason (too short a prefix) unless an indexed row has the slug
+    try:
+        d = listings.entry_row(cell.store, slug)
+    except NotFound:
+        if missing is not None:
+            raise missing from None
+        raise
     d["applies_to_text"] = selector_text(d["front_matter"].get("applies_to"))
     return d
 

@@ -55,11 +55,12 @@ def add_note(cell: Any, kind: str, ident: str, text: str) -> NoteRow:
 
 
 def add_note_by_ref(cell: Any, kind: str, ref: str, text: str) -> NoteRow:
-    """:func:`add_note` to a target named by ``ref`` — an id, unique prefix or name resolved by the one
-    resolver (:mod:`dynocell.db.refs`) when ``kind`` is one of its kinds — as the web panel's note form
+    """:func:`add_note` to a target named by ``ref`` — an id, unique prefix, name or entry slug resolved
+    as ``dynocell note KIND:REF`` resolves it (:func:`resolve_note_target`) — as the web panel's note form
     sends it. Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one
     writer's checks, :func:`dynocell.db.knowledge.add_note`), NotFound for an unknown target."""
-    from dynocell.db import refs
+    from dynocell.runbooks.knowledge.loader import knowledge_for
 
-    key = refs.resolve_key(cell.store, ref, kind) if kind in refs.KINDS else ref
-    return add_note(cell, kind, key, text)
+    if kind in NOTE_KINDS:
+        kind, ref = resolve_note_target(cell.store, knowledge_for(cell.settings), f"{kind}:{ref}")
+    return add_note(cell, kind, ref, text)
