@@ -137,3 +137,12 @@ def test_an_entry_reference_means_the_same_in_the_cli_and_the_web(panel, cli_env
     web = http.post(base + "/api/notes", json={"kind": "entry", "target": "spec", "text": "x"}, timeout=60)
     assert cli.returncode == 2 and "ambiguous" in cli.stderr and "entry spec" in cli.stderr, cli.stderr
     assert web.status_code == 404 and "ambiguous" in web.json()["error"] and "entry spec" in web.json()["error"]
+
+
+def test_the_log_api_names_the_boot_by_its_id_not_by_the_prefix_it_was_asked_with(panel, settings):
+    """Before: GET /api/boots/b007/log answered {"boot_id": "b007", …} — the prefix the request gave."""
+    base, http = panel
+    (settings.home / "none.log").write_text("INFO ready\n")
+    r = http.get(f"{base}/api/boots/{BOOT[:4]}/log", timeout=60)
+    assert r.status_code == 200 and r.json()["boot_id"] == BOOT, r.text
+    assert r.json()["lines"] == ["INFO ready"]
