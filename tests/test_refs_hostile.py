@@ -146,3 +146,21 @@ def test_the_log_api_names_the_boot_by_its_id_not_by_the_prefix_it_was_asked_wit
     r = http.get(f"{base}/api/boots/{BOOT[:4]}/log", timeout=60)
     assert r.status_code == 200 and r.json()["boot_id"] == BOOT, r.text
     assert r.json()["lines"] == ["INFO ready"]
+
+
+def test_the_store_resolver_abbreviates_entry_slugs_as_knowledge_does(cell):
+    """Before: db/refs never abbreviated an entry slug while Knowledge.get (CLI `runbook show`, the entry
+    page) did; now both take a unique prefix of >= 4 characters and refuse a shared one."""
+    from dynocell.db import refs
+    from dynocell.errors import NotFound
+    from dynocell.runbooks.knowledge import bundled_knowledge, sync_index
+
+    k = bundled_knowledge()
+    sync_index(cell.store, k)
+    assert k.get("dummy").slug == ENTRY
+    assert refs.resolve(cell.store, "dummy", "entry") == refs.Ref("entry", ENTRY)
+    with pytest.raises(refs.AmbiguousRef) as amb:
+        refs.resolve(cell.store, "spec", "entry")
+    assert {c.key for c in amb.value.candidates} == {s for s in k.entries if s.startswith("spec")}
+    with pytest.raises(NotFound, match="at least 4 characters"):
+        refs.resolve(cell.store, "dum", "entry")

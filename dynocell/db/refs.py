@@ -5,8 +5,9 @@ One rule for every kind and every face (CLI, TUI, web, procedures):
 
 1. an exact key wins: a boot or run id, a full config or build hash (``sha256:`` optional,
    any case), a config label (its newest row), an experiment name, a runbook entry slug;
-2. else a *prefix* of at least :data:`MIN_PREFIX` characters of an id or hash (hashes
-   compared in lower case, ``sha256:`` optional) names the one record it starts;
+2. else a *prefix* of at least :data:`MIN_PREFIX` characters of an id, hash or entry slug (hashes
+   compared in lower case, ``sha256:`` optional) names the one record it starts (experiment names
+   are never abbreviated; ``Knowledge.get`` applies the same rule to the entries in effect);
 3. more than one candidate (of one kind or across the kinds asked for) →
    :class:`AmbiguousRef` listing the candidates and their kinds; nothing →
    :class:`~dynocell.errors.NotFound` naming the reference and the command that lists
@@ -114,10 +115,10 @@ def _by_prefix(s: Session, kind: str, ref: str, limit: int) -> list[Ref]:
     if kind in ("config", "build"):
         col = Config.config_hash if kind == "config" else EngineBuild.build_hash
         pat = HASH_PREFIX + ref.lower().removeprefix(HASH_PREFIX)
-    elif kind in ("boot", "run"):
-        col = Boot.id if kind == "boot" else Run.id
+    elif kind in ("boot", "run", "entry"):
+        col = {"boot": Boot.id, "run": Run.id, "entry": RunbookEntry.slug}[kind]
         pat = ref
-    else:  # experiments and entries are named, never abbreviated
+    else:  # experiments are named, never abbreviated
         return []
     rows = s.scalars(select(col).where(col.like(_like(pat), escape="\\")).order_by(col).limit(limit))
     return [Ref(kind, k) for k in rows]
