@@ -164,3 +164,16 @@ def test_the_store_resolver_abbreviates_entry_slugs_as_knowledge_does(cell):
     assert {c.key for c in amb.value.candidates} == {s for s in k.entries if s.startswith("spec")}
     with pytest.raises(NotFound, match="at least 4 characters"):
         refs.resolve(cell.store, "dum", "entry")
+
+
+def test_a_bare_note_target_that_names_nothing_says_why_as_the_resolver_does(cell, cli_env):
+    """Before: `dynocell note 9 x` said only "nothing matches '9'" where every other command (and the
+    panel's note form) says a prefix needs at least 4 characters; a 60,000-character target was echoed whole."""
+    r = _cli(["note", "9", "x"], cli_env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "a prefix needs at least 4 characters" in out and "KIND:ID" in out, out
+    r = _cli(["note", LONG, "x"], cli_env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "at most 200 characters" in out and len(out) < 2000, out[-1000:]
+    r = _cli(["note", "zzzz9999", "x"], cli_env)
+    assert r.returncode == 2 and "zzzz9999" in r.stderr and "KIND:ID" in r.stderr, r.stderr
