@@ -5,8 +5,9 @@ One rule for every kind and every face (CLI, TUI, web, procedures):
 
 1. an exact key wins: a boot or run id, a full config or build hash (``sha256:`` optional,
    any case), a config label (its newest row), an experiment name, a runbook entry slug;
-2. else a *prefix* of at least :data:`MIN_PREFIX` characters of an id or hash (hashes
-   compared in lower case, ``sha256:`` optional) names the one record it starts;
+2. else a *prefix* of at least :data:`MIN_PREFIX` characters of an id, hash or entry slug (hashes
+   compared in lower case, ``sha256:`` optional) names the one record it starts (experiment names
+   are never abbreviated; ``Knowledge.get`` applies the same rule to the entries in effect);
 3. more than one candidate (of one kind or across the kinds asked for) →
    :class:`AmbiguousRef` listing the candidates and their kinds; nothing →
    :class:`~dynocell.errors.NotFound` naming the reference and the command that lists
@@ -33,6 +34,11 @@ KINDS = ("config", "build", "boot", "run", "experiment", "entry")
 
 MIN_PREFIX = 4
 """Fewest characters of an id or hash (after ``sha256:``) that count as a prefix."""
+
+MAX_REF = 200
+"""Most characters a reference may have: no key is longer (ids ≤ 32, ``sha256:`` hashes 71, labels,
+experiment names and slugs ≤ 200), so a longer one names nothing and is never looked up (a LIKE
+pattern of 50,000 characters is "too complex" for SQLite)."""
 
 HASH_PREFIX = "sha256:"
 
@@ -82,6 +88,11 @@ def _kinds(kinds: Iterable[str] | str | None) -> tuple[str, ...]:
     return ks
 
 
+def _shown(ref: str) -> str:
+    """``ref`` as an error message quotes it: its first 40 characters when it is longer than that."""
+    return repr(ref[:40] + "…") if len(ref) > 40 else repr(ref)
+
+
 def _like(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
@@ -104,10 +115,10 @@ def _by_prefix(s: Session, kind: str, ref: str, limit: int) -> list[Ref]:
     if kind in ("config", "build"):
         col = Config.config_hash if kind == "config" else EngineBuild.build_hash
         pat = HASH_PREFIX + ref.lower().removeprefix(HASH_PREFIX)
-    elif kind in ("boot", "run"):
-        col = Boot.id if kind == "boot" else Run.id
+    elif kind in ("boot", "run", "entry"):
+        col = {"boot": Boot.id, "run": Run.id, "entry": RunbookEntry.slug}[kind]
         pat = ref
-    else:  # experiments and entries are named, never abbreviated
+    else:  # experiments are named, never abbreviated
         return []
     rows = s.scalars(select(col).where(col.like(_like(pat), escape="\\")).order_by(col).limit(limit))
     return [Ref(kind, k) for k in rows]
@@ -124,6 +135,8 @@ def candidates_in(s: Session, ref: str, kinds: Iterable[str] | str | None = None
     """:func:`candidates` inside an open session ``s`` (for db/ modules that read more in it)."""
     ref = ref.strip()
     ks = _kinds(kinds)
+    if len(ref) > MAX_REF:
+        return []
     exact = [r for k in ks for r in _exact(s, k, ref)]
     if exact or len(ref.removeprefix(HASH_PREFIX)) < MIN_PREFIX:
         return exact
@@ -149,6 +162,9 @@ def resolve_in(s: Session, ref: str, kinds: Iterable[str] | str | None = None) -
     ref = (ref or "").strip()
     if not ref:
         raise UserError(f"empty {what} reference", "give an id, a hash or unique prefix of it, or a name")
+    if len(ref) > MAX_REF:
+        raise NotFound(f"no {what} matches {_shown(ref)} (a reference has at most {MAX_REF} characters, "
+                       f"this one {len(ref)})", "give an id, a hash or unique prefix of it, or a name")
     found = candidates_in(s, ref, ks)
     if len(found) == 1:
         return found[0]

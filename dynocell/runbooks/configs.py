@@ -356,9 +356,9 @@ def resolve_stored(cell: Cell, ref: str) -> str:
     except NotFound as exc:
         if isinstance(exc, refs.AmbiguousRef):
             raise
-        raise NotFound(f"no stored config named {ref!r} and no hash starting with it",
-                       "pick one from the Configs page, or add one there by pasting its TOML "
-                       "(a file path is never read from a request)") from None
+        # the resolver's reason (too short, too long, unknown) as the CLI says it; a hint for the panel
+        raise NotFound(exc.message, "pick one from the Configs page, or add one there by pasting its TOML "
+                                    "(a file path is never read from a request)") from None
 
 
 def injection_keys_of(cell: Cell, config_hash: str) -> list[str]:

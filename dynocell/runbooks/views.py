@@ -362,15 +362,17 @@ def _boot_log(cell, boot_id: str) -> Path:
 
 
 def log_tail(cell, boot_id: str, n: int = 200, search: str | None = None) -> dict[str, Any]:
-    """The last ``n`` lines of a boot's log (only lines containing ``search``, case-insensitive, when given).
+    """The last ``n`` lines of a boot's log (only lines containing ``search``, case-insensitive, when given);
+    ``boot_id`` is any reference to one boot (id or unique prefix; NotFound / AmbiguousRef else).
 
-    Returns ``{boot_id, lines: [str], total_lines, matched, size (bytes), path, elsewhere, unavailable}``.
+    Returns ``{boot_id (the full id), lines: [str], total_lines, matched, size (bytes), path, elsewhere, unavailable}``.
     Lines are raw text — faces must escape them. A missing file gives no lines, not an error; so does a log
     that lives on another host (``elsewhere`` then says where, see :func:`elsewhere`) and one recorded outside
     this data directory (a store copied from another data directory; only files inside it are served):
     ``unavailable`` then says why, else it is None.
     """
     n = max(1, min(int(n), 5000))
+    boot_id = refs.resolve_key(cell.store, boot_id, "boot")  # the id, not the prefix a request gave
     where = elsewhere(cell, boot_id)
     if where is not None:
         return {"boot_id": boot_id, "lines": [], "total_lines": 0, "matched": 0, "size": 0,
@@ -486,6 +488,7 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
     from dynocell.runbooks.knowledge import selector_text
 
     k = _knowledge(cell)
+    missing: NotFound | None = None
     if k is not None:
         try:
             d = k.get(slug).to_dict()
@@ -493,9 +496,16 @@ def get_entry(cell, slug: str) -> dict[str, Any]:
             d["applies_to_text"] = selector_text(d.get("applies_to"))
             d["notes"] = listings.notes_of(cell.store, "entry", d["slug"])
             return d
-        except NotFound:
-            pass
-    d = listings.entry_row(cell.store, slug)
+        except refs.AmbiguousRef:
+            raise
+        except NotFound as exc:
+            missing = exc  # the knowledge's reason (too short a prefix) unless an indexed row has the slug
+    try:
+        d = listings.entry_row(cell.store, slug)
+    except NotFound:
+        if missing is not None:
+            raise missing from None
+        raise
     d["applies_to_text"] = selector_text(d["front_matter"].get("applies_to"))
     return d
 

@@ -32,13 +32,20 @@ class Knowledge:
     overridden: list[str] = field(default_factory=list)
 
     def get(self, slug: str) -> Entry:
-        """The entry ``slug`` (exact, else a unique prefix). Raises NotFound."""
+        """The entry ``slug``: exact, else a unique prefix of at least
+        :data:`~dynocell.db.refs.MIN_PREFIX` characters (the one resolver's rule, so CLI and web agree).
+        Raises :class:`~dynocell.db.refs.AmbiguousRef` listing the entries a prefix names, NotFound else."""
+        from dynocell.db.refs import MIN_PREFIX, AmbiguousRef, Ref
+
         if slug in self.entries:
             return self.entries[slug]
-        hits = [s for s in self.entries if s.startswith(slug)]
+        hits = sorted(s for s in self.entries if s.startswith(slug)) if len(slug) >= MIN_PREFIX else []
         if len(hits) == 1:
             return self.entries[hits[0]]
-        raise NotFound(f"no runbook entry {slug!r}" + (f" (ambiguous: {', '.join(hits[:5])})" if hits else ""),
+        if hits:
+            raise AmbiguousRef(slug, [Ref("entry", s) for s in hits])
+        short = f" (a prefix needs at least {MIN_PREFIX} characters)" if len(slug) < MIN_PREFIX else ""
+        raise NotFound(f"no runbook entry {slug[:200]!r}{short}",
                        "dynocell runbook search WORDS lists matching entries")
 
     def for_rule(self, rule: str) -> list[str]:

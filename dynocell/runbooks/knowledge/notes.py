@@ -30,11 +30,16 @@ def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[
         if kind == "entry":
             return kind, knowledge.get(ident).slug
         return kind, refs.resolve_key(store, ident, kind)
+    kinds = ("run", "boot", "config", "experiment")
     hits = [refs.Ref("entry", target)] if target in knowledge.entries else []
-    hits += refs.candidates(store, target, ("run", "boot", "config", "experiment"))
+    hits += refs.candidates(store, target, kinds)
     if not hits:
-        raise NotFound(f"nothing matches {target!r}",
-                       "write KIND:ID, e.g. run:0a1b…, boot:…, config:NAME, entry:SLUG, experiment:NAME")
+        try:  # the resolver's reason: unknown, a prefix too short, a reference too long
+            refs.resolve(store, target, kinds)
+        except NotFound as exc:
+            raise NotFound(exc.message, "write KIND:ID, e.g. run:0a1b…, boot:…, config:NAME, entry:SLUG, "
+                                        "experiment:NAME") from None
+        raise NotFound(f"nothing matches {target!r}", "write KIND:ID")  # unreachable: no candidates, no match
     if len(hits) > 1:
         raise refs.AmbiguousRef(target, hits)
     return hits[0].kind, hits[0].key
@@ -55,11 +60,12 @@ def add_note(cell: Any, kind: str, ident: str, text: str) -> NoteRow:
 
 
 def add_note_by_ref(cell: Any, kind: str, ref: str, text: str) -> NoteRow:
-    """:func:`add_note` to a target named by ``ref`` — an id, unique prefix or name resolved by the one
-    resolver (:mod:`dynocell.db.refs`) when ``kind`` is one of its kinds — as the web panel's note form
+    """:func:`add_note` to a target named by ``ref`` — an id, unique prefix, name or entry slug resolved
+    as ``dynocell note KIND:REF`` resolves it (:func:`resolve_note_target`) — as the web panel's note form
     sends it. Raises UserError on an empty text, an unknown kind or more than 20000 characters (the one
     writer's checks, :func:`dynocell.db.knowledge.add_note`), NotFound for an unknown target."""
-    from dynocell.db import refs
+    from dynocell.runbooks.knowledge.loader import knowledge_for
 
-    key = refs.resolve_key(cell.store, ref, kind) if kind in refs.KINDS else ref
-    return add_note(cell, kind, key, text)
+    if kind in NOTE_KINDS:
+        kind, ref = resolve_note_target(cell.store, knowledge_for(cell.settings), f"{kind}:{ref}")
+    return add_note(cell, kind, ref, text)
