@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -37,6 +37,38 @@ def pytest_sessionstart(session):
     # The default pair ships with the package (dynocell/engine/reference/pair/), so this finds it
     # without training; test_reference_training checks the training path on a shortened recipe.
     ensure_pair(MODEL_CACHE, progress=lambda msg: print(f"[dynocell tests] {msg}", flush=True))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop any dynocell supervisor a test left running (a test that failed between ``boot --detach`` and
+    ``stop``): each is a process whose ``DYNOCELL_HOME`` lies under this session's temporary directory. It
+    gets SIGTERM, so its stop discipline stops its engine too; whatever is left after 15 s is killed. Named on
+    stderr, so a leak is seen rather than left on the machine."""
+    import psutil
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    base = str(factory.getbasetemp())
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if "dynocell.runbooks.supervise" not in " ".join(proc.info["cmdline"] or []):
+                continue
+            if proc.environ().get("DYNOCELL_HOME", "").startswith(base):
+                left.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    for proc in left:
+        print(f"[dynocell tests] stopping supervisor pid {proc.pid} a test left running", file=sys.stderr)
+        with suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=15)
+    for proc in alive:
+        with suppress(psutil.NoSuchProcess):
+            for child in proc.children(recursive=True) + [proc]:
+                with suppress(psutil.NoSuchProcess):
+                    child.kill()
 
 
 @pytest.fixture(autouse=True)

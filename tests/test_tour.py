@@ -55,6 +55,15 @@ def test_tour_block_is_what_the_issue_asks_for():
 @pytest.mark.slow
 def test_tour_runs_as_written_in_a_fresh_home(tmp_path):
     env = _env(tmp_path / "home")
+    try:
+        _walk_the_tour(env)
+    finally:  # a line that failed after `boot tiny --detach` leaves that boot live: stop it, never leak it
+        for b in json.loads(_sh("dynocell ps --json", env).stdout or "[]"):
+            if b.get("state") in ("starting", "ready"):
+                _sh(f"dynocell stop {shlex.quote(b['id'])}", env)
+
+
+def _walk_the_tour(env: dict[str, str]) -> None:
     ids: dict[str, str] = {}
     for line in tour_lines():
         if line.startswith(". .venv/bin/activate"):
