@@ -100,7 +100,8 @@ def test_config_for_another_host_warns_at_add_and_plan_errors_at_boot(tmp_path):
     assert "warning: model_path:" in plan.stderr
     boot = _sh("dynocell boot sglang-h200-standalone", env, 120)
     assert boot.returncode == 2, (boot.stdout, boot.stderr)
-    assert boot.stderr.startswith("Error: ") and "model_path: model path does not exist on this machine" in boot.stderr
+    said = " ".join(boot.stderr.split())  # Error: lines wrap at 80 columns (COLUMNS is set here)
+    assert said.startswith("Error: ") and "model_path: model path does not exist on this machine" in said
     assert "Traceback" not in boot.stderr
     # The example points at a GPU readme that a clone has.
     text = (REPO / example).read_text()
