@@ -27,23 +27,29 @@ RUN_C = "77aa00000002"
 RUN_D = "5e5e00000001"        # unique by 4 characters
 
 
-@pytest.fixture
-def cell(settings):
+def seeded_cell(settings, configs: tuple[str, ...], boot: str, runs: tuple[str, ...]):
+    """A cell on a fresh store holding ``configs`` (the first labelled ``prod``), one failed boot ``boot`` and
+    failed runs ``runs`` of the first config: the references the resolver tests name."""
     from dynocell.runbooks.cell import open_cell
 
     c = open_cell(settings)
     st = c.store
-    for h in (CONFIG, OTHER_CONFIG):
+    for h in configs:
         db_configs.insert_config(st, h, "reference", "builtin:tiny", '{"model_path": "builtin:tiny"}', "")
-    db_configs.add_label(st, "prod", CONFIG)
+    db_configs.add_label(st, "prod", configs[0])
     now = datetime.now(timezone.utc)
-    db_boots.create_boot(st, id=BOOT, config_hash=CONFIG, engine="reference", hostname="h", host="127.0.0.1",
+    db_boots.create_boot(st, id=boot, config_hash=configs[0], engine="reference", hostname="h", host="127.0.0.1",
                          port=1, argv="[]", env={}, state="failed", log_path=str(settings.home / "none.log"),
                          started_at=now, ended_at=now)
-    for rid in (RUN_A, RUN_B, RUN_C, RUN_D):
-        db_runs.create_run(st, id=rid, kind="run", config_hash=CONFIG, state="failed", step="config",
+    for rid in runs:
+        db_runs.create_run(st, id=rid, kind="run", config_hash=configs[0], state="failed", step="config",
                            started_at=now, ended_at=now, error="stand-in")
     return c
+
+
+@pytest.fixture
+def cell(settings):
+    return seeded_cell(settings, (CONFIG, OTHER_CONFIG), BOOT, (RUN_A, RUN_B, RUN_C, RUN_D))
 
 
 # (reference, kinds, expected kind:key or the words of the error)

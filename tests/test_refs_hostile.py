@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
 
 import pytest
 import requests
 
-from dynocell.db import boots as db_boots, configs as db_configs, runs as db_runs
+from tests.test_refs import seeded_cell
 from tests.test_web_fuzz import serve
 from tests.weblogin import LAUNCH
 
@@ -25,19 +24,7 @@ LONG = "a" * 60_000  # past SQLite's 50,000-byte LIKE pattern limit
 
 @pytest.fixture
 def cell(settings):
-    from dynocell.runbooks.cell import open_cell
-
-    c = open_cell(settings)
-    st = c.store
-    db_configs.insert_config(st, CONFIG, "reference", "builtin:tiny", '{"model_path": "builtin:tiny"}', "")
-    db_configs.add_label(st, "prod", CONFIG)
-    now = datetime.now(timezone.utc)
-    db_boots.create_boot(st, id=BOOT, config_hash=CONFIG, engine="reference", hostname="h", host="127.0.0.1",
-                         port=1, argv="[]", env={}, state="failed", log_path=str(settings.home / "none.log"),
-                         started_at=now, ended_at=now)
-    db_runs.create_run(st, id=RUN, kind="run", config_hash=CONFIG, state="failed", step="config",
-                       started_at=now, ended_at=now, error="stand-in")
-    return c
+    return seeded_cell(settings, (CONFIG,), BOOT, (RUN,))
 
 
 @pytest.fixture
