@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dynocell.errors import UserError
+from dynocell.text import shorten
 
 __all__ = [
     "ObservedConfig",
@@ -199,8 +200,7 @@ def _checked_port(fields: dict[str, Any], source: str) -> tuple[str, ...]:
         fields["port"] = port
         return ()
     bad = fields.pop("port")
-    shown = json.dumps(bad, default=str, ensure_ascii=True)
-    shown = shown if len(shown) <= 40 else shown[:39] + "…"
+    shown = shorten(json.dumps(bad, default=str, ensure_ascii=True), 40)
     return (f"{source or 'the engine'} reports port {shown}, not a TCP port (1–65535): ignored",)
 
 

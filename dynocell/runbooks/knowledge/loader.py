@@ -35,7 +35,7 @@ class Knowledge:
         """The entry ``slug``: exact, else a unique prefix of at least
         :data:`~dynocell.db.refs.MIN_PREFIX` characters (the one resolver's rule, so CLI and web agree).
         Raises :class:`~dynocell.db.refs.AmbiguousRef` listing the entries a prefix names, NotFound else."""
-        from dynocell.db.refs import MIN_PREFIX, AmbiguousRef, Ref
+        from dynocell.db.refs import MAX_REF, MIN_PREFIX, AmbiguousRef, Ref
 
         if slug in self.entries:
             return self.entries[slug]
@@ -45,7 +45,7 @@ class Knowledge:
         if hits:
             raise AmbiguousRef(slug, [Ref("entry", s) for s in hits])
         short = f" (a prefix needs at least {MIN_PREFIX} characters)" if len(slug) < MIN_PREFIX else ""
-        raise NotFound(f"no runbook entry {slug[:200]!r}{short}",
+        raise NotFound(f"no runbook entry {slug[:MAX_REF]!r}{short}",
                        "dynocell runbook search WORDS lists matching entries")
 
     def for_rule(self, rule: str) -> list[str]:

@@ -35,11 +35,10 @@ def resolve_note_target(store: Any, knowledge: Knowledge, target: str) -> tuple[
     hits += refs.candidates(store, target, kinds)
     if not hits:
         try:  # the resolver's reason: unknown, a prefix too short, a reference too long
-            refs.resolve(store, target, kinds)
+            hits = [refs.resolve(store, target, kinds)]
         except NotFound as exc:
             raise NotFound(exc.message, "write KIND:ID, e.g. run:0a1b…, boot:…, config:NAME, entry:SLUG, "
                                         "experiment:NAME") from None
-        raise NotFound(f"nothing matches {target!r}", "write KIND:ID")  # unreachable: no candidates, no match
     if len(hits) > 1:
         raise refs.AmbiguousRef(target, hits)
     return hits[0].kind, hits[0].key
