@@ -916,13 +916,9 @@ def _curve_from_row(row: dict[str, Any]) -> Any:
 def curve_of(c: CurveRow) -> Any:
     """The :class:`~dynocell.engine.acceptance.Curve` of a stored curve (``db.runs.CurveRow``): from its
     histogram when it kept one, else its per-position p_k, else its τ and accept rate."""
-    return _curve_from_row({"histogram": c.histogram, "p": [p.p_uncond for p in sorted(c.points, key=_position)],
+    return _curve_from_row({"histogram": c.histogram, "p": [p.p_uncond for p in c.points],  # points by position
                             "steps": c.steps, "tau": c.tau, "accept_rate": c.accept_rate,
                             "num_drafts": c.num_drafts})
-
-
-def _position(point: Any) -> int:
-    return point.position
 
 
 def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
