@@ -4,7 +4,7 @@ entry a string a person typed names.
 One rule for every kind and every face (CLI, TUI, web, procedures):
 
 1. an exact key wins: a boot or run id, a full config or build hash (``sha256:`` optional,
-   any case), a config label (its newest row), an experiment name, a runbook entry slug;
+   any case; before a label spelled like it), a config label (its newest row), an experiment name, a runbook entry slug;
 2. else a *prefix* of at least :data:`MIN_PREFIX` characters of an id, hash or entry slug (hashes
    compared in lower case, ``sha256:`` optional) names the one record it starts (experiment names
    are never abbreviated; ``Knowledge.get`` applies the same rule to the entries in effect);
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from sqlalchemy import desc, select
+from sqlalchemy import desc, func, select
 from sqlalchemy.orm import Session
 
 from dynocell.db.tables import Boot, Config, ConfigLabel, EngineBuild, Experiment, Run, RunbookEntry
@@ -100,11 +100,13 @@ def _like(prefix: str) -> str:
 def _exact(s: Session, kind: str, ref: str) -> list[Ref]:
     h = HASH_PREFIX + ref.lower().removeprefix(HASH_PREFIX)
     if kind == "config":
+        if s.get(Config, h) is not None:  # a full hash is never shadowed by a label spelled like it
+            return [Ref("config", h)]
         lab = s.scalars(select(ConfigLabel).where(ConfigLabel.name == ref)
                         .order_by(desc(ConfigLabel.id)).limit(1)).first()
         if lab is not None:
             return [Ref("config", lab.config_hash)]
-        return [Ref("config", h)] if s.get(Config, h) is not None else []
+        return []
     if kind == "build":
         return [Ref("build", h)] if s.get(EngineBuild, h) is not None else []
     model = {"boot": Boot, "run": Run, "experiment": Experiment, "entry": RunbookEntry}[kind]
@@ -113,8 +115,12 @@ def _exact(s: Session, kind: str, ref: str) -> list[Ref]:
 
 def _by_prefix(s: Session, kind: str, ref: str, limit: int) -> list[Ref]:
     if kind in ("config", "build"):
+        # hashes are stored in lower case and compared exactly (substr, not LIKE: SQLite's LIKE ignores case and
+        # PostgreSQL's does not), so a prefix typed in upper case resolves on both backends because it is lowered
         col = Config.config_hash if kind == "config" else EngineBuild.build_hash
         pat = HASH_PREFIX + ref.lower().removeprefix(HASH_PREFIX)
+        rows = s.scalars(select(col).where(func.substr(col, 1, len(pat)) == pat).order_by(col).limit(limit))
+        return [Ref(kind, k) for k in rows]
     elif kind in ("boot", "run", "entry"):
         col = {"boot": Boot.id, "run": Run.id, "entry": RunbookEntry.slug}[kind]
         pat = ref

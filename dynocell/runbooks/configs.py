@@ -39,6 +39,8 @@ from dynocell.runbooks.cell import Cell
 
 HASH_PREFIX = "sha256:"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+#: A name that reads as a hash or a hash prefix (hex digits, at least refs.MIN_PREFIX of them, ``sha256:`` optional).
+_HASH_LIKE = re.compile(rf"^(?:{HASH_PREFIX})?[0-9a-fA-F]{{{refs.MIN_PREFIX},}}$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,17 @@ NAME_RULE = "1 to 200 letters, digits, '.', '_', '+' or '-', starting with a let
 def check_name(name: str, source: str = "", kind: str = "config") -> str:
     """Validate a label name (:data:`NAME_RULE`; not a hash) of a ``kind`` (config, experiment). ``source``:
     where the name came from when the user did not type it (``the file name``), named in the hint with
-    ``--name``. Raises UserError."""
+    ``--name``. Raises UserError.
+
+    A name of hex digits only (:data:`~dynocell.db.refs.MIN_PREFIX` or more, ``sha256:`` optional) is refused: the
+    resolver tries labels before hashes, so such a label would silently take over every reference to the config
+    whose hash starts with it (issue 32, item 5)."""
+    if _HASH_LIKE.match(name):
+        example = "cfg-" + name.lower().removeprefix(HASH_PREFIX)[:12]
+        raise UserError(f"invalid {kind} name {name!r}" + (f" (from {source})" if source else "")
+                        + ": it reads as a hash or a hash prefix, and would take over references to that hash",
+                        f"use a name that is not only hex digits, e.g. {example!r}"
+                        + (" (or give --name)" if source else ""))
     if not _NAME.match(name):
         raise UserError(f"invalid {kind} name {name!r}" + (f" (from {source})" if source else ""),
                         f"use {NAME_RULE}" + (" (or give --name)" if source else ""))
@@ -96,9 +108,9 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     """
     p = Path(path)
     cfg = load_config(p)
-    if not name and cfg.meta.name and not _NAME.match(cfg.meta.name):
+    if not name and cfg.meta.name and (not _NAME.match(cfg.meta.name) or _HASH_LIKE.match(cfg.meta.name)):
         raise ConfigError(str(p), "meta.name", f"invalid config name {cfg.meta.name!r}",
-                          f"use {NAME_RULE} (or give --name)")
+                          f"use {NAME_RULE}, not only hex digits (or give --name)")
     label = check_name(name or cfg.meta.name or p.stem, "" if name or cfg.meta.name else "the file name")
     text = p.read_text(encoding="utf-8")
     store = cell.store
