@@ -15,7 +15,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from dynocell.web.auth import COOKIE, LAUNCH_TOKEN_ID, Sessions, host_name, is_loopback, same_origin
+from dynocell.web.auth import COOKIE, LAUNCH_TOKEN_ID, Sessions, host_name, is_loopback, safe_next, same_origin
 from dynocell.web.errors import error_response
 
 PUBLIC_PREFIXES = ("/static/",)
@@ -44,13 +44,15 @@ class TokenChecker:
 
     Remembers sha256(token) → token id of tokens this process has verified (and the launch
     token): a known token is checked without scrypt, so a script keeps working while its address
-    backs off. A stored token counts only while it is live (not revoked).
+    backs off. A stored token counts only while it is live (not revoked). Back-off applies to a client's
+    failures, never to a right token: while an address backs off its tokens are still checked, one at a time.
     """
 
     def __init__(self, state: Any) -> None:
         self.state = state
         self._known: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._lane = threading.Lock()  # the one scrypt check of a backing-off client at a time
         if state.launch_token:
             self._known[_digest(state.launch_token)] = LAUNCH_TOKEN_ID
 
@@ -68,8 +70,9 @@ class TokenChecker:
         return tid if tid is not None and self.live(tid) else None
 
     def __call__(self, token: str, client: str) -> tuple[str | None, float]:
-        """``(token id, 0)`` for a right token, ``(None, 0)`` for a wrong one, ``(None, wait)``
-        while ``client`` backs off. Blocking (scrypt): call from a worker thread."""
+        """``(token id, 0)`` for a right token (also while ``client`` backs off), ``(None, 0)`` for a wrong one,
+        ``(None, wait)`` for a wrong one while ``client`` backs off (or when another backing-off check is under
+        way). Blocking (scrypt): call from a worker thread."""
         from dynocell.runbooks import web_tokens
 
         token = (token or "").strip()
@@ -78,11 +81,22 @@ class TokenChecker:
             return tid, 0.0
         wait = self.state.limiter.reserve(client)
         if wait:
-            return None, wait
-        found = web_tokens.verify(self.state.cell, token) if token else None
-        if found is None:
-            return None, 0.0
-        self.state.limiter.succeeded(client)
+            # backing off: another user of the same address may hold a right token (issue 32, item 11), so it is
+            # still checked, one at a time in the whole panel (scrypt work stays bounded; a check already under way
+            # answers 429); a right one gets in, a wrong one waits; neither clears the address's failures
+            if not token or not self._lane.acquire(blocking=False):
+                return None, wait
+            try:
+                found = web_tokens.verify(self.state.cell, token)
+            finally:
+                self._lane.release()
+            if found is None:
+                return None, wait
+        else:
+            found = web_tokens.verify(self.state.cell, token) if token else None
+            if found is None:
+                return None, 0.0
+            self.state.limiter.succeeded(client)
         with self._lock:
             self._known[_digest(token)] = str(found)
         return str(found), 0.0
@@ -172,7 +186,8 @@ async def _bearer(request: Request, token: str, call_next):  # noqa: ANN202
 
 async def _token_url_login(request: Request, token: str) -> Response:
     """``GET …?token=T`` (the URL ``dynocell web`` prints): trade T for a session cookie and
-    redirect to the same address without the token."""
+    redirect to the same address without the token — on this panel only: a path such as ``//evil.example/``
+    (another site to a browser) redirects to ``/`` (:func:`~dynocell.web.auth.safe_next`)."""
     tid, wait = await run_in_threadpool(request.app.state.check_token, token, _client(request))
     if wait:
         return _backing_off(request, wait)
@@ -180,7 +195,7 @@ async def _token_url_login(request: Request, token: str) -> Response:
         return error_response(request, 401, "that login link's token is not valid",
                               "use the URL `dynocell web` printed, or log in at /login")
     rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-    target = request.url.path + ("?" + urlencode(rest) if rest else "")
+    target = safe_next(request.url.path + ("?" + urlencode(rest) if rest else ""))
     value, _ = request.app.state.sessions.issue(tid)
     resp = RedirectResponse(target, status_code=303)
     set_session_cookie(resp, value)

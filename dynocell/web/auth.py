@@ -67,6 +67,15 @@ def same_origin(origin: str, host_header: str) -> bool:
     return parts.netloc.lower() == (host_header or "").strip().lower()
 
 
+def safe_next(target: str | None) -> str:
+    """``target`` when it is a path on this panel (``/…``, no scheme, host or backslash), else ``/``: where a
+    login may redirect to (``//evil.example/`` is another site to a browser, so it becomes ``/``)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    parts = urlsplit(target)
+    return parts.path + (("?" + parts.query) if parts.query else "") if not parts.netloc else "/"
+
+
 def new_launch_token() -> str:
     """A fresh random launch token (``dcl_`` + 32 random bytes, URL-safe)."""
     return "dcl_" + secrets.token_urlsafe(32)
@@ -150,8 +159,10 @@ class LoginBackoff:
     until :meth:`succeeded` clears it, so N concurrent wrong guesses reach the (slow) check at
     most ``free_failures`` times before the back-off starts. After ``free_failures`` failures
     the client waits ``base_s · 2^(failures − free_failures)`` seconds (at most ``max_s``)
-    before its next attempt; a client quiet for ``forget_s`` starts afresh. Nobody is locked out
-    for good: the wait is bounded and a right token clears it.
+    before its next attempt; a client quiet for ``forget_s`` starts afresh. Nobody is locked out:
+    the wait is bounded, a right token clears it, and while it lasts
+    :class:`~dynocell.web.access.TokenChecker` still lets a right token in (the address is shared
+    by every local user; the back-off is for its failures, not for another user's right token).
     """
 
     def __init__(self, free_failures: int = 5, base_s: float = 1.0, max_s: float = 300.0,

@@ -8,8 +8,8 @@ from fastapi import Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from dynocell.web.access import set_session_cookie
-from dynocell.web.auth import COOKIE
-from dynocell.web.views.shared import Family, client, render, safe_next
+from dynocell.web.auth import COOKIE, safe_next
+from dynocell.web.views.shared import Family, client, render
 
 routes = Family()
 

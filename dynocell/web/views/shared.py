@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -21,11 +20,14 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from dynocell.runbooks import configs, views
 from dynocell.web.app import result_id
 from dynocell.web.auth import CSRF_FIELD, CSRF_HEADER
+from dynocell.errors import UserError
+from dynocell.text import printable
 
-#: The blocks of a template a page may render alone (``?fragment=<block>``).
+#: The blocks of a template a page may render alone (``?fragment=<block>``); each is a ``{% block %}`` of its
+#: template (a test checks it: a listed block the template lacks was a 500).
 FRAGMENTS = {
     "dashboard.html": {"live", "jobs"},
-    "boot.html": {"log", "state"},
+    "boot.html": {"log"},
     "job.html": {"job"},
     "runbooks.html": {"results"},
 }
@@ -83,12 +85,17 @@ def cell(request: Request) -> Any:
 def render(request: Request, name: str, ctx: dict[str, Any], status: int = 200,
            headers: dict[str, str] | None = None) -> Response:
     """Template ``name`` with the base context and ``ctx``: the whole page, or only the block
-    ``?fragment=`` names when :data:`FRAGMENTS` lists it for ``name``."""
+    ``?fragment=`` names when :data:`FRAGMENTS` lists it for ``name``. Raises UserError (HTTP 400) for a
+    ``?fragment=`` the page does not have."""
     app = request.app
     full = app.state.base_context(request)
     full.update(ctx)
     frag = request.query_params.get("fragment")
-    block = frag if frag and frag in FRAGMENTS.get(name, set()) else None
+    if frag is not None and frag not in FRAGMENTS.get(name, set()):
+        known = sorted(FRAGMENTS.get(name, set()))
+        raise UserError(f"fragment: this page has no fragment {printable(frag, limit=40)!r}",
+                        f"use one of {', '.join(known)}" if known else "leave out ?fragment= (this page has none)")
+    block = frag
     return app.state.templates.TemplateResponse(request, name, full, status_code=status, block_name=block,
                                                 headers=headers)
 
@@ -152,14 +159,6 @@ def start_on_config(request: Request, kind: str, ref: str) -> Response:
     """Start ``kind`` (run, boot) on the stored config ``ref`` names, keyed by its hash."""
     key = bootable_config(request, ref)
     return started(request, start(request, kind, kind, key, key, f"{kind} {config_name(request, ref, key)}"))
-
-
-def safe_next(target: str | None) -> str:
-    """``target`` when it is a path on this panel (``/…``, no scheme, host or backslash), else ``/``."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    parts = urlsplit(target)
-    return parts.path + (("?" + parts.query) if parts.query else "") if not parts.netloc else "/"
 
 
 def client(request: Request) -> str:
