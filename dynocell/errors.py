@@ -8,6 +8,8 @@ and never print.
 
 from __future__ import annotations
 
+from dynocell.text import quoted_name  # a file name with a newline would split the Error: line
+
 
 class DynocellError(Exception):
     """Base of every error dynocell reports to a person.
@@ -42,7 +44,7 @@ class ConfigError(UserError):
     """
 
     def __init__(self, source: str, field: str | None, message: str, hint: str | None = None) -> None:
-        where = f"{source}: {field}" if field else source
+        where = f"{quoted_name(source)}: {field}" if field else quoted_name(source)
         super().__init__(f"{where}: {message}", hint)
         self.source = source
         self.field = field

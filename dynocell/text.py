@@ -12,6 +12,7 @@ every layer like :mod:`dynocell.errors` (no imports from dynocell).
 - :func:`printable`: :func:`strip_escapes`, then every remaining character that
   is not printable (``str.isprintable``: C0/C1 controls, DEL, a lone ESC,
   unassigned or format characters) shown as ``?``; newlines kept when asked.
+- :func:`quoted_name`: a file name as a message quotes it (its ``repr`` when it holds a newline or control).
 - :func:`shorten`: :func:`printable`, cut to a length with ``…`` as its last character.
 """
 
@@ -50,6 +51,14 @@ def printable(text: Any, *, limit: int | None = None, keep_newlines: bool = Fals
         s = "".join(ch if ch.isprintable() or ch in keep else (" " if ch == "\t" else REPLACEMENT)
                     for ch in s)
     return s if limit is None else s[:limit]
+
+
+def quoted_name(name: Any) -> str:
+    """A file name (or any one-line value) as a message quotes it: as is when every character is printable, else
+    its Python ``repr`` (``'evil\\nhint: …'``), so a newline or control character in it can neither split the
+    message's line nor forge a line of its own (issue 32, item 16)."""
+    s = name if isinstance(name, str) else str(name)
+    return s if s.isprintable() else repr(s)
 
 
 def shorten(text: Any, limit: int) -> str:

@@ -103,16 +103,33 @@ def _error_width() -> int | None:
     return min(ERROR_WIDTH, cols) if cols else None
 
 
+#: What every line of an ``Error:``/``hint:`` message after its first starts with: a continuation can never be read
+#: as a line of its own (a newline, or a wrap, inside a quoted file name cannot forge a ``hint:`` line).
+CONTINUATION = "  "
+
+
+def error_lines(text: str, width: int | None) -> list[str]:
+    """``text`` (an ``Error: …`` or ``hint: …`` message) as the lines the CLI prints: made
+    :func:`~dynocell.text.printable` (newlines kept), wrapped at ``width`` columns at word boundaries (a word longer
+    than a line folded; None: not wrapped), every line after the first indented by :data:`CONTINUATION`."""
+    import textwrap
+
+    from dynocell.text import printable  # a message may quote a config value, a file name or an engine line
+
+    out: list[str] = []
+    for i, line in enumerate(printable(text, keep_newlines=True).split("\n")):
+        first = "" if i == 0 else CONTINUATION
+        if width is None:
+            out.append(first + line)
+            continue
+        out.extend(textwrap.wrap(line, max(width, 20), initial_indent=first, subsequent_indent=CONTINUATION,
+                                 break_long_words=True, break_on_hyphens=False) or [first])
+    return out
+
+
 def _say_error(text: str) -> None:
-    from rich.text import Text
-
-    from dynocell.text import printable  # a message may quote a config value or an engine line
-
-    width = _error_width()
-    if width is None:
-        err_console.print(printable(text, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
-    else:  # at word boundaries; a word longer than a line (a path) is folded
-        err_console.print(Text(printable(text, keep_newlines=True), overflow="fold"), width=width, soft_wrap=False)
+    for line in error_lines(text, _error_width()):
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _report(exc: BaseException, code: int, message: str, hint: str | None = None) -> int:

@@ -41,6 +41,7 @@ from dynocell.engine.observed import (
 from dynocell.engine.log_signs import ENGINE_EXCEPTION, VLLM_STATS
 from dynocell.engine.rules import classify_log, match_phase, match_text, strip_prefix
 from dynocell.errors import UserError, not_a_file
+from dynocell.text import quoted_name
 
 __all__ = ["ENGINES", "LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample", "parse_v0_spec_line", "read_log",
            "check_engine_name", "split_lines"]
@@ -291,7 +292,7 @@ def _read_text(p: Path, engine: str | None) -> tuple[bytes, list[str]]:
     too large (> MAX_LOG_BYTES) file, an empty, binary or non-UTF-8 one."""
     check_engine_name(engine)
     if not p.is_file():
-        raise LogReadError(f"{p}: " + not_a_file(p),
+        raise LogReadError(f"{quoted_name(p)}: " + not_a_file(p),
                            "give the path of an engine's server log")
     size = p.stat().st_size
     if size > MAX_LOG_BYTES:

@@ -45,6 +45,7 @@ from typing import Any, Mapping
 
 from dynocell.engine.acceptance import Curve, curve_from_meta_infos
 from dynocell.errors import UserError, not_a_file
+from dynocell.text import quoted_name
 
 __all__ = ["BenchLevel", "RequestsReport", "ResultReadError", "read_bench", "read_requests"]
 
@@ -85,7 +86,7 @@ class BenchLevel:
 def _load_json(path: Path) -> list[tuple[int, Any]]:
     """``[(line, value)]``: one JSON document, or JSON lines."""
     if not path.is_file():
-        raise ResultReadError(f"{path}: " + not_a_file(path),
+        raise ResultReadError(f"{quoted_name(path)}: " + not_a_file(path),
                               "give the path of the result file")
     size = path.stat().st_size
     if size > MAX_RESULT_BYTES:

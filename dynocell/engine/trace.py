@@ -49,6 +49,7 @@ import ijson
 
 from dynocell.engine.trace_chunks import Event, NotFast, event_chunks
 from dynocell.errors import UserError
+from dynocell.text import quoted_name
 
 __all__ = [
     "CATEGORIES",
@@ -126,16 +127,16 @@ def _load_rules_cached(p: str) -> Rules:
     try:
         data = tomllib.loads(Path(p).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise TraceError(f"{p}: cannot read trace category rules: {exc}") from None
+        raise TraceError(f"{quoted_name(p)}: cannot read trace category rules: {exc}") from None
     out = []
     for i, r in enumerate(data.get("rule", []), start=1):
         cat, rx = r.get("category"), r.get("regex")
         if cat not in CATEGORIES:
-            raise TraceError(f"{p}: rule {i}: category {cat!r} is not one of {', '.join(CATEGORIES)}")
+            raise TraceError(f"{quoted_name(p)}: rule {i}: category {cat!r} is not one of {', '.join(CATEGORIES)}")
         try:
             out.append((re.compile(rx, re.IGNORECASE), cat))
         except (re.error, TypeError) as exc:
-            raise TraceError(f"{p}: rule {i} ({cat}): bad regex {rx!r}: {exc}") from None
+            raise TraceError(f"{quoted_name(p)}: rule {i} ({cat}): bad regex {rx!r}: {exc}") from None
     return Rules(tuple(out))
 
 
@@ -235,7 +236,7 @@ def _open(path: Path) -> BinaryIO:
     try:
         f = open(path, "rb")
     except OSError as exc:
-        raise TraceError(f"{path}: cannot open trace: {exc.strerror or exc}") from None
+        raise TraceError(f"{quoted_name(path)}: cannot open trace: {exc.strerror or exc}") from None
     head = f.read(2)
     f.seek(0)
     if head == b"\x1f\x8b":
@@ -336,7 +337,7 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
     """Events of ``traceEvents`` (object form) or of the top-level array, streamed under a :class:`_Guard`."""
     first = _first_byte(path)
     if not first:
-        raise TraceError(f"{path}: trace file is empty",
+        raise TraceError(f"{quoted_name(path)}: trace file is empty",
                          "re-collect the trace; the profiler may not have written it yet")
     prefix = "item" if first == b"[" else "traceEvents.item"
     found = False
@@ -356,10 +357,11 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
                 kind = next(events, ("", "end", None))[1]
                 if kind == "start_array":
                     return
-                raise TraceError(f"{path}: 'traceEvents' is {_JSON_KINDS.get(kind, kind)}, not a list of events",
+                raise TraceError(f"{quoted_name(path)}: 'traceEvents' is {_JSON_KINDS.get(kind, kind)}, "
+                                 "not a list of events",
                                  "expected a torch profiler / Kineto trace (*.trace.json[.gz])")
     raise TraceError(
-        f"{path}: not a Chrome trace: no 'traceEvents' list",
+        f"{quoted_name(path)}: not a Chrome trace: no 'traceEvents' list",
         "expected a torch profiler / Kineto trace (*.trace.json[.gz])",
     )
 
@@ -616,7 +618,7 @@ class _Split:
         span_lo, span_hi = self.span_lo, self.span_hi
         span_us = span_hi - span_lo if span_hi > span_lo else 0.0
         if not max(total_us, window_us, span_us) <= MAX_TRACE_US:
-            raise TraceError(f"{p}: event times add up to more than {MAX_TRACE_US:.0e} µs (31,700 years); "
+            raise TraceError(f"{quoted_name(p)}: event times add up to more than {MAX_TRACE_US:.0e} µs (31,700 years); "
                              "not a profiler trace", "a ts or dur in the file is corrupt: is it the trace "
                              "the profiler wrote?")
 
@@ -665,21 +667,21 @@ def _read_ijson(p: Path) -> _Split:
     except TraceError:
         raise
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise TraceError(f"{p}: trace is truncated or not valid gzip: {exc}",
+        raise TraceError(f"{quoted_name(p)}: trace is truncated or not valid gzip: {exc}",
                          "the profiler may still be writing it, or the copy was cut short") from None
     except ijson.JSONError as exc:
         raw = exc.args[0] if exc.args else ""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(exc)
         msg = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         if "premature EOF" in msg or "Incomplete JSON" in msg:
-            raise TraceError(f"{p}: trace is not complete JSON (truncated?): {msg}",
+            raise TraceError(f"{quoted_name(p)}: trace is not complete JSON (truncated?): {msg}",
                              "re-collect the trace; a profile window still being written looks like this") from None
-        raise TraceError(f"{p}: trace is not valid JSON: {msg}",
+        raise TraceError(f"{quoted_name(p)}: trace is not valid JSON: {msg}",
                          "expected a torch profiler / Kineto trace (*.trace.json[.gz])") from None
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{p}: trace is not UTF-8 JSON text: {exc}") from None
+        raise TraceError(f"{quoted_name(p)}: trace is not UTF-8 JSON text: {exc}") from None
     except OSError as exc:
-        raise TraceError(f"{p}: cannot read trace: {exc}") from None
+        raise TraceError(f"{quoted_name(p)}: cannot read trace: {exc}") from None
     return split
 
 

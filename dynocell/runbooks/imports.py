@@ -31,6 +31,7 @@ from dynocell.db import imports as db_imports
 from dynocell.engine.acceptance import Curve
 from dynocell.engine.observed import ObservedConfig
 from dynocell.errors import UserError, not_a_file
+from dynocell.text import quoted_name
 from dynocell.runbooks.cell import Cell
 
 __all__ = ["IMPORT_KINDS", "MAX_UPLOAD_BYTES", "config_row", "digest_files", "import_log", "import_trace",
@@ -101,7 +102,7 @@ def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str
     for p in paths:
         path = Path(p)
         if not path.is_file():
-            raise UserError(f"{path}: " + not_a_file(path),
+            raise UserError(f"{quoted_name(path)}: " + not_a_file(path),
                             "give the path of the file to import")
         h = hashlib.sha256()
         size = 0
@@ -470,7 +471,7 @@ def trace_split(path: str | Path, top: int = 20) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p}: " + not_a_file(p),
+        raise UserError(f"{quoted_name(p)}: " + not_a_file(p),
                         "give the path of a Chrome trace (.json or .json.gz)")
     split = analyze_trace(p, top=top)
     return {"path": str(p), **split.as_dict()}
