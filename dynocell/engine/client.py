@@ -14,6 +14,13 @@ answer, not an error. Only transport failures raise
 ``kind`` = ``"connect"`` (refused / no route), ``"timeout"`` or
 ``"protocol"`` (garbage on the socket) and a message naming the URL.
 
+``timeout_s`` is each call's *total* deadline (connect, headers and the whole body together), besides the
+timeout of each read: a server that dribbles a byte every 2 s keeps every read under its timeout and used to
+hold ``dynocell ps``, ``attach``, ``health`` and the panel for minutes (issue 32, item 10). In the synchronous
+client a timer shuts the request's socket down at the deadline (each request opens its own connection, so the
+timer knows its socket: engine calls are a few a second at most, on loopback); the async client cancels the
+request at the deadline (``asyncio.timeout``).
+
 :class:`EngineClient` is synchronous (one ``httpx.Client``, use as a context
 manager or call ``close()``); :class:`AsyncEngineClient` has the same methods
 as coroutines.
@@ -21,7 +28,11 @@ as coroutines.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +99,56 @@ def _result(resp: httpx.Response, content: bytes, t0: float) -> HttpResult:
     return HttpResult(resp.status_code, latency_ms, body, content.decode(resp.encoding or "utf-8", errors="replace"))
 
 
+class _Deadline:
+    """The total deadline of one synchronous request: ``limit_s`` seconds after it is made, the request's
+    socket (learnt from httpcore's ``connection.connect_tcp.complete`` trace event) is shut down, which ends a
+    read blocked in another frame of the same thread; ``expired`` then says why the request failed."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(limit_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpx's ``trace`` extension callback: keeps the socket of the connection made for this request."""
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            with self._lock:
+                self._sock = sock
+                fired = self.expired
+            if fired:
+                self._shutdown()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        with self._lock:
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: the request ended on its own
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def check(self) -> None:
+        """Raise httpx.ReadTimeout once the deadline has passed (between chunks of a body)."""
+        if self.expired:
+            raise httpx.ReadTimeout(f"no whole answer within {self.limit_s:g} s")
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _deadline_error(url: str, limit_s: float) -> EngineUnreachable:
+    return EngineUnreachable(url, "timeout", f"no whole answer within {limit_s:g} s (the call's deadline)")
+
+
 def _translate(url: str, exc: Exception) -> EngineUnreachable:
     if isinstance(exc, _TooLong):
         return EngineUnreachable(url, "protocol", str(exc))
@@ -102,14 +163,15 @@ def _translate(url: str, exc: Exception) -> EngineUnreachable:
 class EngineClient:
     """Synchronous client of one engine at ``base_url`` (e.g. ``http://127.0.0.1:30000``).
 
-    ``timeout_s`` is the default per-request timeout (seconds); each method
-    takes an optional ``timeout_s`` override.
+    ``timeout_s`` is the default deadline of a whole request (seconds; also each read's timeout); each method
+    takes an optional ``timeout_s`` override. Connections are not kept alive (see the module docstring).
     """
 
     def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, trust_env=False,
+                                  limits=httpx.Limits(max_keepalive_connections=0))
 
     def __enter__(self) -> "EngineClient":
         return self
@@ -121,17 +183,25 @@ class EngineClient:
         self._http.close()
 
     def request(self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None) -> HttpResult:
-        """Send one request; raises EngineUnreachable on transport failure only."""
+        """Send one request and read its whole answer within ``timeout_s`` (default: the client's) seconds in
+        all; raises EngineUnreachable on transport failure only (``timeout`` once the deadline passes)."""
         url = self.base_url + path
+        limit = timeout_s if timeout_s is not None else self.timeout_s
         t0 = time.perf_counter()
         buf = bytearray()
+        deadline = _Deadline(limit)
         try:
-            with self._http.stream(method, path, json=json,
-                                   timeout=timeout_s if timeout_s is not None else self.timeout_s) as resp:
+            with self._http.stream(method, path, json=json, timeout=limit,
+                                   extensions={"trace": deadline.trace}) as resp:
                 for chunk in resp.iter_bytes():
                     _add_chunk(buf, chunk)
+                    deadline.check()
         except (httpx.HTTPError, _TooLong) as exc:
+            if deadline.expired:
+                raise _deadline_error(url, limit) from None
             raise _translate(url, exc) from None
+        finally:
+            deadline.cancel()
         return _result(resp, bytes(buf), t0)
 
     def health(self, timeout_s: float | None = None) -> HttpResult:
@@ -197,14 +267,18 @@ class AsyncEngineClient:
         await self._http.aclose()
 
     async def request(self, method: str, path: str, *, json: Any = None, timeout_s: float | None = None) -> HttpResult:
+        """:meth:`EngineClient.request` as a coroutine: the whole request is cancelled at its deadline."""
         url = self.base_url + path
+        limit = timeout_s if timeout_s is not None else self.timeout_s
         t0 = time.perf_counter()
         buf = bytearray()
         try:
-            async with self._http.stream(method, path, json=json,
-                                         timeout=timeout_s if timeout_s is not None else self.timeout_s) as resp:
-                async for chunk in resp.aiter_bytes():
-                    _add_chunk(buf, chunk)
+            async with asyncio.timeout(limit):
+                async with self._http.stream(method, path, json=json, timeout=limit) as resp:
+                    async for chunk in resp.aiter_bytes():
+                        _add_chunk(buf, chunk)
+        except TimeoutError:
+            raise _deadline_error(url, limit) from None
         except (httpx.HTTPError, _TooLong) as exc:
             raise _translate(url, exc) from None
         return _result(resp, bytes(buf), t0)

@@ -15,7 +15,9 @@ routes = Family()
 
 
 @routes.pages.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    """The panel's liveness probe: answered on the event loop, so it answers at once even while every worker
+    thread waits on an engine (issue 32, item 10)."""
     return {"status": "ok"}
 
 
