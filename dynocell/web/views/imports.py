@@ -7,9 +7,15 @@ from fastapi import File, Form, Request, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from dynocell.errors import UserError
+from dynocell.runbooks.imports import MAX_UPLOAD_BYTES, store_upload
 from dynocell.web.views.shared import Family, cell, start, started
 
 routes = Family()
+#: The most bytes an import request's body may have: the file's limit and room for the form's other fields and
+#: multipart boundaries. Counted as the body streams in (FastAPI's ``max_body_size``), so a chunked upload without
+#: a Content-Length stops there too: never more than this and one chunk reach the temporary directory (a 3 GiB
+#: upload used to be spooled whole before the 400).
+MAX_IMPORT_BODY = MAX_UPLOAD_BYTES + (1 << 20)
 
 
 @routes.actions.post("/actions/attach")
@@ -18,15 +24,13 @@ def start_attach(request: Request, url: str = Form(...)):
     return started(request, start(request, "attach", "attach", url, f"attach {url}", f"attach {url}"))
 
 
-@routes.actions.post("/actions/import")
+@routes.actions.post("/actions/import", max_body_size=MAX_IMPORT_BODY)
 async def start_import(request: Request, kind: str = Form(...), config: str = Form(""),
                        file: UploadFile = File(...)):
-    from dynocell.runbooks.imports import MAX_UPLOAD_BYTES, store_upload
-
     too_large = UserError(f"file: more than {MAX_UPLOAD_BYTES >> 20} MiB",
                           "import a file this large with the CLI (dynocell import …)")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES + (1 << 20):
+    if declared.isdigit() and int(declared) > MAX_IMPORT_BODY:
         raise too_large
     data, size = [], 0
     while chunk := await file.read(1 << 20):
