@@ -39,8 +39,8 @@ from dynocell.runbooks.cell import Cell
 
 HASH_PREFIX = "sha256:"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
-#: A name that reads as a hash or a hash prefix (hex digits, at least refs.MIN_PREFIX of them, ``sha256:`` optional).
-_HASH_LIKE = re.compile(rf"^(?:{HASH_PREFIX})?[0-9a-fA-F]{{{refs.MIN_PREFIX},}}$", re.IGNORECASE)
+#: A name that reads as a hash or a hash prefix (refs.MIN_PREFIX to 64 hex digits, ``sha256:`` optional).
+_HASH_LIKE = re.compile(rf"^(?:{HASH_PREFIX})?[0-9a-fA-F]{{{refs.MIN_PREFIX},64}}$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def check_name(name: str, source: str = "", kind: str = "config") -> str:
     where the name came from when the user did not type it (``the file name``), named in the hint with
     ``--name``. Raises UserError.
 
-    A name of hex digits only (:data:`~dynocell.db.refs.MIN_PREFIX` or more, ``sha256:`` optional) is refused: the
+    A name of hex digits only (:data:`~dynocell.db.refs.MIN_PREFIX` to 64, ``sha256:`` optional) is refused: the
     resolver tries labels before hashes, so such a label would silently take over every reference to the config
     whose hash starts with it (issue 32, item 5)."""
     if _HASH_LIKE.match(name):
