@@ -565,8 +565,11 @@ def parse_config(text: str, source: str = "<string>", base_dir: Path | None = No
     against ``base_dir``. Raises :class:`~dynocell.errors.ConfigError` naming the
     source, the field and the fix (TOML syntax errors carry line and column;
     absurdly deep nesting, NUL characters, bad env names and ``extra_args`` that set a flag
-    the config owns — :func:`~dynocell.engine.adapters.check_extra_args` — are refused too).
+    the config owns — :func:`~dynocell.engine.adapters.check_extra_args` — are refused too). A leading UTF-8
+    byte-order mark (U+FEFF, as Windows editors save "UTF-8 with BOM") is read as the start of the text, not
+    as TOML (tomllib refuses it with "Invalid statement at line 1, column 1").
     """
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

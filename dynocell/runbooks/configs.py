@@ -112,7 +112,7 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
         raise ConfigError(str(p), "meta.name", f"invalid config name {cfg.meta.name!r}",
                           f"use {NAME_RULE}, not only hex digits (or give --name)")
     label = check_name(name or cfg.meta.name or p.stem, "" if name or cfg.meta.name else "the file name")
-    text = p.read_text(encoding="utf-8")
+    text = p.read_text(encoding="utf-8").removeprefix("\ufeff")  # a byte-order mark is not the config's text
     store = cell.store
     created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
                                cfg.canonical_json(), text)
