@@ -15,11 +15,14 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import typer
 
 from dynocell.cli.common import err_console, state
+
+if TYPE_CHECKING:  # pragma: no cover
+    import click
 
 COMMAND_MODULES: tuple[str, ...] = (
     "dynocell.cli.commands.setup",
@@ -70,10 +73,16 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback when a command fails."),
     show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print dynocell's version and exit."),
+    store: str = typer.Option("", "--store", metavar="PATH",
+                              help="Read the SQLite store file at PATH instead of the data directory's, read-only: "
+                                   "it is never migrated or written (a private migrated copy is read), e.g. "
+                                   "dynocell --store tests/data/vllm-0.26.0/dynocell-h200/dynocell.db runs"),
 ) -> None:
     """Global options (they go before the command: dynocell --debug config add FILE)."""
     if debug:
         state.debug = True
+    if store:
+        state.store_path = store
 
 
 _registered = False
@@ -142,9 +151,8 @@ def _report(exc: BaseException, code: int, message: str, hint: str | None = None
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    from dynocell.errors import DynocellError
-
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code. The cell's notes (how the
+    store was opened: :attr:`~dynocell.runbooks.cell.Cell.notes`) are printed on stderr last, ``note: …``."""
     args = list(sys.argv[1:] if argv is None else argv)
     # --debug is accepted anywhere before "--" (dynocell config add F --debug too): take it out here.
     end = args.index("--") if "--" in args else len(args)
@@ -152,6 +160,16 @@ def run(argv: Sequence[str] | None = None) -> int:
         state.debug = True
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
     command = typer.main.get_command(build_app())
+    try:
+        return _run_command(command, args)
+    finally:
+        for note in (state.cell.notes if state.cell is not None else ()):
+            _say_error(f"note: {note}")
+
+
+def _run_command(command: click.Command, args: list[str]) -> int:
+    from dynocell.errors import DynocellError
+
     try:
         # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
         command.main(args=args, prog_name="dynocell", standalone_mode=True)

@@ -75,6 +75,7 @@ class _State:
     """Process-wide CLI state set by the root callback."""
 
     debug: bool = False
+    store_path: str | None = None  # --store PATH: read that SQLite store, read-only (a migrated private copy)
     settings: "Settings | None" = None
     cell: "Cell | None" = None
 
@@ -152,6 +153,11 @@ def get_settings() -> "Settings":
                             f"{first['msg']}", f"fix or unset {var}") from exc
         if state.settings.debug:
             state.debug = True
+        if state.store_path:
+            from pathlib import Path
+
+            path = Path(state.store_path).expanduser().resolve()
+            state.settings = state.settings.model_copy(update={"database_url": f"sqlite:///{path}"})
     return state.settings
 
 
@@ -162,6 +168,7 @@ def get_cell(read_only: bool = False) -> "Cell":
         from dynocell.runbooks.cell import open_cell
 
         state.cell = open_cell(get_settings())
+        state.cell.snapshot = bool(state.store_path)
     if read_only and state.cell._store is None:
         state.cell.read_only = True
     return state.cell

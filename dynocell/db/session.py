@@ -301,39 +301,120 @@ def store_error(url: str, exc: OperationalError | InterfaceError) -> StoreUnavai
     return None
 
 
-def read_only_urls(url: str) -> list[str]:
+def read_only_urls(url: str, *, force: bool = False) -> list[str]:
     """The URLs to open a SQLite store file this user cannot write (the file or its folder read-only:
     read-only media, ``chattr +i``, another user's store) for reading; empty for any other URL.
 
     A WAL store needs its ``-shm`` file: ``mode=ro`` opens it while ``-shm`` exists or can be made
     (another process has the store open); else only ``immutable=1`` does (SQLite "URI filenames"),
-    which reads the database file alone — right on read-only media, where nothing can write it."""
+    which reads the database file alone — right on read-only media, where nothing can write it. ``force``: these
+    URLs for any existing SQLite file (a store opened read-only on purpose)."""
     if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:") or "?" in url:
         return []
     path = Path(url.removeprefix("sqlite:///"))
-    if not path.is_file() or (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+    if not path.is_file() or (not force and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return []
     uri = f"sqlite:///file:{quote(str(path.resolve()))}"
     return [f"{uri}?mode=ro&uri=true", f"{uri}?mode=ro&immutable=1&uri=true"]
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a plain SQLite URL (``sqlite:///PATH``), None for any other URL (PostgreSQL, a SQLite URI)."""
+    if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:") or "?" in url:
+        return None
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def peek_revision(path: Path) -> str | None:
+    """The Alembic revision recorded in the SQLite file at ``path``, read with ``immutable=1`` (SQLite "URI
+    filenames": no lock taken, no ``-wal``/``-shm`` made, nothing written, even in a WAL store); None when
+    the file has no ``alembic_version`` table (a new, empty or foreign database) or cannot be read as one."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True)
+        try:
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def short_revision(revision: str | None) -> str:
+    """A revision as notes name it: its number (``0008_s24phase_phases`` → ``0008``); ``none`` for None."""
+    return revision.split("_", 1)[0] if revision else "none"
+
+
+def open_snapshot(url: str) -> "Store":
+    """A read-only :class:`Store` over a private copy of the SQLite store file of ``url``, migrated to head there.
+
+    The file itself is only read, byte for byte: its contents, mtime and folder stay as they were (no
+    ``-wal``, ``-shm`` or ``.migrate.lock`` next to it, which even a read-only SQLite open of a WAL store
+    makes). The copy lives in a private temporary directory (0700) removed when the process exits; its
+    ``-wal``, when the store has one, is copied with it. ``store.source_url`` is ``url`` and
+    ``store.source_revision`` the revision the file is at. Writes are refused (the store is read-only).
+    Raises UserError when ``url`` is no SQLite file or the file is missing or empty.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    src = sqlite_file(url)
+    if src is None:
+        raise UserError(f"--store: {redact_url(url)} is not a SQLite store file",
+                        "give the path of a dynocell.db (a PostgreSQL store is read through DYNOCELL_DATABASE_URL)")
+    if not src.is_file():
+        from dynocell.errors import not_a_file
+
+        raise UserError(f"--store: {src}: {not_a_file(src, 'store file')}", "give the path of a dynocell.db")
+    if src.stat().st_size == 0:
+        raise UserError(f"--store: {src} is empty (0 bytes): not a dynocell store", "give the path of a dynocell.db")
+    work = Path(tempfile.mkdtemp(prefix="dynocell-snapshot-"))
+    atexit.register(shutil.rmtree, work, True)
+    copy = work / "dynocell.db"
+    shutil.copyfile(src, copy)
+    wal = src.with_name(src.name + "-wal")
+    if wal.is_file():
+        shutil.copyfile(wal, copy.with_name(copy.name + "-wal"))
+    revision = peek_revision(copy)
+    copy_url = f"sqlite:///{copy}"
+    Store(copy_url).engine.dispose()  # migrate the copy to head
+    store = Store(copy_url, read_only=True)
+    store.url = url  # errors name the file the user gave
+    store.source_url, store.source_revision = url, revision
+    return store
 
 
 class Store:
     """A migrated database: ``store.session()`` gives a short write transaction.
 
     A SQLite store file this user cannot write is opened read-only (:func:`read_only_urls`;
-    ``read_only`` True): reading commands work, a write is refused naming the store and the fix."""
+    ``read_only`` True): reading commands work, a write is refused naming the store and the fix.
+    ``read_only=True`` opens a SQLite store file that way whoever may write it, and never migrates it
+    (UserError when it is not at head; :func:`open_snapshot` reads any revision)."""
 
-    def __init__(self, url: str) -> None:
+    source_url: str | None = None
+    source_revision: str | None = None
+
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
         _refuse_foreign_file(url)
-        tries = read_only_urls(url) or [url]
+        tries = read_only_urls(url, force=read_only) or [url]
         self.read_only = tries[0] != url
         for n, engine_url in enumerate(tries, 1):
             self.engine = make_engine(engine_url)
             try:
-                self.revision_before, self.revision = migrate(self.engine)
+                if read_only:
+                    self.revision_before = self.revision = current_revision(self.engine)
+                    if self.revision != head_revision():
+                        self.engine.dispose()
+                        raise UserError(f"the store at {redact_url(url)} is at {short_revision(self.revision)}, "
+                                        f"not {short_revision(head_revision())}, and is opened read-only",
+                                        "`dynocell init` upgrades it (or read it with --store PATH)")
+                else:
+                    self.revision_before, self.revision = migrate(self.engine)
                 break
             except OperationalError as exc:
                 if n < len(tries) and "unable to open" in str(exc).lower():

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynocell.db.session import Store, head_revision, open_store_checked
+from dynocell.db.session import (
+    Store,
+    head_revision,
+    open_snapshot,
+    open_store_checked,
+    peek_revision,
+    short_revision,
+    sqlite_file,
+)
 from dynocell.errors import UserError
 from dynocell.settings import Settings, redact_url
 
@@ -24,11 +32,18 @@ class Cell:
     commands that do not touch the database never create it. ``read_only``
     (set by commands that only read: ``runs``, ``show``, ``ps``, ``logs``): a
     store named by ``DYNOCELL_DATABASE_URL`` in a directory that does not exist
-    is an error, not a directory made on the spot.
+    is an error, not a directory made on the spot, and a SQLite store at an older schema is never migrated:
+    it is read from a migrated private copy (:func:`~dynocell.db.session.open_snapshot`) with a note in
+    ``notes`` (``store at 0002; `dynocell init` upgrades it``). ``snapshot`` (``dynocell --store PATH``):
+    the store is always read that way, whatever its schema, and never written.
+
+    ``notes``: what a face should tell the person about how the store was opened (one sentence each).
     """
 
     settings: Settings
     read_only: bool = False
+    snapshot: bool = False
+    notes: list[str] = field(default_factory=list)
     _store: Store | None = field(default=None, repr=False)
 
     @property
@@ -41,8 +56,24 @@ class Cell:
         if self._store is None:
             if self.read_only:
                 _refuse_missing_folder(self.settings)
-            self._store = _open(self.settings)
+            self._store = self._open()
         return self._store
+
+    def _open(self) -> Store:
+        url = self.settings.db_url
+        path = sqlite_file(url)
+        if path is not None and not self.snapshot and self.read_only and path.is_file():
+            revision = peek_revision(path)
+            if revision is None or revision == head_revision():
+                return _open(self.settings)  # new, foreign or current: opened as every command opens it
+        elif not self.snapshot:
+            return _open(self.settings)
+        store = open_snapshot(url)
+        rev = store.source_revision
+        if rev != head_revision():
+            self.notes.append(f"store at {short_revision(rev)}; `dynocell init` upgrades it (read here from a "
+                              "migrated copy: the file is not changed)")
+        return store
 
 
 def _refuse_missing_folder(settings: Settings) -> None:

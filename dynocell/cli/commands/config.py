@@ -71,7 +71,7 @@ def list_(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP))
     """
     from dynocell.runbooks.configs import list_configs
 
-    rows = list_configs(get_cell())
+    rows = list_configs(get_cell(read_only=True))
     if json_out:
         print_json(rows)
         return

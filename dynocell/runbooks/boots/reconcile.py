@@ -72,6 +72,9 @@ def reconcile(cell: Cell, boot: db_boots.BootRow) -> dict[str, Any]:
       supervisor, so nothing could capture its output or watch it any more: it
       is not reattached.
 
+    A store opened read-only is never written: its live-looking boots keep their recorded state, with the
+    note ``not checked (the store is opened read-only)``.
+
     Only boots of this host are judged (a process check means nothing for another
     machine's pids): a live boot of another host keeps its recorded state; when
     that host has not been heard from for ``host_stale_s`` the row's
@@ -84,6 +87,10 @@ def reconcile(cell: Cell, boot: db_boots.BootRow) -> dict[str, Any]:
     row["state_note"] = None
     if row["state"] not in db_boots.LIVE_STATES:
         row["supervised"], row["engine_alive"] = False, False
+        return row
+    if cell.store.read_only:  # a store read read-only (--store PATH, an old schema, a read-only file): never settled
+        row["supervised"], row["engine_alive"] = False, None
+        row["state_note"] = "not checked (the store is opened read-only)"
         return row
     if row.get("host_id") and row["host_id"] != hosts.this_host_id(cell):
         return _foreign(cell, row)
