@@ -1,0 +1,135 @@
+"""Runbook knowledge exact at the engine versions dynocell runs (issue 36).
+
+Version-exact citations in an entry's ``sources`` (``{package, file, versions, at, quote}``) and their lint;
+the doctor advice the corrected claims feed: SGLang's post-load barrier (a fixed 480 s, not
+``--dist-timeout``), SGLang's engine τ counting the prefill's token (≈ 1/L), id 0 in byte-level BPE
+vocabularies. The quotes themselves are checked against the released wheels by
+``benchmarks/knowledge_sources.py`` (not in CI: the vLLM wheel is large).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dynocell.engine import breakeven as be
+from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict, load_thresholds
+from dynocell.runbooks.doctor_runtime import rule_nccl_startup_skew
+from dynocell.runbooks.knowledge import bundled_knowledge, parse_entry
+
+ENTRY = """---
+slug: cited-law
+title: A law with a version-exact citation
+kind: law
+engines: {{sglang: ">=0.5.14,<0.6"}}
+sources:
+  - {source}
+evidence:
+  - {{fact: "x", source: 1}}
+fix: ["try this"]
+---
+body
+"""
+GOOD = ('{package: sglang, file: sglang/srt/arg_groups/speculative_hook.py, versions: ">=0.5.14,<0.6", '
+        'at: ["0.5.14", "0.5.17"], quote: "always runs the V2 worker."}')
+
+
+def test_a_citation_is_parsed_into_its_fields_and_shown_as_one_line():
+    entry, errs = parse_entry(ENTRY.format(source=GOOD), "x.md", "operator")
+    assert errs == []
+    (c,) = entry.citations
+    assert (c.package, c.file, c.versions, c.at, c.quotes) == (
+        "sglang", "sglang/srt/arg_groups/speculative_hook.py", ">=0.5.14,<0.6", ("0.5.14", "0.5.17"),
+        ("always runs the V2 worker.",))
+    assert entry.sources == ('sglang sglang/srt/arg_groups/speculative_hook.py @ 0.5.14, 0.5.17 (>=0.5.14,<0.6): '
+                             '"always runs the V2 worker."',)
+
+
+def test_lint_refuses_a_citation_outside_its_range_or_without_a_quote():
+    cases = {
+        "sources[0].at": GOOD.replace('"0.5.14", "0.5.17"', '"0.5.10"'),   # read outside the stated range
+        "sources[0].versions": GOOD.replace('">=0.5.14,<0.6"', '"*"'),     # no range stated
+        "sources[0].quote": GOOD.replace('"always runs the V2 worker."', '""'),
+        "sources[0].file": GOOD.replace("sglang/srt/arg_groups/speculative_hook.py", "../etc/passwd.py"),
+        "sources[0].package": GOOD.replace("package: sglang", "package: torch"),
+        "sources[0].commit": GOOD.replace("}", ", commit: abc}"),
+    }
+    for field, src in cases.items():
+        entry, errs = parse_entry(ENTRY.format(source=src), "x.md", "operator")
+        assert entry is None and field in [e.field for e in errs], (field, [str(e) for e in errs])
+
+
+def test_bundled_citations_are_split_where_behaviour_changed():
+    """spec v2: the 0.5.10 server_args behaviour and the ≥ 0.5.14 speculative_hook one are cited apart, and the
+    entry (a trap only before 0.5.14) no longer applies to the versions dynocell runs."""
+    kn = bundled_knowledge()
+    e = kn.get("spec-v2-overlap-topk-one")
+    assert {(c.file, c.versions) for c in e.citations} == {
+        ("sglang/srt/server_args.py", ">=0.5.10,<0.5.14"),
+        ("sglang/srt/arg_groups/speculative_hook.py", ">=0.5.14,<0.6")}
+    assert e.engines == {"sglang": ">=0.5.10,<0.5.14"}
+    cited = [c for x in kn.entries.values() for c in x.citations]
+    assert len(cited) >= 20 and all(set(c.at) for c in cited)
+
+
+def test_no_entry_recommends_a_key_vllm_refuses():
+    """vLLM ≥ 0.26 forbids extra fields in --speculative-config: `disable_by_batch_size` fails the boot."""
+    for e in bundled_knowledge().entries.values():
+        assert all("disable_by_batch_size" not in f or "refuses" in f for f in e.fix), e.slug
+
+
+def test_sglang_load_barrier_advice_is_prestaging_not_dist_timeout():
+    th = load_thresholds()
+    wait = inputs_from_dict({"curves": [], "log": {"rank_load_wait": {"line": 41, "rank": 0},
+                                                   "shard_load_s": 1950.0}})
+    (f,) = rule_nccl_startup_skew(wait, th)
+    assert "480 s" in f.message and "does not change" in f.message and "Pre-stage" in f.message
+    assert "raise" not in f.message
+    # An NCCL watchdog timeout before ready with skewed loading: the process-group timeout is a real knob.
+    nccl = inputs_from_dict({"curves": [], "log": {
+        "nccl": [{"seqnum": 1, "op": "ALLREDUCE", "rank": 1, "timeout_ms": 600000, "ran_ms": 600100}],
+        "weight_load_s": {"node0": 60.0, "node1": 900.0}}})
+    (g,) = rule_nccl_startup_skew(nccl, th)
+    assert "--dist-timeout" in g.message and "480" not in g.message
+
+
+def test_engine_tau_from_meta_info_leaves_the_prefill_token_out():
+    """SGLang: completion_tokens = 1 (sampled by the prefill) + the tokens of every verify step; the histogram
+    counts only the latter. 3 requests of 32 tokens, 10 verify steps each, 2.1 tokens per step."""
+    metas = [{"completion_tokens": 32, "spec_verify_ct": 10}] * 3
+    tau, source = be.engine_tau(None, None, None, metas)
+    assert source == be.META_TAU_SOURCE and tau == pytest.approx(3.1)
+    # SGLang's own ratio is higher by requests / verify steps = 0.1: 1/L = 1/32 relative
+    assert 96 / 30 - tau == pytest.approx(0.1) and (96 / 30 - tau) / (96 / 30) == pytest.approx(1 / 32)
+
+
+def _mismatch_inputs(engine_tau: float, requests: int | None) -> dict:
+    curve = {"text_class": "prose", "histogram": [10, 70, 20], "engine_tau": engine_tau,
+             "engine_source": be.META_TAU_SOURCE_WITH_PREFILL}
+    if requests:
+        curve["requests"] = [{"index": i} for i in range(requests)]
+    return {"curves": [curve]}
+
+
+def test_definitions_mismatch_compares_like_with_like():
+    """Stored before issue 36: engine τ = histogram τ (2.1 over 100 steps) + 5 requests' prefill tokens / 100 —
+    2.4 % apart, which the 2 % threshold used to report as a definitions mismatch."""
+    stored = 2.1 + 5 / 100
+    # with the class's request records the prefill tokens are taken off: nothing to report
+    assert [f for f in diagnose_inputs(inputs_from_dict(_mismatch_inputs(stored, 5)))
+            if f.rule == "definitions_mismatch"] == []
+    # without them: the convention is named, at info, and the counters are not made suspect
+    fs = [f for f in diagnose_inputs(inputs_from_dict(_mismatch_inputs(stored, None)))
+          if f.rule == "definitions_mismatch"]
+    assert [f.severity for f in fs] == ["info"] and "prefill" in fs[0].message
+    # a real disagreement (+0.4, more than one token per 8 verify steps) is still a warning
+    fs = [f for f in diagnose_inputs(inputs_from_dict(_mismatch_inputs(2.5, None)))
+          if f.rule == "definitions_mismatch"]
+    assert [f.severity for f in fs] == ["warn"]
+
+
+def test_corrupt_output_names_id_0_as_a_printable_byte_in_bpe_vocabularies():
+    ids = [[5, 9, 14, *[0] * 12, 7]]
+    fs = diagnose_inputs(inputs_from_dict({"curves": [{"text_class": "all", "histogram": [5, 10, 20, 60]}],
+                                           "output_ids": ids}))
+    f = next(f for f in fs if f.rule == "corrupt_output")
+    assert "byte-level BPE" in f.evidence["why"] and "padding" not in f.evidence["why"]
