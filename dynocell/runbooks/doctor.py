@@ -572,9 +572,11 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     The first explanation is the cost of a speculative step: with a verify step
     costing ``c`` plain steps, speculation pays only when τ > c (break-even).
     Field report 004 (GLM-5.3-Flash W4A16, vLLM fork, expert offload) measured
-    τ 3.83–4.90 with D = 4 and decode flat (9.6–11.2 vs 10.0 tok/s) because
-    per-token pointwise work grew with the tokens verified — not a counting
-    fault. The acceptance accounting is suspected only when the engine's own
+    τ 3.83–4.90 with D = 4 and decode flat (9.6–11.2 vs 10.0 tok/s); the
+    counters were not shown wrong. Its 44 % pointwise share of a plain step
+    alone would make a 5-token verify step about 2.8 plain steps (below τ), so
+    the step cost there also holds the offload's expert gathers; the verify
+    step itself was not profiled. The acceptance accounting is suspected only when the engine's own
     counters and the client's accepted-drafts histograms disagree
     (``accounting_suspect``), never from τ's size alone.
     """
