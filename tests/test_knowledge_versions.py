@@ -9,12 +9,16 @@ vocabularies. The quotes themselves are checked against the released wheels by
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from dynocell.engine import breakeven as be
 from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict, load_thresholds
 from dynocell.runbooks.doctor_runtime import rule_nccl_startup_skew
-from dynocell.runbooks.knowledge import bundled_knowledge, parse_entry
+from dynocell.runbooks.knowledge import BUNDLED_DIR, bundled_knowledge, parse_entry
+from dynocell.runbooks.knowledge.sweep import load_corpus, sweep, unlisted_logs
 
 ENTRY = """---
 slug: cited-law
@@ -133,3 +137,58 @@ def test_corrupt_output_names_id_0_as_a_printable_byte_in_bpe_vocabularies():
                                            "output_ids": ids}))
     f = next(f for f in fs if f.rule == "corrupt_output")
     assert "byte-level BPE" in f.evidence["why"] and "padding" not in f.evidence["why"]
+
+
+# ------------------------------------------------------------------ the sweep over real engine logs
+
+DATA = Path(__file__).parent / "data"
+MANIFEST = DATA / "engine_logs.toml"
+
+
+def test_lint_sweep_over_every_real_engine_log_is_clean():
+    """runbook lint's two-way sweep over tests/data: no bundled entry's log regex matches a healthy boot's
+    log, and each matches a real line of the versions it names (or is exempted with a source)."""
+    corpus = load_corpus(MANIFEST)
+    assert len(corpus.logs) >= 100 and unlisted_logs(corpus) == []
+    assert sweep(bundled_knowledge().entries.values(), corpus) == []
+
+
+def test_sweep_refuses_a_regex_that_matches_a_benign_line_and_one_that_matches_nothing(tmp_path):
+    """The old import-error regex matched SGLang 0.5.17's benign openai_harmony WARNING on every boot."""
+    corpus = load_corpus(MANIFEST)
+    e = bundled_knowledge().get("import-error-in-engine-build")
+    old = replace(e, signatures={**e.signatures, "log": ["(?:ModuleNotFoundError|ImportError): "]})
+    (err,) = sweep([old], corpus)
+    assert err.field == "signatures.log[0]" and "healthy sglang 0.5.17 boot" in err.message
+    assert "openai_harmony" in err.message
+    never = replace(e, signatures={**e.signatures, "log": ["wombat fell over"]})
+    (err,) = sweep([never], corpus)
+    assert "matches no line of the real logs" in err.message
+
+
+def test_cli_lint_with_logs_reports_a_log_the_manifest_does_not_list(settings, tmp_path):
+    """`dynocell runbook lint --logs` fails on an unlisted log file under the manifest's folder."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from dynocell.cli.common import state
+    from tests.test_knowledge import _app
+
+    (tmp_path / "sglang-0.5.17").mkdir()
+    shutil.copy(DATA / "sglang-0.5.17" / "A.server.log", tmp_path / "sglang-0.5.17" / "A.server.log")
+    (tmp_path / "stray.log").write_text("hello\n")
+    manifest = tmp_path / "engine_logs.toml"
+    manifest.write_text(
+        '[[logs]]\nglob = "sglang-0.5.17/*.server.log"\nengine = "sglang"\nversion = "0.5.17"\nhealthy = true\n')
+    entry = str(BUNDLED_DIR / "import-error-in-engine-build.md")
+    state.settings, state.cell = settings, None
+    try:
+        r = CliRunner().invoke(_app(), ["runbook", "lint", entry, "--logs", str(manifest)])
+        assert r.exit_code == 1 and "stray.log" in r.output, r.output
+        (tmp_path / "stray.log").unlink()
+        r = CliRunner().invoke(_app(), ["runbook", "lint", entry, "--logs", str(manifest)])
+        # the entry's regexes match no line of these logs: the sweep's other half speaks
+        assert r.exit_code == 1 and "matches no line of the real logs" in r.output, r.output
+    finally:
+        state.settings, state.cell = None, None
