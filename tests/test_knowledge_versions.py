@@ -9,6 +9,7 @@ vocabularies. The quotes themselves are checked against the released wheels by
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from dynocell.engine import breakeven as be
 from dynocell.runbooks.doctor import diagnose_inputs, inputs_from_dict, load_thresholds
 from dynocell.runbooks.doctor_runtime import rule_nccl_startup_skew
 from dynocell.runbooks.knowledge import BUNDLED_DIR, bundled_knowledge, parse_entry
+from dynocell.runbooks.knowledge.entry import REPO_SOURCE_RE
 from dynocell.runbooks.knowledge.sweep import load_corpus, sweep, unlisted_logs
 
 ENTRY = """---
@@ -192,3 +194,42 @@ def test_cli_lint_with_logs_reports_a_log_the_manifest_does_not_list(settings, t
         assert r.exit_code == 1 and "matches no line of the real logs" in r.output, r.output
     finally:
         state.settings, state.cell = None, None
+
+
+# ------------------------------------------------------------------ every citation inside the repository
+
+ROOT = Path(__file__).resolve().parent.parent
+#: A path outside the checkout: the shared steering folder, an absolute /work path, or ../ out of the tree.
+OUTSIDE = re.compile(r"(?<![\w-])(?:\.\./)+\w|(?<![\w/-])(?:/work/|shared/(?:gpu|seeds|DESIGN))")
+BARE_DESIGN = re.compile(r"(?<![\w/.-])DESIGN\.md")
+SECTION = re.compile(r'docs/DESIGN\.md,? "([^"]+)"')
+
+
+def _product_files() -> list[Path]:
+    """The product's text files: the package, docs (docs/h200 holds copies of the H200 host's notes, quoted
+    as they were written there) and the README."""
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    files += [p for p in sorted((ROOT / "dynocell").rglob("*")) if p.suffix in (".py", ".md", ".toml", ".html")]
+    return [p for p in files if "h200" not in p.relative_to(ROOT).parts and "__pycache__" not in p.parts]
+
+
+def test_no_citation_points_outside_the_repository():
+    bad = []
+    for p in _product_files():
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            if OUTSIDE.search(line) or BARE_DESIGN.search(line):
+                bad.append(f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}")
+    assert bad == []
+
+
+def test_repository_sources_and_design_sections_exist():
+    """An entry's repository source names an existing file or folder; a docs/DESIGN.md "section" a heading."""
+    for e in bundled_knowledge().entries.values():
+        for s in e.sources:
+            m = REPO_SOURCE_RE.match(s)
+            if m:
+                assert (ROOT / m.group(1)).exists(), f"{e.slug}: {s}"
+    headings = {line.lstrip("#").strip() for line in (ROOT / "docs" / "DESIGN.md").read_text().splitlines()
+                if line.startswith("## ")}
+    named = {m.group(1) for p in _product_files() for m in SECTION.finditer(p.read_text(encoding="utf-8"))}
+    assert named and named <= headings, named - headings

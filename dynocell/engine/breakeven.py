@@ -1,6 +1,6 @@
 """Break-even maths of speculative decoding, store-free (the main job's ``breakeven`` step records it).
 
-Source of the rule: DESIGN.md, "Break-even": speculation pays only while a speculative step
+Source of the rule: docs/DESIGN.md, "Break-even": speculation pays only while a speculative step
 costs less than τ × the plain decode step; report the margin, not just τ. Here
 
     budget_ms = τ · plain_step_ms          margin = budget_ms / spec_step_ms − 1

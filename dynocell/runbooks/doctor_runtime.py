@@ -28,7 +28,7 @@ from dynocell.runbooks.doctor_model import DoctorInputs, Finding, r
 
 def rule_health_lies(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Scheduler exception then ``GET /health`` 200 (SGLang's /health answers from the HTTP process,
-    without a generation, unless the engine enables it — DESIGN.md "Health oracle")."""
+    without a generation, unless the engine enables it — docs/DESIGN.md "Health oracle")."""
     t = th["health_lies"]
     exc = inp.log.get("exceptions") or []
     ok = int(inp.log.get("health_ok_after_exception") or 0)

@@ -19,7 +19,7 @@ An entry is a markdown file whose first lines are YAML between ``---`` lines::
     sources:                                          # where the facts come from (see SOURCE_RE)
       - "vllm vllm/config/speculative.py @ v0.26.0"   # engine + file + version (tag or commit)
       - "https://github.com/vllm-project/vllm/pull/1" # or a public URL
-      - "field report 001"                            # or a field report (shared/seeds/NNN_*.txt)
+      - "field report 001"                            # or a field report (tests/data/field_reports/NNN_*.txt)
     evidence:                                         # required, ≥ 1
       - {fact: "a claim with its numbers", source: 1} # a claim marked as fact: source = 1-based index(es) into sources
       - "a plain string: reasoning, not marked as fact"

@@ -15,15 +15,17 @@ KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "appli
                 "examples", "fix")
 #: Engines an entry may name in ``engines`` (vLLM: knowledge about logs and configs read from vLLM hosts).
 ENGINES = ("sglang", "vllm", "reference")
-#: One source: a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field report
-#: (``field report 004``, the files in shared/seeds); or dynocell's measured engine artifacts (``artifacts/<dir> …``,
-#: ``gpu/README.md`` — the facts measured on the H200 host, shared/gpu).
+#: One source (string form): a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field
+#: report (``field report 004``: tests/data/field_reports); or a file or folder of this repository
+#: (``tests/data/…`` — dynocell's measured engine artifacts —, ``docs/…`` — docs/h200 holds the facts measured on
+#: the H200 host —, ``gpu/…``), optionally followed by a note. Nothing outside the repository.
 SOURCE_RE = re.compile(
     r"^(?:https?://\S+"
     r"|[a-z][\w.-]* \S+ @ (?:v?\d[\w.+-]*|[0-9a-f]{7,40})\b"
     r"|field report \d{3}\b"
-    r"|artifacts/[\w.-]+\b"
     r"|(?:tests/data|docs|gpu)/[\w./-]+\b)")
+#: Repository paths a string source may name (checked to exist by tests/test_knowledge_versions.py).
+REPO_SOURCE_RE = re.compile(r"^((?:tests/data|docs|gpu)/[\w./-]*[\w-])")
 #: A version-exact citation of an engine's released source (issue 36): a mapping in ``sources``,
 #: ``{package, file, versions, at, quote}`` — the pip distribution, the file path inside its wheel, the version
 #: range the claim states, the exact released versions in that range whose file holds the quote, and the quote
