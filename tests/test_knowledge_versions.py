@@ -233,3 +233,27 @@ def test_repository_sources_and_design_sections_exist():
                 if line.startswith("## ")}
     named = {m.group(1) for p in _product_files() for m in SECTION.finditer(p.read_text(encoding="utf-8"))}
     assert named and named <= headings, named - headings
+
+
+# ------------------------------------------------------------------ benchmarks/knowledge_sources.py's check
+
+
+def test_knowledge_sources_check_finds_and_misses_quotes_in_a_wheel(tmp_path):
+    """The wheel check reads the cited file from inside the wheel (a zip) of each version in ``at``; a quote
+    that is not in it, or a file the wheel lacks, is reported (no download: the wheel is in --wheels)."""
+    import zipfile
+
+    from benchmarks.knowledge_sources import check
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for v, text in (("0.5.14", "x = 1\nalways runs the V2 worker.\n"), ("0.5.17", "x = 1\n")):
+        with zipfile.ZipFile(wheels / f"sglang-{v}-py3-none-any.whl", "w") as z:
+            z.writestr("sglang/srt/arg_groups/speculative_hook.py", text)
+    entries = tmp_path / "entries"
+    entries.mkdir()
+    (entries / "cited-law.md").write_text(ENTRY.format(source=GOOD))
+    rows = check([entries], tmp_path / "cache", [wheels])
+    assert [(r[1], r[4]) for r in rows] == [("sglang==0.5.14", "found"), ("sglang==0.5.17", "missing")]
+    (entries / "cited-law.md").write_text(ENTRY.format(source=GOOD.replace("speculative_hook.py", "gone.py")))
+    assert {r[4] for r in check([entries], tmp_path / "cache", [wheels])} == {"no-file"}
