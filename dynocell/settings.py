@@ -137,7 +137,7 @@ class Settings(BaseSettings):
         """Default overall boot limit for ``engine`` (``sglang`` | ``vllm`` | ``reference`` | other), seconds.
 
         vLLM shares the GPU engines' limit: its H200 boots took 37-68 s plus ~20 s of imports
-        (shared/gpu/VLLM.md), beyond the reference engine's.
+        (docs/h200/VLLM.md), beyond the reference engine's.
         """
         return self.boot_timeout_sglang_s if engine in ("sglang", "vllm") else self.boot_timeout_reference_s
 

@@ -1,4 +1,4 @@
-"""Acceptance math (DESIGN.md "Acceptance math"): worked examples, properties, log-line parsers."""
+"""Acceptance math (docs/DESIGN.md "Acceptance math"): worked examples, properties, log-line parsers."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_worked_example_three_positions():
 
 
 def test_histogram_definitions():
-    # SGLang greedy on the trained pair (../shared/gpu/README.md): 14, 6, 6, 133 → τ 3.623
+    # SGLang greedy on the trained pair (docs/h200/README.md): 14, 6, 6, 133 → τ 3.623
     c = Curve.from_histogram([14, 6, 6, 133])
     assert c.steps == 159 and c.num_drafts == 3
     assert c.tau == pytest.approx(1 + (6 + 12 + 399) / 159)
@@ -332,7 +332,7 @@ def test_merge_pinned():
         merge([Curve.from_positions([0.8], steps=None), Curve.from_positions([0.4], steps=1)])
 
 
-# Real vLLM 0.26.0 lines (shared/gpu/artifacts/vllm-0.26.0-h200/*.server.log, EAGLE draft, D = 3): vLLM 0.26
+# Real vLLM 0.26.0 lines (tests/data/vllm-0.26.0/*.server.log, EAGLE draft, D = 3): vLLM 0.26
 # prints no "Drafts:" count, so steps stay unknown.
 REAL_VLLM = [
     "(APIServer pid=2034) INFO 12-01 08:00:02 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.07, "
@@ -359,7 +359,7 @@ def test_real_vllm_lines_every_field():
 
 
 def test_real_sglang_decode_lines_types_and_curve():
-    """Real SGLang 0.5.17 lines (shared/gpu/artifacts/sglang-0.5.17-h200/A.server.log): counts are ints, the
+    """Real SGLang 0.5.17 lines (tests/data/sglang-0.5.17/A.server.log): counts are ints, the
     curve of a line takes the engine's D when given."""
     lines = ["[2026-11-30 03:25:43] Decode batch, #running-req: 1, #token: 20, token usage: 0.00, accept len: 4.00, "
              "accept rate: 1.00, cuda graph: True, gen throughput (token/s): 1.54, #queue-req: 0",

@@ -2,7 +2,7 @@
 
 Speculation pays while a speculative (verify) step costs less than τ plain
 steps: ``budget = τ × plain step``, ``pays = spec step < budget``,
-``speedup ≈ budget / spec step`` (DESIGN.md). The worked case is the recorded
+``speedup ≈ budget / spec step`` (docs/DESIGN.md). The worked case is the recorded
 real run in ``tests/data/stores/real-run`` (reference engine, STANDALONE, 3
 steps): τ 1.7597, speculative step 18.5637 ms, plain step 5.2648 ms →
 budget 1.7597 × 5.2648 = 9.2646 ms < 18.5637 ms: it does not pay

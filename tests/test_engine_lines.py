@@ -17,7 +17,7 @@ from dynocell.engine.rules import classify, classify_log, load_signatures, match
 
 DATA = Path(__file__).parent / "data" / "engine_lines"
 LINES = tomllib.loads((DATA / "lines.toml").read_text(encoding="utf-8"))
-VLLM_LOGS = DATA / "vllm-0.26.0"  # copied from the shared artifacts/vllm-0.26.0-h200 (one H200, 2026-12-01)
+VLLM_LOGS = DATA / "vllm-0.26.0"  # copied from the H200 host's artifacts, vllm-0.26.0-h200 (one H200, 2026-12-01)
 
 
 def _classify(case: dict):

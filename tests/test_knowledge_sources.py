@@ -145,5 +145,6 @@ def test_faces_show_an_entrys_sources(tmp_path):
     with logged_in(app) as c:
         page = c.get("/runbooks/draft-parallel-config-copies-every-size")
     assert page.status_code == 200
-    assert "vllm vllm/config/speculative.py @ f19b16d" in page.text and "field report 001" in page.text
+    assert ("vllm vllm/config/speculative.py @ 0.26.0 (&gt;=0.26,&lt;0.27): &#34;def create_draft_parallel_config(&#34;"
+            in page.text and "field report 001" in page.text)
     assert "0.90 / 0.79 / 0.67" in page.text  # a fact, with its source numbers

@@ -2,7 +2,7 @@
 the doctor's reading of them (a drafter's decay → gate speculation by length; a cliff or zero → a bug).
 
 The histograms are SGLang ``meta_info`` shapes (``spec_correct_drafts_histogram``, index k = verify steps
-that accepted k drafts; DESIGN.md "Acceptance math"); the end-to-end run on the reference engine is in
+that accepted k drafts; docs/DESIGN.md "Acceptance math"); the end-to-end run on the reference engine is in
 tests/test_main_job_ladder.py.
 """
 

@@ -1,7 +1,7 @@
 """``dynocell import log`` of a log with a year-0001 or far-future timestamp (left-over defects, item 4).
 
 The log is the real SGLang 0.5.17 server log ``tests/data/sglang-0.5.17/A.server.log`` (copied from
-shared/gpu/artifacts/sglang-0.5.17-h200, see that folder's README) with one or two timestamps
+tests/data/sglang-0.5.17, see that folder's README) with one or two timestamps
 rewritten. Before: a ``[0001-…]`` first line made every phase offset and ``ready_s`` 63,902,822,459 s
 (a ``[9999-…]`` one, a negative offset). Now a timestamp before 2000 or more than a day in the
 future counts for nothing: the other lines' times give the timeline, a ready line whose own time is

@@ -59,7 +59,7 @@ def test_trained_pair_greedy_curve_matches_readme():
     for raw in greedy:
         assert GenerationMeta.from_meta_info(raw).validate() == []
     c = curve_from_meta_infos(greedy)
-    assert c.histogram == (14, 6, 6, 133)  # ../shared/gpu/README.md "Real weights"
+    assert c.histogram == (14, 6, 6, 133)  # docs/h200/README.md "Real weights"
     assert round(c.tau, 3) == 3.623
     sampled = curve_from_meta_infos(r["meta_info"] for r in _trained() if r["temp"] == 0.8)
     assert sampled.histogram == (167, 41, 19, 67) and round(sampled.tau, 3) == 1.952

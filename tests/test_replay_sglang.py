@@ -54,7 +54,7 @@ def test_split_has_gpu_categories(which, request):
     for cat in ("gemm", "attention", "norm", "elementwise", "memcpy_gather"):
         assert s.category(cat).ms > 0, cat
     assert s.category("communication").ms == 0 and s.category("moe").ms == 0
-    # ../shared/gpu/README.md: GEMM (nvjet_sm90_*) ~36 %, RMSNorm ~11 %, Triton attention ~12 %
+    # docs/h200/README.md: GEMM (nvjet_sm90_*) ~36 %, RMSNorm ~11 %, Triton attention ~12 %
     assert 30 < s.category("gemm").pct < 42
     assert 9 < s.category("norm").pct < 15
     assert 10 < s.category("attention").pct < 18

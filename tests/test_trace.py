@@ -423,7 +423,7 @@ def test_category_of_an_unknown_name_is_a_key_error():
 
 
 def test_rank_of_vllm_profiler_files():
-    """vLLM 0.26's --profiler-config torch profiler names (shared/gpu/artifacts/vllm-0.26.0-h200)."""
+    """vLLM 0.26's --profiler-config torch profiler names (tests/data/vllm-0.26.0)."""
     assert rank_of("A_graph.rank0.1796111742702098289.pt.trace.json.gz") == 0
     assert rank_of("B_eager.rank3.1796111865556176715.pt.trace.json") == 3
     assert rank_of("B_eager.rank3.pt.trace.json.gz") is None

@@ -90,7 +90,7 @@ def test_one_rank_engines_other_than_vllm_are_not_rank_checked(engine, want):
     ("fail3-draft-picks-FLASH_ATTN.C_draft_graph.server.log", "vllm_flash_attn_missing"),
 ])
 def test_real_failed_vllm_boots_name_the_missing_flash_attention(log, want):
-    """fail1/fail2 copied unchanged from shared/gpu/artifacts/vllm-0.26.0-h200/ (the recipe's failures)."""
+    """fail1/fail2: the H200 host's failed boots of docs/h200/VLLM.md's recipe (copied into tests/data/vllm-0.26.0/)."""
     from dynocell.engine.rules import classify_log
 
     lines = (DATA / log).read_text(errors="replace").splitlines()

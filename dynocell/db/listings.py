@@ -7,7 +7,7 @@ markdown knowledge is added by the procedure. References (ids, prefixes, labels)
 the one resolver, :mod:`dynocell.db.refs`; a missing thing raises :class:`~dynocell.errors.NotFound`.
 
 Units follow the store (``*_s`` seconds, ``*_ms`` milliseconds, tok/s).
-Acceptance: p_i (unconditional) and a_i = p_i / p_{i−1} per DESIGN.md; τ = 1 + Σ p_i.
+Acceptance: p_i (unconditional) and a_i = p_i / p_{i−1} per docs/DESIGN.md; τ = 1 + Σ p_i.
 """
 
 from __future__ import annotations

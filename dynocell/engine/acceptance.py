@@ -1,6 +1,6 @@
 """Acceptance math of speculative decoding: one definition each, used everywhere.
 
-Source: ``DESIGN.md`` "Acceptance math". With D drafts proposed per verify step
+Source: ``docs/DESIGN.md`` "Acceptance math". With D drafts proposed per verify step
 (chain drafting: D = num_draft_tokens − 1) and the histogram h[k], k = 0..D, of
 "k drafts accepted in one verify step":
 
@@ -12,7 +12,7 @@ Source: ``DESIGN.md`` "Acceptance math". With D drafts proposed per verify step
   (0 when p_{i−1} = 0)
 - accept rate = Σ k·h[k] / (N·D) = Σ p_i / D
 
-Worked examples (DESIGN.md): p = 0.917/0.833/0.583/0.500 → τ = 3.833;
+Worked examples (docs/DESIGN.md): p = 0.917/0.833/0.583/0.500 → τ = 3.833;
 p = 0.90/0.79/0.67 → τ = 3.36.
 
 Also here: the independence model τ(p, D) = (1 − p^(D+1)) / (1 − p), the
@@ -65,7 +65,7 @@ def _conditional(p: Sequence[float]) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Curve:
-    """One acceptance curve (DESIGN.md "Acceptance math").
+    """One acceptance curve (docs/DESIGN.md "Acceptance math").
 
     Fields:
     - ``histogram``: h[k] for k = 0..D (verify steps that accepted exactly k

@@ -2,7 +2,7 @@
 
 One adapter per engine kind; both speak SGLang's argument names
 (``sglang/srt/server_args.py`` of 0.5.17; the argv actually used on the H200
-host is in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``):
+host is in ``tests/data/sglang-0.5.17/*.result.json``):
 
 - :class:`SGLangAdapter` → ``PYTHON -m sglang.launch_server --model-path … --host
   … --port … [--served-model-name] [--tp-size/--pp-size/--dp-size/--ep-size when
@@ -12,7 +12,7 @@ host is in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``):
   [--attention-backend] --enable-metrics EXTRA_ARGS…``
 - :class:`VLLMAdapter` → ``PYTHON -m vllm.entrypoints.cli.main serve MODEL`` with vLLM
   0.26.0's names (``vllm/engine/arg_utils.py``; the argv that booted on the H200 is in
-  ``shared/gpu/VLLM.md`` and ``artifacts/vllm-0.26.0-h200/*.result.json``).
+  ``docs/h200/VLLM.md`` and ``tests/data/vllm-0.26.0/*.result.json``).
 - :class:`ReferenceAdapter` → ``PYTHON -m dynocell.engine.reference`` with the
   subset the reference engine understands (``--model-path --host --port
   --served-model-name --context-length --speculative-algorithm

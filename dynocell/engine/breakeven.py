@@ -1,6 +1,6 @@
 """Break-even maths of speculative decoding, store-free (the main job's ``breakeven`` step records it).
 
-Source of the rule: DESIGN.md, "Break-even": speculation pays only while a speculative step
+Source of the rule: docs/DESIGN.md, "Break-even": speculation pays only while a speculative step
 costs less than τ × the plain decode step; report the margin, not just τ. Here
 
     budget_ms = τ · plain_step_ms          margin = budget_ms / spec_step_ms − 1
@@ -10,13 +10,18 @@ medians when wider) and a verdict (:func:`breakeven_verdict`). Times in millisec
 
 The speculative step time comes from the bench's requests (:func:`verify_step_ms`); the engine's
 own τ, to cross-check the client-side curve, from per-position counters or from ``meta_info``
-averages (:func:`engine_tau`, SGLang's definition: completion tokens / verify steps).
+averages (:func:`engine_tau`: SGLang's completion tokens / verify steps, less the prefill's token).
 """
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
+
+#: ``engine_source`` of an engine τ from ``meta_info`` averages, the prefill's token left out (≤ 64 characters).
+META_TAU_SOURCE = "meta_info (completion_tokens − 1) / spec_verify_ct"
+#: ``engine_source`` stored before issue 36: SGLang's own ratio, the prefill's token included.
+META_TAU_SOURCE_WITH_PREFILL = "meta_info completion_tokens / spec_verify_ct"
 
 BREAKEVEN_MIN_BAND = 0.05
 """Smallest noise band of a break-even margin: one unchanged config gave +3.1 % and −3.0 % on two
@@ -87,8 +92,11 @@ def verify_step_ms(results: list[Any]) -> float | None:
 def engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) -> tuple[float | None, str | None]:
     """The engine's own τ over a text class and where it came from: per-position counter deltas of
     ``/metrics`` (``engine_metrics``: the engine's metrics module, ``before``/``after`` parsed
-    snapshots) when exported, else the ``meta_info`` averages (completion tokens / ``spec_verify_ct``,
-    SGLang's definition); ``(None, None)`` when neither is there."""
+    snapshots) when exported, else the ``meta_info`` averages: SGLang's ``spec_accept_length`` is
+    ``completion_tokens / spec_verify_ct``, which counts the token the prefill sampled, so it exceeds the
+    histogram's τ by requests / verify steps (≈ τ / L relative, L output tokens per request: 1/64 at 64 tokens);
+    here that token is left out, ``(Σ completion_tokens − requests) / Σ spec_verify_ct``
+    (:data:`META_TAU_SOURCE`), to compare like with like. ``(None, None)`` when neither is there."""
     if before is not None and after is not None:
         try:
             curve = engine_metrics.position_curve(engine_metrics.delta(before, after))
@@ -96,10 +104,13 @@ def engine_tau(engine_metrics: Any, before: Any, after: Any, metas: list[Any]) -
                 return curve.tau, "metrics per-position counters"
         except Exception:  # noqa: BLE001 - a malformed counter set falls back to the averages
             pass
-    num = sum(count(_get(m, "completion_tokens")) for m in metas)
-    den = sum(count(_get(m, "spec_verify_ct")) for m in metas)
+    # completion_tokens counts the token sampled by the prefill (before any verify step), the histogram's τ
+    # does not: leave one token out per request that verified, so both count verify-step tokens only.
+    num = sum(count(_get(m, "completion_tokens")) - 1 for m in metas
+              if count(_get(m, "spec_verify_ct")) and count(_get(m, "completion_tokens")))
+    den = sum(count(_get(m, "spec_verify_ct")) for m in metas if count(_get(m, "completion_tokens")))
     if den:
-        return num / den, "meta_info completion_tokens / spec_verify_ct"
+        return num / den, META_TAU_SOURCE
     return None, None
 
 

@@ -1,4 +1,4 @@
-"""The health oracle: a conjunction of checks, never a single probe (DESIGN.md "Health oracle").
+"""The health oracle: a conjunction of checks, never a single probe (docs/DESIGN.md "Health oracle").
 
 :func:`check_health` runs, in order, each with its latency (ms) and reason:
 
@@ -22,7 +22,7 @@
    ``sglang:realtime_tokens_total{mode="decode"}`` (updated every decode log
    interval); prompt tokens = ``sglang:prompt_tokens_total`` +
    ``realtime_tokens_total{mode=~"prefill.*"}`` — names from SGLang 0.5.17's
-   /metrics (shared/gpu/artifacts/sglang-0.5.17-h200/*.metrics.txt). Either
+   /metrics (tests/data/sglang-0.5.17/*.metrics.txt). Either
    advancing counts as progress, so a long prefill is not "dead". The check
    fails once the engine had load but no progress for ``stall_after_s``
    seconds (measured across probes with the :class:`ProgressSample` the

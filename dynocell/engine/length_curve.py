@@ -9,7 +9,7 @@ measured mean ``prompt_tokens`` beside it, which the context cap can make shorte
 - the verify step's median time (ms) over its requests (:func:`dynocell.engine.breakeven.verify_step_ms`);
 - with a plain decode step time (ms, from the run's break-even): the break-even τ of that bucket
   ``τ_be = verify_step_ms / plain_step_ms`` and the speed-up ``τ · plain_step_ms / verify_step_ms``
-  (DESIGN.md "Break-even": speculation pays while a speculative step costs less than τ × the plain step).
+  (docs/DESIGN.md "Break-even": speculation pays while a speculative step costs less than τ × the plain step).
 
 The crossover is the first bucket, in increasing length, whose speed-up is below 1: from there on
 speculation stops paying and should be gated off by length. The plain step is the one the break-even

@@ -15,7 +15,7 @@ Per-position counters (exported by dynocell's reference engine and by the
 bundled SGLang patch ``spec-per-position-metrics``; not in stock SGLang):
 ``sglang:spec_verify_steps_total`` and
 ``sglang:spec_accepted_drafts_at_position_total{position="i"}`` with positions
-1-based (i = 1..D, the p_i of DESIGN.md). A 0-based export (a ``position="0"``
+1-based (i = 1..D, the p_i of docs/DESIGN.md). A 0-based export (a ``position="0"``
 series) is accepted and shifted by one.
 """
 
@@ -275,7 +275,7 @@ def _per_position(snap: MetricsSnapshot, name: str) -> dict[int, float]:
 def position_curve(snap: MetricsSnapshot) -> Curve | None:
     """Per-position curve from the per-position counters, ``None`` when not exported.
 
-    p_i = accepted_drafts_at_position{position=i} / verify_steps (DESIGN.md: the
+    p_i = accepted_drafts_at_position{position=i} / verify_steps (docs/DESIGN.md: the
     unconditional p_i), summed over other labels (ranks). Use it on
     :func:`delta` of two scrapes to get one workload's curve. Returns a curve with
     ``steps == 0`` when no verify step happened. Raises :class:`MetricsError` for

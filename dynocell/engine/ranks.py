@@ -14,7 +14,7 @@ scheduler.py`` ``run_scheduler_process``; ``detokenizer_manager.py``):
 The title replaces ``/proc/PID/cmdline``; the kernel's ``comm`` (``ps -o comm``,
 psutil ``name()``) keeps only 15 characters: ``sglang::schedul``,
 ``sglang::detoken``. A zombie has no cmdline any more, so a dead rank shows
-only as ``[sglang::detoken] <defunct>`` (shared/gpu/README.md): a truncated
+only as ``[sglang::detoken] <defunct>`` (docs/h200/README.md): a truncated
 scheduler name is reported as ``scheduler?`` (rank unknown). Zombies count
 as dead.
 

@@ -60,7 +60,7 @@ start the engine): collect the group's members and all descendants with psutil
 *before* signalling (children may re-parent), SIGTERM the group (and
 descendants outside it) → wait ``grace_s`` → SIGKILL → verify with psutil that
 nothing survives. Zombies count as dead but are reported (a real SGLang leaves
-``[sglang::detoken] <defunct>``, see shared/gpu/README.md).
+``[sglang::detoken] <defunct>``, see docs/h200/README.md).
 """
 
 from __future__ import annotations

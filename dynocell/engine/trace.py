@@ -1,4 +1,4 @@
-"""Streaming Chrome-trace split by category (DESIGN.md "Profiler split").
+"""Streaming Chrome-trace split by category (docs/DESIGN.md "Profiler split").
 
 Input: a torch-profiler / Kineto Chrome trace (``*.trace.json.gz`` as SGLang's
 ``/start_profile`` writes it, or plain JSON), either the object form
@@ -369,7 +369,7 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
 def rank_of(path: str | Path) -> int | None:
     """Rank from a trace file name, else ``None``: SGLang writes ``…-TP-<n>…``, vLLM 0.26's
     ``--profiler-config`` torch profiler ``rank<n>.<id>.pt.trace.json.gz`` (real files:
-    shared/gpu/artifacts/vllm-0.26.0-h200/*.rank0.*.pt.trace.json.gz)."""
+    tests/data/vllm-0.26.0/*.rank0.*.pt.trace.json.gz)."""
     name = Path(path).name
     m = re.search(r"(?:^|[-._])TP-(\d+)", name) or re.search(r"(?:^|[-._])rank(\d+)\.\d+\.pt\.trace\.json", name)
     return int(m.group(1)) if m else None

@@ -522,14 +522,48 @@ def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def like_for_like_engine_tau(c: ClassCurve) -> tuple[float | None, bool]:
+    """``(engine τ counted as the histogram counts, True when it still includes the prefill's token)``.
+
+    SGLang's ``completion_tokens / spec_verify_ct`` (stored before issue 36 as
+    ``breakeven.META_TAU_SOURCE_WITH_PREFILL``) counts the token sampled by the prefill, so it exceeds the
+    histogram's τ by requests / verify steps (≈ 1/L relative, L output tokens per request). With the class's
+    request records stored, that offset is taken off; without them the figure is returned as is, flagged."""
+    from dynocell.engine.breakeven import META_TAU_SOURCE_WITH_PREFILL
+
+    if c.engine_tau is None or c.engine_source != META_TAU_SOURCE_WITH_PREFILL or not c.curve.steps:
+        return c.engine_tau, False
+    if c.requests:
+        return c.engine_tau - len(c.requests) / c.curve.steps, False
+    return c.engine_tau, True
+
+
 def _counters_disagree(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
-    """Classes whose engine-reported τ and client-histogram τ differ by more than
-    ``definitions_mismatch.rel_diff_max``."""
+    """Classes whose engine-reported τ (like for like: :func:`like_for_like_engine_tau`) and client-histogram
+    τ differ by more than ``definitions_mismatch.rel_diff_max``; a figure that still counts the prefill's
+    token is not suspect for a difference that token explains (``prefill_tolerance``)."""
     from dynocell.engine.acceptance import relative_diff
 
     lim = th["definitions_mismatch"]["rel_diff_max"]
-    return [c for c in inp.curves
-            if c.engine_tau is not None and c.curve.steps and relative_diff(c.curve.tau, c.engine_tau) > lim]
+    out = []
+    for c in inp.curves:
+        tau, with_prefill = like_for_like_engine_tau(c)
+        if tau is None or not c.curve.steps or relative_diff(c.curve.tau, tau) <= lim:
+            continue
+        if with_prefill and _prefill_explains(c, tau, th):
+            continue
+        out.append(c)
+    return out
+
+
+def _prefill_explains(c: ClassCurve, engine_tau: float, th: dict[str, Any]) -> bool:
+    """True when an engine τ that still counts the prefill's token (requests unknown) is above the
+    histogram's by no more than one token per request could make it: at most ``steps /
+    prefill_min_steps_per_request`` extra tokens over the class's ``steps`` verify steps (a class of shorter
+    requests is too short to judge)."""
+    per_req = th["definitions_mismatch"]["prefill_min_steps_per_request"]
+    extra = (engine_tau - c.curve.tau) * c.curve.steps  # tokens the engine counted beyond the histogram
+    return 0 <= extra <= c.curve.steps / per_req + 1e-9
 
 
 def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -538,9 +572,11 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     The first explanation is the cost of a speculative step: with a verify step
     costing ``c`` plain steps, speculation pays only when τ > c (break-even).
     Field report 004 (GLM-5.3-Flash W4A16, vLLM fork, expert offload) measured
-    τ 3.83–4.90 with D = 4 and decode flat (9.6–11.2 vs 10.0 tok/s) because
-    per-token pointwise work grew with the tokens verified — not a counting
-    fault. The acceptance accounting is suspected only when the engine's own
+    τ 3.83–4.90 with D = 4 and decode flat (9.6–11.2 vs 10.0 tok/s); the
+    counters were not shown wrong. Its 44 % pointwise share of a plain step
+    alone would make a 5-token verify step about 2.8 plain steps (below τ), so
+    the step cost there also holds the offload's expert gathers; the verify
+    step itself was not profiled. The acceptance accounting is suspected only when the engine's own
     counters and the client's accepted-drafts histograms disagree
     (``accounting_suspect``), never from τ's size alone.
     """
@@ -629,10 +665,22 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
     t = th["definitions_mismatch"]
     out = []
     for c in inp.curves:
-        if c.engine_tau is None or not c.curve.steps:
+        engine, with_prefill = like_for_like_engine_tau(c)
+        if engine is None or not c.curve.steps:
             continue
-        diff = relative_diff(c.curve.tau, c.engine_tau)
+        diff = relative_diff(c.curve.tau, engine)
         if diff <= t["rel_diff_max"]:
+            continue
+        if with_prefill and _prefill_explains(c, engine, th):
+            out.append(Finding(
+                "definitions_mismatch", "info",
+                f"{c.text_class}: engine τ {engine:.3f} ({c.engine_source}) vs client histogram τ "
+                f"{c.curve.tau:.3f}: {diff * 100:.1f} % apart, within what the prefill's token explains — SGLang's "
+                "completion_tokens / spec_verify_ct counts the token sampled by the prefill, so it exceeds the "
+                "histogram's τ by requests / verify steps (≈ 1/L relative, L output tokens per request). Not a "
+                "counter fault; newer runs store the engine τ without that token.",
+                {"text_class": c.text_class, "client_tau": _r(c.curve.tau), "engine_tau": _r(engine),
+                 "rel_diff": _r(diff), "explained_by": "counts the prefill's token", "alternatives": {}}))
             continue
         alts: dict[str, float] = {"no bonus token (τ − 1)": c.curve.tau - 1.0}
         h = c.curve.histogram
@@ -640,14 +688,14 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
             accepted = sum(k * x for k, x in enumerate(h))
             alts["skips verify steps with 0 accepted drafts"] = 1.0 + accepted / (sum(h) - h[0])
         alts["accept rate × D + 1 over proposed positions"] = 1.0 + c.curve.accept_rate * c.curve.num_drafts
-        explained = [name for name, v in alts.items() if relative_diff(v, c.engine_tau) <= t["alt_match"]]
+        explained = [name for name, v in alts.items() if relative_diff(v, engine) <= t["alt_match"]]
         explained = [n for n in explained if not n.startswith("accept rate")]  # equals τ by definition
-        msg = (f"{c.text_class}: engine τ {c.engine_tau:.3f} ({c.engine_source or 'engine'}) vs client histogram "
+        msg = (f"{c.text_class}: engine τ {engine:.3f} ({c.engine_source or 'engine'}) vs client histogram "
                f"τ {c.curve.tau:.3f}: {diff * 100:.1f} % apart (> {t['rel_diff_max'] * 100:.0f} %).")
         msg += (f" The engine's figure matches an average that {explained[0]}." if explained else
                 " Find the engine's definition before comparing numbers across engines.")
         out.append(Finding("definitions_mismatch", "warn", msg,
-                           {"text_class": c.text_class, "client_tau": _r(c.curve.tau), "engine_tau": _r(c.engine_tau),
+                           {"text_class": c.text_class, "client_tau": _r(c.curve.tau), "engine_tau": _r(engine),
                             "rel_diff": _r(diff), "explained_by": explained[0] if explained else None,
                             "alternatives": {k: _r(v) for k, v in alts.items()}}))
     return out

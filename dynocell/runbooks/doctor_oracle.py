@@ -1,5 +1,5 @@
 """The doctor's ``engine_vs_oracle`` rule: an engine's acceptance curve against the reference engine's on the
-same prompts and the same target/draft pair (DESIGN.md "Acceptance math"; the reference runs in fp32 on CPU).
+same prompts and the same target/draft pair (docs/DESIGN.md "Acceptance math"; the reference runs in fp32 on CPU).
 
 - Greedy: per-position p_i within ``greedy_abs_tol`` — on the requests whose generated text is identical on
   both sides when the store has each request's record (migration 0009,

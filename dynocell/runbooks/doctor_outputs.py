@@ -3,9 +3,10 @@
 Rules (id — shape):
 
 - ``corrupt_output`` — placeholder / padding tokens leaking into otherwise healthy output: a run of one
-  low token id (0 … ``low_id_max``), a burst of one punctuation character, output broken on one serving
-  mode and fine on another (attributed to the mode that differs), or a greedy mismatch whose top-2
-  margin is far from a tie. Never defaults to "dummy weights".
+  low token id (0 … ``low_id_max``: specials in SentencePiece vocabularies, ``!`` ``"`` ``#`` ``$`` in
+  byte-level BPE ones such as Llama-3 / Qwen, where a zeroed logit row's argmax, id 0, prints ``!!!!``), a
+  burst of one punctuation character, output broken on one serving mode and fine on another (attributed to
+  the mode that differs), or a greedy mismatch whose top-2 margin is far from a tie. Never defaults to "dummy weights".
 - ``lossless_near_tie`` — every greedy mismatch sits on a numerical near-tie (top-2 log-probability margin
   ≤ ``margin_max``): ``lossless: near-tie (margin …)``, not corruption.
 - ``lossless_margin_unknown`` — a greedy mismatch whose margin could not be fetched: ``margin unknown: <why>``.
@@ -42,7 +43,8 @@ def _corrupt_in(ids_lists: list[list[int]], texts: list[str], t: dict[str, Any])
     for ids in ids_lists:
         tok, n = _longest_run(ids)
         if tok is not None and isinstance(tok, int) and tok <= t["low_id_max"] and n >= t["min_run"]:
-            return f"a run of {n} × token id {tok} (a placeholder / padding id)"
+            return (f"a run of {n} × token id {tok} (a special id in SentencePiece vocabularies; in byte-level BPE "
+                    f"ones such as Llama-3 and Qwen ids 0–3 are ! \" # $, and a zeroed logit row argmaxes to id 0)")
     for txt in texts:
         ch, n = _longest_run([c for c in txt if not c.isspace()])
         if ch in _PUNCT and n >= t["min_text_run"]:

@@ -28,7 +28,7 @@ from dynocell.runbooks.doctor_model import DoctorInputs, Finding, r
 
 def rule_health_lies(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Scheduler exception then ``GET /health`` 200 (SGLang's /health answers from the HTTP process,
-    without a generation, unless the engine enables it — DESIGN.md "Health oracle")."""
+    without a generation, unless the engine enables it — docs/DESIGN.md "Health oracle")."""
     t = th["health_lies"]
     exc = inp.log.get("exceptions") or []
     ok = int(inp.log.get("health_ok_after_exception") or 0)
@@ -102,7 +102,11 @@ def rule_nccl_serving_timeout(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
 def rule_nccl_startup_skew(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """A start-up that timed out waiting for slow ranks: an NCCL timeout before ready with the ranks' (or
     nodes') weight loading ``skew_min_s`` or more apart, or SGLang's "rank N could finish the model loading,
-    but there are other ranks that didn't finish" after a long shard load."""
+    but there are other ranks that didn't finish" after a long shard load.
+
+    SGLang's line comes from a Gloo ``monitored_barrier`` with a fixed ``UNBALANCED_MODEL_LOADING_TIMEOUT_S = 480``
+    (``sglang/srt/model_executor/model_runner.py`` ≤ 0.5.14, ``model_runner_components/load_model_utils.py``
+    0.5.17), which ``--dist-timeout`` does not change: that finding advises pre-staging only."""
     t = th["nccl_startup_skew"]
     evs = [e for e in inp.log.get("nccl") or [] if not _nccl_serving(e, inp.log, th["nccl_serving_timeout"])]
     loads = {k: float(v) for k, v in (inp.log.get("weight_load_s") or {}).items()}
@@ -121,11 +125,17 @@ def rule_nccl_startup_skew(inp: DoctorInputs, th: dict[str, Any]) -> list[Findin
         what = (f"NCCL watchdog timeout before the server was ready, and weight loading differed by {skew:.0f} s "
                 f"between ranks/nodes ("
                 f"{', '.join(f'{k}: {v:.0f} s' for k, v in sorted(loads.items())) or 'phase skew'})")
-    return [Finding("nccl_startup_skew", "error",
-                    f"{what}: the fast ranks waited in their first collective for the slow ones"
-                    f"{f' past the {timeout_s:.0f} s timeout' if timeout_s else ''}. Pre-stage the weights on every "
-                    "node's local disk (or warm the page cache), or raise the distributed timeout (SGLang "
-                    "--dist-timeout; vLLM/torch the process-group timeout).",
+    if wait is not None:  # SGLang's Gloo monitored_barrier: a fixed UNBALANCED_MODEL_LOADING_TIMEOUT_S = 480
+        advice = ("the fast ranks waited in SGLang's post-load barrier for the slow ones, a Gloo monitored_barrier "
+                  "with a fixed 480 s timeout (UNBALANCED_MODEL_LOADING_TIMEOUT_S) that --dist-timeout does not "
+                  "change. Pre-stage the weights on every node's local disk (or warm the page cache) so every "
+                  "rank loads within 480 s of the first.")
+    else:
+        advice = (f"the fast ranks waited in their first collective for the slow ones"
+                  f"{f' past the {timeout_s:.0f} s timeout' if timeout_s else ''}. Pre-stage the weights on every "
+                  "node's local disk (or warm the page cache), or raise the process-group timeout the watchdog "
+                  "line names (SGLang --dist-timeout; vLLM/torch the process-group timeout).")
+    return [Finding("nccl_startup_skew", "error", f"{what}: {advice}",
                     {"skew_s": r(skew, 1), "weight_load_s": loads or None, "shard_load_s": shards,
                      "waiting_rank_line": wait["line"] if wait else None, "seqnum": e.get("seqnum"),
                      "timeout_ms": e.get("timeout_ms"), "op": e.get("op")})]

@@ -203,7 +203,7 @@ def length_chart(buckets: list[dict[str, Any]], *, crossover: int | None = None,
 
 
 def profile_title(source: str | None) -> str:
-    """Profile chart title by what the trace held: GPU kernels, or CPU ops when it had none (DESIGN.md)."""
+    """Profile chart title by what the trace held: GPU kernels, or CPU ops when it had none (docs/DESIGN.md)."""
     if source and "kernel" in source:
         return "GPU time by kernel category (GPU kernels)"
     if source and "cpu" in source:

@@ -36,15 +36,19 @@ def register(app: typer.Typer) -> None:
 def lint_cmd(
     paths: Optional[list[Path]] = typer.Argument(None, help="Entry files or directories (default: bundled + "
                                                  "operator directory)."),
+    logs: Optional[Path] = typer.Option(None, "--logs", help="Also sweep the entries' log regexes over the real "
+                                        "engine logs a corpus manifest names (e.g. tests/data/engine_logs.toml): no "
+                                        "match on a healthy boot's log, a match on some log of the versions named."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
     """Validate runbook entries: front matter fields, selectors, version ranges, log regexes (timed).
 
     Prints one line per problem as FILE: FIELD: MESSAGE; exit code 1 when any.
 
-    Example: dynocell runbook lint ~/my-runbooks/
+    Example: dynocell runbook lint ~/my-runbooks/ --logs tests/data/engine_logs.toml
     """
-    from dynocell.runbooks.knowledge import BUNDLED_DIR, lint_paths, operator_dir
+    from dynocell.runbooks.knowledge import BUNDLED_DIR, LintError, lint_paths, operator_dir
+    from dynocell.runbooks.knowledge.sweep import load_corpus, sweep, unlisted_logs
 
     if not paths:
         paths = [BUNDLED_DIR]
@@ -52,6 +56,10 @@ def lint_cmd(
         if op.is_dir():
             paths.append(op)
     entries, errors = lint_paths(paths)
+    if logs is not None:
+        corpus = load_corpus(logs)
+        errors += sweep(entries, corpus)
+        errors += [LintError(str(p), None, f"a log file {logs} neither lists nor skips") for p in unlisted_logs(corpus)]
     if json_out:
         print_json({"entries": len(entries), "errors": [{"path": e.path, "field": e.field, "message": e.message}
                                                       for e in errors]})

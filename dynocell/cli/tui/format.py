@@ -138,7 +138,7 @@ def job_line(job: Any, width: int = 20) -> str:
 
 def acceptance_lines(curves: list[dict[str, Any]], width: int = 20) -> list[Text]:
     """Per text class: a head line (τ, accept rate, steps, D) then one line per draft position
-    with a bar of p_i (unconditional) and a bar of a_i (conditional), both 0..1 (DESIGN.md,
+    with a bar of p_i (unconditional) and a bar of a_i (conditional), both 0..1 (docs/DESIGN.md,
     "Acceptance math")."""
     out: list[Text] = []
     for c in curves:

@@ -5,7 +5,7 @@ the draft's KV caches, counters). The server's worker calls :meth:`Generation.st
 repeatedly; each call is one forward "decode step" (plain) or one
 draft-then-verify step (speculative) and returns the newly emitted token ids.
 
-Conventions (shared with SGLang 0.5.17, see ``shared/gpu/artifacts``):
+Conventions (shared with SGLang 0.5.17, see ``tests/data``):
 
 - The prefill forward samples the first output token; it is not a verify step.
 - A verify step feeds ``[last, d_1 … d_D]`` to the target in one forward and

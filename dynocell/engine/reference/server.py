@@ -8,7 +8,7 @@ begin…``, ``Decode batch, … accept len: X, accept rate: Y, … gen throughpu
 (token/s): Z, #queue-req: Q``, ``The server is fired up and ready to roll!``)
 so the same phase rules match both engines. Endpoints and ``meta_info`` fields
 follow SGLang's ``entrypoints/http_server.py`` / ``managers/io_struct.py`` and the
-real responses in ``shared/gpu/artifacts/sglang-0.5.17-h200/*.result.json``.
+real responses in ``tests/data/sglang-0.5.17/*.result.json``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ An entry is a markdown file whose first lines are YAML between ``---`` lines::
     sources:                                          # where the facts come from (see SOURCE_RE)
       - "vllm vllm/config/speculative.py @ v0.26.0"   # engine + file + version (tag or commit)
       - "https://github.com/vllm-project/vllm/pull/1" # or a public URL
-      - "field report 001"                            # or a field report (shared/seeds/NNN_*.txt)
+      - "field report 001"                            # or a field report (tests/data/field_reports/NNN_*.txt)
     evidence:                                         # required, ≥ 1
       - {fact: "a claim with its numbers", source: 1} # a claim marked as fact: source = 1-based index(es) into sources
       - "a plain string: reasoning, not marked as fact"
@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from dynocell.runbooks.knowledge.entry import (
     ADVERSARIAL_INPUTS, BUNDLED_DIR, DERIVED_PATHS, DOCTOR_RULES, ENGINES, KINDS, KNOWN_FIELDS, METRIC_OPS,
-    OPERATORS, REGEX_TIME_LIMIT_S, SIGNATURE_KEYS, SLUG_RE, SOURCE_RE, Entry, LintError,
+    OPERATORS, REGEX_TIME_LIMIT_S, SIGNATURE_KEYS, SLUG_RE, SOURCE_RE, Citation, Entry, LintError,
 )
 from dynocell.runbooks.knowledge.lint import (
     example_problems, lint_paths, operator_dir, parse_entry, parse_file, split_front_matter,
@@ -77,6 +77,7 @@ from dynocell.runbooks.knowledge.selectors import (
 from dynocell.runbooks.knowledge.versions import version_in_range, version_range_problem
 
 __all__ = [
+    "Citation",
     "ADVERSARIAL_INPUTS",
     "BUNDLED_DIR",
     "DERIVED_PATHS",

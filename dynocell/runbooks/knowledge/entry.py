@@ -15,15 +15,27 @@ KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "appli
                 "examples", "fix")
 #: Engines an entry may name in ``engines`` (vLLM: knowledge about logs and configs read from vLLM hosts).
 ENGINES = ("sglang", "vllm", "reference")
-#: One source: a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field report
-#: (``field report 004``, the files in shared/seeds); or dynocell's measured engine artifacts (``artifacts/<dir> …``,
-#: ``gpu/README.md`` — the facts measured on the H200 host, shared/gpu).
+#: One source (string form): a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field
+#: report (``field report 004``: tests/data/field_reports); or a file or folder of this repository
+#: (``tests/data/…`` — dynocell's measured engine artifacts —, ``docs/…`` — docs/h200 holds the facts measured on
+#: the H200 host —, ``gpu/…``), optionally followed by a note. Nothing outside the repository.
 SOURCE_RE = re.compile(
     r"^(?:https?://\S+"
     r"|[a-z][\w.-]* \S+ @ (?:v?\d[\w.+-]*|[0-9a-f]{7,40})\b"
     r"|field report \d{3}\b"
-    r"|artifacts/[\w.-]+\b"
-    r"|gpu/[\w.-]+\b)")
+    r"|(?:tests/data|docs|gpu)/[\w./-]+\b)")
+#: Repository paths a string source may name (checked to exist by tests/test_knowledge_versions.py).
+REPO_SOURCE_RE = re.compile(r"^((?:tests/data|docs|gpu)/[\w./-]*[\w-])")
+#: A version-exact citation of an engine's released source (issue 36): a mapping in ``sources``,
+#: ``{package, file, versions, at, quote}`` — the pip distribution, the file path inside its wheel, the version
+#: range the claim states, the exact released versions in that range whose file holds the quote, and the quote
+#: (one string or a list; each an exact substring of that file at each of those versions).
+#: ``benchmarks/knowledge_sources.py`` downloads those wheels and checks every quote.
+CITATION_KEYS = ("package", "file", "versions", "at", "quote")
+#: Distributions a citation may name (the engines dynocell boots; their wheels are on PyPI).
+CITED_PACKAGES = ("sglang", "vllm")
+EXACT_VERSION_RE = re.compile(r"^\d+(?:\.\d+){1,3}$")
+QUOTE_MAX = 240
 SIGNATURE_KEYS = ("ids", "rules", "log", "metrics")
 OPERATORS = ("eq", "ne", "in", "not_in", "gt", "ge", "lt", "le", "exists", "contains")
 METRIC_OPS = ("eq", "ne", "gt", "ge", "lt", "le")
@@ -66,6 +78,27 @@ class LintError:
 
 
 @dataclass(frozen=True)
+class Citation:
+    """One version-exact citation (see :data:`CITATION_KEYS`).
+
+    ``package`` is a pip distribution (``sglang``, ``vllm``); ``file`` a ``/``-separated path inside its wheel
+    (``sglang/srt/server_args.py``); ``versions`` the range the claim states (``>=0.5.14,<0.6``); ``at`` the exact
+    released versions in that range whose file was read; ``quotes`` exact substrings of that file at each of them.
+    """
+
+    package: str
+    file: str
+    versions: str
+    at: tuple[str, ...]
+    quotes: tuple[str, ...]
+
+    def label(self) -> str:
+        """The display string (one line): ``sglang <file> @ 0.5.14, 0.5.17 (>=0.5.14,<0.6): "quote" …``."""
+        quoted = " … ".join(f'"{q}"' for q in self.quotes)
+        return f"{self.package} {self.file} @ {', '.join(self.at)} ({self.versions}): {quoted}"
+
+
+@dataclass(frozen=True)
 class Entry:
     """A parsed, validated runbook entry.
 
@@ -73,7 +106,8 @@ class Entry:
     ``signatures`` is ``{ids, rules, log, metrics}`` (lists, possibly empty).
     ``evidence`` holds display strings (a fact ends with its source numbers, e.g.
     ``… [1, 2]``); ``facts`` the claims marked as fact with their 1-based
-    indexes into ``sources``; ``examples`` real log lines the signatures match.
+    indexes into ``sources``; ``examples`` real log lines the signatures match;
+    ``citations`` the version-exact engine citations among the sources (``sources`` holds their labels).
     """
 
     slug: str
@@ -93,6 +127,7 @@ class Entry:
     sources: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
     facts: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    citations: tuple[Citation, ...] = ()
 
     def as_row(self) -> dict[str, Any]:
         """The entry as the plain dict :func:`dynocell.db.knowledge.upsert_entries` stores."""

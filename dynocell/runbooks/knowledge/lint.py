@@ -13,11 +13,12 @@ import yaml
 
 from dynocell.errors import UserError
 from dynocell.runbooks.knowledge.entry import (
-    DOCTOR_RULES, ENGINES, KINDS, KNOWN_FIELDS, METRIC_OPS, SIGNATURE_KEYS, SLUG_RE, SOURCE_RE, Entry, LintError,
+    CITATION_KEYS, CITED_PACKAGES, DOCTOR_RULES, ENGINES, EXACT_VERSION_RE, KINDS, KNOWN_FIELDS, METRIC_OPS, QUOTE_MAX,
+    SIGNATURE_KEYS, SLUG_RE, SOURCE_RE, Citation, Entry, LintError,
 )
 from dynocell.runbooks.knowledge.regex import regex_problem, slow_patterns
 from dynocell.runbooks.knowledge.selectors import validate_selector
-from dynocell.runbooks.knowledge.versions import version_range_problem
+from dynocell.runbooks.knowledge.versions import version_in_range, version_range_problem
 
 # ------------------------------------------------------------------ parsing / lint
 
@@ -227,18 +228,69 @@ def _signatures(fm: dict[str, Any], err: Err) -> dict[str, list[Any]]:
     return sigs
 
 
-def _sources(fm: dict[str, Any], err: Err) -> list[str]:
-    """The ``sources`` list checked against :data:`SOURCE_RE`."""
+def _citation(raw: dict[Any, Any], here: str, err: Err) -> Citation | None:
+    """One mapping source checked as a :class:`Citation`, or None after reporting why not."""
+    bad = 0
+    for k in raw:
+        if k not in CITATION_KEYS:
+            err(f"{here}.{k}", f"unknown key; a citation has {', '.join(CITATION_KEYS)}")
+            bad += 1
+    pkg, path, spec, at, quote = (raw.get(k) for k in CITATION_KEYS)
+    if pkg not in CITED_PACKAGES:
+        err(f"{here}.package", f"required: one of {', '.join(CITED_PACKAGES)} (the pip distribution read)")
+        bad += 1
+    if (not isinstance(path, str) or not path.strip() or path.startswith("/") or "\\" in path
+            or ".." in path.split("/") or not path.endswith(".py")):
+        err(f"{here}.file", "required: the .py file's path inside the wheel, e.g. sglang/srt/server_args.py")
+        bad += 1
+    problem = version_range_problem(spec) if isinstance(spec, str) and spec.strip() not in ("", "*") else (
+        "required: the version range the claim states, e.g. \">=0.5.14,<0.6\"")
+    if problem:
+        err(f"{here}.versions", problem)
+        bad += 1
+    at = [str(v) for v in at] if isinstance(at, list) else at
+    if not isinstance(at, list) or not at or not all(EXACT_VERSION_RE.match(v) for v in at):
+        err(f"{here}.at", "required: a list of the exact released versions read, e.g. [\"0.5.14\", \"0.5.17\"]")
+        bad += 1
+    elif not problem and any(not version_in_range(v, spec) for v in at):
+        err(f"{here}.at", f"every version read must lie in versions {spec!r}")
+        bad += 1
+    quotes = [quote] if isinstance(quote, str) else quote
+    if (not _str_list(quotes) or not quotes
+            or any("\n" in q or len(q) > QUOTE_MAX for q in quotes)):
+        err(f"{here}.quote", f"required: an exact one-line excerpt of the file (≤ {QUOTE_MAX} characters), "
+                             "or a list of them")
+        bad += 1
+    if bad:
+        return None
+    return Citation(pkg, path.strip(), spec.strip(), tuple(at), tuple(quotes))
+
+
+def _sources(fm: dict[str, Any], err: Err) -> tuple[list[str], list[Citation]]:
+    """The ``sources`` list checked: strings against :data:`SOURCE_RE`, mappings as citations
+    (:data:`CITATION_KEYS`); ``(display strings, citations)``."""
     sources = fm.get("sources", [])
-    if not _str_list(sources):
-        err("sources", "must be a list of strings (engine file @ version, a public URL, or a field report)")
-        return []
+    if not isinstance(sources, list) or not all(
+            isinstance(x, dict) or (isinstance(x, str) and x.strip()) for x in sources):
+        err("sources", "must be a list of strings (engine file @ version, a public URL, or a field report) "
+                       "or citations {package, file, versions, at, quote}")
+        return [], []
+    shown: list[str] = []
+    cites: list[Citation] = []
     for i, src in enumerate(sources):
+        if isinstance(src, dict):
+            c = _citation(src, f"sources[{i}]", err)
+            shown.append(c.label() if c else "")
+            if c:
+                cites.append(c)
+            continue
         if not SOURCE_RE.match(src.strip()):
-            err(f"sources[{i}]", "not a source: write '<engine> <file> @ <version or commit>' (e.g. 'vllm "
+            err(f"sources[{i}]", "not a source: write a citation {package, file, versions, at, quote}, "
+                                 "'<engine> <file> @ <version or commit>' (e.g. 'vllm "
                                  "vllm/config/speculative.py @ v0.26.0'), a public https:// URL, 'field report NNN' "
-                                 "or 'artifacts/<dir>'")
-    return sources
+                                 "or a file of this repository (tests/data/…, gpu/…, docs/…)")
+        shown.append(src.strip())
+    return shown, cites
 
 
 def _fix(fm: dict[str, Any], err: Err) -> list[str]:
@@ -272,7 +324,7 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
     applies = fm.get("applies_to") or {}
     for fieldname, msg in validate_selector(applies):
         err(fieldname, msg)
-    sources = _sources(fm, err)
+    sources, citations = _sources(fm, err)
     evidence, facts = _evidence(fm.get("evidence"), len(sources), err)
     examples = fm.get("examples", [])
     if not _str_list(examples):
@@ -290,7 +342,7 @@ def parse_entry(text: str, path: str, origin: str = "bundled") -> tuple[Entry | 
         applies_to=applies if isinstance(applies, dict) else {}, evidence=tuple(evidence), fix=tuple(fix),
         body=body.strip() + "\n", path=path, origin=origin,
         sha256=hashlib.sha256(text.encode()).hexdigest(), front_matter=fm,
-        sources=tuple(s.strip() for s in sources), examples=tuple(examples), facts=tuple(facts),
+        sources=tuple(sources), examples=tuple(examples), facts=tuple(facts), citations=tuple(citations),
     )
     return entry, []
 

@@ -20,7 +20,7 @@ from dynocell.runbooks.run.lossless_step import (
 
 def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str, Any], *,
                cfg: EngineConfig | None = None, workload: Any = None, opts: RunOptions | None = None) -> None:
-    """Speculation pays while a speculative step costs less than τ × the plain step (DESIGN.md).
+    """Speculation pays while a speculative step costs less than τ × the plain step (docs/DESIGN.md).
 
     The plain step time comes from, in order: the plain twin booted by this run's lossless
     check; the newest stored twin measurement of the same plain config (model, engine,

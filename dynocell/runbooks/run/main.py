@@ -1,6 +1,6 @@
 """The main job, ``dynocell run``: one config on the stand, a complete record in the store.
 
-Steps, each a ``run_steps`` row written as it starts and ends (DESIGN.md,
+Steps, each a ``run_steps`` row written as it starts and ends (docs/DESIGN.md,
 "Data flow of the main job"):
 
     config → build → model → boot → health → bench → acceptance → lossless → profile
