@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from dynocell.db import boots as db_boots
-from dynocell.engine.config import injection_warning
+from dynocell.engine.config import trust_warning
 from dynocell.errors import EngineError
 from dynocell.runbooks.boots.live import Progress, supervised_here, noop_progress, new_id
 from dynocell.runbooks.boots.reconcile import reconcile, supervisor_alive
@@ -40,7 +40,7 @@ def boot(
     from dynocell.runbooks.configs import resolve_config
 
     cfg, config_hash = resolve_config(cell, config_ref)
-    warning = injection_warning(cfg.env)
+    warning = trust_warning(cfg)
     if warning:
         progress(warning, {"warning": warning})
     if not detach:
