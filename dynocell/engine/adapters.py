@@ -630,13 +630,31 @@ def argv_string(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
+#: Where a ``python -c`` probe dynocell starts (hostinfo's versions, builds' locate and import checks)
+#: runs: the file-system root, which only root may write, so no module planted beside the caller is
+#: imported. Engines run in their boot directory instead (the supervisor's ``log_path`` folder).
+PROBE_CWD = "/"
+#: Python's safe-path switch (``-P``, Python ≥ 3.11): ``python -m``/``-c`` no longer put the working
+#: directory first on ``sys.path``; older interpreters ignore the variable (their cwd is dynocell's
+#: choice all the same). Set last, so a config's ``[env]`` cannot turn it off.
+SAFE_PATH_ENV = ("PYTHONSAFEPATH", "1")
+
+
+def safe_path_env(env: dict[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with :data:`SAFE_PATH_ENV` set (every Python child dynocell starts gets it)."""
+    key, value = SAFE_PATH_ENV
+    return {**env, key: value}
+
+
 def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str | None) -> dict[str, str]:
-    """The child's environment: ``base_env`` + ``cfg.env`` + the build's PYTHONPATH first.
+    """The child's environment: ``base_env`` + ``cfg.env`` + the build's PYTHONPATH first, and
+    ``PYTHONSAFEPATH=1`` (:data:`SAFE_PATH_ENV`, over any ``[env]`` value).
 
     ``build_pythonpath`` is prepended to any PYTHONPATH already in base/cfg env.
     """
     env = dict(base_env)
     env.update(cfg.env)
+    env = safe_path_env(env)
     if cfg.serving.spec_v2 is not None:  # SGLang reads it at start (speculative v2 / overlap path)
         env["SGLANG_ENABLE_SPEC_V2"] = "1" if cfg.serving.spec_v2 else "0"
     env.setdefault("PYTHONUNBUFFERED", "1")  # line-buffered engine output, so logs are timely
