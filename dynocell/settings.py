@@ -205,6 +205,19 @@ def child_base_env() -> dict[str, str]:
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 
+def dynocell_child_env(settings: Settings) -> dict[str, str]:
+    """The environment of a dynocell process this one starts (the detached supervisor): this
+    process's own, with ``DYNOCELL_HOME`` and ``DYNOCELL_MODEL_CACHE`` made absolute (the child runs in
+    a directory of dynocell's choosing, so a relative one would name another place) and
+    ``PYTHONSAFEPATH=1`` (nothing in a working directory is imported)."""
+    env = dict(os.environ)
+    env["DYNOCELL_HOME"] = str(settings.home)
+    if settings.model_cache:
+        env["DYNOCELL_MODEL_CACHE"] = str(settings.models_dir)
+    env["PYTHONSAFEPATH"] = "1"
+    return env
+
+
 def terminal_columns() -> int | None:
     """The terminal width the operator asked for with ``COLUMNS`` (POSIX), or None when unset/invalid.
 

@@ -112,3 +112,67 @@ def test_cli_config_add_refuses_and_stores_nothing(cli_env, isolated_home: Path,
     assert "Error:" in proc.stderr and "extra_args[0]" in proc.stderr and "host" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert json.loads(run(cli_env, "config", "list", "--json").stdout) == []
+
+
+# ---------------------------------------------------------------- issue 32 item 9 / issue 38 survivor 9
+
+@pytest.mark.parametrize("args, field", [
+    (["--tensor_parallel_size", "8"], "parallel.tp_size"),  # FlexibleArgumentParser: _ → -
+    (["--gpu_memory_utilization=0.5"], "memory.gpu_memory_utilization"),
+    (["--data_parallel_size", "2"], "parallel.dp_size"),
+    (["--speculative-config.num_speculative_tokens=5"], "[speculative]"),  # dotted sub-keys
+    (["--speculative_config.method", "ngram"], "[speculative]"),
+    (["--compilation-config.cudagraph_mode=FULL"], "[cuda_graph]"),
+    (["--compilation-config.cudagraph_capture_sizes+", "1,2"], "[cuda_graph]"),
+    (["--profiler_config", "{}"], "dynocell gives it at boot"),
+    (["--config", "x.yaml"], "config file"),
+    (["--config=x.yaml"], "config file"),
+    (["--no-enforce-eager"], "cuda_graph.disable"),  # BooleanOptionalAction's negative form
+    (["--tensor-par", "8"], "parallel.tp_size"),  # argparse allow_abbrev
+    (["--hos", "0.0.0.0"], "host"),
+    (["--ho=0.0.0.0"], "host"),
+])
+def test_vllm_parser_spellings_of_owned_flags_are_refused(args: list[str], field: str):
+    text = BASE.format(engine="vllm") + f"extra_args = {json.dumps(['--seed', '0', *args])}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, source="x.toml")
+    assert err.value.field == "extra_args[2]"
+    assert args[0].split("=")[0] in str(err.value) and field.rpartition(".")[2] in str(err.value)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "reference"])
+@pytest.mark.parametrize("args", [["--config", "x.yaml"], ["--hos", "0.0.0.0"], ["--ho", "::"],
+                                  ["--mem-frac", "0.9"], ["--speculative-num", "3"]])
+def test_sglang_config_file_and_prefixes_are_refused(engine: str, args: list[str]):
+    text = BASE.format(engine=engine) + f"extra_args = {json.dumps(args)}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, source="x.toml")
+    assert err.value.field == "extra_args[0]"
+
+
+def test_each_engine_keeps_its_own_unowned_flags():
+    # vLLM multi-node goes through extra_args (SGLang's --nnodes is a config field, vLLM's is not)
+    cfg = parse_config(BASE.format(engine="vllm") + 'extra_args = ["--nnodes", "2", "--node-rank", "0", '
+                       '"--enable-expert-parallel", "--kv-transfer-config.kv_role=kv_both"]\n')
+    assert "--nnodes" in cfg.extra_args
+    with pytest.raises(ConfigError, match="--nnodes"):
+        parse_config(BASE.format(engine="sglang") + 'extra_args = ["--nnodes", "2"]\n')
+
+
+def test_the_vllm_parser_reads_these_as_the_owned_flags():
+    """The normalisation is vLLM 0.26's (``FlexibleArgumentParser``): checked against a stand-in that
+    folds names as its ``parse_args`` documents it, then argparse with abbreviations on."""
+    import argparse
+
+    from dynocell.engine.adapters import engine_reads_flag
+
+    parser = argparse.ArgumentParser(allow_abbrev=True)
+    for flag in ("--tensor-parallel-size", "--speculative-config", "--compilation-config", "--seed",
+                 "--host", "--hf-token"):
+        parser.add_argument(flag)
+    for arg, dest in (("--tensor_parallel_size", "tensor_parallel_size"), ("--hos", "host"),
+                      ("--speculative-config.k=5", "speculative_config"),
+                      ("--compilation_config.cudagraph_mode=FULL", "compilation_config")):
+        flag = engine_reads_flag("vllm", arg)
+        ns, _ = parser.parse_known_args([flag, "v"])
+        assert getattr(ns, dest) == "v", (arg, flag)

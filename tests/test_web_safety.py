@@ -392,7 +392,10 @@ def test_web_boot_job_fails_when_its_supervisor_dies(hang_settings, tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     h = _add(cell, f'engine = "sglang"\nmodel_path = "{model}"\n\n[env]\nFAKE_MODE = "hang"\n', "hang")
+    from dynocell.runbooks.configs import trust
     from dynocell.web.app import create_app
+
+    trust(cell, h, "tests")  # FAKE_MODE is off the [env] allow-list (issue 32 item 3): trusted from the CLI
 
     app = create_app(hang_settings, cell=cell, launch_token=LAUNCH)
     with logged_in(app) as c:

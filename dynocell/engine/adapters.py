@@ -415,22 +415,46 @@ def _reference_aliases() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def owned_flags() -> dict[str, str]:
-    """See :func:`_owned_flags` (computed once per process; a copy each call)."""
-    return dict(_owned_flags())
+#: The option that makes SGLang 0.5.17 (``prepare_server_args``: ``ConfigArgumentMerger``) and vLLM 0.26
+#: (``FlexibleArgumentParser._pull_args_from_config``) read more options from a YAML file: any owned flag
+#: could hide in it.
+CONFIG_FILE_FLAG = "--config"
+#: The engine families whose parsers read one argv the same way: the reference engine speaks SGLang's
+#: names (its argv is checked as SGLang reads it), vLLM its own.
+_FAMILIES = {"sglang": ("sglang", "reference"), "reference": ("sglang", "reference"), "vllm": ("vllm",)}
+#: Whether the family's parser takes a unique prefix of a long option as that option (argparse's
+#: ``allow_abbrev``, on by default): SGLang's ``prepare_server_args`` builds a plain
+#: ``argparse.ArgumentParser(prog="sglang serve")``; vLLM's ``FlexibleArgumentParser`` does not turn it
+#: off. (The reference engine's own parser does, but its argv is judged as SGLang's.)
+ALLOW_ABBREV = {"sglang": True, "reference": True, "vllm": True}
 
 
-@functools.lru_cache(maxsize=1)
-def _owned_flags() -> dict[str, str]:
-    """Every engine flag a config field owns → that field (dotted), for both engines and all
-    their spellings. Derived by rendering probe configs through each adapter's own ``args`` (a
-    flag whose value is a field's unique probe value, or that appears only when a boolean field
-    is true, belongs to that field), so it cannot drift from what is rendered; plus
-    :data:`SGLANG_ALIASES`, the reference parser's aliases, :data:`IMPLIED_FLAGS` and
-    :data:`NODE_FLAGS`. Flags no field controls (``--enable-metrics``) are not owned.
+def owned_flags(engine: str | None = None) -> dict[str, str]:
+    """Engine flag → the config field (dotted) that owns it, for ``engine``'s family (see
+    :data:`_FAMILIES`), or for every engine when None. Computed once per process; a copy each call."""
+    if engine is None:
+        out: dict[str, str] = {}
+        for e in ("sglang", "vllm"):
+            for flag, field in _owned_flags(e).items():
+                out.setdefault(flag, field)
+        return out
+    return dict(_owned_flags(engine))
+
+
+@functools.lru_cache(maxsize=None)
+def _owned_flags(engine: str) -> dict[str, str]:
+    """Every flag a config field owns → that field (dotted), for ``engine``'s family and all its
+    spellings. Derived by rendering probe configs through each of the family's adapters (a flag whose
+    value is a field's unique probe value, or that appears only when a boolean field is true, belongs
+    to that field), so it cannot drift from what is rendered; plus the aliases (:data:`SGLANG_ALIASES`
+    and the reference parser's for SGLang's family, :data:`VLLM_ALIASES` and ``--no-FLAG`` of every
+    boolean flag — vLLM's ``BooleanOptionalAction`` — for vLLM's), :data:`IMPLIED_FLAGS` and
+    :data:`NODE_FLAGS` (SGLang's), :data:`DYNOCELL_FLAGS` and :data:`CONFIG_FILE_FLAG`. Flags no field
+    controls (``--enable-metrics``) are not owned.
     """
     owned: dict[str, str] = {}
-    for adapter in _ADAPTERS.values():
+    bool_flags: set[str] = set()
+    for adapter in (_ADAPTERS[e] for e in _FAMILIES[engine]):
         on, off = _probe_for(adapter, True), _probe_for(adapter, False)
         port = 65_001
         for cfg in (on, off):
@@ -447,20 +471,48 @@ def _owned_flags() -> dict[str, str]:
         bools = {f for f, v in _field_values(on).items() if isinstance(v, bool)}
         only_on = set(adapter.args(on, port=port)) - set(adapter.args(off, port=port))
         for flag in only_on:
-            if flag.startswith("--") and len(bools) == 1:
-                owned.setdefault(flag, next(iter(bools)))
-            elif flag.startswith("--"):
-                owned.setdefault(flag, _bool_field_of(adapter, flag, bools))
-    owned.update({k: v for k, v in IMPLIED_FLAGS.items()})
-    owned.update(NODE_FLAGS)
+            if flag.startswith("--"):
+                bool_flags.add(flag)
+                owned.setdefault(flag, next(iter(bools)) if len(bools) == 1
+                                 else _bool_field_of(adapter, flag, bools))
     owned.update(DYNOCELL_FLAGS)
-    aliases = dict(_reference_aliases())
-    for flag, more in (*SGLANG_ALIASES.items(), *VLLM_ALIASES.items()):
-        aliases[flag] = tuple(set(aliases.get(flag, ())) | set(more))
+    owned[CONFIG_FILE_FLAG] = "config file"
+    if engine == "vllm":
+        aliases = dict(VLLM_ALIASES)
+        for flag in bool_flags:
+            owned.setdefault("--no-" + flag[2:], owned[flag])
+    else:
+        owned.update(IMPLIED_FLAGS)
+        owned.update(NODE_FLAGS)
+        aliases = dict(_reference_aliases())
+        for flag, more in SGLANG_ALIASES.items():
+            aliases[flag] = tuple(set(aliases.get(flag, ())) | set(more))
     for flag, field in list(owned.items()):
         for alias in aliases.get(flag, ()):
             owned.setdefault(alias, field)
     return owned
+
+
+def engine_reads_flag(engine: str, arg: str) -> str | None:
+    """The option name ``engine``'s parser looks up for one ``extra_args`` item, or None when the item
+    is not an option (a value, ``--``, a negative number).
+
+    ``--name=value`` is read as ``--name``. vLLM 0.26 (``FlexibleArgumentParser.parse_args``) first turns
+    underscores into dashes up to the first ``.`` (``--tensor_parallel_size`` is
+    ``--tensor-parallel-size``), then folds dotted keys into their JSON flag
+    (``--speculative-config.num_speculative_tokens=5`` sets ``--speculative-config``; a trailing ``+``
+    appends to a list), and reads ``-O3``/``-O.key=v`` as ``-O``. SGLang's argparse reads names as given.
+    """
+    if not arg.startswith("-") or arg in ("-", "--") or arg[1:2].isdigit() or arg[1:2] == ".":
+        return None
+    name = arg.split("=", 1)[0]
+    if engine == "vllm":
+        if name.startswith("--"):
+            head = name[2:].split(".", 1)[0].replace("_", "-")
+            name = "--" + head.rstrip("+")
+        elif name.startswith("-O"):
+            name = "-O"
+    return name
 
 
 def _json_section(value: str, values: dict[str, str]) -> str | None:
@@ -519,31 +571,32 @@ def _bool_field_of(adapter: EngineAdapter, flag: str, bools: set[str]) -> str:
 
 
 def check_extra_args(cfg: EngineConfig, source: str = "<config>") -> None:
-    """Refuse ``extra_args`` that set a flag the config owns (:func:`owned_flags`).
+    """Refuse ``extra_args`` that set a flag the config owns (:func:`owned_flags` of its engine), as
+    the engine's own parser would read them (:func:`engine_reads_flag`).
 
-    Both ``--flag value`` and ``--flag=value``, every spelling of either
-    engine, and (SGLang's argparse takes them) unique prefixes such as
-    ``--hos``. Raises ConfigError naming the flag and the config field to use
-    instead: e.g. ``extra_args = ["--host", "0.0.0.0"]`` would make the engine
-    listen elsewhere than the boot records.
+    ``--flag value`` and ``--flag=value``, every spelling of the engine's family, vLLM's underscore and
+    dotted forms (``--tensor_parallel_size 8``, ``--compilation-config.cudagraph_mode=FULL``), a
+    ``--config FILE.yaml`` (it may set any owned flag) and, where the parser takes them
+    (:data:`ALLOW_ABBREV`), unique prefixes of an owned flag such as ``--hos`` or ``--ho``. Raises
+    ConfigError naming the flag and the config field to use instead: e.g. ``extra_args = ["--host",
+    "0.0.0.0"]`` would make the engine listen elsewhere than the boot records.
     """
-    owned = _owned_flags()
+    owned = _owned_flags(cfg.engine)
     for i, arg in enumerate(cfg.extra_args):
-        if not arg.startswith("-") or arg == "--":
+        flag = engine_reads_flag(cfg.engine, arg)
+        if flag is None:
             continue
-        flag = arg.split("=", 1)[0]
-        if not arg.startswith("--"):  # vLLM's short spellings (-tp 2, -O3, -O.cudagraph_mode=…)
-            flag = "-O" if flag.startswith("-O") else flag
-            field = owned.get(flag) if flag in {a for more in VLLM_ALIASES.values() for a in more} else None
-        else:
-            field = owned.get(flag)
-        if field is None and flag.startswith("--") and len(flag) >= 4:
+        field = owned.get(flag)
+        if field is None and ALLOW_ABBREV.get(cfg.engine) and flag.startswith("--") and len(flag) > 2:
+            # argparse reads a unique prefix as the whole option; one shared with other options is an
+            # "ambiguous option" error, so refusing every prefix of an owned flag loses nothing
             field = next((f for o, f in sorted(owned.items()) if o.startswith(flag)), None)
         if field is not None:
+            shown = flag if flag == arg.split("=", 1)[0] else f"{arg.split('=', 1)[0]} (read as {flag})"
             raise ConfigError(
                 source, f"extra_args[{i}]",
-                f"{flag} is set by the config itself ({field}); extra_args may not set it again",
-                f"remove {flag} from extra_args and set {_field_hint(field)} instead",
+                f"{shown} is set by the config itself ({field}); extra_args may not set it again",
+                f"remove {arg.split('=', 1)[0]} from extra_args and set {_field_hint(field)} instead",
             )
 
 
@@ -553,6 +606,8 @@ def _field_hint(field: str) -> str:
         return "the [[nodes]] tables"
     if field == "profile":
         return "nothing: dynocell gives it at boot so `dynocell profile` finds the traces"
+    if field == "config file":
+        return "the config's own fields (a --config file can set any flag the config owns)"
     if not section and isinstance(getattr(EngineConfig.model_fields.get(field), "default", None), BaseModel):
         return f"the [{field}] table"
     return f"{leaf} under [{section}]" if section else f"{field} (top level)"
@@ -575,13 +630,31 @@ def argv_string(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
+#: Where a ``python -c`` probe dynocell starts (hostinfo's versions, builds' locate and import checks)
+#: runs: the file-system root, which only root may write, so no module planted beside the caller is
+#: imported. Engines run in their boot directory instead (the supervisor's ``log_path`` folder).
+PROBE_CWD = "/"
+#: Python's safe-path switch (``-P``, Python ≥ 3.11): ``python -m``/``-c`` no longer put the working
+#: directory first on ``sys.path``; older interpreters ignore the variable (their cwd is dynocell's
+#: choice all the same). Set last, so a config's ``[env]`` cannot turn it off.
+SAFE_PATH_ENV = ("PYTHONSAFEPATH", "1")
+
+
+def safe_path_env(env: dict[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with :data:`SAFE_PATH_ENV` set (every Python child dynocell starts gets it)."""
+    key, value = SAFE_PATH_ENV
+    return {**env, key: value}
+
+
 def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str | None) -> dict[str, str]:
-    """The child's environment: ``base_env`` + ``cfg.env`` + the build's PYTHONPATH first.
+    """The child's environment: ``base_env`` + ``cfg.env`` + the build's PYTHONPATH first, and
+    ``PYTHONSAFEPATH=1`` (:data:`SAFE_PATH_ENV`, over any ``[env]`` value).
 
     ``build_pythonpath`` is prepended to any PYTHONPATH already in base/cfg env.
     """
     env = dict(base_env)
     env.update(cfg.env)
+    env = safe_path_env(env)
     if cfg.serving.spec_v2 is not None:  # SGLang reads it at start (speculative v2 / overlap path)
         env["SGLANG_ENABLE_SPEC_V2"] = "1" if cfg.serving.spec_v2 else "0"
     env.setdefault("PYTHONUNBUFFERED", "1")  # line-buffered engine output, so logs are timely

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from dynocell.engine.adapters import PROBE_CWD, safe_path_env
 from dynocell.errors import EngineError, NotFound, UserError
 
 __all__ = [
@@ -201,8 +202,8 @@ def locate_installed(python: str, name: str = "sglang", *, env: dict[str, str] |
     if not _DIST_NAME.match(name):
         raise UserError(f"not a distribution name: {name!r}", "use e.g. --base sglang")
     try:
-        proc = subprocess.run([python, "-c", _LOCATE_SRC, name], capture_output=True, text=True,
-                              env=env, timeout=timeout_s, check=False)
+        proc = subprocess.run([python, "-c", _LOCATE_SRC, name], capture_output=True, text=True, cwd=PROBE_CWD,
+                              env=None if env is None else safe_path_env(env), timeout=timeout_s, check=False)
     except FileNotFoundError as exc:
         raise UserError(f"engine python not found: {python}",
                         "set DYNOCELL_ENGINE_PYTHON to the interpreter that runs the engine") from exc
@@ -767,7 +768,7 @@ def verify_import(python: str, pythonpath: str, *, name: str = "sglang", env: di
     child["PYTHONPATH"] = pythonpath + (os.pathsep + rest if rest else "")
     try:
         proc = subprocess.run([python, "-c", _VERIFY_IMPORT_SRC, name], capture_output=True, text=True,
-                              env=child, timeout=timeout_s, check=False)
+                              env=safe_path_env(child), cwd=PROBE_CWD, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(f"could not check where {python} imports {name} from: {exc}",
                           "check DYNOCELL_ENGINE_PYTHON") from exc

@@ -48,12 +48,6 @@ MAX_BATCH = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-#: ``[env]`` names that make a process load code from somewhere else: the dynamic loader
-#: (``LD_PRELOAD``, ``LD_LIBRARY_PATH``), Python's start-up (``PYTHONPATH`` → ``sitecustomize.py``,
-#: ``PYTHONSTARTUP``, ``PYTHONHOME``), the shells' start-up files (``BASH_ENV``, ``ENV``) and
-#: the program search path (``PATH``). Allowed (operators mount patch folders) but always marked.
-INJECTION_ENV_KEYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
-                      "BASH_ENV", "ENV", "PATH")
 #: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``, ``*_KEY``, ``*_SECRET``,
 #: ``*_TOKEN`` — matched anywhere in the name, case-insensitively (redact when in doubt).
 _SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -61,7 +55,7 @@ _SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 REDACTED = "***"
 
 
-def injection_warning(env: dict[str, str]) -> str | None:
+def injection_warning(env: Mapping[str, str]) -> str | None:
     """``"⚠ env sets LD_PRELOAD, PYTHONPATH"`` when :func:`injection_env_keys` finds any, else None."""
     keys = injection_env_keys(env)
     return f"⚠ env sets {', '.join(keys)}" if keys else None
@@ -358,18 +352,90 @@ _UNSTATED_LEFT_OUT = (
 
 # ---------------------------------------------------------------- environment the engine inherits
 
-#: ``[env]`` names that make the engine's process load code the config author chooses (the dynamic
-#: loader's preload/search path, Python's start-up hooks, shell start-up files, the command search
-#: path). Allowed — operators mount patch folders — but marked on every face, and the web panel
-#: boots such a config only once it is trusted from the CLI.
-INJECTION_ENV_KEYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME",
-                      "BASH_ENV", "ENV", "PATH")
+#: ``[env]`` names known to make the engine's process load or run code the config author chooses: the
+#: dynamic loader (``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ``LD_AUDIT``), glibc's iconv modules
+#: (``GCONV_PATH``), Python's start-up (``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTHONHOME``,
+#: ``PYTHONUSERBASE``'s site-packages, ``PYTHONWARNINGS`` and ``PYTHONBREAKPOINT`` import a module they
+#: name), shells' start-up files (``BASH_ENV``, ``ENV``), the command search path (``PATH``), Node's
+#: ``NODE_OPTIONS`` (``--require``), the compilers Triton/Inductor/JIT builds call (``CC``, ``CXX``,
+#: ``TRITON_PTXAS_PATH``, ``CUDA_HOME``'s ``nvcc``), and caches whose content is imported or loaded
+#: (``TORCHINDUCTOR_CACHE_DIR``: compiled kernels; ``HF_HOME``: ``modules/`` of remote code). Named first
+#: in the marks; every name not in :data:`WEB_SAFE_ENV_KEYS` is marked too.
+INJECTION_ENV_KEYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "PYTHONPATH", "PYTHONSTARTUP",
+                      "PYTHONHOME", "PYTHONUSERBASE", "PYTHONWARNINGS", "PYTHONBREAKPOINT", "BASH_ENV", "ENV",
+                      "PATH", "NODE_OPTIONS", "CC", "CXX", "TRITON_PTXAS_PATH", "CUDA_HOME",
+                      "TORCHINDUCTOR_CACHE_DIR", "HF_HOME")
+#: The ``[env]`` names a config may set without a trust decision (an allow-list: a deny-list is always
+#: one name short): switches and numbers of NCCL, CUDA, PyTorch, SGLang, vLLM and the Hugging Face
+#: libraries that name no file, directory, program or module. Every other name is marked on every face
+#: (``⚠ env sets …``) and the web panel boots such a config only once trusted from the CLI.
+WEB_SAFE_ENV_KEYS = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MODULE_LOADING", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_ALGO", "NCCL_PROTO",
+    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_SOCKET_IFNAME", "NCCL_GRAPH_REGISTER",
+    "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN",
+    "SGLANG_ENABLE_SPEC_V2", "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH", "SGLANG_IS_FLASHINFER_AVAILABLE",
+    "SGLANG_ENABLE_JIT_DEEPGEMM", "SGLANG_ENABLE_TORCH_COMPILE", "VLLM_USE_FLASHINFER_SAMPLER",
+    "VLLM_NO_USAGE_STATS", "VLLM_LOG_STATS_INTERVAL", "VLLM_LOGGING_LEVEL", "VLLM_ATTENTION_BACKEND",
+    "VLLM_USE_V1", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_WORKER_MULTIPROC_METHOD", "PYTHONUNBUFFERED",
+    "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER",
+})
 
 
 def injection_env_keys(env: Mapping[str, str]) -> list[str]:
-    """The names in ``env`` that inject code into the engine process (:data:`INJECTION_ENV_KEYS`),
-    in :data:`INJECTION_ENV_KEYS` order; ``[]`` when none."""
-    return [k for k in INJECTION_ENV_KEYS if k in env]
+    """The names in ``env`` that need a trust decision: every one not in :data:`WEB_SAFE_ENV_KEYS`
+    (exact, case-sensitive), the known code-injection names (:data:`INJECTION_ENV_KEYS`) first in
+    that order, then the others sorted; ``[]`` when none."""
+    known = [k for k in INJECTION_ENV_KEYS if k in env]
+    return known + sorted(k for k in env if k not in WEB_SAFE_ENV_KEYS and k not in INJECTION_ENV_KEYS)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether binding ``host`` keeps the engine on this machine: ``localhost`` or a loopback address
+    (``127.0.0.0/8``, ``::1``; :mod:`ipaddress`). ``0.0.0.0``, ``::``, a LAN address or a name is not."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def outside_patches(cfg: "EngineConfig") -> list[str]:
+    """The ``patches`` of ``cfg`` named by a folder path (``/…``, ``./…``, ``a/b``) rather than a bundled
+    patch id: code from outside dynocell's bundled set (``engine/builds.py resolve_patches`` loads a path
+    as a patch folder), a trust decision."""
+    return [p for p in cfg.patches if "/" in p or p.startswith(".") or "\\" in p]
+
+
+def trust_concerns(cfg: "EngineConfig") -> list[str]:
+    """What in ``cfg`` is a trust decision, one phrase each (``[]`` when none): ``[env]`` names off the
+    allow-list (:func:`injection_env_keys`), patch folders outside the bundled set
+    (:func:`outside_patches`), a ``host`` that is not loopback (:func:`is_loopback_host`: the engine
+    serves every network it binds, without authentication). The web panel boots a config with any
+    only once it is trusted from the CLI (``dynocell config trust``)."""
+    out = []
+    keys = injection_env_keys(cfg.env)
+    if keys:
+        out.append(f"env sets {', '.join(keys)}")
+    patches = outside_patches(cfg)
+    if patches:
+        out.append(f"patches from outside the bundled set: {', '.join(patches)}")
+    if not is_loopback_host(cfg.host):
+        out.append(f"host {cfg.host} is not loopback: the engine is reachable from other machines, "
+                   "without authentication")
+    return out
+
+
+def trust_warning(cfg: "EngineConfig") -> str | None:
+    """``"⚠ env sets LD_PRELOAD; host 0.0.0.0 is not loopback: …"`` for :func:`trust_concerns`, else None."""
+    concerns = trust_concerns(cfg)
+    return "⚠ " + "; ".join(concerns) if concerns else None
 
 
 # ---------------------------------------------------------------- parsing

@@ -107,11 +107,15 @@ def gpu_inventory(nvidia_smi: str | None = None) -> dict[str, Any]:
     return {"gpus": gpus, "cuda": m.group(1) if m else None}
 
 
-def engine_versions(python: str | None = None) -> dict[str, str]:
+def engine_versions(python: str | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
     """Versions of the installed :data:`ENGINE_PACKAGES` as seen by ``python`` (default: this interpreter).
 
-    Another interpreter is asked in a subprocess; one that cannot answer gives ``{}``.
+    Another interpreter is asked in a subprocess (``env``: its whole environment, default inherited; run
+    in :data:`~dynocell.engine.adapters.PROBE_CWD` with ``PYTHONSAFEPATH=1``, so nothing in the caller's
+    working directory is imported); one that cannot answer gives ``{}``.
     """
+    from dynocell.engine.adapters import PROBE_CWD, safe_path_env
+
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
         out = {}
         for name in ENGINE_PACKAGES:
@@ -120,16 +124,18 @@ def engine_versions(python: str | None = None) -> dict[str, str]:
         return out
     try:
         proc = subprocess.run([python, "-c", _VERSIONS_SCRIPT % (ENGINE_PACKAGES,)], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+                              timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=PROBE_CWD,
+                              env=None if env is None else safe_path_env(env))
         return json.loads(proc.stdout) if proc.returncode == 0 else {}
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
 
 
-def probe(engine_python: str | None = None) -> dict[str, Any]:
+def probe(engine_python: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
     """This machine's inventory: ``{hostname, os, cpu, cpu_count, memory_bytes, gpus, cuda, engine_versions}``.
 
-    ``memory_bytes`` is total physical memory; ``gpus`` as :func:`gpu_inventory`.
+    ``memory_bytes`` is total physical memory; ``gpus`` as :func:`gpu_inventory`; ``env``: the engine
+    interpreter's environment for :func:`engine_versions`.
     """
     inv = gpu_inventory()
     return {
@@ -140,7 +146,7 @@ def probe(engine_python: str | None = None) -> dict[str, Any]:
         "memory_bytes": int(psutil.virtual_memory().total),
         "gpus": inv["gpus"],
         "cuda": inv["cuda"],
-        "engine_versions": engine_versions(engine_python),
+        "engine_versions": engine_versions(engine_python, env),
     }
 
 

@@ -12,9 +12,11 @@ Lifecycle of one boot (one ``Supervisor``)::
     ...                                           # sup.poll() / events: ready → crashed
     stop = sup.stop(grace_s=30)                   # StopResult: graceful | killed | gone
 
-Spawning: ``subprocess.Popen(spec.argv, env=spec.env, start_new_session=True,
+Spawning: ``subprocess.Popen(spec.argv, env=spec.env, cwd=<log_path's folder>, start_new_session=True,
 stdout=PIPE, stderr=STDOUT, stdin=DEVNULL)`` — never ``shell=True``, never
-dynocell's own environment. The child is a session leader, so its pid is its
+dynocell's own environment, never the caller's working directory (a ``uvicorn.py`` planted where
+the operator ran ``dynocell boot`` is not imported: the boot directory is the engine's cwd and
+``PYTHONSAFEPATH=1`` keeps it off ``sys.path`` too). The child is a session leader, so its pid is its
 process-group id (pgid).
 
 Logging: a pump thread reads the merged output line by line, writes each line
@@ -671,7 +673,7 @@ class Supervisor:
         self.spawned_at = _utcnow()
         try:
             self._proc = subprocess.Popen(
-                spec.argv, env=spec.env, start_new_session=True, stdin=subprocess.DEVNULL,
+                spec.argv, env=spec.env, cwd=self._log_path.parent, start_new_session=True, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, close_fds=True,
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL byte in an argument or the environment

@@ -28,11 +28,12 @@ from dynocell.engine.config import (
     config_from_canonical,
     diff_configs as _diff,
     injection_env_keys,
-    injection_warning,
     load_config,
     parse_config,
     redact_env,
     to_toml,
+    trust_concerns,
+    trust_warning,
 )
 from dynocell.errors import ConfigError, NotFound, Refused, UserError, not_a_file
 from dynocell.runbooks.cell import Cell
@@ -53,6 +54,8 @@ class ConfigRecord:
     label never moves silently: faces print ``label NAME: OLD → NEW``);
     ``injection_env``: the ``[env]`` names that inject code (:func:`injection_env_keys`).
     ``warnings``: what is stored but cannot boot here (:func:`model_path_warnings`).
+    ``concerns``: what in it is a trust decision (:func:`~dynocell.engine.config.trust_concerns`:
+    ``[env]`` off the allow-list, patch folders outside the bundled set, a non-loopback ``host``).
     """
 
     hash: str
@@ -62,6 +65,7 @@ class ConfigRecord:
     previous: str | None = None
     injection_env: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    concerns: tuple[str, ...] = ()
 
     @property
     def moved(self) -> bool:
@@ -120,7 +124,7 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     relabelled = db.add_label(store, label, cfg.config_hash)
     return ConfigRecord(cfg.config_hash, label, created, relabelled,
                         previous if relabelled else None, tuple(injection_env_keys(cfg.env)),
-                        tuple(model_path_warnings(cfg)))
+                        tuple(model_path_warnings(cfg)), tuple(trust_concerns(cfg)))
 
 
 def model_path_warnings(cfg: EngineConfig) -> list[str]:
@@ -254,7 +258,8 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         "labels": labels,
         "observed": observed,
         "injection_env": injection_env_keys(cfg.env),
-        "warning": injection_warning(cfg.env),
+        "concerns": trust_concerns(cfg),
+        "warning": trust_warning(cfg),
         "trusted": {"by": trusted[0], "at": iso_utc(trusted[1])} if trusted else None,
         "command": command,
         "command_error": command_error,
@@ -300,8 +305,9 @@ def trust(cell: Cell, config_hash: str, who: str) -> dict[str, Any]:
         raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
     created = db.set_trust(cell.store, config_hash, who)
     by, at = db.get_trust(cell.store, config_hash) or (who, now_utc())
+    cfg = config_by_hash(cell, config_hash)
     return {"hash": config_hash, "trusted_by": by, "trusted_at": iso_utc(at), "created": created,
-            "injection_env": injection_env_keys(config_by_hash(cell, config_hash).env)}
+            "injection_env": injection_env_keys(cfg.env), "concerns": trust_concerns(cfg)}
 
 
 def trust_ref(cell: Cell, ref: str, who: str | None = None) -> dict[str, Any]:
@@ -374,18 +380,23 @@ def resolve_stored(cell: Cell, ref: str) -> str:
 
 
 def injection_keys_of(cell: Cell, config_hash: str) -> list[str]:
-    """The process-injection ``[env]`` names (LD_PRELOAD, PYTHONPATH, …) of a stored config."""
+    """The ``[env]`` names of a stored config that need a trust decision (off the allow-list)."""
     return injection_env_keys(config_by_hash(cell, config_hash).env)
 
 
+def concerns_of(cell: Cell, config_hash: str) -> list[str]:
+    """:func:`~dynocell.engine.config.trust_concerns` of a stored config."""
+    return trust_concerns(config_by_hash(cell, config_hash))
+
+
 def check_web_bootable(cell: Cell, config_hash: str) -> None:
-    """Refuse (:class:`~dynocell.errors.Refused`, HTTP 403) a web boot of a config whose ``[env]``
-    injects code into the engine (:data:`~dynocell.engine.config.INJECTION_ENV_KEYS`) unless it
-    was trusted from the CLI."""
-    keys = injection_keys_of(cell, config_hash)
-    if keys and not is_trusted(cell, config_hash):
-        raise Refused(f"config {short_hash(config_hash)} sets {', '.join(keys)} in [env], which runs code of "
-                      "its author's choosing in the engine; the web panel boots it only once trusted",
+    """Refuse (:class:`~dynocell.errors.Refused`, HTTP 403) a web boot or run of a config with a trust
+    concern (:func:`~dynocell.engine.config.trust_concerns`: ``[env]`` off the allow-list, patch folders
+    outside the bundled set, a non-loopback ``host``) unless it was trusted from the CLI."""
+    concerns = concerns_of(cell, config_hash)
+    if concerns and not is_trusted(cell, config_hash):
+        raise Refused(f"config {short_hash(config_hash)}: {'; '.join(concerns)}; that runs code of its author's "
+                      "choosing or exposes the engine, so the web panel boots it only once trusted",
                       f"review it, then on the host run `dynocell config trust {short_hash(config_hash)}` "
                       "(or boot it from the CLI)")
 
@@ -406,7 +417,8 @@ def add_config_text(cell: Cell, text: str, name: str | None = None) -> ConfigRec
     cfg = parse_config(text, "<uploaded config>")
     created = db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, cfg.canonical_json(), text)
     relabelled = db.add_label(cell.store, label, cfg.config_hash)
-    return ConfigRecord(cfg.config_hash, label, created, relabelled)
+    return ConfigRecord(cfg.config_hash, label, created, relabelled, injection_env=tuple(injection_env_keys(cfg.env)),
+                        concerns=tuple(trust_concerns(cfg)))
 
 
 def label_target(cell: Cell, name: str) -> str | None:

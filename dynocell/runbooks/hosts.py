@@ -23,6 +23,7 @@ from dynocell.db import hosts as db_hosts
 from dynocell.engine import hostinfo
 from dynocell.errors import StoreUnavailable
 from dynocell.runbooks.cell import Cell
+from dynocell.settings import child_base_env
 
 _lock = threading.Lock()
 _registered: dict[tuple[str, str], str] = {}  # (db_url, machine id) → host id, once per process
@@ -67,7 +68,7 @@ def this_host_id(cell: Cell) -> str:
         if key in _registered:
             return _registered[key]
     try:
-        db_hosts.upsert_host(cell.store, mid, hostinfo.probe(cell.settings.engine_python))
+        db_hosts.upsert_host(cell.store, mid, hostinfo.probe(cell.settings.engine_python, child_base_env()))
     except StoreUnavailable:
         return mid
     with _lock:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dynocell.engine.adapters import LaunchSpec, redact_env, render_nodes
-from dynocell.engine.config import EngineConfig, injection_warning
+from dynocell.engine.config import EngineConfig, trust_warning
 from dynocell.runbooks.cell import Cell
 
 SGLANG_DEFAULT_PORT = 30000  # sglang ServerArgs.port default; used when the config leaves port = 0
@@ -57,7 +57,7 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
     ``cfg.host`` when no nodes are named), ``argv`` (list), ``argv_string``,
     ``env`` (redacted dict), ``command`` (``KEY=VALUE … argv``, redacted),
     ``port`` (HTTP port; served by node 0 only), ``warning`` (``⚠ env sets …`` when the
-    config's ``[env]`` injects code, see :func:`~dynocell.engine.config.injection_warning`; else None),
+    config has a trust concern, see :func:`~dynocell.engine.config.trust_warning`; else None),
     ``port_note`` (None, or — for a config with ``port = 0`` and no ``port`` given — that dynocell picks a
     free port at boot and this command uses SGLang's default instead).
 
@@ -81,7 +81,7 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
             "env": env,
             "command": command_line(spec, env),
             "port": spec.port,
-            "warning": injection_warning(cfg.env),
+            "warning": trust_warning(cfg),
             "port_note": note,
         })
     return rows

@@ -245,10 +245,13 @@ def compare_runs(cell, run_ids: list[str]) -> dict[str, Any]:
 
 def list_configs(cell) -> list[dict[str, Any]]:
     """Configs newest first: ``{config_hash, engine, model_path, labels, created_at, boots, runs, last_tau,
-    injection_env}`` (``injection_env``: the config's process-injection ``[env]`` names)."""
+    injection_env, concerns}`` (``injection_env``: the config's ``[env]`` names off the allow-list;
+    ``concerns``: its trust concerns, :func:`~dynocell.engine.config.trust_concerns`)."""
     out = []
     for d in listings.list_configs(cell.store):
-        d["injection_env"] = _env_marks(d.pop("canonical_json"))[0]
+        canonical_json = d.pop("canonical_json")
+        d["injection_env"] = _env_marks(canonical_json)[0]
+        d["concerns"] = _concerns(canonical_json)
         out.append(d)
     return out
 
@@ -278,8 +281,21 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
         cfg["source_toml"] = ("# secret [env] values are redacted (the hash covers the real ones); the TOML as "
                               "written is not shown\n" + to_toml(shown))
     cfg["injection_env"] = injection
+    cfg["concerns"] = _concerns(cfg["canonical_json"])  # names, patches, host: redaction keeps them
     cfg["trusted"] = rec["trust"]
     return {"config": cfg, "canonical": canonical, "boots": boots, "runs": runs, "traps": traps, "notes": notes}
+
+
+def _concerns(canonical_json: str) -> list[str]:
+    """The trust concerns (:func:`~dynocell.engine.config.trust_concerns`) of a stored config; for an
+    observed one (what an engine revealed, never booted from here) its ``[env]`` names only."""
+    from dynocell.engine.config import config_from_canonical, injection_env_keys, trust_concerns
+
+    data = json.loads(canonical_json)
+    if data.get("observed"):
+        keys = injection_env_keys(data.get("env") or {})
+        return [f"env sets {', '.join(keys)}"] if keys else []
+    return trust_concerns(config_from_canonical(canonical_json))
 
 
 def _env_marks(canonical_json: str) -> tuple[list[str], list[str]]:

@@ -51,16 +51,16 @@ def add(
     if json_out:
         print_json({"hash": rec.hash, "name": rec.name, "created": rec.created, "relabelled": rec.relabelled,
                     "previous": rec.previous, "injection_env": list(rec.injection_env),
-                    "warnings": list(rec.warnings)})
+                    "concerns": list(rec.concerns), "warnings": list(rec.warnings)})
         return
     what = "stored" if rec.created else "already stored"
     label = f"; {rec.name} now points at it" if rec.relabelled else f"; named {rec.name}"
     say(f"{what} {rec.hash}{label}")  # wrapped at a space: the hash stays whole, to copy
     if rec.moved:
         out(f"label {rec.name}: {short_ref(rec.previous)} → {short_ref(rec.hash)}")
-    if rec.injection_env:
-        say(f"⚠ env sets {', '.join(rec.injection_env)}: the engine loads code from there "
-            f"(the web panel boots it only after `dynocell config trust {rec.name}`)")
+    if rec.concerns:
+        say(f"⚠ {'; '.join(rec.concerns)} (a trust decision: the web panel boots it only after "
+            f"`dynocell config trust {rec.name}`)")
 
 
 @config_app.command("list")
@@ -132,10 +132,11 @@ def trust_cmd(
 ) -> None:
     """Mark a stored config trusted, recording who (your OS user) and when.
 
-    A config whose \\[env] sets LD_PRELOAD, LD_LIBRARY_PATH, PYTHONPATH,
-    PYTHONSTARTUP, PYTHONHOME, BASH_ENV, ENV or PATH makes the engine load code
-    from there; the web panel boots it only once it is trusted. Read it first
-    with `dynocell config show NAME`.
+    A config whose \\[env] sets a name off the allow-list (LD_PRELOAD, PYTHONPATH,
+    PATH, CC …), names a patch folder outside the bundled set, or binds a
+    non-loopback host (0.0.0.0, ::, a LAN address) runs code of its author's
+    choosing or exposes the engine; the web panel boots it only once it is
+    trusted. Read it first with `dynocell config show NAME`.
 
     Example: dynocell config trust tiny-patched
     """
@@ -147,8 +148,8 @@ def trust_cmd(
         return
     was = "trusted" if rec["created"] else "already trusted"
     out(f"{was}: {rec['hash']} by {rec['trusted_by']}, {human_time(rec['trusted_at'])}")
-    if rec["injection_env"]:
-        out(f"⚠ env sets {', '.join(rec['injection_env'])}")
+    if rec["concerns"]:
+        out(f"⚠ {'; '.join(rec['concerns'])}")
 
 
 @config_app.command("diff")

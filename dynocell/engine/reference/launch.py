@@ -54,7 +54,8 @@ class RunningEngine:
 def start_engine(model_path: Path, extra_args: list[str], log_path: Path, python: str | None = None,
                  ready_timeout_s: float = 120.0, env: dict | None = None) -> RunningEngine:
     """Spawn ``python -m dynocell.engine.reference --model-path … --port <free> …extra_args``, logging
-    stdout+stderr to ``log_path``, and wait until ``/health`` answers 200.
+    stdout+stderr to ``log_path``, and wait until ``/health`` answers 200. The engine runs in ``log_path``'s
+    folder with ``PYTHONSAFEPATH=1`` (the caller's working directory is not on its import path).
 
     Raises :class:`EngineError` (with the log tail) if it exits or is not ready within ``ready_timeout_s`` s.
     """
@@ -65,7 +66,9 @@ def start_engine(model_path: Path, extra_args: list[str], log_path: Path, python
     fh = open(log_path, "wb")
     e = dict(env if env is not None else os.environ)
     e["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+    e["PYTHONSAFEPATH"] = "1"  # with cwd below: nothing beside the caller is imported (adapters.SAFE_PATH_ENV)
+    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=e, start_new_session=True,
+                            cwd=log_path.parent)
     fh.close()
     eng = RunningEngine(proc, f"http://127.0.0.1:{port}", log_path, port)
     deadline = time.monotonic() + ready_timeout_s

@@ -91,11 +91,21 @@ def start_boot(
     ``timeout_s`` (default: the engine's boot timeout setting) counts from this
     call, making the reference model pair on first use included: a boot that
     runs out of it while the models are made fails before any engine is spawned.
+
+    ``build``: the engine build of the config's ``patches`` (``runbooks.builds.ensure_build``); when
+    None and the config names patches it is made (or found) here and its import checked, so
+    ``dynocell boot`` runs the patched engine exactly as ``dynocell run`` does (UserError/EngineError
+    from the build before any row is written).
     """
     from dynocell.engine.config import require_model_paths
 
     settings = cell.settings
     t0 = time.monotonic()
+    if build is None and cfg.patches:
+        from dynocell.runbooks import builds
+
+        build = builds.ensure_build(cell, cfg)
+        builds.check_import(cell, build, cfg)
     cfg_run = resolve_models(cell, cfg, progress)
     limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
     deadline = t0 + limit

@@ -14,12 +14,13 @@ import time
 from typing import Any
 
 from dynocell.db import boots as db_boots
-from dynocell.engine.config import injection_warning
+from dynocell.engine.config import trust_warning
 from dynocell.errors import EngineError
 from dynocell.runbooks.boots.live import Progress, supervised_here, noop_progress, new_id
 from dynocell.runbooks.boots.reconcile import reconcile, supervisor_alive
 from dynocell.runbooks.boots.start import start_boot
 from dynocell.runbooks.cell import Cell
+from dynocell.settings import dynocell_child_env
 
 
 def boot(
@@ -40,7 +41,7 @@ def boot(
     from dynocell.runbooks.configs import resolve_config
 
     cfg, config_hash = resolve_config(cell, config_ref)
-    warning = injection_warning(cfg.env)
+    warning = trust_warning(cfg)
     if warning:
         progress(warning, {"warning": warning})
     if not detach:
@@ -49,13 +50,16 @@ def boot(
         return live.boot_id
     boot_id = new_id()
     timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
-    argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id,
+    # -P (Python >= 3.11, as dynocell needs) and the boot directory as cwd: a module planted where
+    # the operator runs `dynocell boot` is never imported by the supervisor (nor, see the supervisor,
+    # by the engine)
+    argv = [sys.executable, "-P", "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id,
             "--timeout", str(timeout)]
     log = cell.settings.boots_dir / boot_id
     log.mkdir(parents=True, exist_ok=True)
     with open(log / "supervisor.log", "ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, cwd=log, env=dynocell_child_env(cell.settings))
     # A long-lived caller (web panel, TUI) is the supervisor's parent: reap it when it exits,
     # or every stopped detached boot leaves a zombie behind until the next Popen.
     threading.Thread(target=proc.wait, name=f"reap-supervisor-{boot_id}", daemon=True).start()

@@ -67,8 +67,8 @@ def regex_timing_problems(patterns: list[str], limit_s: float = REGEX_TIME_LIMIT
     todo = list(dict.fromkeys(p for p in patterns if regex_problem(p) is None))
     while todo:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _TIMING_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            [sys.executable, "-I", "-c", _TIMING_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, cwd="/",  # isolated, stdlib only: nothing of a working directory
         )
         assert proc.stdin and proc.stdout
         proc.stdin.write((json.dumps(todo) + "\n" + json.dumps(list(ADVERSARIAL_INPUTS)) + "\n").encode())

@@ -21,7 +21,7 @@ from typing import Any
 
 from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
-from dynocell.engine.config import EngineConfig, injection_warning
+from dynocell.engine.config import EngineConfig, trust_warning
 from dynocell.errors import EngineError, Interrupted
 from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
@@ -72,7 +72,7 @@ def run_job(
     try:
         with job.step("config") as d:
             d.update(config_hash=config_hash, name=cfg.name, engine=cfg.engine)
-            job.env_warning = injection_warning(cfg.env)
+            job.env_warning = trust_warning(cfg)
             if job.env_warning:
                 d["warning"] = job.env_warning
                 progress(job.env_warning, {"warning": job.env_warning})
