@@ -5,12 +5,21 @@
 - ``model_pair`` (session): the made-locally reference pair; the default seed's
   ships with the package, other seeds are cached in ``<repo>/.cache/models``
   (git-ignored).
+- The session root (``pytest_configure``): one private temporary directory per pytest
+  session, exported as ``TMPDIR`` and ``DYNOCELL_TEST_SESSION`` before any test or
+  pytest-xdist worker starts, so no two sessions (or helpers on one machine) share a
+  ``/tmp`` name, and every process a test starts is found by the session's sweep
+  (``tests/session_reaper.py``), at the session's end or, when pytest was killed, by the
+  detached reaper.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -19,6 +28,43 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 MODEL_CACHE = REPO / ".cache" / "models"
+REAPER = Path(__file__).with_name("session_reaper.py")
+
+
+def pytest_configure(config):
+    """Make this session's root (module docstring) and start its reaper; only in the session that owns
+    it: an xdist worker, or a pytest a test runs, inherits its parent session's root."""
+    from tests.session_reaper import SESSION_ENV
+
+    if hasattr(config, "workerinput") or os.environ.get(SESSION_ENV):
+        return
+    import psutil
+
+    outer_env = dict(os.environ)
+    root = tempfile.mkdtemp(prefix="dynocell-tests-")
+    os.environ["TMPDIR"] = os.environ[SESSION_ENV] = root
+    tempfile.tempdir = None  # tempfile's cached answer: the next gettempdir() reads TMPDIR again
+    config._dynocell_session_root = root
+    me = psutil.Process()
+    subprocess.Popen([sys.executable, str(REAPER), str(me.pid), repr(me.create_time()), root],
+                     env=outer_env, start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
+def pytest_unconfigure(config):
+    """The owning session's sweep (after every worker is gone): stop whatever a test started, named on
+    stderr; the session root is removed when the run passed, else kept (its path printed)."""
+    root = getattr(config, "_dynocell_session_root", None)
+    if root is None:
+        return
+    from tests.session_reaper import sweep
+
+    for name in sweep(root):
+        print(f"[dynocell tests] stopped pid {name}: a process a test left running", file=sys.stderr)
+    if getattr(config, "_dynocell_exitstatus", 1) == 0:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"[dynocell tests] this run's temporary files: {root}", file=sys.stderr)
 
 
 def pytest_sessionstart(session):
@@ -46,6 +92,7 @@ def pytest_sessionfinish(session, exitstatus):
     stderr, so a leak is seen rather than left on the machine."""
     import psutil
 
+    session.config._dynocell_exitstatus = int(exitstatus)
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None:
         return

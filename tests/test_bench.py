@@ -156,9 +156,11 @@ def test_itl_spread_over_multi_token_chunks():
     try:
         lr = asyncio.run(run_level(url, _reqs(2, 13), 2))
         for r in lr.results:
-            # chunks of 4,4,4,1 tokens: the first chunk's tokens have no ITL, the rest one entry per token
-            assert len(r.itl_s) == 13 - 4
-            assert r.itl_s[0] == r.itl_s[3]  # one chunk's gap shared by its 4 tokens
+            # chunks of 4,4,4,1 tokens: 12 token gaps, each the request's ITL (AIPerf's and GuideLLM's
+            # (last content − first content) / (tokens − 1)); at most 3 gaps between content reads
+            assert len(r.itl_s) == 13 - 1 and len(set(r.itl_s)) == 1
+            assert r.itl_s[0] == pytest.approx((r.e2e_s - r.ttft_s) / 12, abs=0.05)
+            assert 1 <= len(r.icl_s) + 1 <= 4 and all(g > 0 for g in r.icl_s)
     finally:
         next(gen, None)
 
@@ -207,3 +209,116 @@ def test_sse_split_across_reads_and_crlf_line_ends():
     assert r.ok, r.error
     assert r.text == "aaa" and r.completion_tokens == 3 and r.prompt_tokens == 5
     assert len(r.itl_s) == 2 and not r.length_mismatch
+
+
+# ---------------------------------------------------------------- ITL and content chunks, event by event
+
+def _native_events(*events: tuple[float, str, int | None]):
+    """A native (SGLang ``/generate``) stream fed event by event: ``(arrival s, cumulative text,
+    cumulative completion_tokens)``; the last event's ``meta_info`` gets ``prompt_tokens``."""
+    import json
+
+    from dynocell.engine.bench import _Stream
+
+    st = _Stream(openai=False)
+    for i, (now, text, tokens) in enumerate(events):
+        meta = {} if tokens is None else {"completion_tokens": tokens}
+        if i == len(events) - 1:
+            meta.update(prompt_tokens=3, finish_reason={"type": "length", "length": tokens})
+        assert st.event(json.dumps({"text": text, "meta_info": meta}).encode(), now) is None
+    assert st.event(b"[DONE]", events[-1][0] + 0.1) is None
+    return st
+
+
+def _measured(st, max_new_tokens: int):
+    from dynocell.engine.bench import RequestResult, _measure
+
+    req = BenchRequest(0, "t", "prose", "p", 3, 3, 3, max_new_tokens, 0.0, True)
+    res = RequestResult(0, "prose", "t", max_new_tokens, True)
+    _measure(res, req, st, 0.0)
+    return res
+
+
+def test_a_native_chunk_whose_text_did_not_grow_is_not_content():
+    """Audit survivor 2: SGLang sends chunks whose cumulative text did not grow (an empty first chunk, a
+    repeat): they are no token, so TTFT is at the first chunk with text and they add no ITL/ICL entry."""
+    st = _native_events((1.0, "", 0), (1.5, "alpha ", 1), (1.7, "alpha ", 1), (2.0, "alpha beta ", 2))
+    res = _measured(st, 2)
+    assert res.ttft_s == 1.5  # not 1.0, the empty chunk's arrival
+    assert res.completion_tokens == 2 and res.text == "alpha beta "
+    assert res.itl_s == [0.5]  # (2.0 − 1.5) / (2 − 1): the repeat at 1.7 is no gap
+    assert res.icl_s == [0.5]
+    assert res.e2e_s == pytest.approx(2.1)
+
+
+def test_tokens_arriving_in_one_read_are_not_zero_ms_apart():
+    """Issue 38: at high concurrency several SSE events arrive in one network read (one arrival stamp).
+    Before, each later event made a 0 ms ITL entry (ITL p50 0.00 ms at c=256 against a server pacing
+    tokens every ~7 ms, where AIPerf and GuideLLM measured 43-49 ms). Now ITL is theirs: (last content −
+    first content) / (tokens − 1), the same for every token gap of the request; the read is one chunk."""
+    # first token alone at 1.0; tokens 2-5 in one read at 1.4; token 6 at 1.5
+    st = _native_events((1.0, "a", 1), (1.4, "ab", 2), (1.4, "abc", 3), (1.4, "abcd", 4), (1.4, "abcde", 5),
+                        (1.5, "abcdef", 6))
+    res = _measured(st, 6)
+    assert res.itl_s == pytest.approx([0.1] * 5)  # (1.5 − 1.0) / 5, no 0 ms entry
+    assert min(res.itl_s) > 0
+    assert res.icl_s == pytest.approx([0.4, 0.1])  # two gaps between the three reads
+    # AIPerf's formula on the same request: (request_latency − TTFT) / (OSL − 1), request_latency at the
+    # last content response
+    assert res.itl_s[0] == pytest.approx((1.5 - res.ttft_s) / (res.completion_tokens - 1))
+
+
+def test_a_token_count_past_the_limit_falls_back_to_the_events():
+    """A ``completion_tokens`` beyond ``max_new_tokens`` is a lie: the ITL divides by the events seen."""
+    st = _native_events((1.0, "a", 1), (1.2, "ab", 2), (1.4, "abc", 10 ** 9))
+    res = _measured(st, 3)
+    assert res.itl_s == pytest.approx([0.2, 0.2])
+
+
+def test_level_itl_weights_each_request_by_its_token_gaps():
+    """GuideLLM's weighting: a request of N tokens counts N − 1 times in the level's ITL percentiles."""
+    from dynocell.engine.bench import _summarise
+
+    a = _measured(_native_events((0.0, "a", 1), (0.3, "ab", 2)), 2)  # ITL 300 ms, one gap
+    b = _measured(_native_events((0.0, "a", 1), (0.1, "ab", 2), (0.2, "abc", 3), (0.3, "abcd", 4)), 4)  # 100 ms
+    lr = _summarise("t", 2, "generate", [a, b], 1.0, 0, 0)
+    assert lr.itl_ms.n == 1 + 3 and lr.itl_ms.p50 == pytest.approx(100.0) and lr.itl_ms.max == pytest.approx(300.0)
+    assert lr.icl_ms.n == 1 + 3 and lr.to_dict()["icl_ms"]["n"] == 4
+
+
+def test_events_of_one_write_over_real_http_share_the_requests_itl():
+    """The same over a real socket: a server that writes the first token, then 30 ms later the other
+    five in one write. However the reads fall, every token gap is the request's ITL, and no ICL gap is 0."""
+    import asyncio
+    import json
+
+    async def main() -> object:
+        def ev(k: int) -> bytes:
+            meta = {"completion_tokens": k}
+            if k == 6:
+                meta.update(prompt_tokens=5, finish_reason={"type": "length", "length": 6})
+            return b"data: " + json.dumps({"text": "w" * k, "meta_info": meta}).encode() + b"\n\n"
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while (await r.readline()) not in (b"\r\n", b""):
+                pass
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+            w.write(ev(1))
+            await w.drain()
+            await asyncio.sleep(0.03)
+            w.write(b"".join(ev(k) for k in range(2, 7)) + b"data: [DONE]\n\n")
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await run_level(f"http://127.0.0.1:{port}", _reqs(1, tokens=6), 1)
+
+    lr = asyncio.run(main())
+    r = lr.results[0]
+    assert r.ok, r.error
+    assert r.completion_tokens == 6 and len(r.itl_s) == 5 and len(set(r.itl_s)) == 1
+    # the reads fall as the kernel delivers them; the span first → last content read, shared by 5 gaps
+    assert r.itl_s[0] * 5 == pytest.approx(sum(r.icl_s))
+    assert all(g > 0 for g in r.icl_s) and (min(r.itl_s) > 0 if r.icl_s else r.itl_s[0] == 0)

@@ -12,9 +12,21 @@ with ``time.perf_counter``; token counts always from the server's
 
 - **TTFT** — request start → the first chunk whose text grew (a non-empty
   generated delta), seconds (reported in ms).
-- **ITL** — gap between consecutive content chunks, spread evenly over the
-  tokens the chunk carries (``completion_tokens`` delta; 1 when the server does
-  not say, as with OpenAI SSE). Tokens of the first chunk get no ITL entry.
+- **ITL** — per request, (last content chunk − first content chunk) /
+  (completion_tokens − 1): AIPerf's ``inter_token_latency`` ((request_latency −
+  TTFT) / (OSL − 1), its metrics reference) and GuideLLM's
+  ``inter_token_latency_ms`` ((last_token − first_token) / (output_tokens − 1),
+  ``GenerativeRequestStats``), which agree per request. A request of N tokens adds
+  N − 1 entries of its ITL to the level's distribution, so the level's
+  percentiles weight each request by its N − 1 token gaps, as GuideLLM's do
+  (AIPerf weights requests equally: the same numbers when every request has the
+  same length, as with ``ignore_eos``). Tokens that arrive together in one chunk
+  or one network read are not 0 ms apart: they share the request's ITL.
+- **ICL** (inter-chunk latency, AIPerf's ``inter_chunk_latency``) — the gaps
+  between consecutive network reads that carried generated text, one entry per
+  gap: what the stream's burstiness looks like (SSE events that arrive in one
+  read are one chunk here, never a 0 ms gap). Reported beside ITL, never in its
+  place.
 - **e2e** — request start → ``data: [DONE]``.
 - **TPOT** — (e2e − TTFT) / (completion_tokens − 1) (the vLLM / SGLang
   ``bench_serving`` definition); requests with one token have none.
@@ -107,7 +119,8 @@ class RequestResult:
     ``ok`` False → ``error`` holds the reason (``failure_kind`` its short class).
     ``meta_info`` is the server's final ``meta_info`` (OpenAI: built from
     ``usage`` + ``finish_reason``), kept whole (spec histograms live there).
-    ``itl_s`` has one entry per token after the first chunk.
+    ``itl_s`` has completion_tokens − 1 entries, each the request's ITL (module docstring);
+    ``icl_s`` one entry per gap between consecutive reads that carried generated text.
     """
 
     index: int
@@ -122,6 +135,7 @@ class RequestResult:
     ttft_s: float | None = None
     e2e_s: float | None = None
     itl_s: list[float] = field(default_factory=list)
+    icl_s: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     counts_from_server: bool = True
@@ -164,7 +178,8 @@ class LevelResult:
 
     Throughputs are over ``wall_s``: ``request_throughput`` req/s,
     ``output_throughput`` and ``total_throughput`` (prompt + output) tok/s.
-    Latency summaries are in ms. ``failures`` counts failed requests by kind
+    Latency summaries are in ms (``itl_ms``: AIPerf's and GuideLLM's ITL, ``icl_ms``: the
+    gaps between content reads; both defined in the module docstring). ``failures`` counts failed requests by kind
     (``connection_closed``, ``http_status``, ``server_error``, ``no_done``,
     ``timeout``, ``connect``, ``no_content``, ``http_error``).
     ``results`` holds every measured request in workload order.
@@ -193,6 +208,7 @@ class LevelResult:
     warmup_requests: int
     warmup_failed: int
     results: list[RequestResult]
+    icl_ms: Percentiles = Percentiles(None, None, None, None, None, None, 0)
 
     def by_class(self) -> dict[str, list[RequestResult]]:
         """Successful requests grouped by text class, in first-seen order."""
@@ -261,12 +277,15 @@ class _Stream:
     completion tokens)``, the text pieces, SGLang's ``meta_info`` or OpenAI's ``usage`` and
     ``finish_reason``, whether ``data: [DONE]`` came and when the last event arrived."""
 
-    __slots__ = ("openai", "chunks", "text_len", "cumulative", "pieces", "last_text", "meta", "usage", "finish",
-                 "done", "t_end")
+    __slots__ = ("openai", "chunks", "content_events", "text_len", "cumulative", "pieces", "last_text", "meta",
+                 "usage", "finish", "done", "t_end")
 
     def __init__(self, openai: bool) -> None:
         self.openai = openai
-        self.chunks: list[tuple[float, int | None]] = []  # (arrival, cumulative completion tokens) of content
+        # (arrival, cumulative completion tokens) of each read that carried content: events of one read
+        # share its arrival stamp and are one chunk
+        self.chunks: list[tuple[float, int | None]] = []
+        self.content_events = 0  # SSE events that carried content (the token count when the server gives none)
         self.text_len = 0
         self.cumulative = True
         self.pieces: list[str] = []
@@ -311,7 +330,7 @@ class _Stream:
                 self.finish = ch[0]["finish_reason"]
             if piece:
                 self.pieces.append(piece)
-                self.chunks.append((now, None))
+                self._content(now, None)
 
     def _native(self, obj: dict[str, Any], now: float) -> None:
         t = obj.get("text") or ""
@@ -322,11 +341,19 @@ class _Stream:
             self.pieces.append(self.last_text)
         if self.cumulative:
             if n > self.text_len:
-                self.chunks.append((now, meta.get("completion_tokens")))
+                self._content(now, meta.get("completion_tokens"))
                 self.text_len, self.last_text = n, t
         elif t:
             self.pieces.append(t)
-            self.chunks.append((now, meta.get("completion_tokens")))
+            self._content(now, meta.get("completion_tokens"))
+
+    def _content(self, now: float, completion_tokens: int | None) -> None:
+        """An event with generated text arrived at ``now``: a new chunk, or part of this read's chunk."""
+        self.content_events += 1
+        if self.chunks and self.chunks[-1][0] == now:
+            self.chunks[-1] = (now, completion_tokens)
+        else:
+            self.chunks.append((now, completion_tokens))
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, st: _Stream) -> tuple[str, str] | None:
@@ -389,8 +416,8 @@ async def _one(client: aiohttp.ClientSession, url: str, req: BenchRequest, api: 
 
 
 def _measure(res: RequestResult, req: BenchRequest, st: _Stream, t0: float) -> None:
-    """Fill a successful ``res`` from its stream: text, meta_info, token counts (counted chunks when
-    the server gives none), TTFT, E2E and the ITL gaps (a gap spanning k tokens counts k times)."""
+    """Fill a successful ``res`` from its stream: text, meta_info, token counts (counted content events
+    when the server gives none), TTFT, E2E, ITL and the inter-chunk gaps (module docstring)."""
     chunks = st.chunks
     res.text = "".join(st.pieces) if (st.openai or not st.cumulative) else st.last_text
     meta = st.meta
@@ -404,17 +431,15 @@ def _measure(res: RequestResult, req: BenchRequest, st: _Stream, t0: float) -> N
     res.prompt_tokens = meta.get("prompt_tokens")
     res.completion_tokens = meta.get("completion_tokens")
     if res.completion_tokens is None:
-        res.completion_tokens, res.counts_from_server = len(chunks), False
+        res.completion_tokens, res.counts_from_server = st.content_events, False
     res.ttft_s = chunks[0][0] - t0
     res.e2e_s = st.t_end - t0
-    prev_t, prev_c = chunks[0]
-    itl = res.itl_s
-    for t, c in chunks[1:]:
-        k = (c - prev_c) if (c is not None and prev_c is not None) else 1
-        k = k if 0 < k <= req.max_new_tokens else 1  # a count that jumps past the request's limit is a lie
-        gap = (t - prev_t) / k
-        itl.extend([gap] * k)
-        prev_t, prev_c = t, c
+    n = res.completion_tokens
+    if not (isinstance(n, int) and 0 < n <= max(req.max_new_tokens, st.content_events)):
+        n = st.content_events  # a count past the request's limit (or not a count) is a lie: the events say
+    if n > 1:
+        res.itl_s = [(chunks[-1][0] - chunks[0][0]) / (n - 1)] * (n - 1)
+    res.icl_s = [t - prev for (prev, _), (t, _) in zip(chunks, chunks[1:], strict=False)]
     res.ok = True
     if req.ignore_eos and res.completion_tokens != req.max_new_tokens:
         res.length_mismatch = True
@@ -503,8 +528,10 @@ def _summarise(name: str, concurrency: int, api: str, results: list[RequestResul
     decs = [d for r in ok if (d := r.decode_tok_s) is not None]
     pres = [p for r in ok if (p := r.prefill_tok_s) is not None]
     itl: list[float] = []
+    icl: list[float] = []
     for r in ok:
         itl.extend(r.itl_s)
+        icl.extend(r.icl_s)
     wall = wall if wall > 0 else float("nan")
     return LevelResult(
         name=name,
@@ -530,6 +557,7 @@ def _summarise(name: str, concurrency: int, api: str, results: list[RequestResul
         warmup_requests=n_warm,
         warmup_failed=warm_failed,
         results=results,
+        icl_ms=percentiles(icl),
     )
 
 
