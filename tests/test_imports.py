@@ -323,30 +323,32 @@ def test_foreign_fragments_import_with_a_given_config(cell):
     assert crash["state"] == "crashed" and crash["events"][0]["kind"] == "scheduler_exception"
 
 
-def test_fragment_without_config_line_needs_config(cell):
-    from dynocell.errors import UserError
-    from dynocell.runbooks.imports import import_log
+def test_fragment_without_config_line_is_recorded_with_an_unknown_config(cell):
+    """A fragment that prints no configuration imports anyway (issue 35): its config is the engine's
+    unknown config (no field revealed), which the doctor reads as unknown, and --config can still name one."""
+    from dynocell.runbooks.doctor_evidence import knobs_of
+    from dynocell.runbooks.imports import import_log, unknown_config
 
-    before = _counts(cell)
-    with pytest.raises(UserError, match="--config"):
-        import_log(cell, [FOREIGN / "sglang-decode-old-shape.log"])
-    assert _counts(cell) == before
+    res = import_log(cell, [FOREIGN / "sglang-decode-old-shape.log"])
+    assert res["created"] and res["observed"] and res["engine"] == "sglang"
+    assert res["config_hash"] == unknown_config("sglang", "x").config_hash
+    assert knobs_of(cell.store, res["config_hash"]) == {"engine": "sglang"}
 
 
 # ---------------------------------------------------------------- bad input: nothing stored
 
 @pytest.mark.parametrize("name", ["sglang-multinode-node1-truncated.log", "sglang-not-enough-memory-truncated.log"])
-def test_truncated_config_line_is_refused_with_file_and_line(cell, name):
+def test_truncated_config_line_is_a_warning_with_file_and_line(cell, name):
+    """A config line cut short is read as far as it goes no more (issue 35): the import warns, naming file and
+    line, and keeps the rest; a bad --engine is still refused with nothing stored."""
     from dynocell.runbooks.imports import import_log
 
     before = _counts(cell)
-    with pytest.raises(LogReadError) as err:
-        import_log(cell, [FOREIGN / name])
-    assert f"{name}: line 4" in err.value.message and "cut short" in err.value.message
     with pytest.raises(LogReadError, match="--engine"):
         import_log(cell, [FOREIGN / name], engine="../../x")
     assert _counts(cell) == before
-    assert not any(cell.settings.boots_dir.glob("*")) if cell.settings.boots_dir.exists() else True
+    res = import_log(cell, [FOREIGN / name])
+    assert any(f"{name}: line 4" in w and "cut short" in w for w in res["warnings"])
 
 
 def test_binary_junk_and_empty_and_foreign_text_are_refused(cell, tmp_path):
@@ -618,9 +620,10 @@ def test_cli_import_of_bad_json_is_an_error_with_a_hint(cli_env, tmp_path, kind,
 
 
 
-def test_cut_config_line_with_a_given_config_imports_the_rest(cell, tmp_path):
-    """The refusal's hint says 'or pass --config': with a config named, a config line cut short (as
-    reports paste it) is not read and the rest of the real SGLang log still imports."""
+def test_cut_config_line_imports_the_rest(cell, tmp_path):
+    """A config line cut short (as reports paste it) refuses nothing (issue 35): without --config the real
+    SGLang log imports with the configuration unknown and a warning naming the line; with a config named,
+    that config is the boot's."""
     from dynocell.runbooks.imports import import_log
 
     lines = (SGL / "C.server.log").read_text().splitlines(keepends=True)
@@ -628,9 +631,12 @@ def test_cut_config_line_with_a_given_config_imports_the_rest(cell, tmp_path):
     lines[i] = lines[i][: len(lines[i]) // 2] + "\n"
     cut = tmp_path / "C.cut.server.log"
     cut.write_text("".join(lines))
-    with pytest.raises(LogReadError, match="cut short"):
-        import_log(cell, [cut])
-    res = import_log(cell, [cut], config_ref=EXAMPLE)
+    bare = import_log(cell, [cut])
+    assert bare["created"] and bare["state"] == "stopped" and bare["observed"]
+    assert any("cut short" in w and "unknown" in w for w in bare["warnings"])
+    cut2 = tmp_path / "C.cut2.server.log"
+    cut2.write_text("".join(lines) + "\n")
+    res = import_log(cell, [cut2], config_ref=EXAMPLE)
     assert res["created"] and res["state"] == "stopped" and res["ready_s"] > 0
     assert res["acceptance"]["format"] == "sglang-decode" and not res["observed"]
 

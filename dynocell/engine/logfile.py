@@ -371,11 +371,11 @@ class _Scan:
                 if vargs is not None:
                     rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
         except ObservedConfigError as exc:
-            if self.config_given:  # the config comes from --config; the rest of the log still counts
-                return
-            if i == self.n_lines and rep.truncated:
-                raise LogReadError(f"{exc.message} (the file ends there: truncated)", exc.hint) from None
-            raise LogReadError(exc.message, exc.hint) from None
+            # a config line cut short (as reports paste it) refuses nothing (issue 35): the rest of the log
+            # still counts; the config stays unknown unless --config names it
+            rep.config_line = rep.config_line or i  # a config line was there, cut: this is an engine's log
+            if not self.config_given:
+                rep.warnings.append(f"{exc.message}: the configuration stays unknown (pass --config to name it)")
 
     def _phase(self, i: int, line: str, off: float | None) -> None:
         hit = match_phase(line, self.rules_engine)
@@ -488,7 +488,7 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
         if match.known:
             rep.signature = match.as_dict()
     # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
-    if rep.config is None and not rep.phases and rep.signature is None and not (
+    if rep.config is None and rep.config_line is None and not rep.phases and rep.signature is None and not (
             v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(texts):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",

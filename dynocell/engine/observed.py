@@ -22,6 +22,14 @@ collides with a written one, and two sources revealing the same fields share a h
 vLLM's ``non-default args`` omit defaults: a vLLM field that is absent there is
 unknown to dynocell (vLLM's default may change between versions), not "default".
 
+Settings dynocell's config does not model are kept too, as observed extras under ``extra.<the engine's
+own name>`` (issue 35): every other scalar vLLM non-default arg (``extra.enable_prefix_caching``,
+``extra.cpu_offload_gb`` …), a speculative method dynocell has no name for (``extra.speculative_method``:
+``dspark``, ``dflash``, ``suffix`` …) and SGLang's ``ServerArgs`` fields of the concepts the rules and
+runbook ``applies_to`` read (:data:`SGLANG_EXTRA_CONCEPTS`: prefix/radix cache, offload, experts,
+speculative extras, overlap, DP attention, torch.compile). They are hashed with the config; comparisons
+count an extra only where both sides revealed it (:func:`dynocell.runbooks.doctor_model.differing_knobs`).
+
 Pure functions; no I/O.
 """
 
@@ -111,6 +119,26 @@ VLLM_METHODS: dict[str, str] = {
 
 # SGLang prints the algorithm's own name; dynocell's config knows these (config.SPEC_ALGORITHMS).
 _SGLANG_ALGOS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"}
+
+#: Prefix of the observed settings dynocell's config does not model (kept as seen, engine's own names).
+EXTRA = "extra."
+#: Substrings of SGLang ``ServerArgs`` names kept as extras when unmapped (SGLang prints ~200 fields;
+#: these are the concepts rules and runbook entries read).
+SGLANG_EXTRA_CONCEPTS = ("radix", "prefix", "offload", "expert", "moe", "speculative", "overlap",
+                         "dp_attention", "torch_compile", "hicache")
+#: vLLM args never kept as extras: places and names (no effect on what is computed), and the dicts
+#: handled apart.
+_VLLM_NOT_EXTRA = {"model", "model_tag", "served_model_name", "host", "port", "speculative_config",
+                   "compilation_config", "kv_transfer_config", "api_key", "middleware", "chat_template"}
+
+
+def _extra_value(v: Any) -> Any:
+    """A revealed value as an extra: scalars as they are, short lists of scalars as lists; else None."""
+    if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 200):
+        return v
+    if isinstance(v, (list, tuple)) and len(v) <= 16 and all(isinstance(x, (bool, int, float, str)) for x in v):
+        return [x for x in v]
+    return None
 
 
 class ObservedConfigError(UserError):
@@ -235,6 +263,10 @@ def from_server_args(args: Mapping[str, Any], source: str = "") -> ObservedConfi
                 continue
             v = str(v).upper()
         _put(fields, dotted, v)
+    if str(args.get("speculative_algorithm") or "").upper() not in (*_SGLANG_ALGOS, "", "NONE"):
+        fields[EXTRA + "speculative_method"] = str(args["speculative_algorithm"]).lower()
+    _put_extras(fields, {k: v for k, v in args.items()
+                         if k not in SGLANG_FIELDS and any(c in k for c in SGLANG_EXTRA_CONCEPTS)})
     cg = args.get("cuda_graph_config")
     graphs_off = isinstance(cg, str) and "backend='disabled'" in cg and "decode=PhaseConfig(backend='disabled'" in cg
     if fields.get("cuda_graph.disable") is True or graphs_off:
@@ -292,7 +324,30 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
         _put(fields, "model_path", args["model_tag"])
     if "served_model_name" in args:
         _put(fields, "served_model_name", args["served_model_name"])
-    spec = args.get("speculative_config")
+    _vllm_speculative(fields, args.get("speculative_config"))
+    if args.get("enforce_eager") is True:
+        fields["cuda_graph.mode"] = "off"
+    mode = cudagraph_mode(args.get("compilation_config"))
+    if mode:
+        fields["cuda_graph.mode"] = mode
+    role = _kv_role(args.get("kv_transfer_config"))
+    if role:
+        fields["serving.topology"] = role
+    _put_extras(fields, {k: v for k, v in args.items() if k not in VLLM_FIELDS and k not in _VLLM_NOT_EXTRA})
+    warnings = _checked_port(fields, source)
+    return ObservedConfig("vllm", fields, _jsonable(dict(args)), source, warnings)
+
+
+def _put_extras(fields: dict[str, Any], args: Mapping[str, Any]) -> None:
+    """Each revealed setting of ``args`` (already filtered to the unmodelled ones) as ``extra.<name>``."""
+    for name, v in args.items():
+        ev = _extra_value(v)
+        if ev is not None and not str(name).startswith("-"):
+            fields[EXTRA + str(name)] = ev
+
+
+def _vllm_speculative(fields: dict[str, Any], spec: Any) -> None:
+    """vLLM's ``speculative_config`` (a dict, or its JSON text) into ``fields``."""
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -302,6 +357,8 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
         method = str(spec.get("method") or "").lower()
         if method in VLLM_METHODS:
             fields["speculative.algorithm"] = VLLM_METHODS[method]
+        elif method:
+            fields[EXTRA + "speculative_method"] = method  # dspark, dflash, suffix …: kept, not dropped
         k = spec.get("num_speculative_tokens")
         if isinstance(k, int) and k >= 1:
             fields["speculative.num_steps"] = k
@@ -309,16 +366,6 @@ def from_vllm_args(args: Mapping[str, Any], source: str = "") -> ObservedConfig:
             fields["speculative.eagle_topk"] = 1
         if spec.get("model") and method not in ("ngram",):
             fields["speculative.draft_model_path"] = str(spec["model"])
-    if args.get("enforce_eager") is True:
-        fields["cuda_graph.mode"] = "off"
-    mode = cudagraph_mode(args.get("compilation_config"))
-    if mode:
-        fields["cuda_graph.mode"] = mode
-    role = _kv_role(args.get("kv_transfer_config"))
-    if role:
-        fields["serving.topology"] = role
-    warnings = _checked_port(fields, source)
-    return ObservedConfig("vllm", fields, _jsonable(dict(args)), source, warnings)
 
 
 def _kv_role(kv: Any) -> str | None:

@@ -77,13 +77,23 @@ def load_thresholds(path: Path = THRESHOLDS_PATH) -> dict[str, dict[str, float]]
 
 
 def flatten_config(cfg: Any) -> dict[str, Any]:
-    """An EngineConfig (or canonical dict / JSON text) as ``{dotted field: value}`` (``env.NAME`` per variable)."""
+    """An EngineConfig (or canonical dict / JSON text) as ``{dotted field: value}`` (``env.NAME`` per variable).
+
+    An observed config (``{"observed": true, "engine", "fields"}``, :mod:`dynocell.engine.observed`: what an
+    imported log, scrape or attached engine revealed) flattens to the same names a written config does —
+    ``engine`` plus its already-dotted ``fields`` (``parallel.tp_size``, ``speculative.algorithm``, and the
+    unmodelled settings under ``extra.``) — so every rule that reads a setting reads an imported config as
+    it reads a booted one (issue 35). Fields the source did not reveal stay absent (unknown, not default).
+    """
     if isinstance(cfg, str):
         data = json.loads(cfg)
     elif isinstance(cfg, dict):
         data = cfg
     else:
         data = cfg.canonical()
+    if isinstance(data, dict) and data.get("observed") is True and isinstance(data.get("fields"), dict):
+        fields = {str(k): tuple(v) if isinstance(v, list) else v for k, v in data["fields"].items()}
+        return {"engine": data.get("engine"), **fields}
     out: dict[str, Any] = {}
 
     def walk(d: dict[str, Any], prefix: str) -> None:

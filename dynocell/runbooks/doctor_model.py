@@ -34,10 +34,13 @@ def differing_knobs(a: dict[str, Any], b: dict[str, Any], *, include_patches: bo
       acceptance rules' sibling and reference-twin selection (``doctor.py``), False (default) for issue 22's
       comparisons.
 
-    With both False the left-out prefixes are :data:`IGNORED_KNOBS`.
+    With both False the left-out prefixes are :data:`IGNORED_KNOBS`. An observed extra (``extra.*``, a
+    setting dynocell's config does not model, :mod:`dynocell.engine.observed`) differs only where both sides
+    revealed it: a written config cannot state it, so its absence there is unknown, not a difference.
     """
     ignored = (*PLACE_KNOBS, *(() if include_patches else ("patches",)), *(() if include_env else ("env.",)))
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(ignored))
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(ignored)
+                  and not (k.startswith("extra.") and (k not in a or k not in b)))
 
 
 def headline_tok_s(summary: dict[str, Any] | None) -> float | None:

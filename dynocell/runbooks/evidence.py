@@ -300,7 +300,8 @@ def import_bench(cell: Cell, path: str | Path, *, config_ref: str | None = None)
     label = next((lv.label for lv in levels if lv.label), None)
     if tool in ("vllm-bench-serve",) and label:
         observed = ObservedConfig("vllm", {"served_model_name": label}, {}, Path(path).name)
-    config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(path))
+    engine = {"vllm-bench-serve": "vllm", "sglang-bench-serving": "sglang"}.get(tool)
+    config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, str(path), engine=engine)
     run_id = new_id()
     bench, curves = [], []
     drafts = _config_drafts(cell, config_hash)

@@ -35,7 +35,7 @@ from dynocell.text import quoted_name
 from dynocell.runbooks.cell import Cell
 
 __all__ = ["IMPORT_KINDS", "MAX_UPLOAD_BYTES", "config_row", "digest_files", "import_log", "import_trace",
-           "resolve_or_observe", "store_upload", "trace_split"]
+           "resolve_or_observe", "store_upload", "trace_split", "unknown_config"]
 
 #: What ``dynocell import`` takes, and the file suffix an upload of each is stored with.
 IMPORT_KINDS = {"log": ".log", "metrics": ".txt", "requests": ".jsonl", "bench": ".json", "trace": ".json.gz"}
@@ -127,19 +127,27 @@ def config_row(cfg: Any) -> dict[str, Any]:
             "canonical_json": cfg.canonical_json(), "source_toml": to_toml(cfg), "observed": False}
 
 
-def resolve_or_observe(cell: Cell, config_ref: str | None, observed: ObservedConfig | None,
-                       what: str) -> tuple[str, dict[str, Any] | None]:
-    """``(config_hash, config row to insert or None)``: the ``--config`` given, else the observed one.
+def unknown_config(engine: str | None, what: str) -> ObservedConfig:
+    """The observed config of evidence that reveals no setting (issue 35): no field known, only the engine
+    (``"unknown"`` when not even that is known). Every such piece of evidence of one engine shares it — the
+    same "we do not know" — and every rule reads its settings as unknown, never as defaults."""
+    return ObservedConfig(engine or "unknown", {}, {}, f"{what}: no configuration revealed")
 
-    Raises UserError when neither is there (``what`` names the evidence).
+
+def resolve_or_observe(cell: Cell, config_ref: str | None, observed: ObservedConfig | None,
+                       what: str, engine: str | None = None) -> tuple[str, dict[str, Any] | None]:
+    """``(config_hash, config row to insert or None)``: the ``--config`` given, else the observed one, else
+    the unknown config of ``engine`` (:func:`unknown_config`: a log of only the failing lines, a bench file,
+    responses — evidence as operators hold it is recorded and classified anyway, issue 35).
+
+    ``what`` names the evidence; raises UserError for a ``--config`` that does not resolve.
     """
     if config_ref:
         from dynocell.runbooks.configs import resolve_hash
 
         return resolve_hash(cell, config_ref), None
     if observed is None:
-        raise UserError(f"{what} does not say which configuration the engine ran",
-                        "pass --config NAME|HASH|FILE.toml")
+        observed = unknown_config(engine, Path(what).name)
     return observed.config_hash, config_row(observed)
 
 
@@ -207,7 +215,8 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     if len(set(ranks)) != len(ranks):
         ranks = list(range(len(reports)))
     observed = next((r.config for r in reports if r.config is not None), None)
-    config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, f"{reports[0].path}")
+    config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, f"{reports[0].path}",
+                                              engine=reports[0].engine)
     boot_id, run_id = _new_id(), _new_id()
     starts = [r.first_ts for r in reports if r.first_ts]
     t0 = min(starts) if starts else None
