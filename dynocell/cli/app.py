@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 import typer
 
@@ -89,30 +89,52 @@ def build_app() -> typer.Typer:
     return app
 
 
-#: ``Error:`` and ``hint:`` lines are wrapped at most this wide (narrower on a narrower terminal).
-ERROR_WIDTH = 80
+def tidy_help(command: Any) -> Any:
+    """Make ``--help`` read as a person would write it, over the whole command tree (in place).
+
+    Typer >= 0.20 prints each parameter's Python type (``<bool>`` beside every flag, ``{ref}`` for an
+    argument in the usage line). A flag takes no value, so it gets no type; an argument without a metavar
+    is named in capitals (``REF``) as click's own usage lines and ``git``/``llm`` help do.
+    Returns ``command``.
+    """
+    stack = [command]
+    while stack:
+        cmd = stack.pop()
+        for param in cmd.params:  # Typer vendors its own click: parameters are told apart by their kind name
+            _tidy_param(param)
+        get_help_option = cmd.get_help_option
+        cmd.get_help_option = lambda ctx, _get=get_help_option: _tidy_param(_get(ctx))  # made per context
+        stack.extend(getattr(cmd, "commands", {}).values())
+    return command
+
+
+def _tidy_param(param: Any) -> Any:
+    if param is None or param.metavar is not None:
+        return param
+    if param.param_type_name == "option" and getattr(param, "is_flag", False):
+        param.metavar = ""
+    elif param.param_type_name == "argument" and param.name:
+        param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+    return param
 
 
 def _error_width() -> int | None:
-    """Columns to wrap ``Error:``/``hint:`` lines at: :data:`ERROR_WIDTH`, or the terminal's width (or
-    ``COLUMNS``) when narrower; None (one line each) when stderr is piped and ``COLUMNS`` is unset, so a
-    log or ``grep`` gets the whole message on its line."""
+    """Columns to wrap ``Error:``/``hint:`` lines at: the terminal's width (or ``COLUMNS``); None (one line
+    each) when stderr is piped and ``COLUMNS`` is unset, so a log or ``grep`` gets the whole message on its
+    line."""
     from dynocell.settings import terminal_columns
 
-    cols = terminal_columns() or (err_console.size.width if err_console.is_terminal else None)
-    return min(ERROR_WIDTH, cols) if cols else None
+    return terminal_columns() or (err_console.size.width if err_console.is_terminal else None)
 
 
 def _say_error(text: str) -> None:
-    from rich.text import Text
-
-    from dynocell.text import printable  # a message may quote a config value or an engine line
+    from dynocell.text import printable, wrap_keeping_commands  # a message may quote a config value or a log line
 
     width = _error_width()
-    if width is None:
-        err_console.print(printable(text, keep_newlines=True), markup=False, highlight=False, soft_wrap=True)
-    else:  # at word boundaries; a word longer than a line (a path) is folded
-        err_console.print(Text(printable(text, keep_newlines=True), overflow="fold"), width=width, soft_wrap=False)
+    safe = printable(text, keep_newlines=True)
+    if width is not None:  # at word boundaries, a `command` never split (a longer one stands on its own line)
+        safe = wrap_keeping_commands(safe, width)
+    err_console.print(safe, markup=False, highlight=False, soft_wrap=True)
 
 
 def _report(exc: BaseException, code: int, message: str, hint: str | None = None) -> int:
@@ -134,7 +156,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if "--debug" in args[:end]:
         state.debug = True
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
-    command = typer.main.get_command(build_app())
+    command = tidy_help(typer.main.get_command(build_app()))
     try:
         # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
         command.main(args=args, prog_name="dynocell", standalone_mode=True)

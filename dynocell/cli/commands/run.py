@@ -108,18 +108,20 @@ def _show(ref: str, json_out: bool) -> None:
 
 
 def show_cmd(
-    ref: str = typer.Argument(..., help="Run id or boot id (or a unique prefix)."),
+    ref: Optional[str] = typer.Argument(None, help="Run id or boot id (or a unique prefix); default: the newest run."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Reprint the report of a run, or the timeline and health of a boot.
+    """Reprint the report of a run, or the timeline and health of a boot (with no argument: the newest run).
 
     Example: dynocell show 7c1e
     """
-    from dynocell.runbooks import refs
+    from dynocell.runbooks import refs, views
     from dynocell.runbooks.run import reconcile_runs
 
     cell = get_cell(read_only=True)
     reconcile_runs(cell)  # a run whose process died shows as interrupted, its engine stopped
+    if ref is None:
+        ref = views.latest_run_id(cell)
     found = refs.resolve(cell, ref, ("run", "boot"))  # ambiguous across the two kinds → Error listing both
     if found.kind == "boot":
         from dynocell.runbooks import boots, views
