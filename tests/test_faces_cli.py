@@ -143,3 +143,43 @@ def test_the_readmes_query_ranks_a_general_entry_above_a_one_model_fix(cli_env):
     assert not _model_words(top.applies_to), hits[0]["slug"]
     glm = json.loads(dynocell(cli_env, "runbook", "search", "acceptance", "glm", "--json").stdout)
     assert glm[0]["slug"] == "index-share-topk-seed-last-verified"  # named, the model's entry comes first
+
+
+def test_listings_drop_empty_columns_and_ps_names_the_config(cli_env, isolated_home):
+    shutil.copytree(REAL_RUN, isolated_home, dirs_exist_ok=True)
+    runs = dynocell(cli_env, "runs", columns=120).stdout
+    assert "error" not in runs.splitlines()[0]  # every run completed: no empty error column
+    ps = dynocell(cli_env, "ps", "--all", columns=200).stdout
+    header = ps.splitlines()[0]
+    assert "config" in header
+    boots = json.loads(dynocell(cli_env, "ps", "--all", "--json").stdout)
+    assert any(b["config_hash"].removeprefix("sha256:")[:12] in ps or any(lab in ps for lab in b["labels"])
+               for b in boots)
+
+
+def test_show_boot_lays_out_its_command_line_to_paste(cli_env, isolated_home):
+    shutil.copytree(REAL_RUN, isolated_home, dirs_exist_ok=True)
+    boots = json.loads(dynocell(cli_env, "ps", "--all", "--json").stdout)
+    boot = next(b for b in boots if b["state"] == "stopped")
+    shown = dynocell(cli_env, "show", boot["id"], columns=80).stdout
+    lines = shown.splitlines()
+    assert all(len(ln) <= 80 for ln in lines[: lines.index(next(ln for ln in lines if ln.startswith("argv:"))) + 12])
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("argv:"))
+    block = []
+    for ln in lines[start:]:
+        block.append(ln)
+        if not ln.endswith(" \\"):
+            break
+    import shlex
+
+    pasted = " ".join(ln.removesuffix(" \\").strip() for ln in block).removeprefix("argv: ")
+    stored = json.loads(dynocell(cli_env, "show", boot["id"], "--json").stdout)["boot"]["argv"]
+    assert shlex.split(pasted) == shlex.split(stored)
+
+
+def test_profile_split_names_idle_categories_on_one_line(cli_env, isolated_home):
+    shutil.copytree(REAL_RUN, isolated_home, dirs_exist_ok=True)
+    run = next(r for r in json.loads(dynocell(cli_env, "runs", "--json").stdout) if r["lossless"] == "yes")
+    shown = dynocell(cli_env, "show", run["id"], columns=100).stdout
+    assert "no time in:" in shown
+    assert not [ln for ln in shown.splitlines() if re.match(r"\s+\w+\s+0\.0 %.*\b0 launches", ln)]

@@ -6,8 +6,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from dynocell.cli.common import (add_row, err_console, get_cell, human_duration, interrupt_on_term_and_hangup, out,
-                                 print_json, seconds, table)
+from dynocell.cli.common import (add_row, console, err_console, get_cell, human_duration, interrupt_on_term_and_hangup,
+                                 out, print_json, seconds, table)
 from dynocell.text import printable
 
 
@@ -134,10 +134,10 @@ def show_cmd(
         if json_out:
             print_json(bd)
             return
-        from dynocell.cli.render import health_table, phases_table
+        from dynocell.cli.render import command_lines, health_table, phases_table
 
-        out(f"boot {boot.id} [{boot.state}] on {bd['boot'].get('host_label')} {boot.engine} "
-            f"port {boot.port} argv: {boot.argv}")
+        out(f"boot {boot.id} [{boot.state}] on {bd['boot'].get('host_label')} {boot.engine} port {boot.port}")
+        out(f"argv: {command_lines(boot.argv, console.size.width - 6)}")
         if bd.get("elsewhere"):
             out(f"files: on host {bd['elsewhere']['host']} under {bd['elsewhere']['dir']}")
         if boot.failure_signature:
@@ -173,7 +173,8 @@ def runs_cmd(
     if json_out:
         print_json(rows)
         return
-    t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
+    t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error",
+              optional=("error",))
     for r in rows:
         add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"],
                 ", ".join(r.get("labels") or []) or r["config_hash"][:19],
