@@ -14,6 +14,7 @@ every layer like :mod:`dynocell.errors` (no imports from dynocell).
   unassigned or format characters) shown as ``?``; newlines kept when asked.
 - :func:`quoted_name`: a file name as a message quotes it (its ``repr`` when it holds a newline or control).
 - :func:`shorten`: :func:`printable`, cut to a length with ``…`` as its last character.
+- :func:`wrap_keeping_commands`: text wrapped to a width, a `backticked command` never split.
 """
 
 from __future__ import annotations
@@ -80,3 +81,30 @@ def printable_tree(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(printable_tree(v) for v in value)
     return value
+
+
+#: A span that must stay on one line when wrapped: a `command` in backticks, or a run of non-space characters.
+_WRAP_TOKEN = re.compile(r"`[^`\n]*`\S*|\S+")
+
+
+def wrap_keeping_commands(text: str, width: int) -> str:
+    """``text`` wrapped at spaces to ``width`` columns, each `backticked command` kept whole on one line.
+
+    Each line of ``text`` (its own newlines kept) is filled greedily with words; a backticked span counts
+    as one word, so a command an operator copies is never split. A word longer than ``width`` (a long path,
+    a long command) stands alone on its line, unbroken: the terminal folds it for the eye, and a copy of
+    it still pastes whole. ``width`` below 20 is taken as 20. Returns the wrapped text (no trailing spaces).
+    """
+    width = max(20, width)
+    out: list[str] = []
+    for line in text.split("\n"):
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        current = ""
+        for word in _WRAP_TOKEN.findall(line):
+            if current and len(current) + 1 + len(word) > width:
+                out.append(current)
+                current = word
+            else:
+                current = f"{current} {word}" if current else indent + word
+        out.append(current)
+    return "\n".join(out)

@@ -149,8 +149,10 @@ def test_search_ranks_the_obvious_entry_first(backend_settings):
     for query, slug in cases.items():
         hits = search(cell.store, kn, query)
         assert hits and hits[0].slug == slug, (query, [h.slug for h in hits[:3]])
-    # Words that never occur together still find something (OR fallback); FTS syntax is inert.
-    assert search(cell.store, kn, 'watchdog AND "unbalanced NEAR(')
+    # All words by default: words that never occur together find nothing (no silent OR fallback, issue 39);
+    # any-word search finds them; FTS syntax is inert.
+    assert search(cell.store, kn, 'watchdog AND "unbalanced NEAR(') == []
+    assert search(cell.store, kn, 'watchdog AND "unbalanced NEAR(', any_word=True)
     with pytest.raises(UserError, match="empty search query"):
         search(cell.store, kn, "  ")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import typer
 
@@ -98,18 +98,42 @@ def build_app() -> typer.Typer:
     return app
 
 
-#: ``Error:`` and ``hint:`` lines are wrapped at most this wide (narrower on a narrower terminal).
-ERROR_WIDTH = 80
+def tidy_help(command: Any) -> Any:
+    """Make ``--help`` read as a person would write it, over the whole command tree (in place).
+
+    Typer >= 0.20 prints each parameter's Python type (``<bool>`` beside every flag, ``{ref}`` for an
+    argument in the usage line). A flag takes no value, so it gets no type; an argument without a metavar
+    is named in capitals (``REF``) as click's own usage lines and ``git``/``llm`` help do.
+    Returns ``command``.
+    """
+    stack = [command]
+    while stack:
+        cmd = stack.pop()
+        for param in cmd.params:  # Typer vendors its own click: parameters are told apart by their kind name
+            _tidy_param(param)
+        get_help_option = cmd.get_help_option
+        cmd.get_help_option = lambda ctx, _get=get_help_option: _tidy_param(_get(ctx))  # made per context
+        stack.extend(getattr(cmd, "commands", {}).values())
+    return command
+
+
+def _tidy_param(param: Any) -> Any:
+    if param is None or param.metavar is not None:
+        return param
+    if param.param_type_name == "option" and getattr(param, "is_flag", False):
+        param.metavar = ""
+    elif param.param_type_name == "argument" and param.name:
+        param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+    return param
 
 
 def _error_width() -> int | None:
-    """Columns to wrap ``Error:``/``hint:`` lines at: :data:`ERROR_WIDTH`, or the terminal's width (or
-    ``COLUMNS``) when narrower; None (one line each) when stderr is piped and ``COLUMNS`` is unset, so a
-    log or ``grep`` gets the whole message on its line."""
+    """Columns to wrap ``Error:``/``hint:`` lines at: the terminal's width (or ``COLUMNS``); None (one line
+    each) when stderr is piped and ``COLUMNS`` is unset, so a log or ``grep`` gets the whole message on its
+    line."""
     from dynocell.settings import terminal_columns
 
-    cols = terminal_columns() or (err_console.size.width if err_console.is_terminal else None)
-    return min(ERROR_WIDTH, cols) if cols else None
+    return terminal_columns() or (err_console.size.width if err_console.is_terminal else None)
 
 
 #: What every line of an ``Error:``/``hint:`` message after its first starts with: a continuation can never be read
@@ -119,11 +143,10 @@ CONTINUATION = "  "
 
 def error_lines(text: str, width: int | None) -> list[str]:
     """``text`` (an ``Error: …`` or ``hint: …`` message) as the lines the CLI prints: made
-    :func:`~dynocell.text.printable` (newlines kept), wrapped at ``width`` columns at word boundaries (a word longer
-    than a line folded; None: not wrapped), every line after the first indented by :data:`CONTINUATION`."""
-    import textwrap
-
-    from dynocell.text import printable  # a message may quote a config value, a file name or an engine line
+    :func:`~dynocell.text.printable` (newlines kept), wrapped at ``width`` columns at word boundaries with
+    :func:`~dynocell.text.wrap_keeping_commands` (a `backticked command` never split, a word longer than a line
+    alone on its line, whole; None: not wrapped), every line after the first indented by :data:`CONTINUATION`."""
+    from dynocell.text import printable, wrap_keeping_commands  # a message may quote a file name or a log line
 
     out: list[str] = []
     for i, line in enumerate(printable(text, keep_newlines=True).split("\n")):
@@ -131,8 +154,8 @@ def error_lines(text: str, width: int | None) -> list[str]:
         if width is None:
             out.append(first + line)
             continue
-        out.extend(textwrap.wrap(line, max(width, 20), initial_indent=first, subsequent_indent=CONTINUATION,
-                                 break_long_words=True, break_on_hyphens=False) or [first])
+        wrapped = wrap_keeping_commands(line, width - len(CONTINUATION)).split("\n")
+        out.extend((first if j == 0 else CONTINUATION) + w for j, w in enumerate(wrapped))
     return out
 
 
@@ -159,7 +182,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if "--debug" in args[:end]:
         state.debug = True
         args = [a for a in args[:end] if a != "--debug"] + args[end:]
-    command = typer.main.get_command(build_app())
+    command = tidy_help(typer.main.get_command(build_app()))
     try:
         return _run_command(command, args)
     finally:

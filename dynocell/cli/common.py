@@ -257,13 +257,13 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
-def table(*columns: str, title: str | None = None, keys: int = 1) -> Any:
+def table(*columns: str, title: str | None = None, keys: int = 1, optional: tuple[str, ...] = ()) -> Any:
     """A :class:`~dynocell.cli.fit.FitTable` with ``columns``: laid out for the width it is printed at,
     never splitting a number or word (split in two, or vertical, when narrow); ``keys`` leading
-    columns are repeated in each part."""
+    columns are repeated in each part; ``optional`` columns are left out when all their cells are empty."""
     from dynocell.cli.fit import FitTable
 
-    return FitTable(*columns, title=title, keys=keys)
+    return FitTable(*columns, title=title, keys=keys, optional=optional)
 
 
 def add_row(t: Any, *cells: Any) -> None:

@@ -59,18 +59,30 @@ class FitTable:
     ``keys``: how many leading columns name a row and are repeated when the table is split;
     ``justify``: optional per-header justification (``{"ms": "right"}``);
     ``shorten``: headers of columns whose long cells (kernel names) are cut with ``…`` to the
-    width left over rather than wrapped (they ask for only :data:`SHORTEN_MIN` cells).
+    width left over rather than wrapped (they ask for only :data:`SHORTEN_MIN` cells);
+    ``optional``: headers of columns left out when every cell of theirs is empty.
     Cells are ``str`` or :class:`rich.text.Text` (shown literally, never parsed as markup).
     """
 
     def __init__(self, *headers: str, title: str | None = None, keys: int = 1,
-                 justify: dict[str, str] | None = None, shorten: tuple[str, ...] = ()) -> None:
+                 justify: dict[str, str] | None = None, shorten: tuple[str, ...] = (),
+                 optional: tuple[str, ...] = ()) -> None:
         self.headers = list(headers)
         self.title = title
         self.keys = max(0, min(keys, len(self.headers) - 1))
         self.justify = dict(justify or {})
         self.shorten = set(shorten)
+        self.optional = set(optional)
         self.rows: list[list[Any]] = []
+
+    def _drop_empty_optional(self) -> None:
+        """Remove each column named in ``optional`` whose cells are all empty (an ``error`` column of runs
+        that all completed takes no width)."""
+        keep = [i for i, h in enumerate(self.headers)
+                if h not in self.optional or any(_plain(r[i]).strip() for r in self.rows)]
+        if len(keep) < len(self.headers):
+            self.headers = [self.headers[i] for i in keep]
+            self.rows = [[r[i] for i in keep] for r in self.rows]
 
     def add_row(self, *cells: Any) -> None:
         """Add one row (missing trailing cells are empty)."""
@@ -146,6 +158,7 @@ class FitTable:
 
     def layouts(self, width: int) -> list[Any]:
         """The renderables this table prints as at ``width`` cells (one table, several, or vertical text)."""
+        self._drop_empty_optional()
         if not self.headers:
             return []
         nat, low = self._measure()

@@ -212,7 +212,11 @@ def profile_panel(profile: dict[str, Any] | None, phases_hint: str | None = None
     for w in profile.get("warnings") or []:
         parts.append(Text(f"  warning: {w}", style="yellow"))
     if profile.get("splits"):
-        parts.append(SplitLines(profile["splits"]))
+        busy = [sp for sp in profile["splits"] if sp.get("launches") or sp.get("ms")]
+        parts.append(SplitLines(busy))
+        idle = [sp["category"] for sp in profile["splits"] if sp not in busy]
+        if idle:  # four all-zero lines on every CPU profile said nothing
+            parts.append(Text(f"  no time in: {', '.join(idle)}", style="dim"))
     ph = phases_text(profile.get("phases"), hint=phases_hint)
     if ph is not None:
         parts.append(ph)
@@ -381,3 +385,19 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
             items.append(x)
     items.append(steps_table(detail.get("steps") or []))
     return items
+
+
+def command_lines(argv: str, width: int) -> str:
+    """A stored engine command line (``argv``: the shell-quoted string a boot records) laid out for a
+    terminal ``width`` columns wide: one line when it fits, else a new line before each option (its value
+    stays beside it) joined with `` \\`` continuations, so the block still pastes into a shell as one command.
+    """
+    if len(argv) <= width:
+        return argv
+    lines: list[str] = []
+    for word in argv.split(" "):
+        if lines and not word.startswith("-"):
+            lines[-1] += " " + word
+        else:
+            lines.append(("    " if lines else "") + word)
+    return " \\\n".join(lines)

@@ -12,8 +12,8 @@ The index table is ``runbook_fts(slug, title, tags, body)`` on both:
   weight array is ``{D, C, B, A}``).
 
 Both mirror the same relative column weights (title 10×, tags 5×, body 1×),
-and both report ``score`` as "lower is better" (bm25 is negative; the
-PostgreSQL rank is negated) so callers sort one way.
+and both rank "lower is better" (bm25 is negative; the PostgreSQL rank is
+negated) so callers sort one way; hits carry ``relevance`` relative to the best.
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ def indexed_slugs(s: Session) -> set[str]:
 def search(s: Session, dialect: str, query: str, any_word: bool, limit: int) -> list[dict[str, Any]]:
     """Entries matching all words of ``query`` (or any word with ``any_word``), best first.
 
-    Returns ``[{slug, title, kind, score, snippet}]``; ``score`` lower is better. ``dialect`` is
-    ``sqlite`` or ``postgresql``; anything else raises ValueError.
+    Returns ``[{slug, title, kind, relevance, snippet}]``: ``relevance`` is the hit's rank score over the
+    best hit's (1.0 = the best, smaller = less relevant; bm25 or ts_rank_cd, both reported lower-is-better
+    by the databases); ``snippet`` from :func:`snippet`. ``dialect`` is ``sqlite`` or ``postgresql``;
+    anything else raises ValueError.
     """
     words = terms(query)
     if not words:
@@ -73,8 +75,7 @@ def search(s: Session, dialect: str, query: str, any_word: bool, limit: int) -> 
         joiner = " OR " if any_word else " AND "
         w = ", ".join(str(x) for x in BM25_WEIGHTS)
         sql = text(
-            f"SELECT f.slug, f.title, e.kind, bm25(runbook_fts, {w}) AS score, "
-            "snippet(runbook_fts, 3, '[', ']', '…', 12) AS snip "
+            f"SELECT f.slug, f.title, e.kind, bm25(runbook_fts, {w}) AS score, f.body AS snip "
             "FROM runbook_fts f JOIN runbook_entries e ON e.slug = f.slug "
             "WHERE runbook_fts MATCH :q ORDER BY score LIMIT :limit"
         )
@@ -84,7 +85,7 @@ def search(s: Session, dialect: str, query: str, any_word: bool, limit: int) -> 
         weights = "{" + ",".join(str(x) for x in TS_RANK_WEIGHTS) + "}"
         sql = text(
             "SELECT f.slug, f.title, e.kind, -ts_rank_cd(CAST(:weights AS float4[]), f.doc, q) AS score, "
-            "ts_headline('english', f.body, q, 'StartSel=[, StopSel=], MaxWords=12, MinWords=4') AS snip "
+            "f.body AS snip "
             "FROM runbook_fts f JOIN runbook_entries e ON e.slug = f.slug, "
             "to_tsquery('english', :q) AS q "
             "WHERE f.doc @@ q ORDER BY score, f.slug LIMIT :limit"
@@ -96,5 +97,33 @@ def search(s: Session, dialect: str, query: str, any_word: bool, limit: int) -> 
     if dialect == "postgresql":
         params["weights"] = weights
     rows = s.execute(sql, params).all()
-    return [{"slug": r[0], "title": r[1], "kind": r[2], "score": float(r[3]),
-             "snippet": " ".join(str(r[4]).replace("#", " ").split())} for r in rows]
+    best = min((float(r[3]) for r in rows), default=0.0)
+    return [{"slug": r[0], "title": r[1], "kind": r[2],
+             "relevance": round(float(r[3]) / best, 3) if best < 0 else 1.0,
+             "snippet": snippet(str(r[4]), words)} for r in rows]
+
+
+#: Characters of body text a snippet shows around its first matched word.
+SNIPPET_CHARS = 160
+
+
+def snippet(body: str, words: list[str], width: int = SNIPPET_CHARS) -> str:
+    """About ``width`` characters of ``body`` around the first word matching one of ``words`` (a word
+    matches when it starts with the query word, or with its first letters for a stemmed form: ``collapse``
+    finds ``collapsing``), cut at spaces — never inside a word or a number — with the matched words in
+    ``[`` ``]`` and ``…`` where text was cut. Markdown ``#`` are dropped and whitespace joined."""
+    text = " ".join(body.replace("#", " ").split())
+    stems = [w[: max(4, len(w) - 2)] if len(w) > 4 else w for w in words]
+    pattern = re.compile(r"(?<![\w])(?:" + "|".join(re.escape(t) for t in stems) + r")[\w.-]*", re.IGNORECASE)
+    m = pattern.search(text)
+    centre = m.start() if m else 0
+    start = max(0, centre - width // 3)
+    end = min(len(text), start + width)
+    if start > 0:  # move to the next space so the first word is whole
+        sp = text.find(" ", start)
+        start = sp + 1 if 0 <= sp < centre else start
+    if end < len(text):
+        sp = text.rfind(" ", start, end)
+        end = sp if sp > centre else end
+    piece = pattern.sub(lambda x: f"[{x.group(0)}]", text[start:end])
+    return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")

@@ -120,14 +120,15 @@ class FindingRow(Record):
 
 @dataclass(frozen=True)
 class SearchHit(Record):
-    """One full-text hit over ``runbook_fts``: the entry's ``slug``, ``title`` and ``kind``, its ``score``
-    (lower is better: SQLite FTS5 ``bm25`` or negated PostgreSQL ``ts_rank_cd``, :mod:`dynocell.db.fulltext`)
-    and a ``snippet`` of its body with the matched words in ``[`` ``]``."""
+    """One full-text hit over ``runbook_fts``: the entry's ``slug``, ``title`` and ``kind``, its ``relevance``
+    (1.0 for the best hit of the search, smaller for less relevant ones: SQLite FTS5 ``bm25`` or PostgreSQL
+    ``ts_rank_cd`` over the best hit's, :mod:`dynocell.db.fulltext`) and a ``snippet`` of its body cut at words,
+    with the matched words in ``[`` ``]``."""
 
     slug: str
     title: str
     kind: str
-    score: float
+    relevance: float
     snippet: str
 
 
@@ -142,20 +143,17 @@ def list_entries(store: Any) -> list[EntryRow]:
         return [EntryRow.of(e) for e in s.scalars(select(RunbookEntry).order_by(RunbookEntry.slug))]
 
 
-def search_entries(store: Any, query: str, limit: int = 10) -> list[SearchHit]:
-    """Search the index: all words first (AND), then any word (OR) if that finds nothing.
+def search_entries(store: Any, query: str, limit: int = 10, *, any_word: bool = False) -> list[SearchHit]:
+    """Search the index for entries holding every word of ``query`` (or any of them with ``any_word``).
 
-    Returns :class:`SearchHit` records, best first (lowest ``score``).
-    Query words are reduced to letters and digits, so search syntax characters in ``query`` are inert.
+    Returns :class:`SearchHit` records, best first. No hit is no hit: an all-words search never falls back to
+    any-word (``zzzz nothing`` finding ten unrelated entries read as an answer). Query words are reduced to
+    letters and digits, so search syntax characters in ``query`` are inert.
     """
     if not fulltext.terms(query):
         return []
     with store.session() as s:
-        for any_word in (False, True):
-            hits = fulltext.search(s, store.engine.dialect.name, query, any_word, limit)
-            if hits:
-                return [SearchHit(**h) for h in hits]
-    return []
+        return [SearchHit(**h) for h in fulltext.search(s, store.engine.dialect.name, query, any_word, limit)]
 
 
 # ------------------------------------------------------------------ notes

@@ -122,9 +122,25 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
                                cfg.canonical_json(), text)
     previous = db.current_target(store, label)
     relabelled = db.add_label(store, label, cfg.config_hash)
+    warnings = model_path_warnings(cfg)
+    if not created:
+        warnings.extend(kept_source_warning(store, cfg.config_hash, text))
     return ConfigRecord(cfg.config_hash, label, created, relabelled,
                         previous if relabelled else None, tuple(injection_env_keys(cfg.env)),
-                        tuple(model_path_warnings(cfg)), tuple(trust_concerns(cfg)))
+                        tuple(warnings), tuple(trust_concerns(cfg)))
+
+
+def kept_source_warning(store: Any, config_hash: str, text: str) -> list[str]:
+    """One sentence when ``config_hash`` was already stored from a file whose text differs from ``text``
+    (comments, ``[meta] notes``, key order): the store keeps the first file's source and notes, and the
+    new label points at that record. Empty when the texts are the same."""
+    stored = db.get_config(store, config_hash)
+    if stored is None or stored.source_toml == text:
+        return []
+    notes = _meta_of(stored.source_toml).get("notes")
+    kept = f" (notes: {notes!r})" if notes else ""
+    return [f"this content was already stored from another file; its source and notes are kept{kept}, "
+            "this file's comments and [meta] notes are not (the hash is the same: same engine settings)"]
 
 
 def model_path_warnings(cfg: EngineConfig) -> list[str]:

@@ -62,6 +62,17 @@ def list_runs(cell, *, limit: int = 100, config_hash: str | None = None,
     return listings.list_runs(cell.store, limit=limit, config_hash=config_hash, host_ids=host_ids)
 
 
+def latest_run_id(cell) -> str:
+    """The id of the newest recorded run (what ``dynocell show`` and ``diagnose`` take with no argument).
+
+    Raises :class:`~dynocell.errors.NotFound` (with the command that records one) when the store has no run.
+    """
+    rows = listings.list_runs(cell.store, limit=1)
+    if not rows:
+        raise NotFound("no run is recorded in this store yet", hint="record one: dynocell run")
+    return str(rows[0]["id"])
+
+
 # ---------------------------------------------------------------- boot
 
 def _phase_bars(boot: dict[str, Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -109,7 +109,8 @@ def ps_cmd(
     if not rows:
         out("no live boots" + ("" if all_ else " (dynocell ps --all shows ended ones)"))
         return
-    t = table("boot", "host", "state", "health", "engine", "port", "uptime", "ready", "signature")
+    t = table("boot", "host", "state", "health", "config", "engine", "port", "uptime", "ready", "signature",
+              optional=("signature",))
     for r in rows:
         unsupervised = r.get("supervised") is False and r["state"] in ("starting", "ready", "stopping")
         state = r["state"] + (" (unsupervised)" if unsupervised else "") + (
@@ -120,6 +121,7 @@ def ps_cmd(
 
         add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")),
                 HEALTH_LIGHT.get(r.get("health"), r.get("health")),
+                ", ".join(r.get("labels") or []) or (r.get("config_hash") or "").removeprefix("sha256:")[:12],
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),
                 "attached" if r.get("kind") == "attached" else f"{r['ready_s']:.1f} s" if r.get("ready_s") else "-",
                 r.get("failure_signature") or "")

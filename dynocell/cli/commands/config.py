@@ -190,8 +190,8 @@ def _flat(d: dict, prefix: str = "") -> list[tuple[str, object]]:
         v = d[k]
         if isinstance(v, dict) and v and k != "env":
             rows.extend(_flat(v, f"{prefix}{k}."))
-        else:
-            rows.append((f"{prefix}{k}", v))
+        else:  # an empty table or list reads as "-" like an unset field, not as {} or []
+            rows.append((f"{prefix}{k}", v if v or v in (0, False) else None))
     return rows
 
 

@@ -6,8 +6,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from dynocell.cli.common import (add_row, err_console, get_cell, human_duration, interrupt_on_term_and_hangup, out,
-                                 print_json, seconds, table)
+from dynocell.cli.common import (add_row, console, err_console, get_cell, human_duration, interrupt_on_term_and_hangup,
+                                 out, print_json, seconds, table)
 from dynocell.text import printable
 
 
@@ -108,18 +108,20 @@ def _show(ref: str, json_out: bool) -> None:
 
 
 def show_cmd(
-    ref: str = typer.Argument(..., help="Run id or boot id (or a unique prefix)."),
+    ref: Optional[str] = typer.Argument(None, help="Run id or boot id (or a unique prefix); default: the newest run."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Reprint the report of a run, or the timeline and health of a boot.
+    """Reprint the report of a run, or the timeline and health of a boot (with no argument: the newest run).
 
     Example: dynocell show 7c1e
     """
-    from dynocell.runbooks import refs
+    from dynocell.runbooks import refs, views
     from dynocell.runbooks.run import reconcile_runs
 
     cell = get_cell(read_only=True)
     reconcile_runs(cell)  # a run whose process died shows as interrupted, its engine stopped
+    if ref is None:
+        ref = views.latest_run_id(cell)
     found = refs.resolve(cell, ref, ("run", "boot"))  # ambiguous across the two kinds → Error listing both
     if found.kind == "boot":
         from dynocell.runbooks import boots, views
@@ -132,10 +134,10 @@ def show_cmd(
         if json_out:
             print_json(bd)
             return
-        from dynocell.cli.render import health_table, phases_table
+        from dynocell.cli.render import command_lines, health_table, phases_table
 
-        out(f"boot {boot.id} [{boot.state}] on {bd['boot'].get('host_label')} {boot.engine} "
-            f"port {boot.port} argv: {boot.argv}")
+        out(f"boot {boot.id} [{boot.state}] on {bd['boot'].get('host_label')} {boot.engine} port {boot.port}")
+        out(f"argv: {command_lines(boot.argv, console.size.width - 6)}")
         if bd.get("elsewhere"):
             out(f"files: on host {bd['elsewhere']['host']} under {bd['elsewhere']['dir']}")
         if boot.failure_signature:
@@ -171,7 +173,8 @@ def runs_cmd(
     if json_out:
         print_json(rows)
         return
-    t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error")
+    t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error",
+              optional=("error",))
     for r in rows:
         add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"],
                 ", ".join(r.get("labels") or []) or r["config_hash"][:19],

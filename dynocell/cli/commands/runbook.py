@@ -76,24 +76,30 @@ def lint_cmd(
 def search_cmd(
     query: list[str] = typer.Argument(..., help="Words to search for (title, tags, body, evidence, fix)."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, help="At most this many results."),
+    any_word: bool = typer.Option(False, "--any", help="Entries with any of the words (default: all of them)."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
-    """Full-text search over runbook entries, best match first.
+    """Full-text search over runbook entries holding all the words, best match first.
+
+    Each hit shows its relevance (1.00 = the best hit of this search) and the words around the match.
 
     Example: dynocell runbook search cuda graph capture
     """
     from dynocell.runbooks.knowledge import knowledge_for, search
 
     cell = get_cell()
-    hits = search(cell.store, knowledge_for(cell.settings), " ".join(query), limit=limit)
+    words = " ".join(query)
+    hits = search(cell.store, knowledge_for(cell.settings), words, limit=limit, any_word=any_word)
     if json_out:
         print_json([h.to_dict() for h in hits])
         return
     if not hits:
-        out("no entries match")
+        out("no entry has any of these words" if any_word
+            else f"no entry has all of these words; `dynocell runbook search --any {printable(words)}` finds "
+                 "entries with any of them")
         return
     for h in hits:
-        say(f"{h.slug}  [{h.kind}]  {h.title}")
+        say(f"{h.slug}  [{h.kind}]  {h.title}  (relevance {h.relevance:.2f})")
         say(h.snippet, indent=4)
 
 
@@ -206,18 +212,22 @@ def note_cmd(
 # ------------------------------------------------------------------ diagnose
 
 def diagnose_cmd(
-    ref: str = typer.Argument(..., help="Run id or boot id (or a unique prefix)."),
+    ref: Optional[str] = typer.Argument(None, help="Run id or boot id (or a unique prefix); default: the newest run."),
     json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP),
 ) -> None:
-    """Run the acceptance doctor on a run (or every run of a boot) and store the findings.
+    """Run the acceptance doctor on a run (or each run of a boot; default: the newest) and store findings.
 
     Each finding has its evidence numbers and the runbook entries that explain it.
 
     Example: dynocell diagnose 3f2a
     """
+    from dynocell.runbooks import views
     from dynocell.runbooks.doctor import diagnose, render_findings
 
-    findings = diagnose(get_cell(), ref)
+    cell = get_cell()
+    if ref is None:
+        ref = views.latest_run_id(cell)
+    findings = diagnose(cell, ref)
     if json_out:
         print_json([f.to_dict() for f in findings])
         return

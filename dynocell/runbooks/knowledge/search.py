@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ from dynocell.runbooks.knowledge.lint import (
 from dynocell.runbooks.knowledge.loader import Knowledge, bundled_knowledge
 
 if TYPE_CHECKING:
-    from dynocell.db.knowledge import SearchHit
+    from dynocell.db.knowledge import SearchHit  # noqa: F401 (annotations)
 
 # ------------------------------------------------------------------ index and search
 
@@ -26,11 +28,12 @@ def sync_index(store: Any, knowledge: Knowledge) -> int:
     return dbk.upsert_entries(store, [e.as_row() for e in knowledge.entries.values()], replace_all=True)
 
 
-def search(store: Any, knowledge: Knowledge, query: str, limit: int = 10) -> list[SearchHit]:
-    """Full-text search (bm25, title weighted over tags over body) after syncing the index.
+def search(store: Any, knowledge: Knowledge, query: str, limit: int = 10, *,
+           any_word: bool = False) -> list[SearchHit]:
+    """Full-text search (bm25, title weighted over tags over body) after syncing the index: entries with
+    every word of ``query``, or any of them with ``any_word``.
 
-    Returns ``db.knowledge.SearchHit`` records (slug, title, kind, score, snippet), best first (lower score =
-    better).
+    Returns ``db.knowledge.SearchHit`` records (slug, title, kind, relevance, snippet), best first.
     Raises UserError for an empty query.
     """
     from dynocell.db import knowledge as dbk
@@ -38,7 +41,46 @@ def search(store: Any, knowledge: Knowledge, query: str, limit: int = 10) -> lis
     if not query or not re.search(r"\w", query):
         raise UserError("empty search query", "give one or more words, e.g. dynocell runbook search cuda graph")
     sync_index(store, knowledge)
-    return dbk.search_entries(store, query, limit=limit)
+    hits = dbk.search_entries(store, query, limit=limit * 3, any_word=any_word)
+    return rank_general_first(hits, knowledge, query)[:limit]
+
+
+#: Relevance factor of an entry that applies to named models only (``applies_to`` matches a ``model_path``)
+#: when the query names none of them: a general entry ranks above a one-model fix for general words.
+MODEL_SPECIFIC_FACTOR = 0.5
+
+
+def _model_words(node: Any) -> set[str]:
+    """Lower-case words of every ``model_path`` condition inside an ``applies_to`` tree."""
+    words: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "model_path":
+                words.update(re.findall(r"[^\W_]+", json.dumps(value).lower()))
+            else:
+                words |= _model_words(value)
+    elif isinstance(node, list):
+        for item in node:
+            words |= _model_words(item)
+    return words - {"contains", "in", "eq", "equals", "regex"}
+
+
+def rank_general_first(hits: list[SearchHit], knowledge: Knowledge, query: str) -> list[SearchHit]:
+    """``hits`` re-ranked so an entry that applies to named models only (its ``applies_to`` has a
+    ``model_path`` condition) counts :data:`MODEL_SPECIFIC_FACTOR` of its relevance unless the query names
+    one of those models; relevance renormalised so the best hit is 1.0. Order among equals is kept."""
+    if not hits:
+        return hits
+    asked = set(re.findall(r"[^\W_]+", query.lower()))
+    scored = []
+    for h in hits:
+        entry = knowledge.entries.get(h.slug)
+        models = _model_words(entry.applies_to) if entry is not None else set()
+        factor = MODEL_SPECIFIC_FACTOR if models and not (models & asked) else 1.0
+        scored.append((h.relevance * factor, h))
+    scored.sort(key=lambda x: -x[0])
+    best = scored[0][0] or 1.0
+    return [replace(h, relevance=round(r / best, 3)) for r, h in scored]
 
 
 def add_entry_file(settings: Any, source: Path) -> tuple[Entry, Path, bool]:
