@@ -99,3 +99,17 @@ def test_compare_intervals_combines_on_the_log_scale():
     e = stats.compare_intervals(a, b)
     assert e.ratio == 0 and e.verdict == "inconclusive"
     assert e.se_log == pytest.approx(math.hypot(0.4 / (2 * 1.959964 * 2), 0.4 / (2 * 1.959964 * 2)))
+
+
+def test_tau_and_position_intervals_over_request_records():
+    recs = [{"spec_correct_drafts_histogram": [10, 5, 3, 2]},   # 20 steps, 37 tokens
+            {"spec_correct_drafts_histogram": [20, 5, 3, 2]},   # 30 steps, 47 tokens
+            {"spec_accept_histogram": [5, 5, 3, 2]},            # 15 steps, 32 tokens
+            {"spec_correct_drafts_histogram": None}]
+    iv = stats.tau_interval(recs)
+    assert iv.n == 3 and iv.value == pytest.approx(116 / 65)
+    assert iv.lo < iv.value < iv.hi
+    assert iv == stats.ratio_of_sums([37, 47, 32], [20, 30, 15])
+    p1 = stats.position_interval(recs, 1)
+    assert p1.value == pytest.approx((10 + 10 + 10) / 65)
+    assert stats.tau_interval(recs[:1]) is None

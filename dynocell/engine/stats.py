@@ -259,3 +259,39 @@ def percentile(values: Sequence[float | None], q: float) -> float | None:
 def describe(effect: Effect | None, unit: str = "requests") -> str:
     """One phrase for an effect: its text, or ``no interval (n too small)`` when there is none."""
     return effect.text(unit) if effect is not None else "no interval (n too small)"
+
+
+def _histogram(record: Any) -> list[int] | None:
+    h = record.get("spec_correct_drafts_histogram") if hasattr(record, "get") else None
+    if h is None and hasattr(record, "get"):
+        h = record.get("spec_accept_histogram")
+    if not isinstance(h, (list, tuple)) or not h or not all(isinstance(x, int) and x >= 0 for x in h):
+        return None
+    return list(h)
+
+
+def tau_interval(records: Sequence[Any], *, level: float = 0.95) -> Interval | None:
+    """τ over request records (``{spec_correct_drafts_histogram: [h0, h1, …]}``, SGLang ``meta_info``'s
+    histogram of verify steps by accepted drafts) with its interval over requests: τ = Σ (k+1)·h_k / Σ h_k
+    (DESIGN.md's acceptance math; equal to the step-weighted τ of the classes pooled), the request as the
+    unit (:func:`ratio_of_sums`). ``None`` with fewer than two requests that carry a histogram."""
+    tokens, steps = [], []
+    for r in records:
+        h = _histogram(r)
+        if h and sum(h):
+            tokens.append(sum((k + 1) * c for k, c in enumerate(h)))
+            steps.append(sum(h))
+    return ratio_of_sums(tokens, steps, level=level)
+
+
+def position_interval(records: Sequence[Any], i: int, *, level: float = 0.95) -> Interval | None:
+    """p_i (unconditional: the share of verify steps that accepted at least ``i`` drafts, 1-based) over request
+    records, with its interval over requests (:func:`ratio_of_sums`: steps inside a request are not independent
+    trials). ``None`` with fewer than two requests that carry a histogram."""
+    hits, steps = [], []
+    for r in records:
+        h = _histogram(r)
+        if h and sum(h):
+            hits.append(sum(h[i:]))
+            steps.append(sum(h))
+    return ratio_of_sums(hits, steps, level=level)

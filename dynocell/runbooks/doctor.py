@@ -52,6 +52,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from dynocell.engine import contention
 from dynocell.errors import NotFound
 from dynocell.runbooks.doctor_compare import COMPARE_RULES
 from dynocell.runbooks.doctor_oracle import ORACLE_RULES
@@ -1006,6 +1007,11 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     topk = inp.knobs.get("speculative.eagle_topk")
     inp.proposal_mode = str(opts.get("draft_proposal") or ("top1" if topk in (None, 1) else "sampled"))
     be = run.breakeven or {}
+    inp.breakeven = dict(be)
+    inp.effect_size = cell.settings.effect_size
+    inp.context = dict(opts.get("context") or {})
+    inp.contended = contention.contended(inp.context.get("contention"))
+    inp.allow_contended = bool(opts.get("allow_contended"))
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")
