@@ -558,6 +558,11 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     if inp.breakeven_noise and abs(speedup - 1.0) <= inp.breakeven_noise:
         return []  # within the measured noise: break-even says "within noise", not "does NOT pay"
+    interval = inp.breakeven.get("interval")
+    if isinstance(interval, (list, tuple)) and len(interval) == 2 and interval[1] >= 0:
+        return []  # issue 33: the margin's interval reaches 0, so break-even says "inconclusive", not "does NOT pay"
+    if inp.contended and not inp.allow_contended:
+        return []  # issue 33: a step slow because the host was loaded is not the glue's fault (left out)
     d = max((c.curve.num_drafts for c in inp.curves), default=0)
     measured = bool(inp.spec_step_ms and inp.plain_step_ms)
     step_cost = (inp.spec_step_ms / inp.plain_step_ms) if measured else tau / speedup  # plain steps per verify step
