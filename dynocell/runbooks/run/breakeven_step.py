@@ -112,7 +112,8 @@ def comparable(cell: Cell, measured_at: Any, load_then: Any, ctx_then: dict[str,
     """Whether a stored plain measurement may stand for this run's plain step (issue 33): younger than
     ``Settings.plain_reuse_max_age_s``, the host's load per core then and now within
     ``Settings.plain_reuse_load_band`` (when both are known), not contended, and the same engine version and
-    dtype when both runs recorded them. Appends the reason to ``why`` when not (the report says why a plain step was measured fresh)."""
+    dtype when both runs recorded them. Appends the reason to ``why`` when not (the report says why a plain
+    step was measured fresh)."""
     s = cell.settings
     age = _age_s(measured_at)
     if age is None or age > s.plain_reuse_max_age_s:
