@@ -64,6 +64,10 @@ def judgment_text(j: dict[str, Any] | None) -> Text | None:
     tau = j.get("tau")
     if tau:
         t.append(f"\n  τ {tau['value']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}] (95 % over n={tau['n']} requests)")
+    dec = j.get("decode_tok_s_c1")
+    if dec:
+        t.append(f"\n  decode {dec['value']:.1f} tok/s per request at c=1 [{dec['lo']:.1f}, {dec['hi']:.1f}] "
+                 f"(95 % bootstrap of the median, n={dec['n']}, seed {dec['seed']})")
     c = ctx.get("contention") or {}
     if c:
         load = c.get("load_per_core")

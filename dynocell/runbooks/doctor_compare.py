@@ -253,8 +253,11 @@ def rule_spread_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
 
 def rule_concurrency_loss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Speculation pays at concurrency 1 and stops paying at ≥ ``min_high_concurrency``: the verify
-    step's extra tokens compete with other requests for the batch (gate speculation by load)."""
+    step's extra tokens compete with other requests for the batch (gate speculation by load). Not judged on a
+    contended window unless ``--allow-contended`` (issue 33)."""
     t = th["concurrency_loss"]
+    if left_out(inp):
+        return []  # issue 33: throughput under a loaded host says nothing about the batch
     pts = sorted(inp.concurrency, key=lambda p: p.concurrency)
     noise = inp.breakeven_noise or t["noise"]
     low = [p for p in pts if p.concurrency == 1 and p.plain_tok_s]
