@@ -1014,7 +1014,9 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     be = run.breakeven or {}
     inp.breakeven = dict(be)
     inp.effect_size = cell.settings.effect_size
-    inp.context = dict(opts.get("context") or {})
+    from dynocell.runbooks.run.context import full_context
+
+    inp.context = full_context(store, run)
     inp.contended = contention.contended(inp.context.get("contention"))
     inp.allow_contended = bool(opts.get("allow_contended"))
     inp.spec_step_ms = be.get("spec_step_ms")

@@ -13,6 +13,7 @@ engine version, dtype, host, contention) — the doctor says that instead of "th
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any
 
@@ -88,15 +89,64 @@ def of_run(run: Any) -> dict[str, Any]:
     return dict(((getattr(run, "options", None) or {}).get("context")) or {})
 
 
+#: Relative difference of two mean lengths (tokens) beyond which two measurements are not one workload.
+LENGTH_TOLERANCE = 0.15
+
+
+def evidence_of(store: Any, run_id: str) -> dict[str, Any]:
+    """What a run's stored rows say about its workload, for runs with no recorded context (imports: a log, a
+    bench file): ``{input_tokens_mean, output_tokens_mean, concurrency, k}`` — mean prompt and completion
+    tokens per request over its bench rows, the concurrencies measured, the drafts per step of its curves
+    (D); a field the evidence does not carry is absent (unknown), never guessed."""
+    rows = db_runs.bench_rows(store, run_id)
+    n = sum(b.num_requests or 0 for b in rows)
+    out: dict[str, Any] = {}
+    if n and any(b.prompt_tokens for b in rows):
+        out["input_tokens_mean"] = round(sum(b.prompt_tokens or 0 for b in rows) / n, 1)
+    if n and any(b.completion_tokens for b in rows):
+        out["output_tokens_mean"] = round(sum(b.completion_tokens or 0 for b in rows) / n, 1)
+    conc = sorted({b.concurrency for b in rows if b.concurrency})
+    if conc:
+        out["concurrency"] = conc
+    ks = sorted({c.num_drafts for c in db_runs.curves(store, run_id) if c.num_drafts})
+    if ks:
+        out["k"] = ks
+    return out
+
+
+def full_context(store: Any, run: Any) -> dict[str, Any]:
+    """A run's stored context (:func:`of_run`) with ``evidence`` (:func:`evidence_of`) beside it."""
+    ctx = of_run(run)
+    with contextlib.suppress(DynocellError):  # a report shows what it can
+        ctx["evidence"] = evidence_of(store, run.id)
+    return ctx
+
+
+def _evidence_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    out = []
+    for k, what in (("input_tokens_mean", "input length"), ("output_tokens_mean", "output length")):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and max(va, vb) > 0 \
+                and abs(va - vb) / max(va, vb) > LENGTH_TOLERANCE:
+            out.append(f"{what} {va:.0f} vs {vb:.0f} tokens per request")
+    for k, what in (("k", "drafts per step (k)"), ("concurrency", "concurrency")):
+        va, vb = a.get(k), b.get(k)
+        if va and vb and va != vb:
+            out.append(f"{what} {', '.join(map(str, va))} vs {', '.join(map(str, vb))}")
+    return out
+
+
 def _flat(ctx: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in ctx.items() if not isinstance(v, dict)}
+    out = {k: v for k, v in ctx.items() if not isinstance(v, dict) and k != "evidence"}
     out.update({f"workload.{k}": v for k, v in (ctx.get("workload") or {}).items()})
     return out
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """What differs between two contexts, in words (``workload.output_tokens 64 vs 256``, ``contention: load 3.1
-    per core vs 0.4``); fields unknown on either side are not named. Empty when they match."""
+    per core vs 0.4``); fields unknown on either side are not named. Where a side recorded no workload (an
+    import), the ``evidence`` (:func:`evidence_of`) is compared: mean input/output length beyond
+    :data:`LENGTH_TOLERANCE`, drafts per step, concurrency. Empty when they match."""
     fa, fb = _flat(a), _flat(b)
     out = []
     for k in COMPARED:
@@ -108,6 +158,9 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
                 out.append("workload (prompts or sampling)")
             continue
         out.append(f"{k} {va} vs {vb}")
+    if not (fa.get("workload.sha256") and fb.get("workload.sha256")):
+        # no recorded workload on a side (an import): what the evidence says is compared instead
+        out += _evidence_differences(a.get("evidence") or {}, b.get("evidence") or {})
     ca, cb = contention.contended(a.get("contention")), contention.contended(b.get("contention"))
     if bool(ca) != bool(cb):
         out.append(f"contention: {ca or 'quiet'} vs {cb or 'quiet'}")
