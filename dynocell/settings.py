@@ -97,6 +97,22 @@ class Settings(BaseSettings):
         "'unknown (host … last seen …)' by other hosts.",
     )
 
+    effect_size: float = Field(
+        default=0.05, gt=0, lt=1,
+        description="Smallest relative effect an operator cares about (0.05 = 5 %): a comparison whose interval "
+        "does not exclude 'no effect' says how many more requests or runs would decide one of this size.",
+    )
+    plain_reuse_max_age_s: float = Field(
+        default=3600.0, ge=0,
+        description="A stored plain step is reused for break-even only while younger than this (seconds), "
+        "on the same host, engine version, dtype and workload; else one is measured fresh.",
+    )
+    plain_reuse_load_band: float = Field(
+        default=0.5, ge=0,
+        description="A stored plain step is reused only when the host's load per core then and now differ by "
+        "at most this much (load average / cores).",
+    )
+
     @field_validator("home", mode="before")
     @classmethod
     def _empty_home_is_default(cls, v: Any) -> Any:

@@ -105,7 +105,9 @@ def test_margin_worked_on_the_recorded_real_run():
     r = be.margin(1.7597, 18.5637, 5.2648, [], [])
     assert r == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 5.2648, "budget_ms": 9.2645,
                  "margin": -0.5009, "pays": False, "speedup_estimate": 0.499, "noise_band": 0.05,
-                 "verdict": "does NOT pay"}
+                 "verdict": "does NOT pay", "interval": [-0.5253, -0.4753], "interval_n": 0, "decide": None}
+    # issue 33: the interval is ln(1 + margin) ± z·SE, the SE at least the between-run floor (5 % read as z·SE):
+    # exp(ln 0.49906 ± 0.05) − 1
     # a budget over the spec step pays; the band widens to the combined noise of both medians
     r = be.margin(2.0, 9.0, 5.0, [9.0, 10.0, 11.0], [4.0, 5.0, 6.0])
     assert (r["budget_ms"], r["pays"], r["margin"], r["verdict"]) == (10.0, True, 0.1111, "within noise")
@@ -123,3 +125,20 @@ def test_band_and_verdict_edges():
     # a speculative step exactly on the budget does not pay (pays: spec step < budget): τ 2 × 5 ms = 10 ms
     r = be.margin(2.0, 10.0, 5.0, [], [])
     assert (r["budget_ms"], r["margin"], r["pays"], r["verdict"]) == (10.0, 0.0, False, "within noise")
+
+
+def test_margin_interval_adds_tau_uncertainty_and_says_how_many_more():
+    # issue 33: identical configs gave +23.9 %, +14.0 %, "within noise" and −39 %: with τ known over 15
+    # requests to ±20 %, a +14 % margin is not a verdict, and the record says about how many more would decide
+    from dynocell.engine import stats
+
+    tau = stats.Interval(2.0, 1.6, 2.4, 15)
+    r = be.margin(2.0, 8.77, 5.0, [8.7, 8.8, 8.9], [4.9, 5.0, 5.1], tau_interval=tau)
+    assert r["margin"] == pytest.approx(0.1403, abs=1e-4)
+    lo, hi = r["interval"]
+    assert -1 < lo < 0 < hi and r["verdict"] == "within noise"
+    assert r["decide"].startswith("inconclusive: about ") and "more requests would decide a 5 % margin" in r["decide"]
+    assert r["interval_n"] == 15
+    # the same margin from a τ known to ±1 % pays
+    r = be.margin(2.0, 8.77, 5.0, [8.7, 8.8, 8.9], [4.9, 5.0, 5.1], tau_interval=stats.Interval(2.0, 1.98, 2.02, 400))
+    assert r["verdict"] == "pays" and r["interval"][0] > 0 and r["decide"] is None

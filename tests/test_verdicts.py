@@ -156,8 +156,11 @@ def test_noise_floor_comes_from_incumbent_spread():
 def test_deterministic_metrics_use_the_minimum_floor():
     c = V.compare("tau", "acceptance", [1.0, 1.0], [1.01, 1.01])
     assert c.noise_floor == V.MIN_FLOOR and c.verdict == "neutral"
-    c = V.compare("tau", "acceptance", [1.0, 1.0], [2.5, 2.5])
+    c = V.compare("tau", "acceptance", [1.0, 1.0, 1.0], [2.5, 2.5, 2.5])
     assert c.verdict == "better" and c.rel_diff == pytest.approx(1.5)
+    # issue 33: two runs per side never give better/worse (a "worse" verdict on 2 runs per arm)
+    c = V.compare("tau", "acceptance", [1.0, 1.0], [2.5, 2.5])
+    assert c.verdict == "inconclusive" and c.more_repeats == 1
 
 
 def test_missing_samples_are_inconclusive():
@@ -290,11 +293,17 @@ COMPARISONS = {
         1.9527403869718452, 7, "the 95% interval [-21.4%, +55.3%] straddles the noise floor ±8.0%; "
                                "about 7 more run(s) per side would decide")),
     # no spread at all: se = 0, the interval is the point, df infinite (stored as None)
-    "no spread": ([1.0, 1.0], [2.5, 2.5], _cmp(2, 2, 1.0, 2.5, 1.5, 1.5, 1.5, 0.02, None, None, None, "better")),
+    # issue 33: two runs per side are too few for better/worse (was "better")
+    "no spread": ([1.0, 1.0], [2.5, 2.5], _cmp(2, 2, 1.0, 2.5, 1.5, 1.5, 1.5, 0.02, None, 1,
+                                               "2 run(s) on a side: a better verdict needs at least 3 per side; "
+                                               "about 1 more run(s) per side would decide")),
     # an arm mean of 0: the incumbent's term vanishes (v_i = m_a² · … = 0), v_a = (s_a²/n_a)/m_i² = (2/2)/100²
-    # = 1e-4, se = 0.01, Welch df from the arm's term alone = n_a − 1 = 1, t(0.975, 1) = 12.706: d = −1 ± 0.12706
+    # = 1e-4, se = 0.01, Welch df from the arm's term alone = n_a − 1 = 1, t(0.975, 1) = 12.706: d = −1 ± 0.12706,
+    # whose low end (−112.7 %) is cut at −100 % (issue 33: a ratio never falls below −100 %); two arm runs are
+    # too few for "worse" (was "worse" on [−112.7 %, −87.3 %])
     "arm mean 0": ([100.0, 101.0, 99.0], [1.0, -1.0], _cmp(
-        3, 2, 100.0, 0.0, -1.0, -1.1270620473613961, -0.8729379526386037, 0.02, 1.0, None, None, "worse")),
+        3, 2, 100.0, 0.0, -1.0, -1.0, -0.8729379526386037, 0.02, 1.0, 1,
+        "2 run(s) on a side: a worse verdict needs at least 3 per side; about 1 more run(s) per side would decide")),
 }
 
 
@@ -424,7 +433,8 @@ def test_compare_edges_pinned():
     assert -c.noise_floor <= c.ci_low <= c.noise_floor < c.ci_high and c.verdict == "inconclusive"
     # the confidence level reaches the advice and the wording: 99.5 % needs 16 more runs (95 %: 7)
     c = V.compare("decode_tok_s", "c=1", [100.0, 112.0], [118.0, 130.0], conf=0.995)
-    assert c.more_repeats == 16 and c.reason.startswith("the 99% interval [-111.9%, +145.8%]")
+    # issue 33: the linear interval [-111.9%, +145.8%] went below −100 %; on the log scale it does not
+    assert c.more_repeats == 16 and c.reason.startswith("the 99% interval [-61.1%, +251.9%]")
 
 
 def test_t_cdf_and_quantile_against_closed_forms():

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from dynocell.cli.common import human_duration
 from dynocell.cli.fit import FitTable
-from dynocell.text import shorten
+from dynocell.runbooks.views import percentile_shown
+from dynocell.text import printable, shorten
 
 BAR_WIDTH = 30
 #: Kernel names (C++ templates run to hundreds of characters) are cut to this, ending in "…".
@@ -38,6 +39,51 @@ def _ms(v: Any) -> str:
 
 def _tbl(title: str, *cols: str) -> FitTable:
     return FitTable(*cols, title=title)
+
+
+def judgment_text(j: dict[str, Any] | None) -> Text | None:
+    """What the run's numbers can support (issue 33, ``views.judgment_of``): the workload's identity (name, sha,
+    temperature, requests per class), τ with its interval over requests, the host's contention during the
+    window, and whether the run is left out of verdicts."""
+    if not j:
+        return None
+    ctx = j.get("context") or {}
+    wl = ctx.get("workload") or {}
+    t = Text("context: ", style="bold")
+    parts = []
+    if wl:
+        parts.append(f"workload {wl.get('name')} {str(wl.get('sha256') or '')[:12]}")
+    if j.get("temperature") is not None:
+        parts.append(f"temperature {j['temperature']}")
+    if j.get("requests_per_class") is not None:
+        parts.append(f"{j['requests_per_class']} requests per class")
+    for k in ("engine", "engine_version", "dtype", "host"):
+        if ctx.get(k):
+            parts.append(f"{k.replace('_', ' ')} {ctx[k]}")
+    t.append(printable(", ".join(parts)) if parts else "not recorded (a run older than issue 33)")
+    tau = j.get("tau")
+    if tau:
+        t.append(f"\n  τ {tau['value']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}] (95 % over n={tau['n']} requests)")
+    dec = j.get("decode_tok_s_c1")
+    if dec:
+        t.append(f"\n  decode {dec['value']:.1f} tok/s per request at c=1 [{dec['lo']:.1f}, {dec['hi']:.1f}] "
+                 f"(95 % bootstrap of the median, n={dec['n']}, seed {dec['seed']})")
+    c = ctx.get("contention") or {}
+    if c:
+        load = c.get("load_per_core")
+        steal = c.get("steal")
+        gpu = c.get("gpu_util_pct")
+        t.append("\n  host during the window: "
+                 + (f"load {load:.2f} per core ({c.get('cores')} cores)" if isinstance(load, (int, float))
+                    else "load ?")
+                 + (f", CPU steal {steal * 100:.1f} %" if isinstance(steal, (int, float)) else ", steal unknown")
+                 + (f", GPU {'/'.join(map(str, gpu))} % busy" if gpu else "")
+                 + f", {c.get('other_boots') or 0} other live boot(s)")
+    if j.get("contended"):
+        t.append(f"\n  ⚠ contended ({printable(j['contended'])}): "
+                 + ("judged anyway (--allow-contended)" if j.get("allow_contended")
+                    else "left out of verdicts (rerun on a quiet host, or --allow-contended)"), style="yellow")
+    return t
 
 
 def run_header(run: dict[str, Any], boot: dict[str, Any] | None) -> Text:
@@ -111,7 +157,9 @@ def bench_table(bench: list[dict[str, Any]]) -> FitTable | None:
 
     def pct(d: dict[str, Any] | None) -> str:
         d = d or {}
-        return "/".join(_ms(d.get(k)) for k in ("p50", "p90", "p99"))
+        # issue 33: a percentile only where the sample supports it (p99 of 5 requests is their maximum)
+        return "/".join(_ms(d.get(k)) if percentile_shown(q, d.get("n")) else "–"
+                        for k, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
 
     for b in bench:
         label = f"c={b['concurrency']}" + (f" {b['text_class']}" if b.get("text_class") else "")
@@ -154,7 +202,10 @@ def acceptance_panel(curves: list[dict[str, Any]]) -> Group | None:
                           "unconditional (p_i = drafts with positions 1..i all accepted / drafts), engine τ from "
                           "its SpecDecoding log lines"))
     for c in curves:
-        items = [f"{c['text_class']}: τ {c['tau']:.3f}", f"accept rate {c['accept_rate']:.3f}",
+        iv = c.get("tau_interval")
+        items = [f"{c['text_class']}: τ {c['tau']:.3f}"
+                 + (f" [{iv['lo']:.2f}, {iv['hi']:.2f}] n={iv['n']}" if iv else ""),
+                 f"accept rate {c['accept_rate']:.3f}",
                  f"steps {c['steps']}", f"D {c['num_drafts']}"]
         if c.get("histogram"):  # an imported curve (counters, log lines) has none: not "histogram []"
             items.append(f"histogram [{','.join(map(str, c['histogram']))}]")
@@ -335,10 +386,19 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
     style = {"pays": "green", "does NOT pay": "red"}.get(verdict, "yellow")
     t.append(f"(speculation {verdict})" if verdict != "within noise" else "(within noise: neither pays nor loses)",
              style=style)
+    if be.get("interval"):
+        lo, hi = be["interval"]
+        t.append(f"\n  margin interval [{lo * 100:+.1f} %, {hi * 100:+.1f} %] (95 %"
+                 + (f", τ over n={be['interval_n']} requests" if be.get("interval_n") else "") + ")")
+        if be.get("decide"):
+            t.append(f"; {be['decide']}", style="yellow")
     if be.get("plain_source"):
         age = be.get("plain_age_s")
         t.append(f"\n  plain step from: {be['plain_source']}"
-                 + (f", measured {human_duration(age)} ago" if age is not None and age >= 60 else ""))
+                 + (f", measured {human_duration(age)} ago" if age is not None and age >= 60 else "")
+                 + (" (reused: comparable host, load, version, workload)" if be.get("plain_reused") else ""))
+        if be.get("plain_fresh_why"):
+            t.append(f"\n  measured fresh: no comparable stored plain step ({be['plain_fresh_why']})")
     return t
 
 
@@ -373,6 +433,9 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
     """The whole report of a run, as renderables in reading order."""
     run = detail["run"]
     items: list[Any] = [Panel(run_header(run, boot), expand=False)]
+    jt = judgment_text(detail.get("judgment"))
+    if jt is not None:
+        items.append(jt)
     if boot:
         for x in (phases_table(boot), health_table(boot)):
             if x is not None:

@@ -63,16 +63,45 @@ def breakeven_verdict(margin: float, band: float) -> str:
 
 
 def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: list[float],
-           plain_samples: list[float]) -> dict[str, Any]:
+           plain_samples: list[float], *, tau_interval: Any = None, effect_size: float = 0.05,
+           level: float = 0.95) -> dict[str, Any]:
     """The break-even record of one run: ``{tau, spec_step_ms, plain_step_ms, budget_ms, margin, pays,
-    speedup_estimate, noise_band, verdict}`` (rounded as stored; ``pays``: spec step < budget)."""
+    speedup_estimate, noise_band, interval, verdict, decide}`` (rounded as stored; ``pays``: spec step < budget).
+
+    ``interval`` ([lo, hi], fractions > −1) is the margin's on the log scale (issue 33): ln(1 + margin) =
+    ln τ + ln plain − ln spec, so its SE² is the sum of τ's relative SE (``tau_interval``, a
+    :class:`dynocell.engine.stats.Interval` over requests; 0 when unknown), each median's relative SE
+    (:func:`median_noise`) and a between-run floor (:data:`BREAKEVEN_MIN_BAND` read as z·SE). ``verdict`` is
+    ``pays`` / ``does NOT pay`` only when the interval excludes 0, else ``within noise``; ``decide`` then says
+    about how many more requests would decide an ``effect_size`` margin. ``noise_band`` keeps its meaning
+    (combined σ of both medians, at least :data:`BREAKEVEN_MIN_BAND`)."""
+    import math
+
+    from dynocell.engine import stats
+
     budget = tau * plain_step_ms
     m = budget / spec_step_ms - 1.0
     band = max(BREAKEVEN_MIN_BAND, (median_noise(spec_samples) ** 2 + median_noise(plain_samples) ** 2) ** 0.5)
+    z = stats.z_of(level)
+    tau_se = stats.rel_se(tau_interval) or 0.0
+    se = math.sqrt(tau_se ** 2 + median_noise(spec_samples) ** 2 + median_noise(plain_samples) ** 2
+                   + (BREAKEVEN_MIN_BAND / z) ** 2)
+    n = getattr(tau_interval, "n", 0) or len(spec_samples)
+    lo, hi = math.expm1(math.log1p(m) - z * se), math.expm1(math.log1p(m) + z * se)
+    verdict = "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
+    decide = None
+    if verdict == "within noise":
+        # σ per request ≈ the SE above the floor × √n (the floor does not shrink with requests)
+        sampling_se = math.sqrt(max(0.0, se ** 2 - (BREAKEVEN_MIN_BAND / z) ** 2))
+        need = stats.samples_needed(sampling_se * math.sqrt(max(n, 1)), effect_size, level=level) if n else None
+        decide = (f"inconclusive: about {max(1, need - n)} more requests would decide a {effect_size * 100:.0f} % "
+                  "margin" if need and need > n else
+                  "inconclusive: inside the between-run floor (±5 %); more requests will not decide it")
     return {"tau": round(tau, 4), "spec_step_ms": round(spec_step_ms, 4), "plain_step_ms": round(plain_step_ms, 4),
             "budget_ms": round(budget, 4), "margin": round(m, 4), "pays": spec_step_ms < budget,
             "speedup_estimate": round(budget / spec_step_ms, 3),
-            "noise_band": round(band, 4), "verdict": breakeven_verdict(m, band)}
+            "noise_band": round(band, 4), "interval": [round(lo, 4), round(hi, 4)],
+            "interval_n": n, "verdict": verdict, "decide": decide}
 
 
 def verify_step_ms(results: list[Any]) -> float | None:

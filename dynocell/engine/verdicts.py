@@ -20,12 +20,14 @@ Inputs are *samples*: one value per repeated run, per metric and per level
   computed here (regularized incomplete beta, Numerical Recipes §6.4), so
   no SciPy is needed.
 - **verdict** (for a higher-is-better metric; mirrored for lower-is-better):
-  ``better`` when the whole CI lies above ``+f``; ``worse`` when it lies
+  An interval that would reach below −100 % is carried to the log scale (exp(ln(1 + d) ± t·se/(1 + d)) − 1,
+  issue 33). ``better`` when the whole CI lies above ``+f``; ``worse`` when it lies
   below ``−f``; ``neutral`` when it lies inside ``[−f, +f]``; otherwise
   ``inconclusive`` with ``more_repeats``: how many more runs *per side*
   would make the CI decide, assuming the observed spreads (None when no
   number up to :data:`MAX_REPEATS` would). Fewer than 2 samples on a side:
-  ``inconclusive`` (no spread can be estimated).
+  ``inconclusive`` (no spread can be estimated); fewer than :data:`MIN_RUNS` (3) on a side: a better or
+  worse interval is still ``inconclusive`` (two runs say little about a third).
 - **rejected** — a correctness gate (lossless mismatch, unhealthy boot,
   failed boot, garbage output) overrides every metric: ``rejected: <reason>``.
 
@@ -48,6 +50,8 @@ METHOD = "welch-t 95% (ratio of means, delta method)"
 CONFIDENCE = 0.95
 MIN_FLOOR = 0.02
 MAX_REPEATS = 50
+#: Fewest runs per side a better/worse verdict is given on (issue 33: a "worse" verdict on 2 runs per arm).
+MIN_RUNS = 3
 VERDICTS = ("better", "worse", "neutral", "inconclusive", "rejected")
 
 
@@ -231,6 +235,20 @@ def _ratio_ci(m_a: float, s_a: float, n_a: int, m_i: float, s_i: float, n_i: int
     return d, tq * se, se, df
 
 
+def _log_interval(d: float, half: float) -> tuple[float, float]:
+    """The interval of a relative difference ``d`` (= ratio − 1) with linear half-width ``half`` (t·SE of the
+    ratio): d ± half while that stays above −100 %; otherwise carried to the log scale, exp(ln(1 + d) ± half /
+    (1 + d)) − 1 (delta method: SE of ln R = SE(R)/R), which never reaches −100 % (issue 33: "[-222.6 %,
+    +408.3 %]"). The two agree to first order for a small SE."""
+    if d - half > -1.0:
+        return d - half, d + half
+    if 1.0 + d <= 0.0:
+        return -1.0, d + half
+    r = 1.0 + d
+    w = half / r
+    return math.expm1(math.log(r) - w), math.expm1(math.log(r) + w)
+
+
 def _decide(lo: float, hi: float, floor: float, higher_is_better: bool) -> str:
     if lo > floor:
         return "better" if higher_is_better else "worse"
@@ -309,10 +327,19 @@ def compare(metric: Metric | str, level: str, incumbent: Sequence[float | None],
                           ci_low=None, ci_high=None, noise_floor=floor, more_repeats=2 - min(n_i, n_a),
                           reason="fewer than 2 runs on a side: no spread to judge against")
     d, half, _se, df = _ratio_ci(m_a, s_a, n_a, m_i, s_i, n_i, conf)
-    lo, hi = d - half, d + half
+    lo, hi = _log_interval(d, half)
     verdict = _decide(lo, hi, floor, m.higher_is_better)
     more = None
     reason = None
+    if verdict in ("better", "worse") and min(n_i, n_a) < MIN_RUNS:
+        # issue 33: a "worse" verdict on 2 runs per arm — the spread of two runs says little about a third
+        verdict = "inconclusive"
+        more = MIN_RUNS - min(n_i, n_a)
+        reason = (f"{min(n_i, n_a)} run(s) on a side: a {'better' if (d > 0) == m.higher_is_better else 'worse'} "
+                  f"verdict needs at least {MIN_RUNS} per side; about {more} more run(s) per side would decide")
+        return Comparison(**base, verdict=verdict, incumbent_mean=m_i, arm_mean=m_a, rel_diff=d, ci_low=lo,
+                          ci_high=hi, noise_floor=floor, df=None if math.isinf(df) else df, more_repeats=more,
+                          reason=reason)
     if verdict == "inconclusive":
         need = repeats_to_decide(d, floor, cv_a, cv_i, m_a / m_i, conf=conf)
         have = min(n_i, n_a)

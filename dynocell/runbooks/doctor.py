@@ -52,6 +52,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from dynocell.engine import contention
 from dynocell.errors import NotFound
 from dynocell.runbooks.doctor_compare import COMPARE_RULES
 from dynocell.runbooks.doctor_oracle import ORACLE_RULES
@@ -603,6 +604,11 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []
     if inp.breakeven_noise and abs(speedup - 1.0) <= inp.breakeven_noise:
         return []  # within the measured noise: break-even says "within noise", not "does NOT pay"
+    interval = inp.breakeven.get("interval")
+    if isinstance(interval, (list, tuple)) and len(interval) == 2 and interval[1] >= 0:
+        return []  # issue 33: the margin's interval reaches 0, so break-even says "inconclusive", not "does NOT pay"
+    if inp.contended and not inp.allow_contended:
+        return []  # issue 33: a step slow because the host was loaded is not the glue's fault (left out)
     d = max((c.curve.num_drafts for c in inp.curves), default=0)
     measured = bool(inp.spec_step_ms and inp.plain_step_ms)
     step_cost = (inp.spec_step_ms / inp.plain_step_ms) if measured else tau / speedup  # plain steps per verify step
@@ -1064,6 +1070,13 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     topk = inp.knobs.get("speculative.eagle_topk")
     inp.proposal_mode = str(opts.get("draft_proposal") or ("top1" if topk in (None, 1) else "sampled"))
     be = run.breakeven or {}
+    inp.breakeven = dict(be)
+    inp.effect_size = cell.settings.effect_size
+    from dynocell.runbooks.run.context import full_context
+
+    inp.context = full_context(store, run)
+    inp.contended = contention.contended(inp.context.get("contention"))
+    inp.allow_contended = bool(opts.get("allow_contended"))
     inp.spec_step_ms = be.get("spec_step_ms")
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")

@@ -16,8 +16,10 @@ Rules (id — shape):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from dynocell.engine import contention, stats
 from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
 
 #: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
@@ -34,23 +36,58 @@ def _weighted_tau(curves: dict[str, Any]) -> float | None:
     return sum(c.tau * wi for c, wi in zip(cs, w)) / sum(w)
 
 
-def _p_gap(mine: Any, base: Any, t: dict[str, Any]) -> tuple[int, float, float] | None:
-    """The position whose p_i fell most beyond max(abs floor, z · SE of two proportions), or None."""
+def _p_gap(mine: Any, base: Any, t: dict[str, Any], mine_recs: Sequence[Any] = (),
+           base_recs: Sequence[Any] = ()) -> tuple[int, float, float] | None:
+    """The position whose p_i fell most beyond max(abs floor, z · SE of the difference), or None.
+
+    With each request's record on both sides the SE is the ratio estimator's over requests
+    (:func:`dynocell.engine.stats.position_interval`: the steps of one request are not independent trials, so
+    the binomial SE of the steps understates the run-to-run spread, issue 33); without them, two proportions
+    over the verify steps."""
     worst = None
     for i in range(min(len(mine.p), len(base.p))):
         pm, pb = mine.p[i], base.p[i]
-        nm, nb = mine.steps or 0, base.steps or 0
-        se = math.sqrt((pm * (1 - pm) / nm if nm else 0.25) + (pb * (1 - pb) / nb if nb else 0.25))
+        im, ib = stats.position_interval(mine_recs, i + 1), stats.position_interval(base_recs, i + 1)
+        if im is not None and ib is not None:
+            z = stats.z_of(im.level)
+            se = math.hypot((im.hi - im.lo) / (2 * z), (ib.hi - ib.lo) / (2 * z))
+        else:
+            nm, nb = mine.steps or 0, base.steps or 0
+            se = math.sqrt((pm * (1 - pm) / nm if nm else 0.25) + (pb * (1 - pb) / nb if nb else 0.25))
         tol = max(t["p_abs_floor"], t["z"] * se)
         if pb - pm > tol and (worst is None or pb - pm - tol > worst[1] - worst[2]):
             worst = (i + 1, pb - pm, tol)
     return worst
 
 
+def left_out(inp: DoctorInputs, other_context: dict[str, Any] | None = None) -> str | None:
+    """Why a two-number rule must not judge this comparison (issue 33): this run's window, or the other
+    measurement's, was contended and the operator did not pass ``--allow-contended``; None when it may."""
+    if inp.allow_contended:
+        return None
+    theirs = contention.contended((other_context or {}).get("contention"))
+    if inp.contended:
+        return f"this run was measured under contention ({inp.contended})"
+    if theirs:
+        return f"the other measurement was taken under contention ({theirs})"
+    return None
+
+
 def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
-    """τ or per-position p below a recorded baseline of the same config (config_hash equal)."""
+    """τ or per-position p below a recorded baseline of the same config (config_hash equal), beyond its interval.
+
+    Issue 33: the two runs are compared only as the same experiment — their comparability contexts
+    (:func:`dynocell.runbooks.run.context.differences`: workload, temperature, lengths, k, context length,
+    engine version, dtype, host, contention) must match; otherwise the finding (info) names what differs and
+    infers no build change. A contended window is left out unless ``--allow-contended``. With each request's
+    record on both sides, τ's drop must exceed its interval (ratio estimator over requests, log scale,
+    :func:`dynocell.engine.stats.compare_intervals`); a drop inside it is ``inconclusive`` (info) with the
+    requests per side that would decide an effect of ``effect_size``."""
+    from dynocell.runbooks.run.context import differences
+
     t = th["baseline_regression"]
     mine = {c.text_class: c.curve for c in inp.curves}
+    mine_recs = {c.text_class: c.requests or () for c in inp.curves}
     tau = inp.overall_tau()
     out = []
     for b in inp.baselines:
@@ -60,21 +97,48 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
         btau = _weighted_tau({k: b.curves[k] for k in common})
         mtau = _weighted_tau({k: mine[k] for k in common})
         drop = 1 - mtau / btau if btau else 0.0
-        gaps = {k: g for k in common if (g := _p_gap(mine[k], b.curves[k], t))}
+        gaps = {k: g for k in common
+                if (g := _p_gap(mine[k], b.curves[k], t, mine_recs.get(k, ()), b.requests.get(k, ())))}
+        eff = stats.compare_intervals(stats.tau_interval([x for k in common for x in mine_recs.get(k, ())]),
+                                      stats.tau_interval([x for k in common for x in b.requests.get(k, ())]),
+                                      effect_size=inp.effect_size)
         if drop < t["tau_rel_drop"] and not gaps:
             continue
+        ev = {"baseline": b.label, "build": b.build, "tau": r(mtau), "baseline_tau": r(btau), "drop": r(drop),
+              "classes": common, **({"interval": eff.to_dict()} if eff else {})}
+        diffs = differences(inp.context, b.context)
+        if diffs:
+            out.append(Finding("baseline_regression", "info",
+                               f"same config as {b.label}, but not the same experiment: {'; '.join(diffs)}. "
+                               f"τ {mtau:.2f} vs {btau:.2f} is not compared, and no build change is inferred; "
+                               "measure both with one workload on one quiet host to compare them.",
+                               {**ev, "differs": diffs}))
+            continue
+        why = left_out(inp, b.context)
+        if why:
+            out.append(Finding("baseline_regression", "info",
+                               f"τ {mtau:.2f} vs {btau:.2f} in {b.label} is not judged: {why}. Rerun on a quiet "
+                               "host, or pass --allow-contended to judge it anyway.", {**ev, "left_out": why}))
+            continue
+        tau_beyond = drop >= t["tau_rel_drop"] and (eff is None or eff.verdict == "lower")
+        if not tau_beyond and not gaps:
+            out.append(Finding("baseline_regression", "info",
+                               f"same config, {b.build or b.label}: τ {mtau:.2f} vs {btau:.2f} "
+                               f"({stats.describe(eff)}): within the interval, not a regression.",
+                               {**ev, "more_needed": eff.more_needed if eff else None}))
+            continue
         cls, (pos, gap, tol) = next(iter(gaps.items())) if gaps else (None, (None, 0.0, 0.0))
-        msg = (f"same config, {b.build or b.label}: τ {mtau:.2f} vs the recorded {btau:.2f} ({drop * 100:.1f} % lower)"
-               if drop >= t["tau_rel_drop"] else f"same config, {b.build or b.label}: τ {mtau:.2f} vs {btau:.2f}")
+        msg = (f"same config, {b.build or b.label}: τ {mtau:.2f} vs the recorded {btau:.2f} ({drop * 100:.1f} % lower"
+               + (f"; {eff.text()}" if eff else "") + ")"
+               if tau_beyond else f"same config, {b.build or b.label}: τ {mtau:.2f} vs {btau:.2f}")
         if gaps:
             msg += (f"; {cls}: p_{pos} {mine[cls].p[pos - 1]:.3f} vs {b.curves[cls].p[pos - 1]:.3f} "
                     f"({gap:.3f} lower, tolerance {tol:.3f})")
-        msg += (". No knob differs, so the engine build, version or environment changed what the drafter sees: "
-                "bisect the builds (dynocell bisect) position by position.")
-        out.append(Finding("baseline_regression", "error" if drop >= t["error_rel_drop"] else "warn", msg,
-                           {"baseline": b.label, "build": b.build, "tau": r(mtau), "baseline_tau": r(btau),
-                            "drop": r(drop), "text_class": cls, "position": pos, "p_gap": r(gap) if gaps else None,
-                            "classes": common}))
+        msg += (". No knob differs and the workload, engine version, host and contention match, so the engine "
+                "build or environment changed what the drafter sees: bisect the builds (dynocell bisect) position "
+                "by position.")
+        out.append(Finding("baseline_regression", "error" if tau_beyond and drop >= t["error_rel_drop"] else "warn",
+                           msg, {**ev, "text_class": cls, "position": pos, "p_gap": r(gap) if gaps else None}))
     return out
 
 
@@ -189,8 +253,11 @@ def rule_spread_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
 
 def rule_concurrency_loss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Speculation pays at concurrency 1 and stops paying at ≥ ``min_high_concurrency``: the verify
-    step's extra tokens compete with other requests for the batch (gate speculation by load)."""
+    step's extra tokens compete with other requests for the batch (gate speculation by load). Not judged on a
+    contended window unless ``--allow-contended`` (issue 33)."""
     t = th["concurrency_loss"]
+    if left_out(inp):
+        return []  # issue 33: throughput under a loaded host says nothing about the batch
     pts = sorted(inp.concurrency, key=lambda p: p.concurrency)
     noise = inp.breakeven_noise or t["noise"]
     low = [p for p in pts if p.concurrency == 1 and p.plain_tok_s]

@@ -158,6 +158,19 @@ def _curves_by_class(store: Any, run_id: str) -> dict[str, Any]:
     return {c.text_class: curve_of(c) for c in db_runs.curves(store, run_id)}
 
 
+def full_context(store: Any, run: Any) -> dict[str, Any]:
+    """A run's comparability context with its stored evidence (:func:`dynocell.runbooks.run.context.full_context`)."""
+    from dynocell.runbooks.run.context import full_context as _full
+
+    return _full(store, run)
+
+
+def _requests_by_class(store: Any, run_id: str) -> dict[str, tuple[dict[str, Any], ...]]:
+    from dynocell.db import runs as db_runs
+
+    return {c.text_class: tuple(c.requests) for c in db_runs.curves(store, run_id) if c.requests}
+
+
 def _speculation(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in knobs.items() if k.startswith("speculative.") or k == "model_path"}
 
@@ -189,7 +202,8 @@ def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs, others: list[tuple[R
         if other.config_hash == run.config_hash:
             build = (other.summary or {}).get("build") or str(other.started_at or "")[:10] or None
             if curves:
-                inp.baselines.append(Baseline(other.id, build, curves, tok_s))
+                inp.baselines.append(Baseline(other.id, build, curves, tok_s, _requests_by_class(store, other.id),
+                                              full_context(store, other)))
             continue
         if other.config_hash in seen or not inp.knobs:
             continue

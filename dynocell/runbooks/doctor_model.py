@@ -177,6 +177,11 @@ class DoctorInputs:
     gauges: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
     windows: dict[str, Any] = field(default_factory=dict)
+    effect_size: float = 0.05
+    context: dict[str, Any] = field(default_factory=dict)
+    contended: str | None = None
+    allow_contended: bool = False
+    breakeven: dict[str, Any] = field(default_factory=dict)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
@@ -190,12 +195,15 @@ class DoctorInputs:
 @dataclass(frozen=True)
 class Baseline:
     """A recorded run of the SAME config: ``label`` (run id), ``build`` (engine build / version / date label),
-    ``curves``: ``{text_class: Curve}``, ``decode_tok_s`` its decode throughput (tok/s) when known."""
+    ``curves``: ``{text_class: Curve}``, ``decode_tok_s`` its decode throughput (tok/s) when known; ``requests``:
+    ``{text_class: request records}`` when stored; ``context``: its comparability context (issue 33)."""
 
     label: str
     build: str | None
     curves: dict[str, Any]
     decode_tok_s: float | None = None
+    requests: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

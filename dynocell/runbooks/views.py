@@ -182,7 +182,61 @@ def run_detail(cell, run_id: str) -> dict[str, Any]:
     """
     detail = listings.run_detail(cell.store, run_id)
     detail["by_length"] = length_curve_of(detail)
+    detail["judgment"] = judgment_of(cell, detail)
     return detail
+
+
+def percentile_shown(q: float, n: Any) -> bool:
+    """Whether a stored q-percentile of ``n`` samples is printed (:func:`dynocell.engine.stats.min_samples_for`:
+    p90 needs ≥ 10, p99 ≥ 100); an unknown ``n`` (older rows) prints."""
+    from dynocell.engine.stats import min_samples_for
+
+    return not isinstance(n, int) or n >= min_samples_for(q)
+
+
+def judgment_of(cell: Any, detail: dict[str, Any]) -> dict[str, Any]:
+    """What a run's numbers can support (issue 33), for every face: ``{context, contended, temperature,
+    requests_per_class, tau, tau_by_class}`` — ``context`` the stored comparability context
+    (:mod:`dynocell.runbooks.run.context`; ``{}`` for older runs), ``contended`` why its window counts as contended
+    (None: quiet or unknown), ``tau`` the step-weighted τ with its interval over requests
+    (:func:`dynocell.engine.stats.tau_interval`, ``Interval.to_dict``; None with fewer than two requests) and
+    ``tau_by_class`` the same per text class; ``decode_tok_s_c1`` the median per-request decode rate at
+    concurrency 1 with its bootstrap interval (:func:`dynocell.engine.stats.bootstrap`, fixed seed). Each curve
+    dict of ``detail["curves"]`` gets its ``tau_interval``."""
+    from dynocell.engine import contention, stats
+
+    run = detail.get("run") or {}
+    opts = run.get("options") or {}
+    ctx = dict(opts.get("context") or {})
+    by_class: dict[str, Any] = {}
+    pooled: list[Any] = []
+    try:
+        rows = db_runs.curves(cell.store, run["id"]) if run.get("id") else []
+    except Exception:  # noqa: BLE001 - a report shows what it can
+        rows = []
+    for c in rows:
+        recs = list(c.requests or ())
+        pooled += recs
+        iv = stats.tau_interval(recs)
+        by_class[c.text_class] = iv.to_dict() if iv else None
+    for c in detail.get("curves") or []:
+        c["tau_interval"] = by_class.get(c.get("text_class"))
+    overall = stats.tau_interval(pooled)
+    wl = ctx.get("workload") or {}
+    # decode tok/s per request at concurrency 1 (every c=1 row: the throughput level and the acceptance classes)
+    try:
+        brows = db_runs.bench_rows(cell.store, run["id"]) if run.get("id") else []
+    except Exception:  # noqa: BLE001 - a report shows what it can
+        brows = []
+    dec = [v for b in brows if b.concurrency == 1
+           for v in (((b.extra or {}).get("requests") or {}).get("decode_tok_s") or [])]
+    decode = stats.bootstrap(dec)
+    return {"context": ctx, "contended": contention.contended(ctx.get("contention")),
+            "allow_contended": bool(opts.get("allow_contended")),
+            "temperature": wl.get("temperature", opts.get("temperature")),
+            "requests_per_class": wl.get("requests_per_class"),
+            "tau": overall.to_dict() if overall else None, "tau_by_class": by_class,
+            "decode_tok_s_c1": decode.to_dict() if decode else None}
 
 
 def length_curve_of(detail: dict[str, Any]) -> dict[str, Any] | None:

@@ -73,9 +73,15 @@ def short(h: str | None, n: int = 12) -> str:
 
 
 def pq(d: dict | None, key: str = "p50") -> str:
-    """A latency percentile (ms) from a ``{p50, p90, p99}`` dict."""
+    """A latency percentile (ms) from a ``{p50, p90, p99, n}`` dict; ``n too small`` where the sample does not
+    support it (issue 33: p99 needs ≥ 100 requests, :func:`dynocell.runbooks.views.percentile_shown`)."""
+    from dynocell.runbooks.views import percentile_shown
+
     if not d:
         return "–"
+    q = {"p50": 0.5, "p90": 0.9, "p99": 0.99}.get(key)
+    if q is not None and not percentile_shown(q, d.get("n")):
+        return "n too small"
     v = d.get(key)
     return num(v, 1) if v is not None else "–"
 
@@ -107,10 +113,17 @@ def breakeven_sentence(be: dict | None) -> str:
     if tau and spec and plain:
         out += (f"; a speculative step costs {spec:.2f} ms against τ × plain step "
                 f"{tau:.2f} × {plain:.2f} = {tau * plain:.2f} ms")
+    if be.get("interval"):
+        lo, hi = be["interval"]
+        out += f"; 95 % interval of the margin [{_signed(lo * 100)} %, {_signed(hi * 100)} %]"
+        out += f" (τ over n={be['interval_n']} requests)" if be.get("interval_n") else ""
+        out += f"; {be['decide']}" if be.get("decide") else ""
     if be.get("plain_source"):
         age = be.get("plain_age_s")
         out += f"; plain step from {be['plain_source']}"
         out += f", measured {duration(age)} ago" if age and age >= 60 else ""
+        out += " (reused: comparable host, load, version, workload)" if be.get("plain_reused") else ""
+        out += f"; measured fresh: {be['plain_fresh_why']}" if be.get("plain_fresh_why") else ""
     return out + "."
 
 

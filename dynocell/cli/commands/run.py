@@ -47,6 +47,12 @@ def run_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", callback=seconds(), help="Boot limit in seconds."),
     boot: Optional[str] = typer.Option(None, "--boot", help="Run on this boot, already up (e.g. attached): health, "
                                        "bench, acceptance, profile, diagnose; no boot, lossless check or stop."),
+    requests: Optional[int] = typer.Option(None, "--requests", min=1,
+                                           help="Requests per text class of the acceptance levels (default: the "
+                                                "workload's); more narrow every interval."),
+    allow_contended: bool = typer.Option(False, "--allow-contended",
+                                         help="Judge the run even when the host was contended while it measured "
+                                              "(load above the core count, another live boot)."),
     json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON instead of the report."),
 ) -> None:
     """Put one config on the stand and leave a complete record.
@@ -74,7 +80,8 @@ def run_cmd(
         _show(run_id, json_out)
         _exit_for(run_id)
         return
-    opts = RunOptions(workload=workload, lossless=lossless, profile=profile, boot_timeout_s=timeout)
+    opts = RunOptions(workload=workload, lossless=lossless, profile=profile, boot_timeout_s=timeout,
+                      requests=requests, allow_contended=allow_contended)
     with live.status:
         run_id = run_job(cell, config, options=opts, progress=live)
     _show(run_id, json_out)

@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "then ignores output_dir and writes DIR/rank0.<id>.pt.trace.json.gz as vLLM 0.26 does.")
     p.add_argument("--startup-delay", type=float, default=0.0,
                    help="(reference only) seconds to stay 'starting' (/health 503) after the HTTP server is up.")
+    # Planted effects for benchmarks/reproducibility.py (issue 33): a real, known-size change to detect.
+    p.add_argument("--step-slowdown", type=float, default=1.0,
+                   help="(reference only) stretch every decode step to this many times its own duration "
+                        "(1.25 → 20 %% fewer tokens per second), sleeping after the step.")
+    p.add_argument("--draft-corrupt", type=float, default=0.0,
+                   help="(reference only) probability 0–1 that a STANDALONE draft token is replaced by the next "
+                        "token id (seeded per request): the draft's acceptance falls by about that share.")
     return p
 
 

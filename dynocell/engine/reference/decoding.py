@@ -197,11 +197,16 @@ def ngram_propose(tokens: list[int], n_drafts: int, max_n: int = 4, window: int 
 class Generation:
     """State of one request being decoded.
 
+    ``draft_corrupt`` (class default 0): the share of STANDALONE draft tokens replaced by the next token id
+    (``--draft-corrupt``, a planted worse draft for benchmarks/reproducibility.py).
+
     ``algorithm`` is ``None`` | ``"STANDALONE"`` | ``"NGRAM"``; ``num_drafts`` is D (drafts per
     verify step); ``draft_mode`` is ``"top1"`` | ``"sampled"``. ``eos_ids`` end generation unless
     ``ignore_eos``. Counters: ``verify_ct``, ``histogram`` (length D + 1), ``num_correct``,
     ``num_proposed``; ``output_ids`` are the generated tokens (after truncation by stop rules).
     """
+
+    draft_corrupt: float = 0.0
 
     def __init__(self, prompt_ids: list[int], sp: SamplingParams, target: LoadedModel,
                  draft: LoadedModel | None, algorithm: str | None, num_drafts: int,
@@ -307,6 +312,8 @@ class Generation:
             logits = self.draft.forward(feed, self.dcache)[-1]
             self.dcache_tokens.extend(feed)
             x, q = self._draw_draft(logits)
+            if self.draft_corrupt and float(torch.rand((), generator=self.gen)) < self.draft_corrupt:
+                x, q = (x + 1) % logits.shape[-1], None  # --draft-corrupt: a planted worse draft
             qs.append(q)
             drafts.append(x)
             feed = [x]

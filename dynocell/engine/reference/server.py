@@ -295,8 +295,10 @@ class Engine:
             return EagleGeneration(req.prompt_ids, req.sp, self.target, self.head, s.algorithm, s.num_steps,
                                    s.eagle_topk, s.num_draft_tokens, self.args.speculative_draft_mode,
                                    self.eos_ids, self.context_length)
-        return Generation(req.prompt_ids, req.sp, self.target, self.draft, s.algorithm, s.num_drafts,
-                          self.args.speculative_draft_mode, self.eos_ids, self.context_length)
+        g = Generation(req.prompt_ids, req.sp, self.target, self.draft, s.algorithm, s.num_drafts,
+                       self.args.speculative_draft_mode, self.eos_ids, self.context_length)
+        g.draft_corrupt = float(getattr(self.args, "draft_corrupt", 0.0) or 0.0)
+        return g
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.args.max_running_requests:
@@ -350,6 +352,7 @@ class Engine:
             g = req.gen
             vc, cc, pc = g.verify_ct, g.num_correct, g.num_proposed
             hist_before = list(g.histogram)
+            t_step = time.perf_counter()
             try:
                 kept = g.step()
             except Exception as exc:  # noqa: BLE001 - reported to the client
@@ -357,6 +360,9 @@ class Engine:
                 self.running.remove(req)
                 self._finish(req)
                 continue
+            slow = float(getattr(self.args, "step_slowdown", 1.0) or 1.0)
+            if slow > 1.0:  # --step-slowdown: a planted, proportional slowdown (benchmarks/reproducibility.py)
+                time.sleep((slow - 1.0) * (time.perf_counter() - t_step))
             if g.verify_ct > vc:
                 k = next(i for i, (a, b) in enumerate(zip(g.histogram, hist_before)) if a != b)
                 self.verify_steps_total += 1

@@ -59,14 +59,20 @@ def bench_row(job: RunJob, live: Any, result: Any, text_class: str | None,
     """Store one level (``engine.bench.LevelResult``) as a bench_runs row.
 
     ``extra.samples`` keeps a few generated texts (at the workload's sampling
-    settings) so the doctor can judge the output itself, not only the numbers.
+    settings) so the doctor can judge the output itself, not only the numbers;
+    ``extra.requests`` each request's ``decode_tok_s`` and ``tpot_ms`` (the intervals over requests, issue 33).
     ``verify_step_ms`` overrides the per-request figure (vLLM: from the counters of the window).
     """
     step_ms = verify_step_ms if verify_step_ms is not None else be.verify_step_ms(result.results)
     extra = {"failures": result.failures, "warmup_requests": result.warmup_requests,
              "warmup_failed": result.warmup_failed, "level": result.name,
              "verify_step_ms_p50": step_ms,
-             "samples": [r.text for r in result.results if r.ok][:SAMPLES_PER_LEVEL]}
+             "samples": [r.text for r in result.results if r.ok][:SAMPLES_PER_LEVEL],
+             # each request's decode rate (tok/s) and TPOT (ms): the intervals of issue 33 are over requests
+             "requests": {"decode_tok_s": [round(r.decode_tok_s, 3) for r in result.results
+                                           if r.ok and r.decode_tok_s is not None],
+                          "tpot_ms": [round(r.tpot_s * 1000, 3) for r in result.results
+                                      if r.ok and r.tpot_s is not None]}}
     return db_runs.add_bench(
         job.cell.store, run_id=job.run_id, boot_id=live.boot_id, text_class=text_class,
         concurrency=result.concurrency, num_requests=result.num_requests, num_failed=result.failed,

@@ -33,7 +33,10 @@ class RunOptions:
     ``workload``: path of a workload TOML (None = bundled default);
     ``lossless``: compare greedy outputs with a plain boot of the same target;
     ``profile``: open a profiler window; ``boot_timeout_s``: overrides the
-    engine's default; ``stop_grace_s``: overrides the settings' grace.
+    engine's default; ``stop_grace_s``: overrides the settings' grace;
+    ``requests``: requests per text class of the acceptance levels (None = the
+    workload's; more requests narrow every interval, issue 33);
+    ``allow_contended``: let the doctor judge a window measured under contention.
     """
 
     workload: str | None = None
@@ -42,6 +45,8 @@ class RunOptions:
     diagnose: bool = True
     boot_timeout_s: float | None = None
     stop_grace_s: float | None = None
+    requests: int | None = None
+    allow_contended: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values, as stored on the run row."""
@@ -125,6 +130,22 @@ def load_run_workload(path: str | None):  # noqa: ANN202 - engine type
     from dynocell.engine.workloads import load_workload
 
     return load_workload(path)
+
+
+def sized_workload(workload: Any, requests: int | None) -> Any:
+    """``workload`` with ``requests`` requests per text class in its acceptance section (``run --requests N``;
+    None = unchanged). The workload's sha256 changes with it: a different request count is another experiment.
+    Raises UserError naming ``--requests`` when N is out of the workload schema's bounds."""
+    if requests is None or workload.acceptance is None:
+        return workload
+    from dynocell.engine.workloads import MAX_REQUESTS
+    from dynocell.errors import UserError
+
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise UserError(f"--requests must be between 1 and {MAX_REQUESTS}, got {requests}",
+                        "e.g. --requests 20 (requests per text class of the acceptance levels)")
+    acc = workload.acceptance.model_copy(update={"requests_per_class": requests})
+    return workload.model_copy(update={"acceptance": acc})
 
 
 def engine_context_length(client: EngineClient, cfg: EngineConfig) -> int:

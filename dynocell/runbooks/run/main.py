@@ -21,6 +21,7 @@ from typing import Any
 
 from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
+from dynocell.engine import contention
 from dynocell.engine.config import EngineConfig, trust_warning
 from dynocell.errors import EngineError, Interrupted
 from dynocell.runbooks import boots, events, hosts
@@ -31,7 +32,7 @@ from dynocell.runbooks.run.breakeven_step import run_breakeven
 from dynocell.runbooks.run.health_step import run_health
 from dynocell.runbooks.run.job import (
     DEFAULT_CONFIG, Progress, RunJob, RunOptions, SkipStep, StepFailed, engine_context_length, error_text,
-    load_run_workload, noop_progress, this_pid,
+    load_run_workload, noop_progress, sized_workload, this_pid,
 )
 from dynocell.runbooks.run.lossless_step import record_goldens, run_lossless
 from dynocell.runbooks.run.profile_step import run_profile
@@ -60,13 +61,15 @@ def run_job(
     cfg, config_hash = resolve_config(cell, str(config_ref or DEFAULT_CONFIG))
     # A bad workload file is the operator's mistake: refuse it now (UserError, nothing written),
     # not after a boot and a health check.
-    workload = load_run_workload(opts.workload)
+    workload = sized_workload(load_run_workload(opts.workload), opts.requests)
     run_id = boots.new_id()
     db_runs.create_run(cell.store, id=run_id, kind="run", config_hash=config_hash, state="running",
                        step="config", options=opts.as_dict(), pid=this_pid(), host_id=hosts.this_host_id(cell))
     events.publish("run.started", run_id=run_id, config_hash=config_hash)
     job = RunJob(cell, run_id, progress)
     live: boots.LiveBoot | None = None
+    before: contention.Reading | None = None
+    context_length: int | None = None
     state, error = "completed", None
     crashed: str | None = None  # "engine was killed by SIGKILL while ready" when it died under the run
     try:
@@ -100,6 +103,7 @@ def run_job(
                            options={**opts.as_dict(), "temperature": workload.temperature, "draft_proposal": "top1"})
         client = live.client(cell.settings.http_timeout_s)
         context_length = engine_context_length(client, live.cfg)
+        before = contention.read()
         with job.step("bench") as d:
             workload = calibrate(job, live, workload, context_length)
             d["tokens_per_byte"] = workload.tokens_per_byte
@@ -109,6 +113,7 @@ def run_job(
             if not spec_on:
                 raise SkipStep("no speculative decoding in this config")
             run_acceptance(job, live, workload, context_length, d)
+        _record_context(job, live, workload, context_length, before)
         plain: dict[str, Any] | None = None
         with job.step("lossless") as d:
             if not spec_on:
@@ -129,6 +134,8 @@ def run_job(
             run_breakeven(job, plain, d, cfg=cfg, workload=workload, opts=opts)
     except StepFailed as f:
         state, error = "failed", f"{f.name}: {error_text(f.error)}"
+        if before is not None and live is not None:
+            _record_context(job, live, workload, context_length, before)
     except (KeyboardInterrupt, Interrupted):
         state, error = "interrupted", "interrupted by the operator"
     finally:
@@ -150,6 +157,22 @@ def run_job(
         raise Interrupted(f"run {run_id} interrupted; the engine was stopped and the steps done are recorded",
                           f"dynocell show {run_id}")
     return run_id
+
+
+def _record_context(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int | None,
+                    before: contention.Reading) -> None:
+    """Store the run's comparability context (:mod:`dynocell.runbooks.run.context`) with the contention of
+    the bench and acceptance windows (from ``before`` to now); a contended window is said in the progress."""
+    from dynocell.runbooks.run import context
+
+    window = contention.window(before, contention.read(), other_boots=context.other_boot_count(job.cell, live.boot_id),
+                               gpu=contention.gpu_utilisation())
+    ctx = context.run_context(job.cell, live.cfg, workload, hosts.this_host_id(job.cell), context_length, window)
+    context.record(job.cell, job.run_id, ctx)
+    if window["contended"]:
+        msg = f"⚠ measured under contention: {window['contended']}"
+        job.warnings.append(msg)
+        job.progress(msg, {"warning": msg})
 
 
 def _outcome(state: str, error: str | None, failed: list[str], crashed: str | None) -> tuple[str, str | None]:
