@@ -19,7 +19,7 @@ One module per procedure: :mod:`.start`, :mod:`.stop`, :mod:`.reconcile`, :mod:`
 from __future__ import annotations
 
 from dynocell.runbooks.boots.health import (
-    config_of_boot, expected_server, health, rank_status_of, record_verdict,
+    config_of_boot, expected_server, health, oracle_kw, rank_status_of, record_verdict,
 )
 from dynocell.runbooks.boots.live import (
     BOOT_MARKER, PROFILER_DIR_ENV, AttachedBoot, LiveBoot, Progress, engine_base_env, engine_profile_dir,
@@ -48,6 +48,7 @@ __all__ = [
     "describe_exit",
     "engine_base_env",
     "engine_profile_dir",
+    "oracle_kw",
     "expected_server",
     "finish_log",
     "follow",
