@@ -21,7 +21,8 @@ from dynocell.engine.supervisor import (
 from dynocell.errors import EngineError, UserError
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, LiveBoot, Progress, engine_base_env, engine_profile_dir, finish_log, new_id, noop_progress,
+    BOOT_MARKER, LiveBoot, Progress, default_boot_timeout, engine_base_env, engine_profile_dir, finish_log, new_id,
+    noop_progress,
     printable_log_line, str_or_none,
 )
 from dynocell.runbooks.cell import Cell
@@ -125,7 +126,7 @@ def start_boot(
     t0 = time.monotonic()
     cfg_run = resolve_models(cell, cfg, progress)
     kind = kinds.get(cfg_run.engine)
-    limit = timeout_s or (kind.boot_timeout_s if kind is not None else settings.boot_timeout_s(cfg_run.engine))
+    limit = timeout_s or default_boot_timeout(settings, cfg_run.engine)
     deadline = t0 + limit
     if time.monotonic() >= deadline:
         raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "

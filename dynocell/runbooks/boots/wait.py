@@ -16,7 +16,7 @@ from typing import Any
 from dynocell.db import boots as db_boots
 from dynocell.engine.config import injection_warning
 from dynocell.errors import EngineError
-from dynocell.runbooks.boots.live import Progress, supervised_here, noop_progress, new_id
+from dynocell.runbooks.boots.live import Progress, default_boot_timeout, supervised_here, noop_progress, new_id
 from dynocell.runbooks.boots.reconcile import reconcile, supervisor_alive
 from dynocell.runbooks.boots.start import start_boot
 from dynocell.runbooks.cell import Cell
@@ -48,7 +48,7 @@ def boot(
         supervised_here[live.boot_id] = live
         return live.boot_id
     boot_id = new_id()
-    timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
+    timeout = timeout_s or default_boot_timeout(cell.settings, cfg.engine)
     argv = [sys.executable, "-m", "dynocell.runbooks.supervise", config_hash, "--boot-id", boot_id,
             "--timeout", str(timeout)]
     log = cell.settings.boots_dir / boot_id
