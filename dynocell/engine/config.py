@@ -801,9 +801,9 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
     :mod:`dynocell.engine.observed`) gives a runtime view: the revealed fields
     set, every other field at dynocell's default (used to probe the engine, never
     stored); fields dynocell's config does not have (``engine_version`` …) are left out.
-    SGLang, vLLM and the reference engine keep their engine (so an attached vLLM is probed on
-    vLLM's surface); an engine dynocell has no adapter for (llama.cpp, a generic OpenAI server)
-    is probed as the SGLang-compatible HTTP surface (the stored row keeps the real engine name).
+    An engine of :data:`ENGINES` keeps its engine (so an attached vLLM is probed on vLLM's surface,
+    an attached llama-server on its own); any other (a generic OpenAI server) is probed as the
+    SGLang-compatible HTTP surface (the stored row keeps the real engine name).
     """
     data = json.loads(canonical_json)
     if isinstance(data, dict) and data.get("observed"):
@@ -824,7 +824,7 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
 
 def _observed_runtime(data: dict[str, Any]) -> dict[str, Any]:
     engine = data.get("engine")
-    out: dict[str, Any] = {"engine": engine if engine in ("sglang", "reference", "vllm") else "sglang",
+    out: dict[str, Any] = {"engine": engine if engine in ENGINES else "sglang",
                            "model_path": "unknown"}
     sections = _sections()
     for dotted, value in (data.get("fields") or {}).items():

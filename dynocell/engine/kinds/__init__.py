@@ -106,6 +106,14 @@ class EngineKind(Protocol):
         """The health oracle's surface checks after ``/health`` 200 (a real generation among them)."""
         ...
 
+    def recognise(self, models: Any, metric_families: set[str] | frozenset[str]) -> bool:
+        """Whether an attached OpenAI server (``/v1/models`` body, ``/metrics`` family prefixes) is this kind."""
+        ...
+
+    def observe(self, client: "EngineClient") -> dict[str, Any]:
+        """Config fields (dotted) a running engine of this kind reveals beyond ``/v1/models``."""
+        ...
+
     def progress_names(self) -> dict[str, tuple[str, ...]]:
         """Metric names the progress check sums: keys ``generated``, ``prompt``, ``running``, ``queued``."""
         ...

@@ -215,6 +215,27 @@ class LlamaCppKind:
                                        f"model_path: expected {expected.model_path!r}, engine reports {got!r}"))
         return checks
 
+    def recognise(self, models: Any, metric_families: set[str] | frozenset[str]) -> bool:
+        """Whether an OpenAI server is llama-server: ``/v1/models`` ``owned_by`` ``"llamacpp"``
+        (``server-context.cpp`` ``get_res_model_info``) or ``llamacpp:`` families in ``/metrics``."""
+        data = models.get("data") if isinstance(models, Mapping) else None
+        owned = [m.get("owned_by") for m in data if isinstance(m, Mapping)] if isinstance(data, list) else []
+        return "llamacpp" in owned or PREFIX.rstrip(":") in metric_families
+
+    def observe(self, client: EngineClient) -> dict[str, Any]:
+        """What a running llama-server says of itself beyond ``/v1/models``, as config fields: ``model_path``
+        (``/props``, the GGUF it loaded) and ``memory.max_running_requests`` (``total_slots``). Only values of
+        the right type are kept (the answer is not trusted)."""
+        r = client.request("GET", "/props")
+        props = r.body if r.status == 200 and isinstance(r.body, dict) else {}
+        out: dict[str, Any] = {}
+        if isinstance(props.get("model_path"), str) and props["model_path"] and "\x00" not in props["model_path"]:
+            out["model_path"] = props["model_path"][:4096]
+        slots = props.get("total_slots")
+        if isinstance(slots, int) and not isinstance(slots, bool) and 0 < slots <= 1 << 20:
+            out["memory.max_running_requests"] = slots
+        return out
+
     def progress_names(self) -> dict[str, tuple[str, ...]]:
         """llama-server's counters (``server-task.cpp`` ``to_metrics``): generated = tokens predicted (at
         request end) + ``n_decode_total`` (every ``llama_decode`` call, so a long request shows progress);
