@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         default=None,
         description="Where made-locally models are cached (default: <home>/models); share it between data directories.",
     )
+    llama_server: Path | None = Field(
+        default=None,
+        description="llama.cpp's llama-server executable for engine = \"llamacpp\" configs (default: the newest "
+        "build recorded by `dynocell engine build llamacpp`).",
+    )
     debug: bool = Field(default=False, description="Show tracebacks on errors.")
     machine_id: str | None = Field(
         default=None,

@@ -234,3 +234,41 @@ def backend_settings(db_url, monkeypatch):
 
     monkeypatch.setenv("DYNOCELL_DATABASE_URL", db_url)
     return load_settings()
+
+
+# ------------------------------------------------------------ llama.cpp's llama-server (issue 37)
+
+LLAMA_ENV = "DYNOCELL_TEST_LLAMA_DIR"
+#: Longest wait for the background build .ci/run starts before the venv (≈ 25 min on 2 loaded cores).
+LLAMA_BUILD_WAIT_S = 3600.0
+
+
+@pytest.fixture(scope="session")
+def llama_build() -> dict:
+    """``{"binary": Path, "model": Path}``: the llama-server and SmolLM2 GGUF that ``python -m
+    dynocell.engine.kinds.llamacpp_build`` made in ``$DYNOCELL_TEST_LLAMA_DIR`` (.ci/run starts it in the
+    background right after apt and exports the variable). Waits for its ``done.json``; a failed build fails
+    the test with the build log's tail. Variable unset: skipped with the reason, but FAILS under ``CI=true``."""
+    import json
+    import time
+
+    root = os.environ.get(LLAMA_ENV, "").strip()
+    if not root:
+        why = (f"{LLAMA_ENV} is not set: no llama-server build to test against (run `python -m "
+               f"dynocell.engine.kinds.llamacpp_build --dir DIR --model smollm2-135m --done DIR/done.json` "
+               f"and export {LLAMA_ENV}=DIR)")
+        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+            pytest.fail(why + " — CI builds it (.ci/run's llama-server stage)")
+        pytest.skip(why)
+    done = Path(root) / "done.json"
+    deadline = time.monotonic() + LLAMA_BUILD_WAIT_S
+    while not done.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"llama-server build in {root} not finished after {LLAMA_BUILD_WAIT_S:.0f} s")
+        time.sleep(2)
+    info = json.loads(done.read_text())
+    if info.get("rc") != 0:
+        log = Path(root) / "build.log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.is_file() else "(no build.log)"
+        pytest.fail(f"the llama-server build failed: {info.get('error')}\n{tail}")
+    return {"binary": Path(info["binary"]), "model": Path(info["models"]["smollm2-135m"])}

@@ -41,7 +41,9 @@ Wire formats: SGLang ``POST /generate`` with ``stream: true`` (``data: {"text":
 ``data: [DONE]``; an ``{"error": ...}`` chunk is a failure; SGLang
 ``entrypoints/http_server.py`` ``generate_request``), and OpenAI
 ``POST /v1/completions`` SSE (``choices[0].text`` deltas, ``usage`` in the
-final chunk with ``stream_options.include_usage``).
+final chunk with ``stream_options.include_usage``; llama-server's final chunk also carries
+``timings`` — ``draft_n``/``draft_n_accepted`` when the request drafted — kept as
+``meta_info["timings"]``, ``tools/server/server-task.cpp`` ``to_json_oaicompat``).
 
 With ``ignore_eos`` the server must produce exactly ``max_new_tokens``; any
 other ``completion_tokens`` marks the request ``length_mismatch`` (counted,
@@ -323,6 +325,8 @@ class _Stream:
     def _openai(self, obj: dict[str, Any], now: float) -> None:
         if obj.get("usage"):
             self.usage = obj["usage"]
+        if isinstance(obj.get("timings"), dict):  # llama-server's last event: draft_n, draft_n_accepted, …
+            self.meta = {"timings": obj["timings"]}
         ch = obj.get("choices") or ()
         if ch:
             piece = ch[0].get("text") or ""
@@ -422,7 +426,7 @@ def _measure(res: RequestResult, req: BenchRequest, st: _Stream, t0: float) -> N
     res.text = "".join(st.pieces) if (st.openai or not st.cumulative) else st.last_text
     meta = st.meta
     if st.openai:
-        meta = {"finish_reason": st.finish}
+        meta = {"finish_reason": st.finish, **st.meta}
         if st.usage:
             meta.update(prompt_tokens=st.usage.get("prompt_tokens"),
                         completion_tokens=st.usage.get("completion_tokens"))

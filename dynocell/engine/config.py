@@ -10,7 +10,8 @@ whitespace, comments and spelled-out defaults never change the hash; any
 engine-relevant change does.
 
 Model paths of the form ``dynocell:tiny`` / ``dynocell:tiny-draft`` name the
-made-locally reference pair; they are resolved at boot, not here.
+made-locally reference pair, and ``dynocell:smollm2-135m`` the pretrained GGUF that
+``dynocell model fetch smollm2-135m`` puts in the model cache; they are resolved at boot, not here.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dynocell.errors import ConfigError, not_a_file
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-ENGINES = ("sglang", "reference", "vllm")
+#: Every engine a config may name. ``llamacpp`` (llama.cpp's ``llama-server``) is a registered kind
+#: (:mod:`dynocell.engine.kinds`); this module calls no kind, so the name is listed here as data.
+ENGINES = ("sglang", "reference", "vllm", "llamacpp")
 #: vLLM ``--speculative-config`` ``method`` names (vLLM 0.26 ``SpeculativeConfig.method``) accepted in
 #: ``[speculative] algorithm`` and the SGLang algorithm each one is the same idea as.
 VLLM_METHODS = {"draft_model": "STANDALONE", "ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3",
                 "mtp": "NEXTN"}
 BUILTIN_MODEL_PREFIX = "dynocell:"
 #: The made-locally reference models a config may name (resolved at boot).
-BUILTIN_MODELS = ("dynocell:tiny", "dynocell:tiny-draft")
+BUILTIN_MODELS = ("dynocell:tiny", "dynocell:tiny-draft", "dynocell:smollm2-135m")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 #: A config file larger than this is refused unread (a real one is a few kB).
 MAX_CONFIG_BYTES = 1 << 20
@@ -254,7 +257,7 @@ class Meta(_Section):
 class EngineConfig(_Section):
     """One engine configuration (frozen). See the module docstring for hashing."""
 
-    engine: Literal["sglang", "reference", "vllm"] = "sglang"
+    engine: Literal["sglang", "reference", "vllm", "llamacpp"] = "sglang"
     model_path: str
     #: ``--dtype`` (SGLang and vLLM: auto | half | float16 | bfloat16 | float32); None = not stated.
     dtype: str | None = None
@@ -524,7 +527,7 @@ def _hint_for(loc: str, msg: str, kind: str = "") -> str:
     if "draft_model_path" in msg:
         return "add draft_model_path under [speculative]"
     if "engine" in loc:
-        return "engine = \"sglang\", \"vllm\" or \"reference\""
+        return "engine = \"sglang\", \"vllm\", \"llamacpp\" or \"reference\""
     return "see examples/tiny.toml for a valid config"
 
 
@@ -867,9 +870,9 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
     :mod:`dynocell.engine.observed`) gives a runtime view: the revealed fields
     set, every other field at dynocell's default (used to probe the engine, never
     stored); fields dynocell's config does not have (``engine_version`` …) are left out.
-    SGLang, vLLM and the reference engine keep their engine (so an attached vLLM is probed on
-    vLLM's surface); an engine dynocell has no adapter for (llama.cpp, a generic OpenAI server)
-    is probed as the SGLang-compatible HTTP surface (the stored row keeps the real engine name).
+    An engine of :data:`ENGINES` keeps its engine (so an attached vLLM is probed on vLLM's surface,
+    an attached llama-server on its own); any other (a generic OpenAI server) is probed as the
+    SGLang-compatible HTTP surface (the stored row keeps the real engine name).
     """
     data = json.loads(canonical_json)
     if isinstance(data, dict) and data.get("observed"):
@@ -890,7 +893,7 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
 
 def _observed_runtime(data: dict[str, Any]) -> dict[str, Any]:
     engine = data.get("engine")
-    out: dict[str, Any] = {"engine": engine if engine in ("sglang", "reference", "vllm") else "sglang",
+    out: dict[str, Any] = {"engine": engine if engine in ENGINES else "sglang",
                            "model_path": "unknown"}
     sections = _sections()
     for dotted, value in (data.get("fields") or {}).items():

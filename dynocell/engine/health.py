@@ -60,7 +60,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -165,15 +165,19 @@ class Verdict:
         }
 
 
-def progress_from_metrics(text: str, t: float) -> ProgressSample:
+def progress_from_metrics(text: str, t: float, names: dict[str, tuple[str, ...]] | None = None) -> ProgressSample:
     """Parse Prometheus text into a :class:`ProgressSample` at monotonic time ``t``.
 
     Sums over label sets (ranks); see the module docstring for the metric names.
     vLLM's own families count the same way (``vllm/v1/metrics/loggers.py``):
     ``vllm:generation_tokens_total`` / ``vllm:prompt_tokens_total`` (counters),
     ``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` (gauges).
+    ``names`` (an engine kind's ``progress_names()``: keys ``generated``, ``prompt``, ``running``,
+    ``queued``, each the sample names summed) replaces the SGLang/vLLM names.
     Raises ValueError on text prometheus_client cannot parse.
     """
+    if names is not None:
+        return _progress_named(text, t, names)
     gen = prompt = running = queued = 0.0
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -197,6 +201,17 @@ def progress_from_metrics(text: str, t: float) -> ProgressSample:
             elif name == "vllm:prompt_tokens_total":
                 prompt += value
     return ProgressSample(t, gen, prompt, running, queued)
+
+
+def _progress_named(text: str, t: float, names: dict[str, tuple[str, ...]]) -> ProgressSample:
+    """:func:`progress_from_metrics` with an engine kind's names: each key's samples summed."""
+    sums = dict.fromkeys(("generated", "prompt", "running", "queued"), 0.0)
+    where = {n: key for key, ns in names.items() for n in ns}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in where:
+                sums[where[s.name]] += float(s.value)
+    return ProgressSample(t, sums["generated"], sums["prompt"], sums["running"], sums["queued"])
 
 
 def judge_progress(prev: ProgressSample | None, cur: ProgressSample,
@@ -270,9 +285,9 @@ def api_of(cfg: Any) -> str:
     return getattr(cfg, "api", "sglang")
 
 
-def _vllm_checks(client: EngineClient, expected: ExpectedServer | None, canary: Canary | None,
-                 timeout_s: float) -> list[Check]:
-    """Checks 3'-5' of the module docstring (vLLM's OpenAI surface)."""
+def openai_checks(client: EngineClient, expected: ExpectedServer | None, canary: Canary | None,
+                  timeout_s: float) -> list[Check]:
+    """Checks 3'-5' of the module docstring (vLLM's OpenAI surface; llama-server's too)."""
     checks: list[Check] = []
     want = expected.served_name if expected is not None else None
     r, ms, err = _timed(client.models)
@@ -323,6 +338,8 @@ def check_health(
     now: float | None = None,
     ranks: RankStatus | None = None,
     api: str = "sglang",
+    surface_checks: Callable[..., list[Check]] | None = None,
+    progress_names: dict[str, tuple[str, ...]] | None = None,
 ) -> Verdict:
     """Run the oracle once against ``client``'s engine (see the module docstring).
 
@@ -332,6 +349,8 @@ def check_health(
     ``time.monotonic()``. ``ranks``: the engine's rank processes
     (:func:`dynocell.engine.ranks.rank_status`); None = not checked. ``api``: the HTTP
     surface (:func:`api_of`; ``"vllm"`` swaps checks 3-5 for vLLM's, see the module docstring).
+    ``surface_checks`` (an engine kind's, same arguments as :func:`openai_checks`) replaces checks 3-5,
+    ``progress_names`` the progress check's metric names (:func:`progress_from_metrics`).
     Never raises for engine failures: they become failed checks.
     """
     checks: list[Check] = []
@@ -352,11 +371,13 @@ def check_health(
         return Verdict(DOWN, checks, why)
     checks.append(Check("health", True, ms, "200"))
 
-    if api == "vllm":
-        checks += _vllm_checks(client, expected, canary, generate_timeout_s)
+    if surface_checks is not None:
+        checks += surface_checks(client, expected, canary, generate_timeout_s)
+    elif api == "vllm":
+        checks += openai_checks(client, expected, canary, generate_timeout_s)
     else:
         checks += _sglang_checks(client, expected, canary, generate_timeout_s)
-    progress, check = _progress_check(client, previous_progress, stall_after_s, now)
+    progress, check = _progress_check(client, previous_progress, stall_after_s, now, progress_names)
     checks.append(check)
     failed = [c for c in checks if not c.ok]
     if failed:
@@ -397,7 +418,8 @@ def _sglang_checks(client: EngineClient, expected: ExpectedServer | None, canary
 
 
 def _progress_check(client: EngineClient, previous: ProgressSample | None, stall_after_s: float,
-                    now: float | None) -> tuple[ProgressSample | None, Check]:
+                    now: float | None, names: dict[str, tuple[str, ...]] | None = None,
+                    ) -> tuple[ProgressSample | None, Check]:
     """Check 6 (``progress``) and the sample to pass to the next call."""
     r, ms, err = _timed(client.metrics_text)
     if r is None or r.status != 200:
@@ -405,7 +427,7 @@ def _progress_check(client: EngineClient, previous: ProgressSample | None, stall
                                f"skipped: /metrics unavailable ({err or r.status}); "
                                "start the engine with --enable-metrics")
     try:
-        cur = progress_from_metrics(r.text, now if now is not None else time.monotonic())
+        cur = progress_from_metrics(r.text, now if now is not None else time.monotonic(), names)
     except ValueError as exc:
         why = printable(str(exc).strip(), limit=120) or "parse error"
         head = r.text.strip().splitlines()[0][:60] if r.text.strip() else ""

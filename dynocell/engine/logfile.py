@@ -73,6 +73,13 @@ _LCPP_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 _LCPP_POS = re.compile(rf"#acc rate/pos = \(((?:{_NUM}\s*,\s*)*{_NUM})\)")
 _LCPP_DRAFTS = re.compile(r"#gen drafts =\s*(\d+)")
 _LCPP_MEAN = re.compile(rf"#mean acc len =\s*({_NUM})")
+# llama-server's per-request lines at a slot's end (tools/server/server-context.cpp print_timings):
+# "draft acceptance = 0.52381 (   22 accepted /    42 generated), mean len =  1.88" and
+# "       eval time =  812.21 ms /    64 tokens (   12.69 ms per token,    78.80 tokens per second)".
+_LCPP_SLOT = re.compile(rf"draft acceptance = ({_NUM}) \(\s*(\d+) accepted /\s*(\d+) generated\), "
+                        rf"mean len =\s*({_NUM})")
+_LCPP_EVAL = re.compile(rf"(?<!prompt )eval time =\s*{_NUM} ms /\s*\d+ tokens \(\s*{_NUM} ms per token,\s*"
+                        rf"({_NUM}) tokens per second\)")
 _NODE_RANK = re.compile(r"node_rank[=:]\s*(\d+)|--node-rank[ =](\d+)")
 
 _V0_RATE = re.compile(rf"Draft acceptance rate:\s*({_NUM})")
@@ -319,6 +326,7 @@ class _Scan:
         self.summary: list = []
         self.rounds: list = []
         self.lcpp: list = []
+        self.lcpp_slots: list[tuple[int, int, int, float]] = []  # (line, accepted, drafted, mean len)
         self.decode_tp: list[float] = []
         self.last_ts: datetime | None = None
         self.ready_seen = False
@@ -390,6 +398,14 @@ class _Scan:
 
     def _llamacpp(self, i: int, line: str) -> bool:
         """A llama.cpp speculative line (a round's "accepted a/D", or the statistics line): kept, True."""
+        slot = _LCPP_SLOT.search(line)
+        if slot:
+            self.lcpp_slots.append((i, int(slot.group(2)), int(slot.group(3)), float(slot.group(4))))
+            return True
+        ev = _LCPP_EVAL.search(line)
+        if ev:
+            self.decode_tp.append(float(ev.group(1)))
+            return True
         rd = _LCPP_ROUND.search(line)
         if rd:
             self.rounds.append((int(rd.group(1)), int(rd.group(2))))
@@ -493,7 +509,7 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")
-    rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp)
+    rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp, scan.lcpp_slots)
     if decode_tp:
         rep.decode = {"samples": len(decode_tp), "gen_throughput_max": max(decode_tp),
                       "gen_throughput_mean": sum(decode_tp) / len(decode_tp)}
@@ -501,9 +517,13 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
 
 
 def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, list[float], int | None,
-                                                                           float | None]]) -> dict[str, Any] | None:
+                                                                           float | None]],
+                         slots: list[tuple[int, int, int, float]] = ()) -> dict[str, Any] | None:
     """llama.cpp: the last statistics line's per-position rates (cumulative), else a histogram of
-    the per-round "accepted a/D" lines of the widest D (rounds that drafted fewer are counted apart)."""
+    the per-round "accepted a/D" lines of the widest D (rounds that drafted fewer are counted apart),
+    else llama-server's per-request "draft acceptance" lines (:func:`_llamacpp_slots`)."""
+    if not stats and not rounds and slots:
+        return _llamacpp_slots(slots)
     if stats:
         i, p, drafts, mean = stats[-1]
         return {"format": "llamacpp-stats", "samples": len(stats), "curve": Curve.from_positions(p, steps=drafts),
@@ -517,6 +537,23 @@ def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, l
         return {"format": "llamacpp-rounds", "samples": len(rounds), "curve": Curve.from_histogram(hist),
                 "lines": [], "engine_tau": [], "narrower_rounds": sum(1 for _a, w in rounds if w != d)}
     return None
+
+
+def _llamacpp_slots(slots: list[tuple[int, int, int, float]]) -> dict[str, Any] | None:
+    """One summary curve over llama-server's per-request lines ``draft acceptance = r (A accepted / G generated),
+    mean len = m`` (``server-context.cpp`` ``print_timings``: G = draft tokens, m = 1 + A / verify steps).
+    Each request's steps are A / (m − 1) (m is printed with 2 decimals, so steps are estimates); τ = 1 + ΣA /
+    Σsteps, accept rate = ΣA / ΣG (per drafted token), D = round(ΣG / Σsteps) (n-gram drafts vary in length).
+    None when no request accepted anything (no step count can be read)."""
+    acc = sum(a for _i, a, _g, _m in slots)
+    gen = sum(g for _i, _a, g, _m in slots)
+    steps = sum(a / (m - 1.0) for _i, a, _g, m in slots if m > 1.0 and a)
+    if not steps or not gen:
+        return None
+    curve = Curve.from_summary(1.0 + acc / steps, acc / gen, max(1, round(gen / steps)))
+    return {"format": "llamacpp-slots", "samples": len(slots), "curve": curve, "lines": [s[0] for s in slots],
+            "engine_tau": [m for _i, _a, _g, m in slots], "accepted": acc, "drafted": gen,
+            "steps_estimated": round(steps)}
 
 
 def _acceptance(v1: list[tuple[int, Any]], v0: list[tuple[int, V0SpecSample]],

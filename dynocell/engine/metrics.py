@@ -306,7 +306,7 @@ def position_curve(snap: MetricsSnapshot) -> Curve | None:
 MAX_COUNT = float(2 ** 53)
 
 
-def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]] | None:
+def vllm_position_curve(snap: MetricsSnapshot, prefix: str = "vllm:") -> tuple[Curve, dict[str, float]] | None:
     """vLLM's per-position curve from its spec-decode counters; None when not exported.
 
     Per vLLM (``vllm/v1/spec_decode/metrics.py``): drafts N = ``num_drafts``,
@@ -317,17 +317,26 @@ def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]]
     τ in ``figures["engine_tau"]``. Raises :class:`MetricsError` for a position
     label that is not an integer, a count above N, or a counter that is not a count
     (negative, NaN, inf, above :data:`MAX_COUNT`).
+
+    ``prefix``: the family prefix. llama.cpp's llama-server exports the same four counters with
+    the same meaning under ``llamacpp:`` (``tools/server/server-task.cpp`` ``to_metrics``:
+    ``spec_decode_num_drafts_total`` = verify steps, ``…_num_draft_tokens_total``,
+    ``…_num_accepted_tokens_total``, ``…_num_accepted_tokens_per_pos_total{position}`` 0-based,
+    incremented for every position below the step's accepted count).
     """
-    drafts = snap.sum(VLLM_NUM_DRAFTS)
-    per_pos = _per_position(snap, VLLM_ACCEPTED_PER_POS)
+    names = [n.replace("vllm:", prefix, 1) for n in (VLLM_NUM_DRAFTS, VLLM_ACCEPTED_PER_POS, VLLM_ACCEPTED,
+                                                        VLLM_DRAFT_TOKENS)]
+    num_drafts, per_pos_name, accepted_name, draft_tokens_name = names
+    drafts = snap.sum(num_drafts)
+    per_pos = _per_position(snap, per_pos_name)
     if drafts is None or not per_pos:
         return None
     d = max(per_pos) + 1
-    accepted = snap.sum(VLLM_ACCEPTED)
-    figures = {"drafts": drafts, "draft_tokens": snap.sum(VLLM_DRAFT_TOKENS) or 0.0,
+    accepted = snap.sum(accepted_name)
+    figures = {"drafts": drafts, "draft_tokens": snap.sum(draft_tokens_name) or 0.0,
                "accepted_tokens": accepted or 0.0,
                "engine_tau": (1.0 + accepted / drafts) if (drafts and accepted is not None) else None}
-    for name, v in ((VLLM_NUM_DRAFTS, drafts), (VLLM_ACCEPTED, accepted), (VLLM_DRAFT_TOKENS, figures["draft_tokens"])):
+    for name, v in ((num_drafts, drafts), (accepted_name, accepted), (draft_tokens_name, figures["draft_tokens"])):
         if v is not None and not 0 <= v <= MAX_COUNT:  # NaN, inf, negative, or past what a float counts
             raise MetricsError(f"{name} = {v:g} is not a count (0 to 2^53)",
                                "the scrape is corrupt or edited: save the engine's own /metrics text")
@@ -337,7 +346,7 @@ def vllm_position_curve(snap: MetricsSnapshot) -> tuple[Curve, dict[str, float]]
     for i in range(d):
         c = per_pos.get(i, 0.0)
         if not 0 <= c <= drafts + 1e-9:  # NaN too
-            raise MetricsError(f"{VLLM_ACCEPTED_PER_POS}{{position=\"{i}\"}} = {c:g} is outside "
+            raise MetricsError(f"{per_pos_name}{{position=\"{i}\"}} = {c:g} is outside "
                                f"[0, drafts = {drafts:g}]", "the scrapes are of different engines or windows")
         p.append(c / drafts)
     return Curve.from_positions(p, steps=int(round(drafts))), figures

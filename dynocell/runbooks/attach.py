@@ -33,6 +33,7 @@ from typing import Any
 
 from dynocell.clock import now_utc
 from dynocell.db.boots import BootRow
+from dynocell.engine import kinds
 from dynocell.engine.client import EngineUnreachable
 from dynocell.errors import UserError
 from dynocell.runbooks.cell import Cell
@@ -119,7 +120,13 @@ def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
                 if line and not line.startswith("#") and ":" in line.split("{", 1)[0]:
                     families.add(line.split(":", 1)[0])
         answers["metrics_families"] = sorted(families)
-    engine = observed.engine
+        engine = observed.engine
+        for kind in (kinds.get(n) for n in kinds.names()):  # a registered kind that knows this surface
+            if engine == "openai" and kind is not None and kind.recognise(answers.get("v1_models"), families):
+                engine = kind.name
+                seen = kind.observe(client)
+                answers[f"{kind.name}_observed"] = seen
+                observed = dataclasses.replace(observed, fields={**observed.fields, **seen})
     if "vllm" in families and engine in ("openai", "vllm"):
         engine = "vllm"
     if engine != observed.engine:

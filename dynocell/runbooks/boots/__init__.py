@@ -19,10 +19,11 @@ One module per procedure: :mod:`.start`, :mod:`.stop`, :mod:`.reconcile`, :mod:`
 from __future__ import annotations
 
 from dynocell.runbooks.boots.health import (
-    config_of_boot, expected_server, health, rank_status_of, record_verdict,
+    config_of_boot, expected_server, health, oracle_kw, rank_status_of, record_verdict,
 )
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, PROFILER_DIR_ENV, AttachedBoot, LiveBoot, Progress, engine_base_env, engine_profile_dir,
+    BOOT_MARKER, PROFILER_DIR_ENV, AttachedBoot, LiveBoot, Progress, default_boot_timeout, engine_base_env,
+    engine_profile_dir,
     finish_log, live_boot, new_id, resolve_boot,
 )
 from dynocell.runbooks.boots.logs import follow, logs
@@ -48,6 +49,8 @@ __all__ = [
     "describe_exit",
     "engine_base_env",
     "engine_profile_dir",
+    "default_boot_timeout",
+    "oracle_kw",
     "expected_server",
     "finish_log",
     "follow",

@@ -8,6 +8,7 @@ from typing import Any
 
 from dynocell.db import boots as db_boots
 from dynocell.engine import health as engine_health
+from dynocell.engine import kinds
 from dynocell.engine import ranks as engine_ranks
 from dynocell.engine.adapters import engine_base_url
 from dynocell.engine.client import EngineClient
@@ -21,8 +22,21 @@ from dynocell.runbooks.cell import Cell
 
 
 def expected_server(cfg: EngineConfig) -> "engine_health.ExpectedServer":
-    """What /get_server_info must report for ``cfg`` (model path, tp size, speculative widths)."""
+    """What /get_server_info must report for ``cfg`` (model path, tp size, speculative widths); a registered
+    engine kind's own expectation (:mod:`dynocell.engine.kinds`) for its engines."""
+    kind = kinds.get(cfg.engine)
+    if kind is not None:
+        return kind.expected(cfg)
     return engine_health.ExpectedServer.from_config(cfg)
+
+
+def oracle_kw(cfg: EngineConfig) -> dict[str, Any]:
+    """``check_health`` keywords of ``cfg``'s engine: its surface (``api``), and for a registered kind its
+    surface checks and progress metric names."""
+    kind = kinds.get(cfg.engine)
+    if kind is None:
+        return {"api": engine_health.api_of(cfg)}
+    return {"api": kind.api, "surface_checks": kind.surface_checks, "progress_names": kind.progress_names()}
 
 
 def record_verdict(cell: Cell, boot_id: str, verdict: Any) -> db_boots.HealthRow:
@@ -67,7 +81,7 @@ def health(cell: Cell, boot_ref: str) -> db_boots.HealthRow:
         previous_progress=prev_sample,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=rank_status_of(cfg, boot["pid"], boot["pgid"] or boot["pid"]),
-        api=engine_health.api_of(cfg),
+        **oracle_kw(cfg),
     )
     return record_verdict(cell, boot["id"], verdict)
 

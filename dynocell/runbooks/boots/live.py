@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from dynocell.db import boots as db_boots
 from dynocell.db import refs
+from dynocell.engine import kinds
 from dynocell.engine.adapters import LaunchSpec, engine_base_url
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
@@ -46,6 +47,13 @@ PROFILER_DIR_ENV = "SGLANG_TORCH_PROFILER_DIR"
 
 #: How long reconciliation waits before its second look for a marked engine of a boot with no pid.
 SPAWN_SETTLE_S = 0.5
+
+
+def default_boot_timeout(settings: Any, engine: str) -> float:
+    """The overall boot limit of ``engine`` when none is given, seconds: a registered engine kind's own
+    (:mod:`dynocell.engine.kinds`), else the settings' per-engine limit."""
+    kind = kinds.get(engine)
+    return kind.boot_timeout_s if kind is not None else settings.boot_timeout_s(engine)
 
 
 def engine_base_env(boot_id: str, boot_dir: Path) -> dict[str, str]:

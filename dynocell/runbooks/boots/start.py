@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from dynocell.clock import now_utc
 from dynocell.db import boots as db_boots
-from dynocell.engine.adapters import pick_free_port, redact_env, render
+from dynocell.engine import kinds
+from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
 from dynocell.engine.supervisor import (
     Supervisor, process_create_time,
@@ -20,33 +21,60 @@ from dynocell.engine.supervisor import (
 from dynocell.errors import EngineError, UserError
 from dynocell.runbooks import events, hosts
 from dynocell.runbooks.boots.live import (
-    BOOT_MARKER, LiveBoot, Progress, engine_base_env, engine_profile_dir, finish_log, new_id, noop_progress,
+    BOOT_MARKER, LiveBoot, Progress, default_boot_timeout, engine_base_env, engine_profile_dir, finish_log, new_id,
+    noop_progress,
     printable_log_line, str_or_none,
 )
 from dynocell.runbooks.cell import Cell
 
 
 def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = noop_progress) -> EngineConfig:
-    """Replace ``dynocell:tiny`` / ``dynocell:tiny-draft`` with the made-locally pair's paths.
+    """Replace ``dynocell:tiny`` / ``dynocell:tiny-draft`` with the made-locally pair's paths, and a
+    fetched pretrained model's name (``dynocell:smollm2-135m``) with its GGUF in the model cache.
 
-    Makes the pair on first use (cached in the data directory). The config's
+    Makes the pair on first use (cached in the data directory); a fetched model not in the cache is a
+    UserError naming ``dynocell model fetch``. The config's
     hash is NOT recomputed from the result: the stored config keeps the label.
     """
     paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
     if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
         return cfg
-    from dynocell.runbooks.model_pair import default_pair
+    from dynocell.runbooks.model_pair import default_pair, fetched_model_path
 
-    pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
-    table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
     changes: dict[str, Any] = {}
     paths = (("model_path", cfg.model_path), ("speculative.draft_model_path", cfg.speculative.draft_model_path))
+    for key, value in paths:  # pretrained models fetched into the cache (dynocell model fetch NAME)
+        fetched = fetched_model_path(cell.settings, value) if value else None
+        if fetched is not None:
+            changes[key] = fetched
+    if all(not v or not v.startswith(BUILTIN_MODEL_PREFIX) or k in changes for k, v in paths):
+        return cfg.with_changes(**changes)
+    pair = default_pair(cell.settings, progress=lambda m: progress(m, {"step": "model"}))
+    table = {"dynocell:tiny": str(pair.target), "dynocell:tiny-draft": str(pair.draft)}
     for key, value in paths:
+        if key in changes:
+            continue
         if value and value.startswith(BUILTIN_MODEL_PREFIX):
             if value not in table:
                 raise UserError(f"{key}: unknown built-in model {value!r}", "use dynocell:tiny or dynocell:tiny-draft")
             changes[key] = table[value]
     return cfg.with_changes(**changes)
+
+
+def launch_spec(cell: Cell, cfg: EngineConfig, port: int, build: dict[str, Any] | None, boot_id: str,
+                boot_dir: Any) -> LaunchSpec:
+    """What to spawn for ``cfg`` on ``port``: a registered engine kind's own launch (its executable: a
+    llamacpp build's binary, else :func:`~dynocell.runbooks.builds.llama_server_program`), else the
+    adapters' ``python -m …`` render with the build's PYTHONPATH. ConfigError / UserError from either."""
+    kind = kinds.get(cfg.engine)
+    base_env = engine_base_env(boot_id, boot_dir)
+    if kind is not None:
+        from dynocell.runbooks.builds import llama_server_program
+
+        program = (build or {}).get("binary") or llama_server_program(cell)
+        return kind.launch(cfg, program=program, port=port, base_env=base_env)
+    return render(cfg, python=cell.settings.engine_python, port=port, build_pythonpath=(build or {}).get("pythonpath"),
+                  base_env=base_env, profile_dir=str_or_none(engine_profile_dir(cfg, boot_dir)))
 
 
 def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
@@ -107,7 +135,8 @@ def start_boot(
         build = builds.ensure_build(cell, cfg)
         builds.check_import(cell, build, cfg)
     cfg_run = resolve_models(cell, cfg, progress)
-    limit = timeout_s or settings.boot_timeout_s(cfg_run.engine)
+    kind = kinds.get(cfg_run.engine)
+    limit = timeout_s or default_boot_timeout(settings, cfg_run.engine)
     deadline = t0 + limit
     if time.monotonic() >= deadline:
         raise EngineError(f"boot timed out: {limit:.0f} s were spent making the reference model pair; "
@@ -120,11 +149,7 @@ def start_boot(
     log_path = boot_dir / "engine.log"
     picked_port = not (port or cfg_run.port)
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
-    spec = render(
-        cfg_run, python=settings.engine_python, port=port,
-        build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
-        profile_dir=str_or_none(engine_profile_dir(cfg_run, boot_dir)),
-    )
+    spec = launch_spec(cell, cfg_run, port, build, boot_id, boot_dir)
     spec.env[BOOT_MARKER] = boot_id  # after [env]: a config cannot unset or fake the marker
     supervisor_ctime = process_create_time(os.getpid())
     db_boots.create_boot(
@@ -141,7 +166,7 @@ def start_boot(
     retries_left = PORT_RETRIES if picked_port else 0
     while True:
         # Phase rules follow the log's shapes: the reference engine's vLLM surface prints vLLM's lines.
-        rules = "vllm" if cfg_run.api == "vllm" else cfg_run.engine
+        rules = kind.rules if kind is not None else "vllm" if cfg_run.api == "vllm" else cfg_run.engine
         sup = Supervisor(rules, on_event=_record_event(cell, boot_id))
         try:
             sup.start(spec, log_path)
@@ -174,11 +199,7 @@ def start_boot(
             retries_left -= 1
             sup.close()
             taken = spec.port
-            spec = render(
-                cfg_run, python=settings.engine_python, port=pick_free_port(cfg_run.host),
-                build_pythonpath=(build or {}).get("pythonpath"), base_env=engine_base_env(boot_id, boot_dir),
-                profile_dir=str_or_none(engine_profile_dir(cfg_run, boot_dir)),
-            )
+            spec = launch_spec(cell, cfg_run, pick_free_port(cfg_run.host), build, boot_id, boot_dir)
             spec.env[BOOT_MARKER] = boot_id
             db_boots.add_event(cell.store, boot_id, "note", "port_retry", sup.offset_s(),
                                {"port": taken, "new_port": spec.port,

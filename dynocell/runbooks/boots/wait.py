@@ -16,7 +16,7 @@ from typing import Any
 from dynocell.db import boots as db_boots
 from dynocell.engine.config import trust_warning
 from dynocell.errors import EngineError
-from dynocell.runbooks.boots.live import Progress, supervised_here, noop_progress, new_id
+from dynocell.runbooks.boots.live import Progress, default_boot_timeout, supervised_here, noop_progress, new_id
 from dynocell.runbooks.boots.reconcile import reconcile, supervisor_alive
 from dynocell.runbooks.boots.start import start_boot
 from dynocell.runbooks.cell import Cell
@@ -49,7 +49,7 @@ def boot(
         supervised_here[live.boot_id] = live
         return live.boot_id
     boot_id = new_id()
-    timeout = timeout_s or cell.settings.boot_timeout_s(cfg.engine)
+    timeout = timeout_s or default_boot_timeout(cell.settings, cfg.engine)
     # -P (Python >= 3.11, as dynocell needs) and the boot directory as cwd: a module planted where
     # the operator runs `dynocell boot` is never imported by the supervisor (nor, see the supervisor,
     # by the engine)

@@ -12,6 +12,7 @@ from typing import Any
 from dynocell.db import runs as db_runs
 from dynocell.engine import acceptance as acc
 from dynocell.engine import breakeven as be
+from dynocell.engine import kinds
 from dynocell.engine.client import EngineClient
 from dynocell.engine.meta import check_generations
 from dynocell.engine.request_acceptance import request_record
@@ -31,6 +32,10 @@ def run_acceptance(job: RunJob, live: boots.LiveBoot, workload: Any, context_len
     levels = [lv for lv in workload.levels() if lv.purpose == "acceptance"]
     if not levels:
         raise SkipStep("the workload has no acceptance section")
+    kind = kinds.get(live.cfg.engine)
+    if kind is not None:
+        _acceptance_kind(job, live, kind, workload, context_length, levels, d)
+        return
     if live.cfg.api == "vllm":
         _acceptance_vllm(job, live, workload, context_length, levels, d)
         return
@@ -154,6 +159,65 @@ def _acceptance_vllm(job: RunJob, live: boots.LiveBoot, workload: Any, context_l
                                "source": "vllm /metrics counter deltas"})
     d["curves"] = curves_out
     d["note"] = va.UNCONDITIONAL_NOTE
+
+
+def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any, context_length: int,
+                     levels: list[Any], d: dict[str, Any]) -> None:
+    """A registered engine kind's acceptance (:mod:`dynocell.engine.kinds`): each class alone, its curve from the
+    ``/metrics`` counter deltas around it (``kind.class_acceptance``), cross-checked against the sum of the
+    requests' own counts (``kind.request_acceptance``: drafted / accepted per response). Both definitions are
+    kept in the step's detail (``definitions``); the scrapes are kept as evidence."""
+    from dynocell.engine import metrics as engine_metrics
+    from dynocell.engine import vllm_acceptance as va
+
+    client = live.client(job.cell.settings.http_timeout_s)
+    curves_out = []
+    for level in levels:
+        by_class: dict[str, list[Any]] = {}
+        for r in workload.requests(level.name, context_length):
+            by_class.setdefault(r.text_class, []).append(r)
+        for text_class, creqs in by_class.items():
+            before_text = client.metrics_text().text
+            result = run_bench_level(job, live, level, creqs, warmup=0)
+            after_text = client.metrics_text().text
+            _keep_scrapes(live.log_path.parent, text_class, before_text, after_text)
+            cc = kind.class_acceptance(engine_metrics.parse_metrics(before_text),
+                                       engine_metrics.parse_metrics(after_text))
+            bench_row(job, live, result, text_class)
+            if cc is None:
+                raise EngineError(f"class {text_class}: the engine's speculative counters did not move",
+                                  "is speculative decoding on? (no draft was verified in this class)")
+            reqs = [a for a in (kind.request_acceptance(x.meta_info) for x in result.results if x.ok) if a]
+            drafted, accepted = sum(a.drafted for a in reqs), sum(a.accepted for a in reqs)
+            k = cc.figures["draft_tokens"] / cc.figures["drafts"] if cc.figures.get("drafts") else 0
+            # τ from the responses' own counts, with the window's mean draft length k = draft tokens / steps
+            # (responses carry no step count): 1 + Σ accepted / (Σ drafted / k), the vLLM log formula.
+            req_tau = 1.0 + accepted / (drafted / k) if drafted and k else None
+            dis = acc.relative_diff(cc.curve.tau, req_tau) if req_tau else None
+            warning = None
+            if dis is not None and dis > va.TOLERANCE:
+                warning = (f"/metrics counter τ {cc.curve.tau:.3f} and the responses' timings τ {req_tau:.3f} differ "
+                           f"by {dis * 100:.1f} % (> {va.TOLERANCE * 100:g} %)")
+                job.warnings.append(f"{text_class}: {warning}")
+            curve = cc.curve
+            prompts = {r.index: r.prompt for r in creqs}
+            records = [request_record(x.index, prompts[x.index], x.text, x.meta_info)
+                       for x in result.results if x.ok and x.index in prompts]
+            db_runs.add_curve(
+                job.cell.store, [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
+                run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
+                tau=curve.tau, accept_rate=curve.accept_rate, histogram=[],
+                completion_tokens=int(result.output_tokens), engine_tau=req_tau,
+                engine_source="responses' timings.draft_n_accepted / draft_n" if req_tau is not None else None,
+                disagreement_pct=None if dis is None else round(dis * 100, 3), warning=warning, requests=records,
+            )
+            curves_out.append({"class": text_class, "tau": round(curve.tau, 4), "p": [round(x, 4) for x in curve.p],
+                               "steps": curve.steps, "source": f"{kind.name} /metrics counter deltas",
+                               "request_accept_rate": round(accepted / drafted, 4) if drafted else None,
+                               "requests_drafting": len(reqs), "requests": len(creqs)})
+    d["curves"] = curves_out
+    d["definitions"] = {"curve": kind.class_definition, "requests": kind.request_definition}
+    d["note"] = kind.class_definition
 
 
 def _keep_scrapes(boot_dir: Path, text_class: str, before: str, after: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dynocell.engine import kinds
 from dynocell.engine.client import EngineClient
 from dynocell.errors import EngineError
 
@@ -17,7 +18,10 @@ def text_sha256(text: str) -> str:
 
 def api_kw(cfg: Any) -> dict[str, Any]:
     """``run_level`` keywords for the engine's HTTP surface: vLLM's is OpenAI ``/v1/completions``
-    with the served name (vLLM's default name: the model path given)."""
+    with the served name (vLLM's default name: the model path given); a registered engine kind says its own."""
+    kind = kinds.get(getattr(cfg, "engine", None))
+    if kind is not None:
+        return kind.completion_kw(cfg)
     if getattr(cfg, "api", "sglang") != "vllm":
         return {}
     return {"api": "openai", "model": cfg.served_model_name or cfg.model_path}

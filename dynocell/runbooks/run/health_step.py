@@ -23,7 +23,7 @@ def run_health(cell: Cell, live: boots.LiveBoot, d: dict[str, Any]) -> str:
         expected=boots.expected_server(live.cfg), canary=canary, previous_progress=None,
         generate_timeout_s=cell.settings.health_generate_timeout_s,
         ranks=boots.rank_status_of(live.cfg, live.supervisor.pid, live.supervisor.pgid),
-        api=engine_health.api_of(live.cfg),
+        **boots.oracle_kw(live.cfg),
     )
     boots.record_verdict(cell, live.boot_id, verdict)
     d.update(verdict=verdict.verdict, failed=list(verdict.failed), canary="checked" if canary else "none yet")

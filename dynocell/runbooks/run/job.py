@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dynocell.db import runs as db_runs
+from dynocell.engine import kinds
 from dynocell.engine.client import EngineClient
 from dynocell.engine.config import EngineConfig
 from dynocell.errors import DynocellError, Interrupted
@@ -149,10 +150,16 @@ def sized_workload(workload: Any, requests: int | None) -> Any:
 
 
 def engine_context_length(client: EngineClient, cfg: EngineConfig) -> int:
-    """The engine's context length in tokens: vLLM's ``max_model_len`` (``/v1/models``), SGLang's
-    ``context_length`` / ``max_total_num_tokens`` (``/get_server_info``), else the config's, else 2048."""
+    """The engine's context length in tokens: a registered kind's own probe, vLLM's ``max_model_len``
+    (``/v1/models``), SGLang's ``context_length`` / ``max_total_num_tokens`` (``/get_server_info``), else the
+    config's, else 2048."""
     try:
-        if cfg.api == "vllm":  # vLLM: /v1/models carries max_model_len
+        kind = kinds.get(cfg.engine)
+        if kind is not None:
+            n = kind.context_length(client)
+            if n:
+                return n
+        elif cfg.api == "vllm":  # vLLM: /v1/models carries max_model_len
             models = (client.models().body or {}).get("data") or [{}]
             if models[0].get("max_model_len"):
                 return int(models[0]["max_model_len"])
