@@ -17,7 +17,14 @@
 # the pair that ships with dynocell (`dynocell model make-tiny --json` names it), copied. After
 # each config it packs the store, reports, engine logs, kept /metrics scrapes and traces so far
 # into $OUT/gpu-artifacts.tgz (or ./gpu-out; one tarball, replaced after each config, holding
-# everything so far: a run cut short still brings back what it finished).
+# everything so far: a run cut short still brings back what it finished). The reports, progress
+# lines and GPU samples live in $DYNOCELL_GPU_OUTDIR (default $HOME/dynocell-gpu-out) and the store
+# in $DYNOCELL_HOME, both kept between calls on a warm machine, so each call's tarball holds every
+# earlier call's results too. Traces go into a second tarball, $OUT/gpu-traces.tgz (one per boot,
+# each under 16 MiB). A config run twice gets -r2, -r3 … on its file names. During each run
+# nvidia-smi samples the GPU every 500 ms into NAME.gpu.csv (timestamp, utilization.gpu %,
+# memory.used MiB, power.draw W, clocks.sm MHz), and after it gpu/headline.py prints the headline:
+# boot s, tok/s per concurrency, TTFT/TPOT, τ and p1..p3, lossless, break-even, GPU utilisation.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 SITE=$HOME/.sglang-site
@@ -37,8 +44,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 DEST=${OUT:-$HERE/gpu-out}
-OUTDIR=$(mktemp -d)
-mkdir -p "$SITE" "$DEST"
+OUTDIR=${DYNOCELL_GPU_OUTDIR:-$HOME/dynocell-gpu-out}
+mkdir -p "$SITE" "$DEST" "$OUTDIR"
 for w in "${WHEELS[@]}"; do
   stamp="$SITE/.installed-$(basename "$w")"
   [ -f "$stamp" ] && continue
@@ -57,23 +64,37 @@ if [ ! -f "$PAIR/target/config.json" ] || [ ! -f "$PAIR/draft/config.json" ]; th
   mkdir -p "$PAIR" && cp -r "$shipped" "$PAIR/target" && cp -r "$(dirname "$shipped")/draft" "$PAIR/draft" || exit 1
   echo "model pair: $(dirname "$shipped") -> $PAIR"
 fi
-pack() {  # the store, reports, engine logs, scrapes and traces so far, as one tarball in $DEST
-  mkdir -p "$OUTDIR/boots"
+pack() {  # the store, reports, engine logs (gzipped), scrapes and GPU samples so far -> one tarball; traces -> another
+  mkdir -p "$OUTDIR/boots" "$OUTDIR/traces"
   for b in "$DYNOCELL_HOME"/boots/*/; do
+    [ -d "$b" ] || continue
     id=$(basename "$b"); mkdir -p "$OUTDIR/boots/$id"
-    cp "$b/engine.log" "$OUTDIR/boots/$id/" 2>/dev/null
+    [ -f "$b/engine.log" ] && gzip -c "$b/engine.log" > "$OUTDIR/boots/$id/engine.log.gz"
     [ -d "$b/scrapes" ] && cp -r "$b/scrapes" "$OUTDIR/boots/$id/"
-    find "$b" -name '*.trace.json*' -size -16M -exec cp {} "$OUTDIR/boots/$id/" \; 2>/dev/null
+    find "$b" -name '*.trace.json*' -size -16M -exec cp {} "$OUTDIR/traces/" \; 2>/dev/null
   done
   cp "$DYNOCELL_HOME/dynocell.db" "$OUTDIR/dynocell.db" 2>/dev/null
-  tar -C "$OUTDIR" -czf "$DEST/.gpu-artifacts.tgz.tmp" . && mv "$DEST/.gpu-artifacts.tgz.tmp" "$DEST/gpu-artifacts.tgz"
-  echo "packed after $1: $(du -h "$DEST/gpu-artifacts.tgz" | cut -f1)"
+  tar -C "$OUTDIR" --exclude=./traces -czf "$DEST/.gpu-artifacts.tgz.tmp" . && mv "$DEST/.gpu-artifacts.tgz.tmp" "$DEST/gpu-artifacts.tgz"
+  tar -C "$OUTDIR" -cf "$DEST/.gpu-traces.tar.tmp" traces && mv "$DEST/.gpu-traces.tar.tmp" "$DEST/gpu-traces.tar"
+  echo "packed after $1: $(du -h "$DEST/gpu-artifacts.tgz" | cut -f1) (+ traces $(du -h "$DEST/gpu-traces.tar" | cut -f1))"
+}
+gpu_watch() {  # nvidia-smi every 500 ms into $1 while the run goes; prints the sampler's pid
+  command -v nvidia-smi >/dev/null || { echo ""; return; }
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used,power.draw,clocks.sm --format=csv,noheader,nounits \
+    -lms 500 > "$1" 2>/dev/null &
+  echo $!
+}
+uniq_name() {  # NAME, or NAME-r2, NAME-r3 … when NAME's report exists already (repeats keep every report)
+  local n=$1 i=2
+  [ -e "$OUTDIR/$n.report.txt" ] || [ -e "$OUTDIR/$n.json" ] || { echo "$n"; return; }
+  while [ -e "$OUTDIR/$n-r$i.report.txt" ] || [ -e "$OUTDIR/$n-r$i.json" ]; do i=$((i + 1)); done
+  echo "$n-r$i"
 }
 dc init >/dev/null || exit 1
 for spec in "$@"; do
   if [ "${spec%%:*}" = "bisect" ]; then  # bisect:GOOD,BAD[,flags]: dynocell bisect run
     IFS=, read -r -a bargs <<< "${spec#bisect:}"
-    name="bisect-$(basename "${bargs[0]}" .toml)"
+    name=$(uniq_name "bisect-$(basename "${bargs[0]}" .toml)")
     echo "==== $name ($(date -u +%H:%M:%S)) ===="
     dc bisect run "${bargs[@]}" --json > "$OUTDIR/$name.json" 2> "$OUTDIR/$name.progress.txt"
     echo "exit $? ($(date -u +%H:%M:%S))"; tail -n 30 "$OUTDIR/$name.progress.txt"
@@ -83,12 +104,16 @@ for spec in "$@"; do
   case ",$flags," in *,-w,*|*,--workload,*) ;; *) [ -n "$WL" ] && flags="-w,$WL${flags:+,$flags}" ;; esac
   name=$(basename "$cfg" .toml)
   case "$flags" in *h200-greedy*|*workloads/greedy*) name="$name-greedy" ;; esac
+  name=$(uniq_name "$name")
   echo "==== $name ($(date -u +%H:%M:%S)) ===="
+  watcher=$(gpu_watch "$OUTDIR/$name.gpu.csv")
   # shellcheck disable=SC2086
   dc run "$cfg" ${flags//,/ } > "$OUTDIR/$name.report.txt" 2> "$OUTDIR/$name.progress.txt"
-  echo "exit $? ($(date -u +%H:%M:%S))"; tail -n 40 "$OUTDIR/$name.report.txt"
+  echo "exit $? ($(date -u +%H:%M:%S))"
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
   run=$(dc runs --json -n 1 | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["id"] if r else "")')
   [ -n "$run" ] && dc show "$run" --json > "$OUTDIR/$name.run.json"
+  python3 "$HERE/gpu/headline.py" "$name" "$OUTDIR/$name.gpu.csv" < "$OUTDIR/$name.run.json" 2>&1
   pack "$name"
   if [ "$KEEP_GOING" = 0 ] && grep -q "^ *boot failed" "$OUTDIR/$name.progress.txt"; then  # the next would fail alike
     echo "boot failed: stopping here (engine log in the tarball)"; sed -n '1,400p' "$OUTDIR/$name.progress.txt" | tail -n 30
@@ -96,4 +121,4 @@ for spec in "$@"; do
     break
   fi
 done
-ls -la "$DEST"
+ls -la "$DEST"; ls "$OUTDIR"
