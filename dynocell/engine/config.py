@@ -46,6 +46,25 @@ MAX_SPEC_WIDTH = 1024
 MAX_TOKENS = (1 << 31) - 1
 MAX_BATCH = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A DNS host name (RFC 1123 labels: letters, digits, inner '-', 1–63 characters, dot-separated).
+_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+HOST_RULE = "a host name (letters, digits, '-' and '.') or an IP address, e.g. \"127.0.0.1\" or \"node-1.lan\""
+
+
+def check_host(value: str) -> str:
+    """``value`` when it is a host name (RFC 1123) or an IPv4/IPv6 address (:mod:`ipaddress`; ``[::1]``
+    brackets allowed), else ValueError naming :data:`HOST_RULE` — so a host printed in a plan or a log
+    line can carry no newline, space or shell syntax."""
+    import ipaddress
+
+    if _HOST_NAME.match(value):
+        return value
+    try:
+        ipaddress.ip_address(value.strip("[]") if value.startswith("[") and value.endswith("]") else value)
+        return value
+    except ValueError:
+        raise ValueError(f"must be {HOST_RULE}, got {value!r}") from None
 
 
 #: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``, ``*_KEY``, ``*_SECRET``,
@@ -243,6 +262,11 @@ class Node(_Section):
     node_rank: int = Field(ge=0, le=MAX_PARALLEL)
     gpus: int = Field(ge=1, le=MAX_PARALLEL)
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
+
 
 class Meta(_Section):
     """Labels for people; not part of the hash."""
@@ -278,6 +302,19 @@ class EngineConfig(_Section):
     @classmethod
     def _engine(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
+
+    @field_validator("patches")
+    @classmethod
+    def _patches(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            if not p or any(ord(ch) < 32 or ord(ch) == 127 for ch in p):
+                raise ValueError(f"a patch is a bundled id or a folder path without control characters, got {p!r}")
+        return v
 
     @property
     def name(self) -> str | None:
@@ -500,6 +537,8 @@ _TYPE_MESSAGES = {
 
 
 def _hint_for(loc: str, msg: str, kind: str = "") -> str:
+    if loc == "host" or loc.endswith(".host"):
+        return f"write {HOST_RULE}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return "write a whole number without quotes"
     if kind in ("bool_type", "bool_parsing"):
