@@ -67,9 +67,18 @@ def check_host(value: str) -> str:
         raise ValueError(f"must be {HOST_RULE}, got {value!r}") from None
 
 
-#: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``, ``*_KEY``, ``*_SECRET``,
-#: ``*_TOKEN`` — matched anywhere in the name, case-insensitively (redact when in doubt).
-_SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+#: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``/``*_PASSWD``/``*_PASS``, ``*_KEY``,
+#: ``*_SECRET``, ``*_TOKEN``, ``*_CREDENTIALS``, ``GH_PAT`` (a personal access token), ``*_AUTH`` —
+#: matched anywhere in the name (``PASS``, ``PAT`` and ``AUTH`` as whole ``_``-separated words),
+#: case-insensitively (redact when in doubt).
+_SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW(?:OR)?D|CREDENTIAL|(?:^|_)(?:PASS|PAT|AUTH)(?:_|$)",
+                              re.IGNORECASE)
+#: The password of a URL's user information (``postgresql://user:PASSWORD@host/db``, RFC 3986 §3.2.1).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):(?P<pw>[^@/\s]+)@")
+#: Engine flags whose value is a secret (SGLang 0.5.17 ``--api-key``/``--admin-api-key``/
+#: ``--ssl-keyfile-password``, vLLM 0.26 ``--api-key``, ``--hf-token``), in the spelling the engine's
+#: parser reads (vLLM's ``--api_key`` is read as ``--api-key``).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token")
 #: What a secret value is shown as.
 REDACTED = "***"
 
@@ -85,10 +94,58 @@ def is_secret_env_name(name: str) -> bool:
     return bool(_SECRET_ENV_NAME.search(name))
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
+def redact_value(value: str) -> str:
+    """``value`` with the password of every URL in it replaced by ``***``
+    (``postgresql://u:pw@h/db`` → ``postgresql://u:***@h/db``)."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Copy of ``env`` with the values of secret names (:func:`is_secret_env_name`) replaced by
-    ``"***"`` — the one redaction rule for storing and showing (the config hash covers the real value)."""
-    return {k: (REDACTED if is_secret_env_name(k) else v) for k, v in env.items()}
+    ``"***"`` and URL passwords in the other values by ``***`` (:func:`redact_value`) — the one
+    redaction rule for storing and showing (the config hash covers the real value)."""
+    return {k: (REDACTED if is_secret_env_name(k) else redact_value(v)) for k, v in env.items()}
+
+
+def _secret_flag(arg: str) -> str | None:
+    """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
+    if not arg.startswith("--"):
+        return None
+    name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+    return name if name in SECRET_FLAGS else None
+
+
+def redact_args(args: list[str] | tuple[str, ...]) -> list[str]:
+    """Copy of an argv with the value of every secret flag (:data:`SECRET_FLAGS`: ``--api-key KEY``,
+    ``--api-key=KEY``) replaced by ``***``, and URL passwords in any item by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif _secret_flag(arg) and "=" in arg:
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            hide_next = bool(_secret_flag(arg))
+            out.append(redact_value(arg))
+    return out
+
+
+def secret_values(cfg: "EngineConfig") -> list[str]:
+    """Every secret a config holds, as written: secret ``[env]`` values, URL passwords in ``[env]``,
+    and the values of secret flags in ``extra_args`` — what :func:`redact_config` hides."""
+    out = [v for k, v in cfg.env.items() if v and is_secret_env_name(k)]
+    out += [m.group("pw") for v in (*cfg.env.values(), *cfg.extra_args) for m in _URL_PASSWORD.finditer(v)]
+    out += [a for a, shown in zip(cfg.extra_args, redact_args(cfg.extra_args)) if shown == REDACTED]
+    out += [a.split("=", 1)[1] for a in cfg.extra_args if _secret_flag(a) and "=" in a and a.split("=", 1)[1]]
+    return [v for v in dict.fromkeys(out) if v and v != REDACTED]
+
+
+def redact_config(cfg: "EngineConfig") -> "EngineConfig":
+    """``cfg`` as every face shows it: :func:`redact_env` of ``[env]`` and :func:`redact_args` of
+    ``extra_args`` (not validated again; its hash is not the stored one — show the stored hash)."""
+    return cfg.model_copy(update={"env": redact_env(cfg.env), "extra_args": tuple(redact_args(cfg.extra_args))})
 
 
 class _Section(BaseModel):
