@@ -58,6 +58,7 @@ from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exp
     Speculative,
     check_engine_fields,
     fields_not_of,
+    redact_args,
     redact_env,
 )
 from dynocell.errors import ConfigError, UserError
@@ -91,8 +92,9 @@ class LaunchSpec:
 
     @property
     def argv_string(self) -> str:
-        """``shlex.join(argv)``: the exact command, copy-pasteable into a shell."""
-        return argv_string(self.argv)
+        """``shlex.join(argv)`` with secret flag values as ``***`` (:func:`redact_args`): the command as
+        stored and shown, copy-pasteable into a shell once the secret is put back."""
+        return argv_string(redact_args(self.argv))
 
     @property
     def redacted_env(self) -> dict[str, str]:
@@ -664,6 +666,32 @@ def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str
     return env
 
 
+#: vLLM 0.26 reads its API key from ``VLLM_API_KEY`` when ``--api-key`` is not given
+#: (``vllm/entrypoints/openai/api_server.py``: ``args.api_key or envs.VLLM_API_KEY``).
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
+
+
+def _key_off_argv(engine: str, argv: list[str], env: dict[str, str]) -> list[str]:
+    """For vLLM, one ``--api-key KEY`` (``--api-key=KEY``, ``--api_key``) of ``extra_args`` moved from
+    the argv — readable by every local user in ``/proc/PID/cmdline`` — into ``env`` as
+    :data:`VLLM_API_KEY_ENV` (``/proc/PID/environ`` is the owner's only). Other engines have no such
+    variable (SGLang 0.5.17 reads ``--api-key`` from its argv or a ``--config`` file only): unchanged."""
+    if engine != "vllm":
+        return argv
+    at = [i for i, a in enumerate(argv) if "--" + a[2:].split("=", 1)[0].replace("_", "-") == "--api-key"
+          and a.startswith("--")]
+    if len(at) != 1:
+        return argv
+    i = at[0]
+    if "=" in argv[i]:
+        env[VLLM_API_KEY_ENV] = argv[i].split("=", 1)[1]
+        return argv[:i] + argv[i + 1:]
+    if i + 1 >= len(argv):
+        return argv
+    env[VLLM_API_KEY_ENV] = argv[i + 1]
+    return argv[:i] + argv[i + 2:]
+
+
 def render(
     cfg: EngineConfig,
     *,
@@ -689,8 +717,9 @@ def render(
     check_extra_args(cfg)
     port = port or cfg.port or pick_free_port(cfg.host)
     argv = [python, "-m", adapter.module, *adapter.args(cfg, port=port, profile_dir=profile_dir)]
-    return LaunchSpec(argv=argv, env=build_env(cfg, base_env, build_pythonpath), port=port,
-                      host=cfg.host, engine=cfg.engine)
+    env = build_env(cfg, base_env, build_pythonpath)
+    argv = _key_off_argv(cfg.engine, argv, env)
+    return LaunchSpec(argv=argv, env=env, port=port, host=cfg.host, engine=cfg.engine)
 
 
 def render_nodes(

@@ -49,11 +49,39 @@ MAX_SPEC_WIDTH = 1024
 MAX_TOKENS = (1 << 31) - 1
 MAX_BATCH = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A DNS host name (RFC 1123 labels: letters, digits, inner '-', 1–63 characters, dot-separated).
+_HOST_NAME = re.compile(r"^(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+HOST_RULE = "a host name (letters, digits, '-' and '.') or an IP address, e.g. \"127.0.0.1\" or \"node-1.lan\""
 
 
-#: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``, ``*_KEY``, ``*_SECRET``,
-#: ``*_TOKEN`` — matched anywhere in the name, case-insensitively (redact when in doubt).
-_SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+def check_host(value: str) -> str:
+    """``value`` when it is a host name (RFC 1123) or an IPv4/IPv6 address (:mod:`ipaddress`; ``[::1]``
+    brackets allowed), else ValueError naming :data:`HOST_RULE` — so a host printed in a plan or a log
+    line can carry no newline, space or shell syntax."""
+    import ipaddress
+
+    if _HOST_NAME.match(value):
+        return value
+    try:
+        ipaddress.ip_address(value.strip("[]") if value.startswith("[") and value.endswith("]") else value)
+        return value
+    except ValueError:
+        raise ValueError(f"must be {HOST_RULE}, got {value!r}") from None
+
+
+#: An env name whose value is a secret: ``HF_TOKEN``, ``*_PASSWORD``/``*_PASSWD``/``*_PASS``, ``*_KEY``,
+#: ``*_SECRET``, ``*_TOKEN``, ``*_CREDENTIALS``, ``GH_PAT`` (a personal access token), ``*_AUTH`` —
+#: matched anywhere in the name (``PASS``, ``PAT`` and ``AUTH`` as whole ``_``-separated words),
+#: case-insensitively (redact when in doubt).
+_SECRET_ENV_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW(?:OR)?D|CREDENTIAL|(?:^|_)(?:PASS|PAT|AUTH)(?:_|$)",
+                              re.IGNORECASE)
+#: The password of a URL's user information (``postgresql://user:PASSWORD@host/db``, RFC 3986 §3.2.1).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):(?P<pw>[^@/\s]+)@")
+#: Engine flags whose value is a secret (SGLang 0.5.17 ``--api-key``/``--admin-api-key``/
+#: ``--ssl-keyfile-password``, vLLM 0.26 ``--api-key``, ``--hf-token``), in the spelling the engine's
+#: parser reads (vLLM's ``--api_key`` is read as ``--api-key``).
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token")
 #: What a secret value is shown as.
 REDACTED = "***"
 
@@ -69,10 +97,58 @@ def is_secret_env_name(name: str) -> bool:
     return bool(_SECRET_ENV_NAME.search(name))
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
+def redact_value(value: str) -> str:
+    """``value`` with the password of every URL in it replaced by ``***``
+    (``postgresql://u:pw@h/db`` → ``postgresql://u:***@h/db``)."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{REDACTED}@", value)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Copy of ``env`` with the values of secret names (:func:`is_secret_env_name`) replaced by
-    ``"***"`` — the one redaction rule for storing and showing (the config hash covers the real value)."""
-    return {k: (REDACTED if is_secret_env_name(k) else v) for k, v in env.items()}
+    ``"***"`` and URL passwords in the other values by ``***`` (:func:`redact_value`) — the one
+    redaction rule for storing and showing (the config hash covers the real value)."""
+    return {k: (REDACTED if is_secret_env_name(k) else redact_value(v)) for k, v in env.items()}
+
+
+def _secret_flag(arg: str) -> str | None:
+    """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
+    if not arg.startswith("--"):
+        return None
+    name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+    return name if name in SECRET_FLAGS else None
+
+
+def redact_args(args: list[str] | tuple[str, ...]) -> list[str]:
+    """Copy of an argv with the value of every secret flag (:data:`SECRET_FLAGS`: ``--api-key KEY``,
+    ``--api-key=KEY``) replaced by ``***``, and URL passwords in any item by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif _secret_flag(arg) and "=" in arg:
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            hide_next = bool(_secret_flag(arg))
+            out.append(redact_value(arg))
+    return out
+
+
+def secret_values(cfg: "EngineConfig") -> list[str]:
+    """Every secret a config holds, as written: secret ``[env]`` values, URL passwords in ``[env]``,
+    and the values of secret flags in ``extra_args`` — what :func:`redact_config` hides."""
+    out = [v for k, v in cfg.env.items() if v and is_secret_env_name(k)]
+    out += [m.group("pw") for v in (*cfg.env.values(), *cfg.extra_args) for m in _URL_PASSWORD.finditer(v)]
+    out += [a for a, shown in zip(cfg.extra_args, redact_args(cfg.extra_args)) if shown == REDACTED]
+    out += [a.split("=", 1)[1] for a in cfg.extra_args if _secret_flag(a) and "=" in a and a.split("=", 1)[1]]
+    return [v for v in dict.fromkeys(out) if v and v != REDACTED]
+
+
+def redact_config(cfg: "EngineConfig") -> "EngineConfig":
+    """``cfg`` as every face shows it: :func:`redact_env` of ``[env]`` and :func:`redact_args` of
+    ``extra_args`` (not validated again; its hash is not the stored one — show the stored hash)."""
+    return cfg.model_copy(update={"env": redact_env(cfg.env), "extra_args": tuple(redact_args(cfg.extra_args))})
 
 
 class _Section(BaseModel):
@@ -246,6 +322,11 @@ class Node(_Section):
     node_rank: int = Field(ge=0, le=MAX_PARALLEL)
     gpus: int = Field(ge=1, le=MAX_PARALLEL)
 
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
+
 
 class Meta(_Section):
     """Labels for people; not part of the hash."""
@@ -281,6 +362,19 @@ class EngineConfig(_Section):
     @classmethod
     def _engine(cls, v: Any) -> Any:
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return check_host(v)
+
+    @field_validator("patches")
+    @classmethod
+    def _patches(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            if not p or any(ord(ch) < 32 or ord(ch) == 127 for ch in p):
+                raise ValueError(f"a patch is a bundled id or a folder path without control characters, got {p!r}")
+        return v
 
     @property
     def name(self) -> str | None:
@@ -503,6 +597,8 @@ _TYPE_MESSAGES = {
 
 
 def _hint_for(loc: str, msg: str, kind: str = "") -> str:
+    if loc == "host" or loc.endswith(".host"):
+        return f"write {HOST_RULE}"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return "write a whole number without quotes"
     if kind in ("bool_type", "bool_parsing"):

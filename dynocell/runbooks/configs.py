@@ -30,7 +30,10 @@ from dynocell.engine.config import (
     injection_env_keys,
     load_config,
     parse_config,
+    redact_args,
+    redact_config,
     redact_env,
+    secret_values,
     to_toml,
     trust_concerns,
     trust_warning,
@@ -249,7 +252,7 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
             "current": hist[-1].config_hash == h,
             "history": [{"config_hash": r.config_hash, "at": iso_utc(r.created_at)} for r in hist],
         })
-    shown = cfg.model_copy(update={"env": redact_env(cfg.env)})
+    shown = redact_config(cfg)
     trusted = db.get_trust(store, h)
     # An observed config (attach / import) is shown as seen: only the revealed fields, no defaults.
     observed = json.loads(row.canonical_json).get("observed") is True
@@ -269,8 +272,8 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
         "created_at": iso_utc(row.created_at),
         "canonical": json.loads(row.canonical_json)["fields"] if observed else shown.canonical(),
         "meta": cfg.meta.model_dump(exclude_none=True),
-        "toml": redact_source(row.source_toml, cfg.env) if observed else to_toml(shown),
-        "source_toml": redact_source(row.source_toml, cfg.env),
+        "toml": redact_source(row.source_toml, cfg) if observed else to_toml(shown),
+        "source_toml": redact_source(row.source_toml, cfg),
         "labels": labels,
         "observed": observed,
         "injection_env": injection_env_keys(cfg.env),
@@ -282,10 +285,11 @@ def show_config(cell: Cell, ref: str) -> dict[str, Any]:
     }
 
 
-def redact_source(source_toml: str, env: dict[str, str]) -> str | None:
-    """The stored TOML text with every secret ``[env]`` value (:func:`redact_env`) replaced by
-    ``***``; None when a secret cannot be found to replace (then the text is withheld, not shown)."""
-    secrets = [v for k, v in env.items() if v and redact_env({k: v})[k] != v]
+def redact_source(source_toml: str, cfg: EngineConfig) -> str | None:
+    """The stored TOML text with every secret of ``cfg`` (:func:`~dynocell.engine.config.secret_values`:
+    secret ``[env]`` values, URL passwords, ``extra_args`` secret flag values) replaced by ``***``; None
+    when a secret cannot be found to replace (then the text is withheld, not shown)."""
+    secrets = secret_values(cfg)
     out = source_toml
     for value in sorted(secrets, key=len, reverse=True):
         for form in (json.dumps(value, ensure_ascii=False)[1:-1], value):
@@ -350,6 +354,8 @@ def _shown(field: str, value: Any) -> Any:
     """A diff value as shown: a secret ``env.NAME`` (:func:`redact_env`) becomes ``***``."""
     if field.startswith("env.") and value is not None:
         return redact_env({field[4:]: value})[field[4:]]
+    if field == "extra_args" and isinstance(value, (list, tuple)):
+        return redact_args(list(value))
     return value
 
 

@@ -598,11 +598,11 @@ def boot_recipe(cell: Cell, config_hash: str, build_hash: str | None) -> dict[st
         argv = spec.argv_string if hasattr(spec, "argv_string") else " ".join(spec.argv)
     except DynocellError as exc:
         argv = f"(cannot render: {exc})"
-    from dynocell.engine.config import redact_env
+    from dynocell.engine.config import redact_config
     from dynocell.runbooks.configs import redact_source, short_hash
 
-    shown = cfg.model_copy(update={"env": redact_env(cfg.env)})  # secrets as *** (the hash boots it)
-    source = redact_source(row.source_toml, cfg.env)
+    shown = redact_config(cfg)  # secrets as *** (the hash boots it)
+    source = redact_source(row.source_toml, cfg)
     return {"config_hash": config_hash,
             "source_toml": source if source is not None else to_toml(shown),
             "canonical_toml": to_toml(shown), "argv": argv, "env": dict(shown.env), "pythonpath": pythonpath,

@@ -22,7 +22,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from dynocell.engine.adapters import LaunchSpec, redact_env, render_nodes
+from dynocell.engine.adapters import LaunchSpec, redact_args, redact_env, render_nodes
 from dynocell.engine.config import EngineConfig, trust_warning
 from dynocell.runbooks.cell import Cell
 
@@ -76,7 +76,7 @@ def plan_config(cfg: EngineConfig, *, python: str, build_pythonpath: str | None 
         rows.append({
             "node_rank": spec.node_rank if spec.node_rank is not None else 0,
             "host": spec.node_host or spec.host,
-            "argv": list(spec.argv),
+            "argv": redact_args(spec.argv),  # secret flag values as *** (every face)
             "argv_string": spec.argv_string,
             "env": env,
             "command": command_line(spec, env),

@@ -338,9 +338,11 @@ def config_detail(cell, ref: str) -> dict[str, Any]:
     injection, secrets = _env_marks(cfg["canonical_json"])
     canonical = json.loads(cfg["canonical_json"])
     if secrets:
-        from dynocell.engine.config import config_from_canonical, to_toml
+        from dynocell.engine.config import config_from_canonical, redact_args, to_toml
 
         canonical["env"] = redact_env(canonical.get("env") or {})
+        if isinstance(canonical.get("extra_args"), list):
+            canonical["extra_args"] = redact_args(canonical["extra_args"])
         cfg["canonical_json"] = json.dumps(canonical, sort_keys=True)
         shown = config_from_canonical(json.dumps(canonical))
         cfg["source_toml"] = ("# secret [env] values are redacted (the hash covers the real ones); the TOML as "
@@ -364,11 +366,18 @@ def _concerns(canonical_json: str) -> list[str]:
 
 
 def _env_marks(canonical_json: str) -> tuple[list[str], list[str]]:
-    """``(process-injection env names, secret-looking env names)`` of a stored config."""
-    from dynocell.engine.config import injection_env_keys
+    """``(env names off the allow-list, what holds a secret)`` of a stored config: secret-looking env
+    names, env names whose value holds a URL password, and ``extra_args`` when a secret flag's value
+    (``--api-key KEY``) is in it."""
+    from dynocell.engine.config import injection_env_keys, redact_args
 
-    env = json.loads(canonical_json).get("env") or {}
-    return injection_env_keys(env), sorted(k for k, v in redact_env(env).items() if v != env[k])
+    data = json.loads(canonical_json)
+    env = data.get("env") or {}
+    args = data.get("extra_args") if isinstance(data.get("extra_args"), list) else []
+    secrets = sorted(k for k, v in redact_env(env).items() if v != env[k])
+    if redact_args(args) != args:
+        secrets.append("extra_args")
+    return injection_env_keys(env), secrets
 
 
 def _traps(cell, canonical_json: str) -> list[dict[str, Any]]:
@@ -393,9 +402,15 @@ def config_diff(cell, ref_a: str, ref_b: str) -> dict[str, Any]:
     b = {"config_hash": hb["config_hash"], "labels": hb["labels"]}
     fields = diff_configs(config_from_canonical(ha["canonical_json"]), config_from_canonical(hb["canonical_json"]))
     out = []
+    from dynocell.engine.config import redact_args, redact_value
+
     for f, va, vb in fields:
         if f.startswith("env.") and redact_env({f[4:]: ""}).get(f[4:]) != "":
             va, vb = (None if va is None else REDACTED), (None if vb is None else REDACTED)
+        elif f.startswith("env."):
+            va, vb = (None if va is None else redact_value(va)), (None if vb is None else redact_value(vb))
+        elif f == "extra_args":
+            va, vb = (None if va is None else redact_args(va)), (None if vb is None else redact_args(vb))
         out.append({"field": f, "a": va, "b": vb})
     return {"a": a, "b": b, "fields": out}
 

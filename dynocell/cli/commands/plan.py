@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import typer
 
 from dynocell.cli.common import JSON_OPTION_HELP, out, print_json
@@ -35,14 +37,24 @@ def plan_cmd(
     if json_out:
         print_json(rows)
         return
+    # `dynocell plan … | sh` must run only the commands: every comment is one line (printable folds a
+    # newline), every value in it shell-quoted; the commands are shlex-quoted by plan_config
     if rows and rows[0].get("warning"):
-        out(f"# {rows[0]['warning']}")
+        out(comment(rows[0]["warning"]))
     if rows and rows[0].get("port_note"):
-        out(f"# {rows[0]['port_note']}")
+        out(comment(rows[0]["port_note"]))
     for r in rows:
-        out(f"# node {r['node_rank']} on {r['host']}")
+        out(comment(f"node {r['node_rank']} on {shlex.quote(r['host'])}"))
         out(r["command"])
         out("")
+
+
+def comment(text: str) -> str:
+    """``# text`` as one shell comment line: newlines, carriage returns and escapes made ``?``
+    (:func:`~dynocell.text.printable`), so nothing after it runs when the plan is piped to ``sh``."""
+    from dynocell.text import printable
+
+    return "# " + printable(text)
 
 
 def register(app: typer.Typer) -> None:
