@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -43,7 +44,7 @@ class _LiteralTable(Table):
 
 
 def _tbl(title: str | None, *cols: str) -> Table:
-    t = _LiteralTable(title=fmt.plain(title) if title else None, title_justify="left", title_style="bold",
+    t = _LiteralTable(title=escape(title) if title else None, title_justify="left", title_style="bold",
                       show_edge=False, header_style="bold", pad_edge=False, box=None, padding=(0, 1))
     for c in cols:
         t.add_column(fmt.plain(c), overflow="ellipsis", no_wrap=True)
