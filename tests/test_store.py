@@ -68,7 +68,7 @@ EXPECTED_COLUMNS: dict[str, set[str]] = {
              "workload",
              "workload_sha256", "options", "lossless", "lossless_detail", "breakeven", "summary", "started_at",
              "ended_at"},
-    "web_tokens": {"id", "token_hash", "label", "created_at", "revoked_at"},
+    "web_tokens": {"id", "token_hash", "label", "created_at", "revoked_at", "expires_at"},
     # FTS5 virtual table (raw SQL in the migration) and the shadow tables SQLite makes for it
     "runbook_fts": {"slug", "title", "tags", "body"},
 }

@@ -48,6 +48,8 @@ def test_an_empty_database_becomes_a_store(cli_env, tmp_path):
     db = tmp_path / "new.db"
     sqlite3.connect(db).close()  # an empty file
     env = {**cli_env, "DYNOCELL_DATABASE_URL": f"sqlite:///{db}"}
+    # a 0-byte file becomes a store only through `dynocell init` (issue 32 item 17: any other command refuses it)
+    assert _dynocell(env, "init").returncode == 0
     assert _dynocell(env, "config", "add", str(REPO / "examples" / "tiny.toml")).returncode == 0
     proc = _dynocell(env, "config", "list")
     assert proc.returncode == 0 and "tiny" in proc.stdout

@@ -318,6 +318,44 @@ def read_only_urls(url: str, *, force: bool = False) -> list[str]:
     return [f"{uri}?mode=ro&uri=true", f"{uri}?mode=ro&immutable=1&uri=true"]
 
 
+def refuse_empty_file(url: str) -> None:
+    """Raise StoreUnavailable when ``url`` names a SQLite file of 0 bytes: dynocell never leaves one (a new store
+    file is made non-empty before it gets its name, :func:`_make_file`), so a 0-byte store is a truncated file or
+    another program's, and opening it would silently start a new, empty store in its place (issue 32, item 17).
+    ``dynocell init`` (the one command that makes a store on purpose) does not call this."""
+    path = sqlite_file(url)
+    if path is not None and path.is_file() and path.stat().st_size == 0:
+        raise StoreUnavailable(f"the store file {path} is empty (0 bytes): not a dynocell store (truncated, or "
+                               "made by another program), so nothing is read from it or written to it",
+                               "restore it from a backup; or, to start a new store there, run `dynocell init` "
+                               "(or remove the file)")
+
+
+def _make_file(path: Path) -> None:
+    """Create the SQLite file ``path`` when it does not exist, already non-empty: a database in WAL mode (its
+    header page written) made under a private name and linked into place, so no process ever sees a 0-byte
+    store file of dynocell's (:func:`refuse_empty_file`); a file another process linked first is kept."""
+    if path.exists():
+        return
+    import secrets
+
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        con = sqlite3.connect(tmp)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+        finally:
+            con.close()
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    except OSError:
+        return  # a filesystem without hard links (or a folder we cannot write): SQLite makes the file as before
+    finally:
+        for p in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
 def sqlite_file(url: str) -> Path | None:
     """The file of a plain SQLite URL (``sqlite:///PATH``), None for any other URL (PostgreSQL, a SQLite URI)."""
     if not url.startswith("sqlite:///") or url.startswith("sqlite:///file:") or "?" in url:
@@ -400,6 +438,8 @@ class Store:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
+        if (path := sqlite_file(url)) is not None and not read_only:
+            _make_file(path)
         _refuse_foreign_file(url)
         tries = read_only_urls(url, force=read_only) or [url]
         self.read_only = tries[0] != url

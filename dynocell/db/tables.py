@@ -485,6 +485,7 @@ class WebToken(Base):
     label: Mapped[Optional[str]] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[Optional[datetime]]
+    expires_at: Mapped[Optional[datetime]]  # migration 0010; None: never expires
 
 
 class Golden(Base):

@@ -2,6 +2,9 @@
 
 ``token_hash`` format: ``scrypt$<n>$<r>$<p>$<salt hex>$<digest hex>`` (hashlib.scrypt,
 RFC 7914). The clear token is returned once by :func:`create_token` and never stored.
+
+A token is *live* while it is not revoked and, when it has an ``expires_at`` (migration 0010, UTC), before
+that time: only live tokens verify, count and keep their sessions.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
 from dynocell.db.rows import Record
 from dynocell.db.session import Store
@@ -41,18 +44,29 @@ def _matches(token: str, stored: str) -> bool:
     return hmac.compare_digest(digest.hex(), digest_hex)
 
 
-def create_token(store: Store, label: str | None = None) -> str:
-    """Make a new random token, store its hash with ``label``; returns the clear token (show it once)."""
+def _utc_naive(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+def _live():  # noqa: ANN202 - a SQLAlchemy condition
+    now = datetime.now(timezone.utc).replace(tzinfo=None)  # stored times are naive UTC (SQLite)
+    return WebToken.revoked_at.is_(None) & or_(WebToken.expires_at.is_(None), WebToken.expires_at > now)
+
+
+def create_token(store: Store, label: str | None = None, expires_at: datetime | None = None) -> str:
+    """Make a new random token, store its hash with ``label`` and ``expires_at`` (None: never expires);
+    returns the clear token (show it once)."""
     token = "dct_" + secrets.token_urlsafe(TOKEN_BYTES)
     with store.session() as s:
-        s.add(WebToken(token_hash=hash_token(token), label=label))
+        s.add(WebToken(token_hash=hash_token(token), label=label,
+                       expires_at=_utc_naive(expires_at) if expires_at else None))
     return token
 
 
 def count_tokens(store: Store) -> int:
-    """Number of tokens not revoked."""
+    """Number of live tokens (not revoked, not expired)."""
     with store.session() as s:
-        return int(s.scalar(select(func.count()).select_from(WebToken).where(WebToken.revoked_at.is_(None))) or 0)
+        return int(s.scalar(select(func.count()).select_from(WebToken).where(_live())) or 0)
 
 
 def verify_token(store: Store, token: str) -> int | None:
@@ -60,7 +74,7 @@ def verify_token(store: Store, token: str) -> int | None:
     if not token or len(token) > 512:
         return None
     with store.session() as s:
-        rows = s.execute(select(WebToken.id, WebToken.token_hash).where(WebToken.revoked_at.is_(None))).all()
+        rows = s.execute(select(WebToken.id, WebToken.token_hash).where(_live())).all()
     for tid, stored in rows:
         if _matches(token, stored):
             return int(tid)
@@ -79,12 +93,14 @@ def revoke_token(store: Store, token_id: int) -> bool:
 
 @dataclass(frozen=True)
 class TokenRow(Record):
-    """One row of ``web_tokens`` without its hash: ``id``, ``label``, ``created_at``, ``revoked_at`` (None: live)."""
+    """One row of ``web_tokens`` without its hash: ``id``, ``label``, ``created_at``, ``revoked_at`` (None: not
+    revoked), ``expires_at`` (None: never expires)."""
 
     id: int
     label: str | None
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None
 
 
 def list_tokens(store: Store) -> list[TokenRow]:
@@ -94,7 +110,6 @@ def list_tokens(store: Store) -> list[TokenRow]:
 
 
 def is_live(store: Store, token_id: int) -> bool:
-    """True when token ``token_id`` exists and is not revoked."""
+    """True when token ``token_id`` exists and is live (not revoked, not expired)."""
     with store.session() as s:
-        row = s.get(WebToken, token_id)
-        return row is not None and row.revoked_at is None
+        return s.scalar(select(WebToken.id).where(WebToken.id == token_id, _live())) is not None

@@ -17,6 +17,7 @@ from dynocell.db.session import (
     open_snapshot,
     open_store_checked,
     peek_revision,
+    refuse_empty_file,
     short_revision,
     sqlite_file,
 )
@@ -38,11 +39,14 @@ class Cell:
     the store is always read that way, whatever its schema, and never written.
 
     ``notes``: what a face should tell the person about how the store was opened (one sentence each).
+    ``creating`` (set by :func:`init`): a 0-byte SQLite file may become the store; any other opening refuses
+    one (:func:`~dynocell.db.session.refuse_empty_file`).
     """
 
     settings: Settings
     read_only: bool = False
     snapshot: bool = False
+    creating: bool = False
     notes: list[str] = field(default_factory=list)
     _store: Store | None = field(default=None, repr=False)
 
@@ -61,6 +65,8 @@ class Cell:
 
     def _open(self) -> Store:
         url = self.settings.db_url
+        if not self.creating:
+            refuse_empty_file(url)
         path = sqlite_file(url)
         if path is not None and not self.snapshot and self.read_only and path.is_file():
             revision = peek_revision(path)
@@ -114,6 +120,7 @@ def init(cell: Cell) -> dict[str, Any]:
         raise UserError(
             f"cannot create the data directory {s.home}: {exc.strerror}", "set DYNOCELL_HOME to a writable directory"
         ) from exc
+    cell.creating = True  # the one opening that may make a store of an empty file
     store = cell.store
     return {
         "home": str(s.home),

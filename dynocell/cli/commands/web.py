@@ -143,20 +143,24 @@ def listen(host: str, port: int):  # noqa: ANN201 - socket.socket
 def token_create_cmd(
     label: Optional[str] = typer.Option(None, "--label", help="A name to remember the token by "
                                         "(at most 64 printable characters)."),
+    expires: Optional[str] = typer.Option(None, "--expires", metavar="DURATION",
+                                          help="Stop the token logging in after this long: a number and s, m, h, "
+                                               "d or w (e.g. 7d); default: it lasts until revoked."),
 ) -> None:
     """Create a login token and print it once (only its salted hash is stored).
 
-    Example: dynocell web token create --label alice
+    Example: dynocell web token create --label alice --expires 7d
     """
     from dynocell.runbooks import web_tokens
 
-    tok = web_tokens.create(get_cell(), label)
+    tok, expires_at = web_tokens.create_expiring(get_cell(), label, expires)
     typer.echo(tok)
-    err_console.print("Store it now: it is not shown again. Log in at /login with it.", markup=False)
+    until = f" It expires {expires_at:%Y-%m-%d %H:%M} UTC." if expires_at else ""
+    err_console.print(f"Store it now: it is not shown again. Log in at /login with it.{until}", markup=False)
 
 
 def token_list_cmd() -> None:
-    """List web tokens: id, label, created, revoked (never the token itself).
+    """List web tokens: id, label, created, expiry, revoked (never the token itself).
 
     Example: dynocell web token list
     """
@@ -167,7 +171,12 @@ def token_list_cmd() -> None:
         typer.echo("no web tokens (`dynocell web token create` makes one)")
         return
     for t in rows:
-        state = f"revoked {t['revoked_at']:%Y-%m-%d %H:%M}" if t["revoked_at"] else "live"
+        if t["revoked_at"]:
+            state = f"revoked {t['revoked_at']:%Y-%m-%d %H:%M}"
+        elif t["expired"]:
+            state = f"expired {t['expires_at']:%Y-%m-%d %H:%M}"
+        else:
+            state = f"live until {t['expires_at']:%Y-%m-%d %H:%M}" if t["expires_at"] else "live, never expires"
         label = printable(t["label"] or "-", limit=web_tokens.LABEL_MAX)
         typer.echo(f"{t['id']:>4}  {label:<20}  created {t['created_at']:%Y-%m-%d %H:%M}  {state}")
 

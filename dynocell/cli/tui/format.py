@@ -15,6 +15,7 @@ from typing import Any, Callable
 from rich.text import Text
 
 from dynocell.cli.render import bar
+from dynocell.text import printable
 from dynocell.clock import aware_utc, now_utc
 
 Now = Callable[[], datetime]
@@ -41,6 +42,12 @@ RUN_STYLES = {"completed": "green", "failed": "red", "interrupted": "yellow", "r
 utc_now = now_utc  # the dashboard's default ``now`` (dynocell.clock)
 aware = aware_utc  # naive = UTC, ISO strings parsed (dynocell.clock)
 
+
+def plain(value: Any, style: str = "") -> Text:
+    """``value`` (any, ``str()``-ed) as a Rich cell shown literally: :func:`~dynocell.text.printable`, never
+    parsed as markup (a stored ``[/]`` or ``[link=…]`` is text). Every cell of the TUI built from stored text
+    goes through this or a ``Text(...)`` of its own."""
+    return Text(printable("" if value is None else str(value)), style=style)
 
 def duration(seconds: float | None) -> str:
     """Compact duration: ``"850ms"``, ``"42s"``, ``"7m05s"``, ``"3h12m"``, ``"4d03h"``; ``"-"`` for None."""

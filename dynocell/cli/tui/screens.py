@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -33,11 +34,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 
+class _LiteralTable(Table):
+    """A rich Table whose ``str`` cells and headers are shown literally (:func:`fmt.plain`): a stored string
+    such as a fleet host name ``[/]`` crashed the app as Rich markup, ``[link=…]`` rendered a link (issue 32,
+    item 13)."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*(fmt.plain(c) if isinstance(c, str) else c for c in renderables), **kwargs)
+
+
 def _tbl(title: str | None, *cols: str) -> Table:
-    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, header_style="bold",
-              pad_edge=False, box=None, padding=(0, 1))
+    t = _LiteralTable(title=escape(title) if title else None, title_justify="left", title_style="bold",
+                      show_edge=False, header_style="bold", pad_edge=False, box=None, padding=(0, 1))
     for c in cols:
-        t.add_column(c, overflow="ellipsis", no_wrap=True)
+        t.add_column(fmt.plain(c), overflow="ellipsis", no_wrap=True)
     return t
 
 
@@ -348,8 +358,9 @@ class BootScreen(DashScreen):
         t = self.query_one("#boot-runs", DataTable)
         t.clear()
         for r in d.get("runs") or []:
-            t.add_row(self.dash.alias(r["id"]), r.get("kind") or "", Text(r["state"]), r.get("step") or "",
-                      fmt.num(r.get("tau"), ".3f"), fmt.num(r.get("best_output_tok_s"), ".0f"), key=r["id"])
+            t.add_row(*map(fmt.plain, (self.dash.alias(r["id"]), r.get("kind") or "", r["state"], r.get("step") or "",
+                                       fmt.num(r.get("tau"), ".3f"), fmt.num(r.get("best_output_tok_s"), ".0f"))),
+                      key=r["id"])
         self.loaded = True
 
     def show_log(self, tail: dict[str, Any]) -> None:
