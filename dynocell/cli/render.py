@@ -67,7 +67,8 @@ def judgment_text(j: dict[str, Any] | None) -> Text | None:
     dec = j.get("decode_tok_s_c1")
     if dec:
         t.append(f"\n  decode {dec['value']:.1f} tok/s per request at c=1 [{dec['lo']:.1f}, {dec['hi']:.1f}] "
-                 f"(95 % bootstrap of the median, n={dec['n']}, seed {dec['seed']})")
+                 f"(95 % bootstrap of the median within this run's window, n={dec['n']}, seed {dec['seed']}; "
+                 "host load moves it between runs: compare runs of one contention only)")
     c = ctx.get("contention") or {}
     if c:
         load = c.get("load_per_core")

@@ -191,18 +191,49 @@ def runs_cmd(
     out(t)
 
 
+def _int_list(value: Optional[str]) -> Optional[list[int]]:
+    """``1,4,8`` → [1, 4, 8]; a bad item is a clear Error: naming --concurrency."""
+    from dynocell.errors import UserError
+
+    if value is None:
+        return None
+    try:
+        out = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--concurrency {value!r} is not a comma-separated list of whole numbers",
+                        "e.g. --concurrency 1,4,8") from None
+    if not out:
+        raise UserError("--concurrency is empty", "e.g. --concurrency 1,4,8")
+    return out
+
+
 def bench_cmd(
     boot: str = typer.Argument(..., help="A ready boot (id or prefix)."),
     workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload TOML (default: bundled)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", min=0,
+                                              help="Requests per throughput level (0 = 5 × concurrency)."),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="Throughput levels, e.g. 1,4,8."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", min=0, help="Unmeasured requests before each level."),
+    requests: Optional[int] = typer.Option(None, "--requests", min=1,
+                                           help="Requests per text class of the acceptance levels."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Benchmark a running boot (throughput levels, and acceptance when speculative).
 
+    The knobs resize the workload (its identity hash changes with them); more requests narrow every interval.
+
     Example: dynocell bench 3f2a
+    Example: dynocell bench 3f2a --concurrency 1,4,8 --num-prompts 64 --warmup 4
     """
     from dynocell.runbooks.run import bench
 
-    _on_boot(bench, boot, workload, json_out)
+    sizes = {k: v for k, v in {"requests": requests, "num_prompts": num_prompts,
+                               "concurrency": _int_list(concurrency), "warmup": warmup}.items() if v is not None}
+    live = _Live()
+    with live.status:
+        run_id = bench(get_cell(), boot, workload=workload, progress=live, sizes=sizes)
+    _show(run_id, json_out)
+    _exit_for(run_id)
 
 
 def profile_cmd(

@@ -170,3 +170,19 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def contended(ctx: dict[str, Any]) -> str | None:
     """Why the run's measurement window counts as contended, or None."""
     return contention.contended(ctx.get("contention"))
+
+
+def record_window(job: Any, live: Any, workload: Any, context_length: int | None, before: contention.Reading) -> None:
+    """Store the run's context (:func:`run_context`) with the contention of its bench and acceptance windows
+    (``before``: a :func:`dynocell.engine.contention.read` at their start; the end is read now); a contended
+    window is said in the progress and kept in the run's warnings."""
+    from dynocell.runbooks import hosts
+
+    window = contention.window(before, contention.read(), other_boots=other_boot_count(job.cell, live.boot_id),
+                               gpu=contention.gpu_utilisation())
+    ctx = run_context(job.cell, live.cfg, workload, hosts.this_host_id(job.cell), context_length, window)
+    record(job.cell, job.run_id, ctx)
+    if window["contended"]:
+        msg = f"⚠ measured under contention: {window['contended']}"
+        job.warnings.append(msg)
+        job.progress(msg, {"warning": msg})

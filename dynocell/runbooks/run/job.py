@@ -133,20 +133,38 @@ def load_run_workload(path: str | None):  # noqa: ANN202 - engine type
     return load_workload(path)
 
 
-def sized_workload(workload: Any, requests: int | None) -> Any:
-    """``workload`` with ``requests`` requests per text class in its acceptance section (``run --requests N``;
-    None = unchanged). The workload's sha256 changes with it: a different request count is another experiment.
-    Raises UserError naming ``--requests`` when N is out of the workload schema's bounds."""
-    if requests is None or workload.acceptance is None:
-        return workload
-    from dynocell.engine.workloads import MAX_REQUESTS
+def sized_workload(workload: Any, requests: int | None = None, *, num_prompts: int | None = None,
+                   concurrency: list[int] | None = None, warmup: int | None = None) -> Any:
+    """``workload`` resized by the operator's knobs (None = unchanged): ``requests`` per text class of the
+    acceptance levels (``run --requests N``), ``num_prompts`` per throughput level (``bench --num-prompts``),
+    the throughput ``concurrency`` list (``bench --concurrency 1,4,8``) and ``warmup`` requests per level.
+    The workload's sha256 changes with them: another request count is another experiment. Raises UserError
+    naming the flag when a value is out of the workload schema's bounds."""
+    from pydantic import ValidationError
+
     from dynocell.errors import UserError
 
-    if not 1 <= requests <= MAX_REQUESTS:
-        raise UserError(f"--requests must be between 1 and {MAX_REQUESTS}, got {requests}",
-                        "e.g. --requests 20 (requests per text class of the acceptance levels)")
-    acc = workload.acceptance.model_copy(update={"requests_per_class": requests})
-    return workload.model_copy(update={"acceptance": acc})
+    data = workload.model_dump()
+    if requests is not None and data.get("acceptance") is not None:
+        data["acceptance"]["requests_per_class"] = requests
+    if data.get("throughput") is not None:
+        if num_prompts is not None:
+            data["throughput"]["requests_per_level"] = num_prompts
+        if concurrency is not None:
+            data["throughput"]["concurrency"] = list(concurrency)
+    if warmup is not None:
+        data["warmup"] = warmup
+    if data == workload.model_dump():
+        return workload
+    try:
+        return type(workload).model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        flag = {"acceptance.requests_per_class": "--requests", "throughput.requests_per_level": "--num-prompts",
+                "warmup": "--warmup"}.get(loc, "--concurrency" if loc.startswith("throughput.concurrency") else loc)
+        raise UserError(f"{flag}: {err.get('msg')}", "e.g. --requests 20, --num-prompts 40, --concurrency 1,4,8, "
+                        "--warmup 2") from None
 
 
 def engine_context_length(client: EngineClient, cfg: EngineConfig) -> int:

@@ -26,6 +26,7 @@ from dynocell.engine.config import EngineConfig, trust_warning
 from dynocell.errors import EngineError, Interrupted
 from dynocell.runbooks import boots, events, hosts
 from dynocell.runbooks.cell import Cell
+from dynocell.runbooks.run import context
 from dynocell.runbooks.run.acceptance_step import run_acceptance
 from dynocell.runbooks.run.bench_step import calibrate, run_bench
 from dynocell.runbooks.run.breakeven_step import run_breakeven
@@ -113,7 +114,7 @@ def run_job(
             if not spec_on:
                 raise SkipStep("no speculative decoding in this config")
             run_acceptance(job, live, workload, context_length, d)
-        _record_context(job, live, workload, context_length, before)
+        context.record_window(job, live, workload, context_length, before)
         plain: dict[str, Any] | None = None
         with job.step("lossless") as d:
             if not spec_on:
@@ -135,7 +136,7 @@ def run_job(
     except StepFailed as f:
         state, error = "failed", f"{f.name}: {error_text(f.error)}"
         if before is not None and live is not None:
-            _record_context(job, live, workload, context_length, before)
+            context.record_window(job, live, workload, context_length, before)
     except (KeyboardInterrupt, Interrupted):
         state, error = "interrupted", "interrupted by the operator"
     finally:
@@ -157,22 +158,6 @@ def run_job(
         raise Interrupted(f"run {run_id} interrupted; the engine was stopped and the steps done are recorded",
                           f"dynocell show {run_id}")
     return run_id
-
-
-def _record_context(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int | None,
-                    before: contention.Reading) -> None:
-    """Store the run's comparability context (:mod:`dynocell.runbooks.run.context`) with the contention of
-    the bench and acceptance windows (from ``before`` to now); a contended window is said in the progress."""
-    from dynocell.runbooks.run import context
-
-    window = contention.window(before, contention.read(), other_boots=context.other_boot_count(job.cell, live.boot_id),
-                               gpu=contention.gpu_utilisation())
-    ctx = context.run_context(job.cell, live.cfg, workload, hosts.this_host_id(job.cell), context_length, window)
-    context.record(job.cell, job.run_id, ctx)
-    if window["contended"]:
-        msg = f"⚠ measured under contention: {window['contended']}"
-        job.warnings.append(msg)
-        job.progress(msg, {"warning": msg})
 
 
 def _outcome(state: str, error: str | None, failed: list[str], crashed: str | None) -> tuple[str, str | None]:

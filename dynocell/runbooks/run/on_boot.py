@@ -3,28 +3,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dynocell.clock import now_utc
 from dynocell.db import runs as db_runs
+from dynocell.engine import contention
 from dynocell.engine.client import EngineClient
 from dynocell.errors import EngineError, Interrupted, UserError
 from dynocell.runbooks import boots, hosts
 from dynocell.runbooks.cell import Cell
+from dynocell.runbooks.run import context
 from dynocell.runbooks.run.acceptance_step import run_acceptance
 from dynocell.runbooks.run.bench_step import calibrate, run_bench
 from dynocell.runbooks.run.job import (
     Progress, RunJob, SkipStep, StepFailed, engine_context_length, error_text, load_run_workload, noop_progress,
-    this_pid,
+    sized_workload, this_pid,
 )
 from dynocell.runbooks.run.profile_step import run_profile
 from dynocell.runbooks.run.summary_step import run_diagnose, summarize
 
 
-def bench(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None) -> str:
+def bench(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None,
+          sizes: dict[str, Any] | None = None) -> str:
     """Benchmark a ready boot with a workload's throughput levels (and acceptance when speculative).
 
     Returns the id of a ``bench`` run holding the rows.
     """
-    return _on_boot(cell, boot_ref, "bench", workload, progress)
+    return _on_boot(cell, boot_ref, "bench", workload, progress, sizes=sizes)
 
 
 def profile(cell: Cell, boot_ref: str, *, workload: str | None = None, progress: Progress | None = None) -> str:
@@ -41,7 +46,7 @@ def run_on_boot(cell: Cell, boot_ref: str, *, workload: str | None = None, profi
 
 
 def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, progress: Progress | None,
-             profile_on: bool = True) -> str:
+             profile_on: bool = True, sizes: dict[str, Any] | None = None) -> str:
     progress = progress or noop_progress
     boot = boots.reconcile(cell, boots.resolve_boot(cell, boot_ref))
     if boot["state"] != "ready" or not boot["engine_alive"]:
@@ -56,8 +61,9 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
                        state="running", step=kind, pid=this_pid(), host_id=hosts.this_host_id(cell))
     job = RunJob(cell, run_id, progress)
     state, error = "completed", None
-    workload = load_run_workload(workload_path)
-    db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256)
+    workload = sized_workload(load_run_workload(workload_path), **(sizes or {}))
+    db_runs.update_run(cell.store, run_id, workload=workload.name, workload_sha256=workload.sha256,
+                       options={"temperature": workload.temperature, **(sizes or {})})
     client = EngineClient(live.base_url, cell.settings.http_timeout_s)
     ctx = engine_context_length(client, cfg)
     try:
@@ -70,13 +76,17 @@ def _on_boot(cell: Cell, boot_ref: str, kind: str, workload_path: str | None, pr
                                       f"see `dynocell health {boot['id']}`")
         workload = calibrate(job, live, workload, ctx)
         if kind in ("bench", "run"):
-            with job.step("bench") as d:
-                d["tokens_per_byte"] = workload.tokens_per_byte
-                run_bench(job, live, workload, ctx, d)
-            with job.step("acceptance") as d:
-                if not cfg.speculative_enabled:
-                    raise SkipStep("no speculative decoding in this config")
-                run_acceptance(job, live, workload, ctx, d)
+            before = contention.read()
+            try:
+                with job.step("bench") as d:
+                    d["tokens_per_byte"] = workload.tokens_per_byte
+                    run_bench(job, live, workload, ctx, d)
+                with job.step("acceptance") as d:
+                    if not cfg.speculative_enabled:
+                        raise SkipStep("no speculative decoding in this config")
+                    run_acceptance(job, live, workload, ctx, d)
+            finally:
+                context.record_window(job, live, workload, ctx, before)
         if kind in ("profile", "run"):
             with job.step("profile") as d:
                 if kind == "run" and not profile_on:
