@@ -179,7 +179,7 @@ def _runtime_signs(lines: list[str]) -> bool:
 
     s = scan_lines(lines)
     return bool(s["nccl"] or s["capture_truncations"] or s["rank_load_wait"] or s["weight_load_s"]
-                or s["profile"]["disabled"])
+                or s["profile"]["disabled"] or s["hangs"] or s["gen_stalls"])
 
 
 def _printable(text: str, limit: int = 200) -> str:
