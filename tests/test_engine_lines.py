@@ -88,3 +88,29 @@ def test_knowledge_examples_are_real_lines_the_rules_name():
     with_ids = [e for e in kn.entries.values() if e.signatures.get("ids")]
     assert with_ids and all(e.examples for e in with_ids)
     assert [p for e in with_ids for p in example_problems(e)] == []
+
+
+# ---------------------------------------------------------------- issue 35: the phase a failure came in
+
+@pytest.mark.parametrize("tail,last_phase,ready,want", [
+    # vllm #19186: the OOM's frames are the graph capture's, whatever phase line the excerpt lacks
+    (['  File "/usr/local/lib/python3.10/site-packages/torch/cuda/graphs.py", line 186, in __exit__',
+      "    self.cuda_graph.capture_end()", "RuntimeError: CUDA error: out of memory"], None, False,
+     ("cuda_oom_graph_capture", "cuda_graph_capture")),
+    # a config refusal is the config check's, by its signature
+    (["NotImplementedError: Pipeline parallelism is not supported for this model."], None, False,
+     ("speculative_combo_unsupported", "config_check")),
+    # an exception no signature names, after the KV cache was sized: not a weights failure, never unknown
+    (["RuntimeError: the frobnicator broke"], "kv_cache_allocated", False,
+     ("unhandled_exception", "cuda_graph_capture")),
+    # vllm #32591: frames only (the exception line cut off), no phase anywhere: named, phase unknown
+    (['(EngineCore_DP0 pid=1081641) ERROR 01-19 11:58:38 [core.py:937]   File '
+      '"/home/tomasruiz/code/vllm/vllm/compilation/piecewise_backend.py", line 186, in __call__'], None, False,
+     ("unhandled_exception", None)),
+    # after ready every failure is a serving one
+    (["torch.AcceleratorError: CUDA error: an illegal memory access was encountered"], "ready", True,
+     ("cuda_illegal_address", "serving")),
+])
+def test_a_failure_is_classified_by_the_phase_it_came_in(tail, last_phase, ready, want):
+    m = classify(tail, last_phase=last_phase, was_ready=ready)
+    assert (m.id, m.phase) == want

@@ -688,3 +688,19 @@ def test_cli_metrics_scrape_with_a_bad_position_label_is_bad_input(cli_env, tmp_
     assert err[0].startswith(f"Error: {edited}: vllm:spec_decode_num_accepted_tokens_per_pos_total ")
     assert "'first'" in err[0] and err[1].startswith("hint: ") and "GET /metrics" in err[1]
     assert json.loads(_run(cli_env, "runs", "--json").stdout) == []
+
+
+def test_offline_script_output_imports_as_a_run_with_its_acceptance(cell, tmp_path):
+    """vLLM's offline spec_decode.py prints its totals one per line (vllm-ascend PR 7290): imported as a run
+    whose τ is the script's mean acceptance length (1 + accepted / drafts) at k = draft tokens / drafts, not
+    refused and not a failed boot (issue 35)."""
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.imports import import_log
+
+    log = tmp_path / "offline.log"
+    log.write_text("total_num_output_tokens: 2400\nnum_drafts: 675\nnum_draft_tokens: 2025\n"
+                   "num_accepted_tokens: 1722\nmean acceptance length: 3.55\nacceptance at token 0: 0.85\n")
+    res = import_log(cell, [log], engine="vllm")
+    assert res["state"] == "stopped" and res["signature"] is None
+    (curve,) = db_runs.curves(cell.store, res["run_id"])
+    assert curve.num_drafts == 3 and round(curve.tau, 2) == 3.55

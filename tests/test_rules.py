@@ -211,7 +211,8 @@ BAD_RULES = {
     "missing-hint": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\n',
                      "signature[0].hint: missing (each signature needs id, title, regex, hint)"),
     "unknown-key": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = "a"\nhint = "h"\ncolour = "red"\n',
-                    "signature[0].colour: unknown key (keys: id, title, regex, hint, last_phase, ready, context)"),
+                    "signature[0].colour: unknown key "
+                    "(keys: id, title, regex, hint, last_phase, ready, context, phase)"),
     "bad-regex": ('[[signature]]\nid = "x"\ntitle = "t"\nregex = ["a", "(unclosed"]\nhint = "h"\n',
                   "signature[0].regex: bad regex '(unclosed': missing ), unterminated subpattern at position 0 "
                   "(fix the pattern)"),
@@ -316,7 +317,7 @@ def test_signature_match_as_dict():
     assert d == {"id": "cuda_oom_serving", "title": "CUDA out of memory while serving", "hint": m.hint,
                  "groups": {"tried_to_allocate": "2.00 GiB"},
                  "line": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-                 "source": m.source}
+                 "source": m.source, "phase": "serving"}
     assert m.hint.startswith("activation memory outgrew") and m.source.endswith("signatures.toml")
     d["groups"]["x"] = "y"
     assert "x" not in m.groups  # a copy

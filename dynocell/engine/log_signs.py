@@ -18,7 +18,14 @@
 - ``capture_truncations``: vLLM ``Truncating max_cudagraph_capture_size to N`` (non-fatal) and the
   sizes SGLang captured (``Capture cuda graph bs [1, 2, 4]``);
 - ``profile``: profiler windows started, traces reported saved, and profiler-disabled errors (SGLang
-  ``Profiling starts`` / ``Traces are saved to``; vLLM ``Profiler is not enabled`` / ``profiler_config``).
+  ``Profiling starts`` / ``Traces are saved to``; vLLM ``Profiler is not enabled`` / ``profiler_config``);
+- ``hangs``: lines an engine prints when a rank or the engine core stopped answering (issue 35): vLLM's
+  ``No available shared memory broadcast block found in N seconds`` (``shm_broadcast.py``: a process
+  waits on another that hangs), ``RPC call to <method> timed out`` (``EngineDeadError`` of a hung TP
+  worker), SGLang's ``Scheduler watchdog timeout`` is a failure signature instead;
+- ``gen_stalls``: stats lines with requests running and a generation throughput of exactly 0 (vLLM
+  ``Avg generation throughput: 0.0 tokens/s, Running: 1 reqs``; SGLang ``#running-req: 1 … gen throughput
+  (token/s): 0.00``), ``gen_stall_last`` (whether the log's last stats line is one).
 
 Pure: no I/O, no database.
 """
@@ -64,6 +71,10 @@ _SGL_CAPTURE = re.compile(r"Capture (?:cuda|CUDA) graph bs \[([\d,\s]*)\]")
 _PROF_START = re.compile(r"(?i)profiling starts|starting profiler")
 _PROF_SAVED = re.compile(r"(?i)traces? (?:are |is |was |were )?(?:saved|written|dumped) (?:to|at|in)")
 # (not "Torch profiler disabled for CUDA graph capture": vLLM 0.26.0 prints it on every healthy graph boot)
+_HANG = re.compile(r"No available shared memory broadcast block found in (?P<seconds>\d+) seconds|"
+                   r"RPC call to (?P<method>\w+) timed out")
+_GEN_VLLM = re.compile(r"Avg generation throughput:\s*([\d.]+)\s*tokens/s")
+_GEN_SGL = re.compile(r"gen throughput \(token/s\):\s*([\d.]+)")
 _PROF_OFF = re.compile(r"(?i)profiler is not enabled|profiler_config is not set|"
                        r"torch profiler (?:is )?not (?:enabled|configured)")
 
@@ -81,7 +92,8 @@ def scan_lines(lines: Iterable[str]) -> dict[str, Any]:
                            "stalls": [], "stall_run": 0, "stall_run_max": 0, "busy_stats": 0, "nccl": [],
                            "weight_load_s": {}, "capture_truncations": [],
                            "captured_bs": None, "profile": {"started": 0, "saved": 0, "disabled": []},
-                           "rank_load_wait": None, "shard_load_s": None}
+                           "rank_load_wait": None, "shard_load_s": None, "hangs": [], "gen_stalls": [],
+                           "gen_stall_last": False}
     for i, line in enumerate(lines, 1):
         if out["ready_line"] is None and _READY.search(line):
             out["ready_line"] = i
@@ -95,9 +107,17 @@ def _scan_serving(line: str, i: int, out: dict[str, Any]) -> None:
         out["exceptions"].append(i)
     elif out["exceptions"] and _HEALTH_OK.search(line):
         out["health_ok_after_exception"] += 1
+    hang = _HANG.search(line)
+    if hang:
+        out["hangs"].append({"line": i, "text": hang.group(0)})
     st = _SGL_STATS.search(line) or VLLM_STATS.search(line)
     if st:
         running, waiting = int(st.group(1)), int(st.group(2))
+        gen = _GEN_VLLM.search(line) or _GEN_SGL.search(line)
+        stalled = gen is not None and running > 0 and float(gen.group(1)) == 0.0
+        if stalled:
+            out["gen_stalls"].append({"line": i, "running": running})
+        out["gen_stall_last"] = stalled
         if running == 0 and waiting > 0:
             out["stalls"].append({"line": i, "waiting": waiting})
             out["stall_run"] += 1  # stats lines in a row that show the queue not moving

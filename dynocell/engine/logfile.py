@@ -124,6 +124,26 @@ class V0SpecSample:
         return curve
 
 
+#: vLLM's offline speculative scripts (``examples/offline_inference/spec_decode.py``, ``eagle.py``) print their
+#: totals one per line — ``num_drafts: 675``, ``num_draft_tokens: 2025``, ``num_accepted_tokens: 1722``,
+#: ``mean acceptance length: 3.55``, ``acceptance at token 0: 0.85`` (vllm-ascend PR 7290, vllm #26191) — and
+#: benchmark scripts print a bare accept length (SGLang's ``Acceptance length: 5.39``, ``Accpt Len: 2.08``).
+_OFFLINE_COUNT = re.compile(r"^\s*(num_drafts|num_draft_tokens|num_accepted_tokens|total_num_output_tokens):"
+                            r"\s*(\d+)\s*$")
+_OFFLINE_POS = re.compile(r"^\s*acceptance at token (\d+):\s*([\d.]+)\s*$")
+_ACCEPT_LEN_ONLY = re.compile(r"(?i)(?:mean acceptance length|acceptance length|accpt len|accept length)"
+                              r"\W{0,4}\s*([\d.]+)")
+
+
+def offline_sample(counts: dict[str, int]) -> V0SpecSample | None:
+    """The offline script's totals as one acceptance sample (k = draft tokens / drafts, α = accepted / draft
+    tokens, so τ = 1 + accepted / drafts, vLLM's mean acceptance length); None without the three counts."""
+    drafts, dt, acc = counts.get("num_drafts"), counts.get("num_draft_tokens"), counts.get("num_accepted_tokens")
+    if not drafts or not dt or acc is None or dt % drafts:
+        return None
+    return V0SpecSample(acc / dt, None, dt // drafts, acc, dt, None)
+
+
 def parse_v0_spec_line(line: str) -> V0SpecSample | None:
     """Parse a vLLM V0 ``Speculative metrics: Draft acceptance rate: 0.651, System efficiency:
     0.570, Number of speculative tokens: 4, Number of accepted tokens: …, Number of draft
@@ -187,7 +207,7 @@ def _runtime_signs(lines: list[str]) -> bool:
 
     s = scan_lines(lines)
     return bool(s["nccl"] or s["capture_truncations"] or s["rank_load_wait"] or s["weight_load_s"]
-                or s["profile"]["disabled"])
+                or s["profile"]["disabled"] or s["hangs"] or s["gen_stalls"])
 
 
 def _printable(text: str, limit: int = 200) -> str:
@@ -333,6 +353,8 @@ class _Scan:
         self.now = datetime.now()
         self.insane: list[tuple[int, datetime]] = []  # (line, timestamp) of lines out of the sane window
         self.graph_mode: str | None = None  # vLLM prints the effective cudagraph_mode in its engine-init line
+        self.offline: dict[str, int] = {}  # an offline script's totals (offline_sample)
+        self.accept_len_lines = 0  # bare accept lengths of benchmark scripts (no k: τ alone, not a curve)
 
     def line(self, i: int, raw: str) -> None:
         """Line ``i`` (1-based) of the log, as read."""
@@ -362,6 +384,8 @@ class _Scan:
         if rep.engine == "llamacpp" and self._llamacpp(i, line):
             return
         if self._spec_or_decode(i, line, off, serving):
+            return
+        if self._offline(line):
             return
         if serving and _EXCEPTION.search(line) and (
                 not rep.events or rep.events[-1].kind != "scheduler_exception" or i - rep.events[-1].line > 50):
@@ -415,6 +439,19 @@ class _Scan:
             drafts, mean = _LCPP_DRAFTS.search(line), _LCPP_MEAN.search(line)
             self.lcpp.append((i, [float(x) for x in re.findall(_NUM, pos.group(1))],
                               int(drafts.group(1)) if drafts else None, float(mean.group(1)) if mean else None))
+            return True
+        return False
+
+    def _offline(self, line: str) -> bool:
+        """An offline script's total or a benchmark script's bare accept length: kept, True."""
+        m = _OFFLINE_COUNT.search(line)
+        if m:
+            self.offline[m.group(1)] = int(m.group(2))
+            return True
+        if _OFFLINE_POS.search(line):
+            return True
+        if _ACCEPT_LEN_ONLY.search(line):
+            self.accept_len_lines += 1
             return True
         return False
 
@@ -504,8 +541,12 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
         if match.known:
             rep.signature = match.as_dict()
     # an excerpt of only the failing lines (what an issue thread quotes) is evidence too
+    off_s = offline_sample(scan.offline)
+    if off_s is not None and not (v1 or v0):
+        v0 = [(len(lines), off_s)]
     if rep.config is None and rep.config_line is None and not rep.phases and rep.signature is None and not (
-            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events) and not _runtime_signs(texts):
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events or scan.accept_len_lines
+            or scan.offline) and not _runtime_signs(texts):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")

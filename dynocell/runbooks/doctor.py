@@ -1156,11 +1156,20 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
             if s not in slugs:
                 slugs.append(s)
         detail = (boot.failure_detail if boot else None) or {}
-        findings.insert(0, Finding("boot_failure", "error",
-                                f"boot {boot_id} failed with signature {sig!r}"
-                                + (f": {detail.get('line')}" if detail.get("line") else ""),
+        phase = detail.get("phase")
+        # issue 35: a crash while serving (after ready, or an excerpt without start-up lines whose failure no
+        # boot phase claims) is not a failed boot
+        serving = bool(boot) and boot.state == "crashed" and phase in (None, "serving")
+        line = f": {detail.get('line')}" if detail.get("line") else ""
+        msg = (f"the engine of boot {boot_id} died while serving ({sig!r}){line} — not a start-up failure: the "
+               "requests in flight failed; read the exception and the frames above it, the load it came under"
+               if serving else
+               f"boot {boot_id} failed with signature {sig!r}" + (f" in {phase.replace('_', ' ')}" if phase else "")
+               + line)
+        findings.insert(0, Finding("engine_crash_serving" if serving else "boot_failure", "error", msg,
                                 {"signature": sig, "state": boot.state if boot else None,
-                                 "last_phase": boot.last_phase if boot else None},
+                                 "last_phase": boot.last_phase if boot else None, "phase": phase,
+                                 "exception": (detail.get("groups") or {}).get("exception")},
                                 slugs))
     if store_findings:
         dbk.save_findings(store, [f.to_dict() for f in findings], boot_id=boot_id)

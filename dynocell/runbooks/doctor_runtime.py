@@ -3,7 +3,10 @@
 Rules (id — shape):
 
 - ``health_lies`` — a scheduler exception while serving, then ``/health`` still answering 200.
-- ``stalled_queue`` — requests waiting with none running (stats lines, or the last ``/metrics`` gauges).
+- ``stalled_queue`` — requests waiting with none running (stats lines, or the last ``/metrics`` gauges), or
+  requests running with a generation throughput of 0 to the log's end (the generation stalled, issue 35).
+- ``engine_hang`` — a rank or the engine core stopped answering: vLLM's shared-memory broadcast wait or an RPC
+  to a worker timing out (issue 35).
 - ``nccl_startup_skew`` — an NCCL watchdog timeout before the server was ready while the ranks' weight
   loading differed by more than the skew threshold: the fast ranks waited in their first collective.
 - ``nccl_serving_timeout`` — an NCCL watchdog timeout after ready (or, in a fragment without boot lines,
@@ -54,6 +57,15 @@ def rule_stalled_queue(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     # Stats lines *in a row*: an isolated "0 running, 1 waiting" line falls between two batches of a healthy
     # engine (a reference-engine ladder run showed two such lines, each followed by prefill and decode).
     in_a_row = inp.log.get("stall_run_max", len(stalls))
+    gen = inp.log.get("gen_stalls") or []
+    if not from_gauges and in_a_row < t["min_stall_lines"] and gen and inp.log.get("gen_stall_last"):
+        return [Finding("stalled_queue", "warn",
+                        f"the last stats line (line {gen[-1]['line']}) shows {gen[-1]['running']} request(s) running "
+                        "and a generation throughput of 0: generation stopped with work in flight — a hung rank or "
+                        "collective, a dead drafter, a stuck scheduler. /health may still say 200; send one "
+                        "generation (/health_generate) before trusting it, and read each rank's last lines.",
+                        {"waiting": None, "running": gen[-1]["running"], "kv_usage": None, "stall_lines": len(gen),
+                         "stall_lines_in_a_row": None, "source": "log", "generation_stalled": True})]
     if not from_gauges and in_a_row < t["min_stall_lines"]:
         return []
     if from_gauges:
@@ -294,9 +306,27 @@ def rule_draft_window_short(inp: DoctorInputs, th: dict[str, Any]) -> list[Findi
                      "target_source": w.get("target_source")})]
 
 
+def rule_engine_hang(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """A rank or the engine core stopped answering (vLLM ``shm_broadcast.py``'s "No available shared memory
+    broadcast block found in N seconds", the executor's "RPC call to <method> timed out"): the engine hangs,
+    it has not crashed — the requests in flight never finish (vllm #44185, #41530)."""
+    hangs = inp.log.get("hangs") or []
+    if len(hangs) < th["engine_hang"]["min_hang_lines"]:
+        return []
+    first = hangs[0]
+    return [Finding("engine_hang", "error",
+                    f"the engine hangs: {first['text']!r} (line {first['line']}, {len(hangs)} such line(s)) — one "
+                    "process waits on another that stopped (a rank that skipped a collective, a drafter that "
+                    "diverged from its peers, a worker stuck in a kernel). Compare each rank's last lines, dump "
+                    "the stacks (py-spy dump), and restart; a request near max_model_len or a DP rank with no "
+                    "work are the usual triggers with speculation.",
+                    {"line": first["line"], "hang_lines": len(hangs), "text": first["text"]})]
+
+
 RUNTIME_RULES = {
     "health_lies": rule_health_lies,
     "stalled_queue": rule_stalled_queue,
+    "engine_hang": rule_engine_hang,
     "nccl_startup_skew": rule_nccl_startup_skew,
     "nccl_serving_timeout": rule_nccl_serving_timeout,
     "profile_no_trace": rule_profile_no_trace,

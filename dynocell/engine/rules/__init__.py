@@ -256,13 +256,62 @@ class Signature:
     ready: bool | None = None
     context: tuple[re.Pattern[str], ...] = ()
     source: str = ""
+    phase: str | None = None
+
+
+#: The phases a boot goes through, in order (issue 35): what a failure is classified by before any signature
+#: refines it. ``serving`` = after the engine was ready.
+FAILURE_PHASES = ("config_check", "weight_load", "kv_cache_sizing", "cuda_graph_capture", "warmup", "serving")
+#: A boot phase rule's name (rules/<engine>.toml) → the failure phase a failure right after it belongs to.
+_AFTER_PHASE = {
+    "config": "config_check", "engine_init": "weight_load", "weights_begin": "weight_load",
+    "weights_end": "kv_cache_sizing", "compile_begin": "kv_cache_sizing", "compile_end": "kv_cache_sizing",
+    "kv_cache_allocated": "cuda_graph_capture", "memory_pool_end": "cuda_graph_capture",
+    "cuda_graph_begin": "cuda_graph_capture", "cuda_graph_end": "warmup", "engine_ready": "warmup",
+    "http_listening": "warmup", "ready": "serving",
+}
+#: Traceback frames and engine lines that say which phase a failure came in (the engines' function names:
+#: vLLM ``create_engine_config`` / ``_verify_args``, ``load_weights`` / ``load_model``,
+#: ``determine_num_available_blocks`` / ``profile_run``, ``capture_model`` / ``torch.cuda.graph``,
+#: ``warmup_kernels`` / ``compile_or_warm_up_model``; SGLang ``check_server_args``, ``init_memory_pool``,
+#: ``CudaGraphRunner``), tried from the last phase back.
+_PHASE_FRAMES = (
+    ("warmup", re.compile(r"warmup_kernels|warm_?up_model|_warmup\b|kernel_warmup")),
+    ("cuda_graph_capture", re.compile(r"capture_model|capture_end\(|torch\.cuda\.graph\(|CudaGraphRunner|"
+                                      r"cuda_graph_runner|Capturing CUDA graph|Capture cuda graph")),
+    ("kv_cache_sizing", re.compile(r"determine_num_available_blocks|profile_run|init_memory_pool|"
+                                   r"KV cache (?:is )?needed|Available KV cache memory|GPU KV cache size")),
+    ("weight_load", re.compile(r"load_weights|load_model\b|Loading (?:safetensors|pt) checkpoint shards|"
+                               r"Load weight begin|Loading drafter model")),
+    ("config_check", re.compile(r"create_engine_config|_verify_args|verify_with_parallel_config|"
+                                r"check_server_args|error: (?:unrecognized )?argument")),
+)
+
+
+def failure_phase(lines: Sequence[str], last_phase: str | None, was_ready: bool,
+                  signature_phase: str | None = None) -> str | None:
+    """The phase a failure came in (one of :data:`FAILURE_PHASES`), or None when nothing says.
+
+    In order: after ready = ``serving``; the signature's own phase (``phase`` in signatures.toml: a config
+    refusal is ``config_check`` whatever the log shows); the latest phase named by the tail's traceback frames
+    or engine lines (:data:`_PHASE_FRAMES`); the phase after the last boot phase line reached. ``lines``: the
+    log tail (engine text)."""
+    if was_ready:
+        return "serving"
+    if signature_phase:
+        return signature_phase
+    found = [name for name, rx in _PHASE_FRAMES if any(rx.search(t) for t in lines)]
+    if found:
+        return max(found, key=FAILURE_PHASES.index)
+    return _AFTER_PHASE.get(last_phase or "")
 
 
 @dataclass(frozen=True)
 class SignatureMatch:
     """Result of :func:`classify`: ``id`` (``unknown`` when nothing matched), ``title``,
     ``hint``, ``groups`` (named regex groups of the matched line), ``line`` (the
-    matched line or None), ``source`` (rules file)."""
+    matched line or None), ``source`` (rules file), ``phase`` (:func:`failure_phase`: the phase the
+    failure came in, None when nothing says)."""
 
     id: str
     title: str
@@ -270,6 +319,7 @@ class SignatureMatch:
     groups: dict[str, str] = field(default_factory=dict)
     line: str | None = None
     source: str = ""
+    phase: str | None = None
 
     @property
     def known(self) -> bool:
@@ -278,7 +328,7 @@ class SignatureMatch:
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for storing on a boot row)."""
         return {"id": self.id, "title": self.title, "hint": self.hint, "groups": dict(self.groups),
-                "line": self.line, "source": self.source}
+                "line": self.line, "source": self.source, "phase": self.phase}
 
 
 UNKNOWN = SignatureMatch(
@@ -300,17 +350,20 @@ def _parse_signatures(path: Path) -> list[Signature]:
         for key in ("id", "title", "regex", "hint"):
             if key not in e:
                 raise ConfigError(str(path), f"{where}.{key}", "missing", "each signature needs id, title, regex, hint")
-        unknown_keys = set(e) - {"id", "title", "regex", "hint", "last_phase", "ready", "context"}
+        unknown_keys = set(e) - {"id", "title", "regex", "hint", "last_phase", "ready", "context", "phase"}
         if unknown_keys:
             raise ConfigError(str(path), f"{where}.{sorted(unknown_keys)[0]}", "unknown key",
-                              "keys: id, title, regex, hint, last_phase, ready, context")
+                              "keys: id, title, regex, hint, last_phase, ready, context, phase")
+        if e.get("phase") is not None and e["phase"] not in FAILURE_PHASES:
+            raise ConfigError(str(path), f"{where}.phase", f"{e['phase']!r} is not a failure phase",
+                              "one of " + ", ".join(FAILURE_PHASES))
         regexes = tuple(compile_safe(p, str(path), f"{where}.regex") for p in _as_list(e["regex"]))
         context = tuple(compile_safe(p, str(path), f"{where}.context") for p in _as_list(e.get("context", [])))
         lp = e.get("last_phase")
         out.append(Signature(
             id=e["id"], title=e["title"], hint=e["hint"], regexes=regexes,
             last_phase=tuple(_as_list(lp)) if lp is not None else None,
-            ready=e.get("ready"), context=context, source=str(path),
+            ready=e.get("ready"), context=context, source=str(path), phase=e.get("phase"),
         ))
     return out
 
@@ -367,7 +420,8 @@ def classify(
                 m = rx.search(seg)
                 if m:
                     groups = {k: v for k, v in m.groupdict().items() if v is not None}
-                    return SignatureMatch(sig.id, sig.title, sig.hint, groups, seg, sig.source)
+                    return SignatureMatch(sig.id, sig.title, sig.hint, groups, seg, sig.source,
+                                          failure_phase(segments, last_phase, was_ready, sig.phase))
     return UNKNOWN
 
 

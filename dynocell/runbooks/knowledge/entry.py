@@ -51,6 +51,8 @@ DOCTOR_RULES = (
     "health_lies", "stalled_queue", "nccl_startup_skew", "nccl_serving_timeout", "profile_no_trace",
     "graph_launches_missing", "capture_size_miss", "config_smell", "length_breakeven", "draft_window_short",
     "lossless_margin_unknown",
+    # issue 35
+    "engine_hang", "engine_crash_serving",
 )
 #: Derived (property) paths a selector may name besides model fields.
 DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
