@@ -116,7 +116,8 @@ def test_error_lines_wrap_at_the_terminal_width_never_inside_a_command(cli_env, 
     assert error and str(missing) in error[0]  # one line at 250 columns, path whole
     narrow = dynocell(cli_env, "config", "add", str(missing), columns=60)
     lines = [ln for ln in narrow.stderr.splitlines() if ln.strip()]
-    assert len(lines) > 1 and any(ln.startswith(str(missing)) for ln in lines)  # wrapped; the long path whole
+    # wrapped (continuation lines indented); the long path whole on its line
+    assert len(lines) > 1 and any(ln.strip().startswith(str(missing)) for ln in lines)
 
 
 @pytest.mark.parametrize("width", [30, 60, 100])

@@ -621,7 +621,7 @@ def test_a_store_on_read_only_media_is_read(cli_env, tmp_path, read_only):
     real = HERE / "data" / "sglang-0.5.17" / "dynocell-h200" / "dynocell.db"
     (home / "dynocell.db").write_bytes(real.read_bytes())
     env = dict(cli_env, DYNOCELL_HOME=str(home))
-    runs = json.loads(dynocell(env, "runs", "--json").stdout)  # migrated to head while still writable
+    runs = json.loads(dynocell(env, "runs", "--json").stdout)  # read from a migrated copy (never migrated)
     assert "2d8a3ffa5459" in {r["id"] for r in runs}
     assert not (home / "dynocell.db-shm").exists()  # the last reader left no -shm behind
 

@@ -396,9 +396,11 @@ def test_cli_trace_split_and_import_log(cli_env):
     assert split["source"] == "kernel" and split["launches"] > 0
     out = _run(cli_env, "import", "log", str(VLLM / "C_draft_graph.server.log")).stdout
     assert "imported vllm log" in out and "(observed)" in out and "τ = " in out
-    bad = _run(cli_env, "import", "log", str(FOREIGN / "sglang-multinode-node1-truncated.log"), ok=False)
-    assert bad.returncode == 2 and bad.stderr.startswith("Error: ") and "line 4" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    # a config line cut short is a warning naming the line; the rest of the log is imported
+    cut = _run(cli_env, "import", "log", str(FOREIGN / "sglang-multinode-node1-truncated.log"), ok=False)
+    said = " ".join((cut.stdout + cut.stderr).split())
+    assert cut.returncode == 0 and "imported sglang log" in said
+    assert "line 4" in said and "cut short" in said and "Traceback" not in said
 
 
 def test_cli_import_trace_twice_prints_the_stored_profile(cli_env):

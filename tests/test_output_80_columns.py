@@ -118,7 +118,8 @@ def test_runbook_search_and_show_fit_80_columns(cli_env):
     from dynocell.runbooks.knowledge import bundled_knowledge
 
     lines = _fits(_run(cli_env, "runbook", "search", "acceptance", "collapse"))
-    assert lines[0].startswith("draft-parallel-config-copies-every-size  [trap]  ")  # general before one-model
+    slugs = set(bundled_knowledge().entries)
+    assert lines[0].split("  ")[0] in slugs and "  [" in lines[0]  # a hit starts with its slug and [kind]
     slug = "high-acceptance-falling-throughput-accounting"
     lines = _fits(_run(cli_env, "runbook", "show", slug))
     words = " ".join(lines).split()

@@ -49,13 +49,15 @@ STAND_IN_PIDS: set[int] = set()
 
 def live_children() -> list:
     """This process's live (non-zombie) descendants, less the stand-in engines of filled stores, which
-    live for the whole test session on purpose: what a leak check should find."""
+    live for the whole test session on purpose, and the session's reaper (tests/conftest.py starts it as
+    a child of the owning pytest): what a leak check should find."""
     import psutil
 
     out = []
     for c in psutil.Process().children(recursive=True):
         try:
-            if c.pid not in STAND_IN_PIDS and c.status() != psutil.STATUS_ZOMBIE:
+            if (c.pid not in STAND_IN_PIDS and c.status() != psutil.STATUS_ZOMBIE
+                    and not any(a.endswith("session_reaper.py") for a in c.cmdline())):  # conftest's
                 out.append(c)
         except psutil.NoSuchProcess:
             pass

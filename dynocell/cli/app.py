@@ -81,8 +81,13 @@ def _root(
     """Global options (they go before the command: dynocell --debug config add FILE)."""
     if debug:
         state.debug = True
-    if store:
-        state.store_path = store
+    # One process may run several commands (tests, an embedding program): a read command's read-only
+    # (or --store snapshot) cell must not serve the next command's writes, nor one --store the next.
+    if (store or None) != state.store_path:
+        state.settings = state.cell = None
+    elif state.cell is not None and (state.cell.read_only or state.cell.snapshot):
+        state.cell = None
+    state.store_path = store or None
 
 
 _registered = False

@@ -348,7 +348,7 @@ def _make_file(path: Path) -> None:
             con.close()
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
-    except OSError:
+    except (OSError, sqlite3.Error):
         return  # a filesystem without hard links (or a folder we cannot write): SQLite makes the file as before
     finally:
         for p in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
@@ -453,6 +453,17 @@ class Store:
                         raise UserError(f"the store at {redact_url(url)} is at {short_revision(self.revision)}, "
                                         f"not {short_revision(head_revision())}, and is opened read-only",
                                         "`dynocell init` upgrades it (or read it with --store PATH)")
+                elif self.read_only:  # a file this user cannot write: read it as it is, never migrate
+                    self.revision_before = self.revision = current_revision(self.engine)
+                    if self.revision != head_revision():
+                        self.engine.dispose()
+                        folder = Path(url.removeprefix("sqlite:///")).parent
+                        raise StoreUnavailable(
+                            f"the store {Path(url.removeprefix('sqlite:///'))} is at "
+                            f"{short_revision(self.revision)}, not {short_revision(head_revision())}, and "
+                            "this user cannot write it (its file or folder is read-only)",
+                            f"make {folder} and its dynocell.db* files writable, then `dynocell init` "
+                            "upgrades it; reading commands work as they are")
                 else:
                     self.revision_before, self.revision = migrate(self.engine)
                 break

@@ -61,6 +61,7 @@ from dynocell.engine.config import (  # noqa: F401 - REDACTED, redact_env re-exp
     redact_args,
     redact_env,
 )
+from dynocell.engine.builds import PROBE_CWD, SAFE_PATH_ENV, safe_path_env  # noqa: F401 - re-exported
 from dynocell.errors import ConfigError, UserError
 
 
@@ -630,22 +631,6 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
 def argv_string(argv: list[str]) -> str:
     """``shlex.join(argv)``."""
     return shlex.join(argv)
-
-
-#: Where a ``python -c`` probe dynocell starts (hostinfo's versions, builds' locate and import checks)
-#: runs: the file-system root, which only root may write, so no module planted beside the caller is
-#: imported. Engines run in their boot directory instead (the supervisor's ``log_path`` folder).
-PROBE_CWD = "/"
-#: Python's safe-path switch (``-P``, Python ≥ 3.11): ``python -m``/``-c`` no longer put the working
-#: directory first on ``sys.path``; older interpreters ignore the variable (their cwd is dynocell's
-#: choice all the same). Set last, so a config's ``[env]`` cannot turn it off.
-SAFE_PATH_ENV = ("PYTHONSAFEPATH", "1")
-
-
-def safe_path_env(env: dict[str, str]) -> dict[str, str]:
-    """A copy of ``env`` with :data:`SAFE_PATH_ENV` set (every Python child dynocell starts gets it)."""
-    key, value = SAFE_PATH_ENV
-    return {**env, key: value}
 
 
 def build_env(cfg: EngineConfig, base_env: dict[str, str], build_pythonpath: str | None) -> dict[str, str]:

@@ -52,8 +52,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from dynocell.engine.adapters import PROBE_CWD, safe_path_env
 from dynocell.errors import EngineError, NotFound, UserError
+
+#: Where a ``python -c`` probe dynocell starts (hostinfo's versions, builds' locate and import checks)
+#: runs: the file-system root, which only root may write, so no module planted beside the caller is
+#: imported. Engines run in their boot directory instead (the supervisor's ``log_path`` folder).
+PROBE_CWD = "/"
+#: Python's safe-path switch (``-P``, Python ≥ 3.11): ``python -m``/``-c`` no longer put the working
+#: directory first on ``sys.path``; older interpreters ignore the variable (their cwd is dynocell's
+#: choice all the same). Set last, so a config's ``[env]`` cannot turn it off.
+SAFE_PATH_ENV = ("PYTHONSAFEPATH", "1")
+
+
+def safe_path_env(env: dict[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with :data:`SAFE_PATH_ENV` set (every Python child dynocell starts gets it)."""
+    key, value = SAFE_PATH_ENV
+    return {**env, key: value}
 
 __all__ = [
     "BUNDLED_PATCHES_DIR",

@@ -111,10 +111,10 @@ def engine_versions(python: str | None = None, env: dict[str, str] | None = None
     """Versions of the installed :data:`ENGINE_PACKAGES` as seen by ``python`` (default: this interpreter).
 
     Another interpreter is asked in a subprocess (``env``: its whole environment, default inherited; run
-    in :data:`~dynocell.engine.adapters.PROBE_CWD` with ``PYTHONSAFEPATH=1``, so nothing in the caller's
+    in :data:`~dynocell.engine.builds.PROBE_CWD` with ``PYTHONSAFEPATH=1``, so nothing in the caller's
     working directory is imported); one that cannot answer gives ``{}``.
     """
-    from dynocell.engine.adapters import PROBE_CWD, safe_path_env
+    from dynocell.engine.builds import PROBE_CWD, safe_path_env
 
     if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
         out = {}

@@ -395,11 +395,11 @@ class _Scan:
         p, rep = self.p, self.rep
         full = strip_prefix(raw)  # the whole line: match_text cuts long lines, a config line is long
         try:
-            args = parse_server_args_line(full, f"{p}: line {i}")
+            args = parse_server_args_line(full, f"line {i}")
             if args is not None:
                 rep.config, rep.config_line = from_server_args(args, f"{p.name} line {i}"), i
             else:
-                vargs = parse_vllm_args_line(full, f"{p}: line {i}")
+                vargs = parse_vllm_args_line(full, f"line {i}")
                 if vargs is not None:
                     rep.config, rep.config_line = from_vllm_args(vargs, f"{p.name} line {i}"), i
         except ObservedConfigError as exc:

@@ -273,7 +273,7 @@ def _histogram(record: Any) -> list[int] | None:
 def tau_interval(records: Sequence[Any], *, level: float = 0.95) -> Interval | None:
     """τ over request records (``{spec_correct_drafts_histogram: [h0, h1, …]}``, SGLang ``meta_info``'s
     histogram of verify steps by accepted drafts) with its interval over requests: τ = Σ (k+1)·h_k / Σ h_k
-    (DESIGN.md's acceptance math; equal to the step-weighted τ of the classes pooled), the request as the
+    (docs/DESIGN.md's acceptance math; equal to the step-weighted τ of the classes pooled), the request as the
     unit (:func:`ratio_of_sums`). ``None`` with fewer than two requests that carry a histogram."""
     tokens, steps = [], []
     for r in records:

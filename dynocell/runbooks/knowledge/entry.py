@@ -8,13 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynocell.engine.config import ENGINES as CONFIG_ENGINES
+
 BUNDLED_DIR = Path(__file__).parent  # the bundled entries are the .md files of this package
 KINDS = ("law", "trap", "fix", "procedure")
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,126}$")
 KNOWN_FIELDS = ("slug", "title", "kind", "tags", "engines", "signatures", "applies_to", "sources", "evidence",
                 "examples", "fix")
-#: Engines an entry may name in ``engines`` (vLLM: knowledge about logs and configs read from vLLM hosts).
-ENGINES = ("sglang", "vllm", "reference")
+#: Engines dynocell does not run whose incidents and logs the knowledge still speaks of (imported logs).
+FOREIGN_ENGINES = ("trtllm",)
+#: Engines an entry may name in ``engines``: every engine a config may name, and :data:`FOREIGN_ENGINES`.
+ENGINES = (*CONFIG_ENGINES, *FOREIGN_ENGINES)
 #: One source (string form): a public URL; ``<engine or project> <file path> @ <version tag or commit>``; a field
 #: report (``field report 004``: tests/data/field_reports); or a file or folder of this repository
 #: (``tests/data/…`` — dynocell's measured engine artifacts —, ``docs/…`` — docs/h200 holds the facts measured on
