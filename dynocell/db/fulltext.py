@@ -42,12 +42,19 @@ def terms(query: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"[^\W_]+", query.lower())))[:MAX_TERMS]
 
 
+_NO_TAGS = str.maketrans("<>", "  ")
+
+
 def reindex(s: Session, drop: set[str], rows: list[dict[str, Any]]) -> None:
     """In the open transaction ``s``: delete index rows of ``drop`` slugs, then insert ``rows``.
 
     ``rows``: dicts with slug, title, tags (space-joined str), body. Same SQL on both databases
-    (PostgreSQL computes ``doc`` itself).
+    (PostgreSQL computes ``doc`` itself). On PostgreSQL ``<`` and ``>`` are stored as spaces: its default
+    text-search parser reads ``<defunct>`` as an XML tag and indexes no word of it (PostgreSQL manual,
+    "Parsers": token type ``tag``), so a search for ``defunct`` missed the entry that shows it.
     """
+    if s.get_bind().dialect.name == "postgresql":
+        rows = [{**r, **{k: str(r[k]).translate(_NO_TAGS) for k in ("title", "tags", "body")}} for r in rows]
     for slug in drop:
         s.execute(text("DELETE FROM runbook_fts WHERE slug = :slug"), {"slug": slug})
     for r in rows:
