@@ -15,8 +15,8 @@ on the boot or run a step produced, and asserts:
 - with ``expect.quiet = true`` (healthy evidence): no warn or error finding at all.
 
 No case is skipped; an optional ``expect.waits_for`` names what a case still needs before it can
-pass, and runs it as a strict xfail (it fails the suite the day it passes, so the mark comes off). The table of cases is ``tests/data/cases/README.md``;
-``test_readme_lists_every_case`` keeps it whole.
+pass, and runs it as a strict xfail (it fails the suite the day it passes, so the mark comes off).
+The table of cases is ``tests/data/cases/README.md``; ``test_readme_lists_every_case`` keeps it whole.
 """
 
 from __future__ import annotations

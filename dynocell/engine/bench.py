@@ -510,7 +510,11 @@ async def run_level(
     if api not in ENDPOINTS:
         raise ValueError(f"api must be one of {sorted(ENDPOINTS)}")
     url = base_url.rstrip("/") + ENDPOINTS[api]
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    # A new connection per request, as SGLang's bench_serving (one ClientSession per request) and vLLM's
+    # benchmark client do: a pooled keep-alive connection the server closes while idle (llama-server's
+    # cpp-httplib: CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND 5) fails the next request sent on it as
+    # connection_closed, which is the client's race, not the engine's failure.
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_s, sock_connect=min(30.0, timeout_s))
     warm = [_warmup_copy(requests[i % len(requests)], i) for i in range(warmup)] if requests else []
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,

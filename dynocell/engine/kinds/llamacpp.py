@@ -192,8 +192,11 @@ class LlamaCppKind:
         return dict(OWNED_FLAGS)
 
     def served_name(self, cfg: EngineConfig) -> str:
-        """What ``/v1/models`` lists: the ``--alias``, else the GGUF's file name (``server-context.cpp``)."""
-        return cfg.served_model_name or Path(cfg.model_path).name
+        """What ``/v1/models`` lists: the ``--alias``, else the ``--model`` path as given (llama.cpp of
+        llama-cpp-python 0.3.36: ``server-context.cpp`` takes ``params.model.get_name()``, which
+        ``common/common.h`` returns as ``path`` when no HF or docker repo is named; the file name only
+        when that is empty)."""
+        return cfg.served_model_name or cfg.model_path
 
     def expected(self, cfg: EngineConfig) -> health.ExpectedServer:
         """The oracle's expectation: model path (``/props``) and served name (``/v1/models``)."""

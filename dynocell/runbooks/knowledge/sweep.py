@@ -40,7 +40,8 @@ from dynocell.runbooks.knowledge.entry import Entry, LintError
 from dynocell.runbooks.knowledge.versions import version_in_range
 
 LINE_MAX = 4000
-_VERSION = re.compile(r"^\d+(?:\.\d+){1,3}(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?$")  # PEP 440 release, pre, post, dev
+#: An exact PEP 440 version: release, optional pre-release, post and dev parts (``0.5.3.post3``).
+_VERSION = re.compile(r"^\d+(?:\.\d+){1,3}(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?$")
 
 
 @dataclass(frozen=True)
