@@ -113,3 +113,17 @@ def test_tau_and_position_intervals_over_request_records():
     p1 = stats.position_interval(recs, 1)
     assert p1.value == pytest.approx((10 + 10 + 10) / 65)
     assert stats.tau_interval(recs[:1]) is None
+
+
+def test_tau_interval_counts_requests_by_their_own_drafted_and_accepted_counts():
+    """An engine kind whose responses carry drafted / accepted counts but no histogram (llama-server's
+    timings.draft_n / draft_n_accepted): steps = drafted / mean draft length, tokens = steps + accepted."""
+    from dynocell.engine.stats import tau_interval
+
+    recs = [{"spec_drafted": 8, "spec_accepted": 6, "spec_draft_len": 4.0},   # 2 steps, 8 tokens
+            {"spec_drafted": 4, "spec_accepted": 1, "spec_draft_len": 4.0},   # 1 step, 2 tokens
+            {"spec_drafted": 0, "spec_accepted": 0, "spec_draft_len": 4.0},   # nothing drafted: not counted
+            {"output_chars": 10}]                                              # neither: not counted
+    iv = tau_interval(recs)
+    assert iv is not None and iv.n == 2 and abs(iv.value - 10 / 3) < 1e-12 and iv.lo < iv.value < iv.hi
+    assert tau_interval(recs[1:]) is None  # one request is no interval

@@ -274,14 +274,32 @@ def tau_interval(records: Sequence[Any], *, level: float = 0.95) -> Interval | N
     """τ over request records (``{spec_correct_drafts_histogram: [h0, h1, …]}``, SGLang ``meta_info``'s
     histogram of verify steps by accepted drafts) with its interval over requests: τ = Σ (k+1)·h_k / Σ h_k
     (docs/DESIGN.md's acceptance math; equal to the step-weighted τ of the classes pooled), the request as the
-    unit (:func:`ratio_of_sums`). ``None`` with fewer than two requests that carry a histogram."""
+    unit (:func:`ratio_of_sums`); a record with no histogram counts by its drafted / accepted counts
+    (:func:`_tokens_and_steps`). ``None`` with fewer than two requests that carry either."""
     tokens, steps = [], []
     for r in records:
-        h = _histogram(r)
-        if h and sum(h):
-            tokens.append(sum((k + 1) * c for k, c in enumerate(h)))
-            steps.append(sum(h))
+        pair = _tokens_and_steps(r)
+        if pair is not None:
+            tokens.append(pair[0])
+            steps.append(pair[1])
     return ratio_of_sums(tokens, steps, level=level)
+
+
+def _tokens_and_steps(record: Any) -> tuple[float, float] | None:
+    """(tokens, verify steps) of one request record: from its histogram (Σ (k+1)·h_k, Σ h_k), else from the
+    counts an engine kind stores (``spec_drafted``, ``spec_accepted`` and the window's mean draft length
+    ``spec_draft_len``; llama-server's ``timings.draft_n`` / ``draft_n_accepted``): steps = drafted / length,
+    tokens = steps + accepted (τ = 1 + accepted / steps, the vLLM log formula). None when it carries neither."""
+    h = _histogram(record)
+    if h and sum(h):
+        return float(sum((k + 1) * c for k, c in enumerate(h))), float(sum(h))
+    if not hasattr(record, "get"):
+        return None
+    d, a, k = record.get("spec_drafted"), record.get("spec_accepted"), record.get("spec_draft_len")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (d, a, k)) or d <= 0 or k <= 0:
+        return None
+    steps = d / k
+    return steps + a, steps
 
 
 def position_interval(records: Sequence[Any], i: int, *, level: float = 0.95) -> Interval | None:

@@ -201,8 +201,14 @@ def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any
                 job.warnings.append(f"{text_class}: {warning}")
             curve = cc.curve
             prompts = {r.index: r.prompt for r in creqs}
-            records = [request_record(x.index, prompts[x.index], x.text, x.meta_info)
-                       for x in result.results if x.ok and x.index in prompts]
+            records = []
+            for x in result.results:
+                if x.ok and x.index in prompts:
+                    rec = request_record(x.index, prompts[x.index], x.text, x.meta_info)
+                    own = kind.request_acceptance(x.meta_info)
+                    if own is not None and k:  # the request's own counts: τ's interval over requests
+                        rec.update(spec_drafted=own.drafted, spec_accepted=own.accepted, spec_draft_len=round(k, 6))
+                    records.append(rec)
             db_runs.add_curve(
                 job.cell.store, [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
                 run_id=job.run_id, text_class=text_class, num_drafts=curve.num_drafts, steps=curve.steps,
