@@ -60,7 +60,8 @@ def judgment_text(j: dict[str, Any] | None) -> Text | None:
     for k in ("engine", "engine_version", "dtype", "host"):
         if ctx.get(k):
             parts.append(f"{k.replace('_', ' ')} {ctx[k]}")
-    t.append(printable(", ".join(parts)) if parts else "not recorded (a run older than issue 33)")
+    t.append(printable(", ".join(parts)) if parts else
+             "not recorded (the run ended before it measured, or dynocell recorded no context then)")
     tau = j.get("tau")
     if tau:
         t.append(f"\n  τ {tau['value']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}] (95 % over n={tau['n']} requests)")
