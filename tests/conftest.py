@@ -243,6 +243,13 @@ LLAMA_ENV = "DYNOCELL_TEST_LLAMA_DIR"
 LLAMA_BUILD_WAIT_S = 3600.0
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle: whatever order it drew, these go last
+def pytest_collection_modifyitems(config, items):
+    """Tests that need the llama-server build run after every other test, so the ~20 min background build
+    .ci/run starts overlaps the rest of the suite instead of holding it up at a random point."""
+    items.sort(key=lambda item: "llama_build" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(scope="session")
 def llama_build() -> dict:
     """``{"binary": Path, "model": Path}``: the llama-server and SmolLM2 GGUF that ``python -m
