@@ -43,11 +43,7 @@ def run_acceptance(job: RunJob, live: boots.LiveBoot, workload: Any, context_len
     curves_out = []
     by_length: list[tuple[int, Any]] = []  # (the workload's target input length, result): the length curve
     for level in levels:
-        reqs = workload.requests(level.name, context_length)
-        by_class: dict[str, list[Any]] = {}
-        for r in reqs:
-            by_class.setdefault(r.text_class, []).append(r)
-        for text_class, creqs in by_class.items():
+        for text_class, creqs in _by_class(workload, level, context_length).items():
             # No warm-up here: the bench step warmed the engine, and a warm-up request would
             # land in the engine's counters but not in the client's histogram.
             before = _metrics(client, engine_metrics)
@@ -126,10 +122,7 @@ def _acceptance_vllm(job: RunJob, live: boots.LiveBoot, workload: Any, context_l
     client = live.client(job.cell.settings.http_timeout_s)
     curves_out = []
     for level in levels:
-        by_class: dict[str, list[Any]] = {}
-        for r in workload.requests(level.name, context_length):
-            by_class.setdefault(r.text_class, []).append(r)
-        for text_class, creqs in by_class.items():
+        for text_class, creqs in _by_class(workload, level, context_length).items():
             offset = _quiet_log(live.log_path, _log_interval_s(live.cfg))
             before_text = client.metrics_text().text
             result = run_bench_level(job, live, level, creqs, warmup=0)
@@ -173,10 +166,7 @@ def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any
     client = live.client(job.cell.settings.http_timeout_s)
     curves_out = []
     for level in levels:
-        by_class: dict[str, list[Any]] = {}
-        for r in workload.requests(level.name, context_length):
-            by_class.setdefault(r.text_class, []).append(r)
-        for text_class, creqs in by_class.items():
+        for text_class, creqs in _by_class(workload, level, context_length).items():
             before_text = client.metrics_text().text
             result = run_bench_level(job, live, level, creqs, warmup=0)
             after_text = client.metrics_text().text
@@ -187,7 +177,8 @@ def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any
             if cc is None:
                 raise EngineError(f"class {text_class}: the engine's speculative counters did not move",
                                   "is speculative decoding on? (no draft was verified in this class)")
-            reqs = [a for a in (kind.request_acceptance(x.meta_info) for x in result.results if x.ok) if a]
+            own = {x.index: kind.request_acceptance(x.meta_info) for x in result.results if x.ok}
+            reqs = [a for a in own.values() if a]
             drafted, accepted = sum(a.drafted for a in reqs), sum(a.accepted for a in reqs)
             k = cc.figures["draft_tokens"] / cc.figures["drafts"] if cc.figures.get("drafts") else 0
             # τ from the responses' own counts, with the window's mean draft length k = draft tokens / steps
@@ -205,9 +196,9 @@ def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any
             for x in result.results:
                 if x.ok and x.index in prompts:
                     rec = request_record(x.index, prompts[x.index], x.text, x.meta_info)
-                    own = kind.request_acceptance(x.meta_info)
-                    if own is not None and k:  # the request's own counts: τ's interval over requests
-                        rec.update(spec_drafted=own.drafted, spec_accepted=own.accepted, spec_draft_len=round(k, 6))
+                    a = own.get(x.index)
+                    if a is not None and k:  # the request's own counts: τ's interval over requests
+                        rec.update(spec_drafted=a.drafted, spec_accepted=a.accepted, spec_draft_len=round(k, 6))
                     records.append(rec)
             db_runs.add_curve(
                 job.cell.store, [(i + 1, curve.p[i], curve.a[i]) for i in range(len(curve.p))],
@@ -284,3 +275,11 @@ def _metrics(client: EngineClient, engine_metrics: Any) -> Any:
         return engine_metrics.parse_metrics(client.metrics_text().text)
     except Exception:  # noqa: BLE001 - a broken /metrics must not lose the client-side curve
         return None
+
+
+def _by_class(workload: Any, level: Any, context_length: int) -> dict[str, list[Any]]:
+    """The level's requests (``workload.requests``) grouped by text class, in workload order."""
+    by_class: dict[str, list[Any]] = {}
+    for r in workload.requests(level.name, context_length):
+        by_class.setdefault(r.text_class, []).append(r)
+    return by_class
