@@ -164,7 +164,9 @@ def test_reference_vllm_surface_answers_vllms_shape(model_pair, tmp_path):
         assert all(f"token_id:{i}" in top for i, top in zip(ids, logprobs["top_logprobs"]))
         got = _divergence_margin(EngineClient(eng.url), prompt, ids, [i + 1 for i in ids], 5, 120.0, cfg)
         vals = sorted(logprobs["top_logprobs"][5].values(), reverse=True)
-        assert got["margin"] == pytest.approx(vals[0] - vals[1], abs=1e-6) and got["margin"] >= 0
+        # two requests (8 tokens, then idx + 1): CPU float sums may differ in the last bits between them, and the
+        # margin is rounded to 6 places, so agreement is to 1e-5 nats (far below one bf16 step, 2**-8 at 1..2)
+        assert got["margin"] == pytest.approx(vals[0] - vals[1], abs=1e-5) and got["margin"] >= 0
         assert got["margin_unknown"] is None
     finally:
         eng.stop()
