@@ -105,7 +105,8 @@ def test_margin_worked_on_the_recorded_real_run():
     r = be.margin(1.7597, 18.5637, 5.2648, [], [])
     assert r == {"tau": 1.7597, "spec_step_ms": 18.5637, "plain_step_ms": 5.2648, "budget_ms": 9.2645,
                  "margin": -0.5009, "pays": False, "speedup_estimate": 0.499, "noise_band": 0.05,
-                 "verdict": "does NOT pay", "interval": [-0.5253, -0.4753], "interval_n": 0, "decide": None}
+                 "verdict": "does NOT pay", "interval": [-0.5253, -0.4753], "interval_n": 0, "decide": None,
+                 "between_runs": None}
     # issue 33: the interval is ln(1 + margin) ± z·SE, the SE at least the between-run floor (5 % read as z·SE):
     # exp(ln 0.49906 ± 0.05) − 1
     # a budget over the spec step pays; the band widens to the combined noise of both medians
@@ -142,3 +143,28 @@ def test_margin_interval_adds_tau_uncertainty_and_says_how_many_more():
     # the same margin from a τ known to ±1 % pays
     r = be.margin(2.0, 8.77, 5.0, [8.7, 8.8, 8.9], [4.9, 5.0, 5.1], tau_interval=stats.Interval(2.0, 1.98, 2.02, 400))
     assert r["verdict"] == "pays" and r["interval"][0] > 0 and r["decide"] is None
+
+
+def test_margin_between_runs_widens_to_the_repeats_spread():
+    """The vLLM draft repeats on one H200 (tests/data/h200-repeats-2026-12-02): margins −41.6 %, −44.4 % and
+    −29.9 % of one unchanged config. ln(1 + m) = −0.5384, −0.5866, −0.3547; their SD (ddof 1) is 0.1224, so
+    the third run's interval is exp(ln 0.7014 ± 1.96 · 0.1224) − 1 = [−44.8 %, −10.8 %], wider than its
+    own ±8 % and still below 0: the verdict holds."""
+    from dynocell.engine import stats
+
+    assert stats.between_runs_sd([1 - 0.4163, 1 - 0.4438, 1 - 0.2986]) == pytest.approx(0.1224, abs=1e-4)
+    assert stats.between_runs_sd([0.58, 0.56]) is None  # two runs: one degree of freedom is not a spread
+    alone = be.margin(1.8, 5.3189, 2.0727, [5.3189, 7.3648, 5.0798, 5.2238, 7.135], [13.301, 2.1011, 2.0727,
+                                                                                   2.0092, 1.9234])
+    both = be.margin(1.8, 5.3189, 2.0727, [5.3189, 7.3648, 5.0798, 5.2238, 7.135], [13.301, 2.1011, 2.0727,
+                                                                                  2.0092, 1.9234],
+                     repeats=[-0.4163, -0.4438])
+    assert alone["between_runs"] is None
+    assert both["between_runs"] == {"runs": 3, "sd_log": pytest.approx(0.1224, abs=1e-4)}
+    assert both["interval"] == [pytest.approx(-0.448, abs=2e-3), pytest.approx(-0.108, abs=2e-3)]
+    assert both["interval"][1] - both["interval"][0] > alone["interval"][1] - alone["interval"][0]
+    assert both["verdict"] == alone["verdict"] == "does NOT pay"
+    # a margin whose runs straddle 0 is inconclusive, and says how many more RUNS (not requests) would decide
+    r = be.margin(2.0, 9.6, 5.0, [9.6] * 5, [5.0] * 5, repeats=[-0.15, 0.2])
+    assert r["verdict"] == "within noise" and "between runs of this experiment (3 runs)" in r["decide"]
+    assert "more runs would decide" in r["decide"]

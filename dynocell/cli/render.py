@@ -15,7 +15,7 @@ from rich.text import Text
 
 from dynocell.cli.common import human_duration
 from dynocell.cli.fit import FitTable
-from dynocell.runbooks.views import percentile_shown
+from dynocell.runbooks.views import interval_basis, percentile_shown
 from dynocell.text import printable, shorten
 
 BAR_WIDTH = 30
@@ -63,13 +63,23 @@ def judgment_text(j: dict[str, Any] | None) -> Text | None:
     t.append(printable(", ".join(parts)) if parts else
              "not recorded (the run ended before it measured, or dynocell recorded no context then)")
     tau = j.get("tau")
+    between = j.get("between_runs") or {}
+
+    def spread(key: str) -> str:
+        b = between.get(key)
+        return (f"; widened to ±{b['sd_log'] * 100:.1f} % between {b['runs']} runs of this experiment" if b
+                else "; run-to-run spread not measured")
+
     if tau:
-        t.append(f"\n  τ {tau['value']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}] (95 % over n={tau['n']} requests)")
+        t.append(f"\n  τ {tau['value']:.3f} [{tau['lo']:.3f}, {tau['hi']:.3f}] (95 % over n={tau['n']} requests"
+                 f"{spread('tau')})")
     dec = j.get("decode_tok_s_c1")
     if dec:
         t.append(f"\n  decode {dec['value']:.1f} tok/s per request at c=1 [{dec['lo']:.1f}, {dec['hi']:.1f}] "
-                 f"(95 % bootstrap of the median within this run's window, n={dec['n']}, seed {dec['seed']}; "
-                 "host load moves it between runs: compare runs of one contention only)")
+                 f"(95 % bootstrap of the median within this run's window, n={dec['n']}, seed {dec['seed']}"
+                 f"{spread('decode_tok_s_c1')})")
+    if between.get("note"):
+        t.append(f"\n  {between['note']}", style="dim")
     c = ctx.get("contention") or {}
     if c:
         load = c.get("load_per_core")
@@ -382,7 +392,9 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
     pays = be.get("pays")
     verdict = be.get("verdict") or ("pays" if pays else "does NOT pay")
     t = Text("break-even: ", style="bold")
-    band = f" ± {be['noise_band'] * 100:.1f} % noise" if be.get("noise_band") is not None else ""
+    # the interval (below) is the judgment; a bare "± band" read as run-to-run noise when it was not (issue 33)
+    band = (f" ± {be['noise_band'] * 100:.1f} % noise" if be.get("noise_band") is not None and not be.get("interval")
+            else "")
     t.append(f"spec step {be['spec_step_ms']:.2f} ms vs τ × plain step = {be['tau']:.3f} × {be['plain_step_ms']:.2f} "
              f"= {be['budget_ms']:.2f} ms → margin {be['margin'] * 100:+.1f} %{band} ")
     style = {"pays": "green", "does NOT pay": "red"}.get(verdict, "yellow")
@@ -390,8 +402,7 @@ def breakeven_text(run: dict[str, Any]) -> Text | None:
              style=style)
     if be.get("interval"):
         lo, hi = be["interval"]
-        t.append(f"\n  margin interval [{lo * 100:+.1f} %, {hi * 100:+.1f} %] (95 %"
-                 + (f", τ over n={be['interval_n']} requests" if be.get("interval_n") else "") + ")")
+        t.append(f"\n  margin interval [{lo * 100:+.1f} %, {hi * 100:+.1f} %] (95 %: {interval_basis(be)})")
         if be.get("decide"):
             t.append(f"; {be['decide']}", style="yellow")
     if be.get("plain_source"):

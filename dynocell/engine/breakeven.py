@@ -16,6 +16,7 @@ averages (:func:`engine_tau`: SGLang's completion tokens / verify steps, less th
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 #: ``engine_source`` of an engine τ from ``meta_info`` averages, the prefill's token left out (≤ 64 characters).
@@ -64,7 +65,7 @@ def breakeven_verdict(margin: float, band: float) -> str:
 
 def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: list[float],
            plain_samples: list[float], *, tau_interval: Any = None, effect_size: float = 0.05,
-           level: float = 0.95) -> dict[str, Any]:
+           level: float = 0.95, repeats: Sequence[float] = ()) -> dict[str, Any]:
     """The break-even record of one run: ``{tau, spec_step_ms, plain_step_ms, budget_ms, margin, pays,
     speedup_estimate, noise_band, interval, verdict, decide}`` (rounded as stored; ``pays``: spec step < budget).
 
@@ -74,7 +75,14 @@ def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: 
     (:func:`median_noise`) and a between-run floor (:data:`BREAKEVEN_MIN_BAND` read as z·SE). ``verdict`` is
     ``pays`` / ``does NOT pay`` only when the interval excludes 0, else ``within noise``; ``decide`` then says
     about how many more requests would decide an ``effect_size`` margin. ``noise_band`` keeps its meaning
-    (combined σ of both medians, at least :data:`BREAKEVEN_MIN_BAND`)."""
+    (combined σ of both medians, at least :data:`BREAKEVEN_MIN_BAND`).
+
+    ``repeats``: the margins (fractions) of earlier runs of the same experiment (same config, workload,
+    host, engine version: the caller matches contexts). With this run they make ≥ :data:`stats.MIN_RUNS`
+    values, their SD of ln(1 + margin) (:func:`dynocell.engine.stats.between_runs_sd`) is the run-to-run
+    spread, and the SE is the larger of it and the within-run SE above (issue 33: identical H200 runs moved
+    −44 % → −30 % while each run's own interval was ±8 %). ``between_runs`` records ``{runs, sd_log}`` or
+    None (fewer runs: the spread between runs is not measured, and the record says so)."""
     import math
 
     from dynocell.engine import stats
@@ -87,10 +95,20 @@ def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: 
     se = math.sqrt(tau_se ** 2 + median_noise(spec_samples) ** 2 + median_noise(plain_samples) ** 2
                    + (BREAKEVEN_MIN_BAND / z) ** 2)
     n = getattr(tau_interval, "n", 0) or len(spec_samples)
+    within_se = se
+    runs = [x for x in repeats if x is not None and x > -1] + [m]
+    sd_runs = stats.between_runs_sd([1 + x for x in runs])
+    if sd_runs is not None:
+        se = max(se, sd_runs)
     lo, hi = math.expm1(math.log1p(m) - z * se), math.expm1(math.log1p(m) + z * se)
     verdict = "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
     decide = None
-    if verdict == "within noise":
+    if verdict == "within noise" and sd_runs is not None and sd_runs > within_se:
+        need_runs = stats.samples_needed(sd_runs, effect_size, level=level)
+        decide = (f"inconclusive: the margin moves ±{sd_runs * 100:.0f} % between runs of this experiment "
+                  f"({len(runs)} runs); about {max(1, need_runs - len(runs))} more runs would decide a "
+                  f"{effect_size * 100:.0f} % margin")
+    elif verdict == "within noise":
         # σ per request ≈ the SE above the floor × √n (the floor does not shrink with requests)
         sampling_se = math.sqrt(max(0.0, se ** 2 - (BREAKEVEN_MIN_BAND / z) ** 2))
         need = stats.samples_needed(sampling_se * math.sqrt(max(n, 1)), effect_size, level=level) if n else None
@@ -101,7 +119,24 @@ def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: 
             "budget_ms": round(budget, 4), "margin": round(m, 4), "pays": spec_step_ms < budget,
             "speedup_estimate": round(budget / spec_step_ms, 3),
             "noise_band": round(band, 4), "interval": [round(lo, 4), round(hi, 4)],
-            "interval_n": n, "verdict": verdict, "decide": decide}
+            "interval_n": n, "verdict": verdict, "decide": decide,
+            "between_runs": {"runs": len(runs), "sd_log": round(sd_runs, 4)} if sd_runs is not None else None}
+
+
+def interval_basis(be: dict[str, Any]) -> str:
+    """What a stored break-even interval covers, for every face: ``τ over n=15 requests, the step medians,
+    ±11.8 % between 3 runs`` — or, with fewer than :data:`stats.MIN_RUNS` runs of the experiment, that the
+    run-to-run spread is not measured (so the interval may be too narrow). ``be``: a :func:`margin` record."""
+    from dynocell.engine import stats
+
+    parts = [f"τ over n={be['interval_n']} requests" if be.get("interval_n") else "τ as measured",
+             "the step medians", f"a ±{BREAKEVEN_MIN_BAND * 100:.0f} % floor"]
+    br = be.get("between_runs")
+    if br:
+        parts.append(f"±{br['sd_log'] * 100:.1f} % between {br['runs']} runs of this experiment")
+    else:
+        parts.append(f"run-to-run spread not measured (fewer than {stats.MIN_RUNS} runs of this experiment)")
+    return ", ".join(parts)
 
 
 def verify_step_ms(results: list[Any]) -> float | None:

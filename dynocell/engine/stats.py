@@ -222,6 +222,26 @@ def compare_intervals(a: Interval | None, b: Interval | None, *, effect_size: fl
                            level=a.level)
 
 
+#: Fewest runs of one experiment whose spread is read as the run-to-run variation (2 degrees of freedom).
+MIN_RUNS = 3
+
+
+def between_runs_sd(values: Sequence[float | None]) -> float | None:
+    """The run-to-run standard deviation of ln(value) over repeated runs of one experiment (same config,
+    workload, host, engine version; each value one run's figure, any positive unit: ms, tok/s, 1 + margin),
+    or None with fewer than :data:`MIN_RUNS` positive values.
+
+    It is the SD of single runs about their mean, so it already holds each run's own sampling noise plus
+    whatever moves between runs (boot, host state, clocks): a single run's total SE on the log scale is
+    max(its within-run SE, this), never their sum — the observed between-run variance is within + between
+    (one-way random-effects model; Searle, Casella & McCulloch 1992, §3.6)."""
+    x = _clean(values)
+    x = x[x > 0]
+    if x.size < MIN_RUNS:
+        return None
+    return float(np.log(x).std(ddof=1))
+
+
 def samples_needed(sigma: float, delta: float, *, level: float = 0.95, power: float = 0.8) -> int:
     """Units per arm that detect a difference ``delta`` of two means with standard deviation ``sigma`` per
     unit (same unit as ``delta``; relative σ with a relative δ works the same): the two-sample normal

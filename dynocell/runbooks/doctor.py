@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from dynocell.engine import contention
 from dynocell.errors import NotFound
-from dynocell.runbooks.doctor_compare import COMPARE_RULES
+from dynocell.runbooks.doctor_compare import COMPARE_RULES, rule_graph_vs_eager
 from dynocell.runbooks.doctor_oracle import ORACLE_RULES
 from dynocell.runbooks.doctor_outputs import OUTPUT_RULES
 from dynocell.runbooks.doctor_runtime import RUNTIME_RULES
@@ -62,7 +62,7 @@ from dynocell.runbooks.doctor_model import (  # noqa: F401 - re-exported: the do
     Baseline, ClassCurve, ConcurrencyPoint, DoctorInputs, Finding, Mismatch, OracleCurve, Sibling, headline_tok_s,
     r as _r,
 )
-from dynocell.runbooks.doctor_model import differing_knobs
+from dynocell.runbooks.doctor_model import differing_knobs, self_and_siblings
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynocell.db.runs import CurveRow, RunRow
@@ -471,15 +471,9 @@ def _gate_text(inp: DoctorInputs, lengths: list[float], taus: list[float]) -> st
             f"{c['crossover_breakeven_tau']:.2f})")
 
 
-def _self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:
-    tau = inp.overall_tau()
-    me = Sibling("this run", inp.knobs, tau) if inp.knobs and tau is not None else None
-    return me, list(inp.siblings)
-
-
 def rule_scales_with_parallel(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["scales_with_parallel"]
-    me, sibs = _self_and_siblings(inp)
+    me, sibs = self_and_siblings(inp)
     if me is None:
         return []
     out = []
@@ -505,31 +499,6 @@ def rule_scales_with_parallel(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
             f"with everything else equal ({drop * 100:.0f} % lower): a size that the draft's parallel config does "
             f"not carry. Bisect: dynocell bisect plan <{knob}={smallest.knobs.get(knob)} config> <this config>.",
             {"knob": knob, "sizes": sizes, "tau": taus, "drop": _r(drop), "labels": [s.label for s in members]}))
-    return out
-
-
-def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
-    t = th["graph_vs_eager"]
-    me, sibs = _self_and_siblings(inp)
-    if me is None:
-        return []
-    out = []
-    for s in sibs:
-        if differing_knobs(me.knobs, s.knobs, include_env=True) != ["cuda_graph.disable"]:
-            continue
-        graph, eager = (s, me) if s.knobs.get("cuda_graph.disable") is False else (me, s)
-        diff = abs(graph.tau - eager.tau) / max(graph.tau, eager.tau)
-        if diff <= t["rel_diff_min"]:
-            continue
-        pp = me.knobs.get("parallel.pp_size") or 1
-        stage = (f" With pp_size {pp}, disable graphs on one pipeline stage at a time next." if pp > 1 else "")
-        out.append(Finding(
-            "graph_vs_eager", "error",
-            f"CUDA graph τ {graph.tau:.2f} vs eager τ {eager.tau:.2f} for the same config ({diff * 100:.1f} % apart): "
-            "a static buffer the captured graph reads is not refreshed on some path. Bisect: dynocell bisect plan "
-            f"<eager config> <graph config>.{stage}",
-            {"tau_graph": _r(graph.tau), "tau_eager": _r(eager.tau), "rel_diff": _r(diff), "pp_size": pp,
-             "eager_label": eager.label, "graph_label": graph.label}))
     return out
 
 
@@ -933,7 +902,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         curves=[cc(x) for x in d.get("curves", [])],
         ladder=[cc(x) for x in d.get("ladder", [])],
         knobs=dict(d.get("knobs", {})),
-        siblings=[Sibling(x.get("label", f"sibling {i}"), dict(x["knobs"]), float(x["tau"]))
+        siblings=[Sibling(x.get("label", f"sibling {i}"), dict(x["knobs"]), float(x["tau"]),
+                          requests=tuple(x.get("requests") or ()), context=dict(x.get("context") or {}))
                   for i, x in enumerate(d.get("siblings", []))],
         spec_decode_tok_s=d.get("spec_decode_tok_s"), plain_decode_tok_s=d.get("plain_decode_tok_s"),
         spec_step_ms=d.get("spec_step_ms"), plain_step_ms=d.get("plain_step_ms"),
@@ -949,7 +919,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         others=[Sibling(x.get("label", f"other {i}"), dict(x.get("knobs", {})), float(x["tau"]),
                         dict(x.get("tau_by_class", {})), x.get("decode_tok_s"))
                 for i, x in enumerate(d.get("others", []))],
-        concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]))
+        concurrency=[ConcurrencyPoint(int(x["concurrency"]), float(x["spec_tok_s"]), float(x["plain_tok_s"]),
+                                      tuple(x.get("spec_requests") or ()), tuple(x.get("plain_requests") or ()))
                      for x in d.get("concurrency", [])],
         mismatches=[Mismatch(int(x.get("prompt", 0)), int(x["position"]), x.get("spec_token"), x.get("plain_token"),
                              x.get("margin"), x.get("margin_unknown")) for x in d.get("mismatches", [])],
@@ -1055,7 +1026,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     numbers, the plain twin's decode throughput, greedy outputs and reference-engine oracle curves."""
     from dynocell.db import runs as db_runs
     from dynocell.runbooks.doctor_evidence import (
-        add_run_evidence, completed_others, knobs_of, run_samples,
+        requests_by_class, add_run_evidence, completed_others, full_context, knobs_of, run_samples,
     )
 
     store = cell.store
@@ -1072,8 +1043,6 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     be = run.breakeven or {}
     inp.breakeven = dict(be)
     inp.effect_size = cell.settings.effect_size
-    from dynocell.runbooks.run.context import full_context
-
     inp.context = full_context(store, run)
     inp.contended = contention.contended(inp.context.get("contention"))
     inp.allow_contended = bool(opts.get("allow_contended"))
@@ -1098,7 +1067,8 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
             continue
         diff = set(differing_knobs(inp.knobs, knobs, include_env=True))
         if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
-            inp.siblings.append(Sibling(other.id, knobs, tau))
+            recs = tuple(x for rs in requests_by_class(store, other.id).values() for x in rs)
+            inp.siblings.append(Sibling(other.id, knobs, tau, requests=recs, context=full_context(store, other)))
         elif knobs.get("engine") == "reference" and _reference_twin(diff):
             o_opts = other.options or {}
             o_temp = o_opts.get("temperature")

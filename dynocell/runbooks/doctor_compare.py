@@ -11,6 +11,11 @@ Rules (id — shape):
 - ``spread_collapse`` — the spread of τ across text classes collapses to one value (accounting, not
   drafting: real drafters accept verbatim repetition far more often than prose).
 - ``concurrency_loss`` — speculation wins at concurrency 1 and loses at ≥ 4 with acceptance unchanged.
+- ``graph_vs_eager`` — the same config with CUDA graphs disabled gives a different τ.
+
+Each judges two numbers only as the same experiment (matching comparability contexts, no contended window
+unless ``--allow-contended``) and fires only beyond the interval of the difference; inside it, an ``info``
+finding says how many more requests would decide (issue 33).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from dynocell.engine import contention, stats
-from dynocell.runbooks.doctor_model import DoctorInputs, Finding, differing_knobs, r
+from dynocell.runbooks.doctor_model import (
+    ConcurrencyPoint, DoctorInputs, Finding, differing_knobs, r, self_and_siblings,
+)
 
 #: Knob prefixes that change what the drafter or the verify step sees (so they can move τ); any other
 #: differing knob (topology, memory, versions …) moves speed, and confounds a τ comparison.
@@ -190,30 +197,43 @@ def _build_only(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def rule_tau_up_throughput_down(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """More tokens accepted per step but fewer tokens per second: the accounting (or the step cost)
-    changed, not the drafting — check with a plain baseline before believing either build."""
+    changed, not the drafting — check with a plain baseline before believing either build.
+
+    Issue 33: a recorded run of the same config is compared only as the same experiment (its context
+    matches, neither window contended unless ``--allow-contended``), and where both sides kept each
+    request's record the rise of τ must exceed its interval (:func:`dynocell.engine.stats.compare_intervals`
+    verdict ``higher``): a τ that moved inside the request-to-request spread says nothing about accounting."""
     t = th["tau_up_throughput_down"]
     tau, tok_s = inp.overall_tau(), inp.spec_decode_tok_s
     if tau is None or not tok_s:
         return []
+    mine_recs = [x for c in inp.curves for x in (c.requests or ())]
     # Other builds of the same config only: another config that differs in knobs which change the step's cost
     # (CUDA graphs, env switches, parallel sizes …) is expected to trade τ for speed (confounded_comparison's job).
-    rows = [(b.build or b.label, _weighted_tau(b.curves), b.decode_tok_s) for b in inp.baselines]
-    rows += [(o.label, o.tau, o.decode_tok_s) for o in inp.others
+    rows = [(b.build or b.label, _weighted_tau(b.curves), b.decode_tok_s, b.context,
+             [x for recs in b.requests.values() for x in recs]) for b in inp.baselines]
+    rows += [(o.label, o.tau, o.decode_tok_s, o.context, list(o.requests)) for o in inp.others
              if inp.knobs and _build_only(inp.knobs, o.knobs)]
     out = []
-    for label, otau, otok in rows:
+    for label, otau, otok, octx, orecs in rows:
         if not otau or not otok:
             continue
         up, down = tau / otau - 1, 1 - tok_s / otok
-        if up < t["tau_rel_up"] or down < t["tok_s_rel_down"]:
+        if up < t["tau_rel_up"] or down < t["tok_s_rel_down"] or _not_comparable(inp, octx):
             continue
+        eff = stats.compare_intervals(stats.tau_interval(mine_recs), stats.tau_interval(orecs),
+                                      effect_size=inp.effect_size)
+        if eff is not None and eff.verdict != "higher":
+            continue  # τ rose inside its interval: not a rise to explain
+        band = f" ({eff.text()})" if eff else ""
         out.append(Finding("tau_up_throughput_down", "warn",
-                           f"τ {tau:.2f} vs {otau:.2f} in {label} (+{up * 100:.0f} %) while decode falls to "
+                           f"τ {tau:.2f} vs {otau:.2f} in {label} (+{up * 100:.0f} %{band}) while decode falls to "
                            f"{tok_s:.1f} from {otok:.1f} tok/s (−{down * 100:.0f} %): accepted tokens per second fell "
                            "although τ rose. Either the acceptance is counted differently (definitions, skipped "
                            "steps) or each step got dearer; measure a plain baseline on both builds.",
                            {"other": label, "tau": r(tau), "other_tau": r(otau), "decode_tok_s": r(tok_s, 2),
-                            "other_decode_tok_s": r(otok, 2), "tau_rel_up": r(up), "tok_s_rel_down": r(down)}))
+                            "other_decode_tok_s": r(otok, 2), "tau_rel_up": r(up), "tok_s_rel_down": r(down),
+                            **({"interval": eff.to_dict()} if eff else {})}))
     return out
 
 
@@ -251,10 +271,78 @@ def rule_spread_collapse(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
                      "other": wide[0][0] if wide else None, "other_spread": r(wide[0][1]) if wide else None})]
 
 
+def _not_comparable(inp: DoctorInputs, other_context: dict[str, Any]) -> str | None:
+    """Why this run and another measurement are not one experiment (their contexts differ:
+    :func:`dynocell.runbooks.run.context.differences`) or may not be judged (:func:`left_out`); None when
+    they may be compared. An empty context (an input built from plain data) is not compared."""
+    from dynocell.runbooks.run.context import differences
+
+    diffs = differences(inp.context, other_context) if inp.context and other_context else []
+    if diffs:
+        return "not the same experiment: " + "; ".join(diffs)
+    return left_out(inp, other_context)
+
+
+def rule_graph_vs_eager(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """The same config with only ``cuda_graph.disable`` flipped gives a τ more than ``rel_diff_min`` apart,
+    beyond the interval of the difference: a static buffer the captured graph reads is not refreshed on
+    some path. With both sides' request records the difference must exclude 0 at 95 % (τ as a ratio
+    estimator over requests, log scale: :func:`dynocell.engine.stats.compare_intervals`); inside it the
+    finding is ``info``, "inconclusive", with the requests per side that would decide ``effect_size``."""
+    t = th["graph_vs_eager"]
+    me, sibs = self_and_siblings(inp)
+    if me is None:
+        return []
+    out = []
+    for s in sibs:
+        if differing_knobs(me.knobs, s.knobs, include_env=True) != ["cuda_graph.disable"]:
+            continue
+        graph, eager = (s, me) if s.knobs.get("cuda_graph.disable") is False else (me, s)
+        diff = abs(graph.tau - eager.tau) / max(graph.tau, eager.tau)
+        if diff <= t["rel_diff_min"]:
+            continue
+        pp = me.knobs.get("parallel.pp_size") or 1
+        eff = stats.compare_intervals(stats.tau_interval(graph.requests), stats.tau_interval(eager.requests),
+                                      effect_size=inp.effect_size)
+        ev = {"tau_graph": r(graph.tau), "tau_eager": r(eager.tau), "rel_diff": r(diff), "pp_size": pp,
+              "eager_label": eager.label, "graph_label": graph.label,
+              **({"interval": eff.to_dict()} if eff else {})}
+        pair = f"CUDA graph τ {graph.tau:.2f} vs eager τ {eager.tau:.2f} for the same config"
+        why = _not_comparable(inp, s.context)
+        if why:
+            out.append(Finding("graph_vs_eager", "info", f"{pair} is not judged: {why}. Measure both with one "
+                               "workload on one quiet host.", {**ev, "left_out": why}))
+            continue
+        if eff is not None and eff.verdict not in ("higher", "lower"):
+            out.append(Finding("graph_vs_eager", "info", f"{pair} ({eff.text()}): not beyond the run-to-run "
+                               "interval, so no graph bug is inferred.", {**ev, "more_needed": eff.more_needed}))
+            continue
+        stage = (f" With pp_size {pp}, disable graphs on one pipeline stage at a time next." if pp > 1 else "")
+        band = f"; {eff.text()}" if eff else "; no request records, so no interval: the gap alone"
+        out.append(Finding(
+            "graph_vs_eager", "error",
+            f"{pair} ({diff * 100:.1f} % apart{band}): a static buffer the captured graph reads is not refreshed "
+            f"on some path. Bisect: dynocell bisect plan <eager config> <graph config>.{stage}", ev))
+    return out
+
+
+def _speedup(p: ConcurrencyPoint, effect_size: float) -> stats.Effect | None:
+    """spec / plain − 1 at one level, with the log-ratio interval of the mean per-request decode rates
+    (:func:`dynocell.engine.stats.log_ratio`); None when either side kept no per-request rates."""
+    if not p.spec_requests or not p.plain_requests:
+        return None
+    return stats.log_ratio(p.spec_requests, p.plain_requests, effect_size=effect_size)
+
+
 def rule_concurrency_loss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """Speculation pays at concurrency 1 and stops paying at ≥ ``min_high_concurrency``: the verify
     step's extra tokens compete with other requests for the batch (gate speculation by load). Not judged on a
-    contended window unless ``--allow-contended`` (issue 33)."""
+    contended window unless ``--allow-contended`` (issue 33).
+
+    The speed-up at a level is spec/plain aggregate output tok/s; with each request's decode rate kept on
+    both sides, "pays" and "loses" each need the log-ratio interval of the per-request rates
+    (:func:`_speedup`) to exclude 0, else the finding is ``info``, "inconclusive", with the requests that
+    would decide; without them, the measured break-even noise band (or ``noise``) is the band."""
     t = th["concurrency_loss"]
     if left_out(inp):
         return []  # issue 33: throughput under a loaded host says nothing about the batch
@@ -264,18 +352,44 @@ def rule_concurrency_loss(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
     high = [p for p in pts if p.concurrency >= t["min_high_concurrency"] and p.plain_tok_s]
     if not low or not high:
         return []
-    s1 = low[0].spec_tok_s / low[0].plain_tok_s
-    losers = [(p, p.spec_tok_s / p.plain_tok_s) for p in high if p.spec_tok_s / p.plain_tok_s < 1 - noise]
-    if s1 <= 1 + noise or not losers:
-        return []
-    p, s = losers[0]
-    return [Finding("concurrency_loss", "warn",
-                    f"speculation is {s1:.2f}× plain at concurrency 1 but {s:.2f}× at {p.concurrency}: with "
-                    "acceptance unchanged, the verify step's extra tokens compete for the batch. Gate speculation "
-                    "by load (turn it off above the crossover) and check the capture sizes cover max running × "
-                    "(drafts + 1).",
-                    {"speedup_c1": r(s1), "concurrency": p.concurrency, "speedup": r(s),
-                     "speedups": {str(x.concurrency): r(x.spec_tok_s / x.plain_tok_s) for x in pts if x.plain_tok_s}})]
+
+    def ratio(p: ConcurrencyPoint) -> float:
+        return p.spec_tok_s / p.plain_tok_s
+
+    def side(p: ConcurrencyPoint) -> tuple[str, stats.Effect | None]:
+        """``pays`` / ``loses`` / ``even`` / ``inconclusive`` at one level."""
+        eff, s = _speedup(p, inp.effect_size), ratio(p)
+        if eff is not None:
+            decided = eff.verdict in ("higher", "lower")
+            if not decided:
+                return ("inconclusive" if abs(s - 1) > noise else "even"), eff
+        return ("pays" if s > 1 + noise else "loses" if s < 1 - noise else "even"), eff
+
+    c1, eff1 = side(low[0])
+    judged = [(p, *side(p)) for p in high]
+    losers = [(p, e) for p, v, e in judged if v == "loses"]
+    if c1 == "pays" and losers:
+        p, e = losers[0]
+        bands = "; ".join(f"c={q.concurrency}: {x.text()}" for q, x in ((low[0], eff1), (p, e)) if x is not None)
+        return [Finding("concurrency_loss", "warn",
+                        f"speculation is {ratio(low[0]):.2f}× plain at concurrency 1 but {ratio(p):.2f}× at "
+                        f"{p.concurrency}" + (f" ({bands})" if bands else "") + ": with acceptance unchanged, the "
+                        "verify step's extra tokens compete for the batch. Gate speculation by load (turn it off "
+                        "above the crossover) and check the capture sizes cover max running × (drafts + 1).",
+                        {"speedup_c1": r(ratio(low[0])), "concurrency": p.concurrency, "speedup": r(ratio(p)),
+                         "speedups": {str(x.concurrency): r(ratio(x)) for x in pts if x.plain_tok_s},
+                         **({"interval_c1": eff1.to_dict()} if eff1 else {}),
+                         **({"interval": e.to_dict()} if e else {})})]
+    open_ = [(q, e) for q, v, e in [(low[0], c1, eff1), *judged] if v == "inconclusive" and e is not None]
+    if open_ and c1 in ("pays", "inconclusive") and any(v in ("loses", "inconclusive") for _, v, _ in judged):
+        q, e = open_[0]
+        return [Finding("concurrency_loss", "info",
+                        f"speculation is {ratio(low[0]):.2f}× plain at concurrency 1 and "
+                        f"{', '.join(f'{ratio(x):.2f}× at {x.concurrency}' for x, _, _ in judged)}; at "
+                        f"c={q.concurrency} {e.text()}, so whether it stops paying under load is not decided.",
+                        {"speedups": {str(x.concurrency): r(ratio(x)) for x in pts if x.plain_tok_s},
+                         "concurrency": q.concurrency, "interval": e.to_dict(), "more_needed": e.more_needed})]
+    return []
 
 
 COMPARE_RULES = {
@@ -285,3 +399,4 @@ COMPARE_RULES = {
     "spread_collapse": rule_spread_collapse,
     "concurrency_loss": rule_concurrency_loss,
 }
+# graph_vs_eager is registered in doctor.RULES at its place in the acceptance rules' order

@@ -165,7 +165,8 @@ def full_context(store: Any, run: Any) -> dict[str, Any]:
     return _full(store, run)
 
 
-def _requests_by_class(store: Any, run_id: str) -> dict[str, tuple[dict[str, Any], ...]]:
+def requests_by_class(store: Any, run_id: str) -> dict[str, tuple[dict[str, Any], ...]]:
+    """``{text_class: request records}`` of a stored run's acceptance curves (classes without records left out)."""
     from dynocell.db import runs as db_runs
 
     return {c.text_class: tuple(c.requests) for c in db_runs.curves(store, run_id) if c.requests}
@@ -202,7 +203,7 @@ def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs, others: list[tuple[R
         if other.config_hash == run.config_hash:
             build = (other.summary or {}).get("build") or str(other.started_at or "")[:10] or None
             if curves:
-                inp.baselines.append(Baseline(other.id, build, curves, tok_s, _requests_by_class(store, other.id),
+                inp.baselines.append(Baseline(other.id, build, curves, tok_s, requests_by_class(store, other.id),
                                               full_context(store, other)))
             continue
         if other.config_hash in seen or not inp.knobs:
@@ -214,7 +215,9 @@ def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs, others: list[tuple[R
         if curves:
             w = [c.steps or 1 for c in curves.values()]
             tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
-            inp.others.append(Sibling(other.id, knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s))
+            recs = tuple(x for rs in requests_by_class(store, other.id).values() for x in rs)
+            inp.others.append(Sibling(other.id, knobs, tau, {k: c.tau for k, c in curves.items()}, tok_s,
+                                      requests=recs, context=full_context(store, other)))
 
 
 def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any]) -> None:
@@ -251,13 +254,17 @@ def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any],
     if plain_run is None:
         return []
 
-    def by_c(run_id: str) -> dict[int, float]:
+    def by_c(run_id: str) -> dict[int, tuple[float, tuple[float, ...]]]:
+        """``{concurrency: (output tok/s, each request's decode tok/s)}`` of a run's throughput ladder."""
         rows = [b for b in db_runs.bench_rows(store, run_id) if b.concurrency and b.output_tok_s]
         ladder = [b for b in rows if not b.text_class or (b.extra or {}).get("tool")]
-        return {b.concurrency: b.output_tok_s for b in ladder}
+        return {b.concurrency: (b.output_tok_s,
+                                tuple(((b.extra or {}).get("requests") or {}).get("decode_tok_s") or ()))
+                for b in ladder}
 
     mine, plain = by_c(run.id), by_c(plain_run.id)
-    return [ConcurrencyPoint(c, mine[c], plain[c]) for c in sorted(set(mine) & set(plain))]
+    return [ConcurrencyPoint(c, mine[c][0], plain[c][0], mine[c][1], plain[c][1])
+            for c in sorted(set(mine) & set(plain))]
 
 
 def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,

@@ -99,13 +99,17 @@ class ClassCurve:
 
 @dataclass(frozen=True)
 class Sibling:
-    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ."""
+    """Another measured config: ``knobs`` = flattened config (``parallel.dcp_size`` …), ``tau`` its overall τ;
+    ``requests``: its request records, every class (the interval of its τ, issue 33); ``context``: its
+    comparability context (:func:`dynocell.runbooks.run.context.full_context`), empty when unknown."""
 
     label: str
     knobs: dict[str, Any]
     tau: float
     tau_by_class: dict[str, float] = field(default_factory=dict)
     decode_tok_s: float | None = None
+    requests: tuple[dict[str, Any], ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,11 +212,15 @@ class Baseline:
 
 @dataclass(frozen=True)
 class ConcurrencyPoint:
-    """Decode throughput at one concurrency: ``spec_tok_s`` with speculation, ``plain_tok_s`` without (tok/s)."""
+    """Decode throughput at one concurrency: ``spec_tok_s`` with speculation, ``plain_tok_s`` without (tok/s);
+    ``spec_requests`` / ``plain_requests``: each request's decode rate at that level (tok/s, the bench row's
+    ``extra.requests.decode_tok_s``), empty when the level kept none (imports): the speed-up's interval."""
 
     concurrency: int
     spec_tok_s: float
     plain_tok_s: float
+    spec_requests: tuple[float, ...] = ()
+    plain_requests: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,3 +236,11 @@ class Mismatch:
     plain_token: int | None = None
     margin: float | None = None
     margin_unknown: str | None = None
+
+
+def self_and_siblings(inp: DoctorInputs) -> tuple[Sibling | None, list[Sibling]]:
+    """``(this run as a Sibling, the other configs measured beside it)``; the first is None without knobs or τ."""
+    tau = inp.overall_tau()
+    me = (Sibling("this run", inp.knobs, tau, requests=tuple(x for c in inp.curves for x in (c.requests or ())),
+                  context=dict(inp.context)) if inp.knobs and tau is not None else None)
+    return me, list(inp.siblings)

@@ -22,6 +22,7 @@ from dynocell.boot_states import FAILED_STATES, LIVE_STATES  # noqa: F401 - face
 from dynocell.db import listings, refs, runs as db_runs
 from dynocell.clock import now_utc as _now
 from dynocell.engine.adapters import REDACTED, redact_env
+from dynocell.engine.breakeven import interval_basis  # noqa: F401 - faces read it here
 from dynocell.errors import NotFound, UserError
 
 
@@ -228,15 +229,111 @@ def judgment_of(cell: Any, detail: dict[str, Any]) -> dict[str, Any]:
         brows = db_runs.bench_rows(cell.store, run["id"]) if run.get("id") else []
     except Exception:  # noqa: BLE001 - a report shows what it can
         brows = []
-    dec = [v for b in brows if b.concurrency == 1
-           for v in (((b.extra or {}).get("requests") or {}).get("decode_tok_s") or [])]
+    dec = _c1_decode(brows)
     decode = stats.bootstrap(dec)
+    row = db_runs.get_run(cell.store, run["id"]) if run.get("id") else None
+    others = _same_experiment(cell, row)
+    between = _between_runs(cell, others, overall, decode)
+    _rejudge_breakeven(run, others)
+    if between.get("tau") and overall:
+        overall = _widened(overall, between["tau"]["sd_log"])
+    if between.get("decode_tok_s_c1") and decode:
+        decode = _widened(decode, between["decode_tok_s_c1"]["sd_log"])
     return {"context": ctx, "contended": contention.contended(ctx.get("contention")),
             "allow_contended": bool(opts.get("allow_contended")),
             "temperature": wl.get("temperature", opts.get("temperature")),
             "requests_per_class": wl.get("requests_per_class"),
             "tau": overall.to_dict() if overall else None, "tau_by_class": by_class,
-            "decode_tok_s_c1": decode.to_dict() if decode else None}
+            "decode_tok_s_c1": decode.to_dict() if decode else None, "between_runs": between}
+
+
+def _c1_decode(brows: list[Any]) -> list[float]:
+    """Each request's decode rate (tok/s) at concurrency 1: the throughput level and the acceptance classes."""
+    return [v for b in brows if b.concurrency == 1
+            for v in (((b.extra or {}).get("requests") or {}).get("decode_tok_s") or [])]
+
+
+def _widened(iv: Any, sd_log: float) -> Any:
+    """``iv`` with its half-widths on the log scale raised to at least z · ``sd_log`` (the run-to-run SD of
+    ln value: :func:`dynocell.engine.stats.between_runs_sd`), around the same point."""
+    import dataclasses
+    import math
+
+    from dynocell.engine import stats
+
+    if iv.value <= 0 or iv.lo <= 0:
+        return iv
+    w = stats.z_of(iv.level) * sd_log
+    lo = min(iv.lo, iv.value * math.exp(-w))
+    hi = max(iv.hi, iv.value * math.exp(w))
+    return dataclasses.replace(iv, lo=lo, hi=hi)
+
+
+def _same_experiment(cell: Any, row: Any) -> list[Any]:
+    from dynocell.runbooks.run.context import same_experiment
+
+    if row is None:
+        return []
+    try:
+        return same_experiment(cell, row)
+    except Exception:  # noqa: BLE001 - a report shows what it can
+        return []
+
+
+def _rejudge_breakeven(run: dict[str, Any], others: list[Any]) -> None:
+    """Replace ``run["breakeven"]`` by its verdict with the margins of every other run of the same experiment
+    as the run-to-run spread (:func:`dynocell.engine.breakeven.margin` ``repeats``): a report read after
+    the repeats were made shows the interval they measure, not the narrower one known when the run ran."""
+    from dynocell.engine import breakeven
+
+    be = run.get("breakeven") or {}
+    reps = [float(o.breakeven["margin"]) for o in others if (o.breakeven or {}).get("margin") is not None]
+    need = ("tau", "spec_step_ms", "plain_step_ms")
+    if not reps or not all(isinstance(be.get(k), (int, float)) and be[k] > 0 for k in need):
+        return
+    # τ's own interval is inside the stored one, which bounds the result below
+    again = breakeven.margin(be["tau"], be["spec_step_ms"], be["plain_step_ms"],
+                             list(be.get("spec_step_samples") or []), list(be.get("plain_samples") or []),
+                             repeats=reps)
+    if not again.get("between_runs"):
+        return
+    stored = be.get("interval")
+    lo, hi = again["interval"]
+    if stored:  # never narrower than what the run itself stored (its τ interval is inside that one)
+        lo, hi = min(lo, stored[0]), max(hi, stored[1])
+    verdict = "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
+    run["breakeven"] = {**be, "interval": [round(lo, 4), round(hi, 4)], "verdict": verdict,
+                        "decide": again["decide"] if verdict == "within noise" else None,
+                        "between_runs": again["between_runs"], "stored_verdict": be.get("verdict")}
+
+
+def _between_runs(cell: Any, others: list[Any], tau: Any, decode: Any) -> dict[str, Any]:
+    """``{tau, decode_tok_s_c1}``: each ``{runs, sd_log}`` over this run and ``others``, the other completed
+    runs of the same experiment (:func:`dynocell.runbooks.run.context.same_experiment`), or None with fewer
+    than :data:`dynocell.engine.stats.MIN_RUNS` runs (then ``note`` says the run-to-run spread is not
+    measured). The printed intervals are widened to it: identical runs moved 2× on an H200 while each run's
+    interval over its own requests was ±5 % (issue 33)."""
+    from dynocell.engine import stats
+
+    out: dict[str, Any] = {"tau": None, "decode_tok_s_c1": None}
+    taus = [tau.value if tau else None]
+    decs = [decode.value if decode else None]
+    for o in others:
+        recs = [x for c in db_runs.curves(cell.store, o.id) for x in (c.requests or ())]
+        iv = stats.tau_interval(recs)
+        taus.append(iv.value if iv else None)
+        d = _c1_decode(db_runs.bench_rows(cell.store, o.id))
+        decs.append(float(sorted(d)[len(d) // 2]) if d else None)
+    for key, vals in (("tau", taus), ("decode_tok_s_c1", decs)):
+        sd = stats.between_runs_sd(vals)
+        n = sum(1 for v in vals if v)
+        out[key] = {"runs": n, "sd_log": round(sd, 4)} if sd is not None else None
+    if not any(out.values()):
+        with_values = max(sum(1 for v in taus if v), sum(1 for v in decs if v))
+        out["note"] = (f"run-to-run spread not measured: {len(others) + 1} run(s) of this experiment (same config, "
+                       f"workload, host, version), {with_values} with per-request τ or decode records; "
+                       f"{stats.MIN_RUNS} or more such runs measure it")
+    return out
 
 
 def length_curve_of(detail: dict[str, Any]) -> dict[str, Any] | None:

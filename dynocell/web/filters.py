@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from dynocell.clock import aware_utc
+from dynocell.runbooks.views import interval_basis
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
 _ALLOWED_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "code", "pre", "em", "strong", "a",
@@ -108,7 +109,7 @@ def breakeven_sentence(be: dict | None) -> str:
     out = f"{verdict}: margin {_signed(margin * 100)} %"
     if tau and spec and plain:
         out += f" (τ {tau:.2f} must exceed {spec / plain:.2f})"
-    if be.get("noise_band") is not None:
+    if be.get("noise_band") is not None and not be.get("interval"):
         out += f", noise band ±{be['noise_band'] * 100:.1f} %"
     if tau and spec and plain:
         out += (f"; a speculative step costs {spec:.2f} ms against τ × plain step "
@@ -116,7 +117,7 @@ def breakeven_sentence(be: dict | None) -> str:
     if be.get("interval"):
         lo, hi = be["interval"]
         out += f"; 95 % interval of the margin [{_signed(lo * 100)} %, {_signed(hi * 100)} %]"
-        out += f" (τ over n={be['interval_n']} requests)" if be.get("interval_n") else ""
+        out += f" ({interval_basis(be)})"
         out += f"; {be['decide']}" if be.get("decide") else ""
     if be.get("plain_source"):
         age = be.get("plain_age_s")

@@ -80,7 +80,8 @@ def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str
     records = [x for c in curves for x in (c.requests or ())]
     result = {
         **be.margin(tau, spec_step_ms, plain["step_ms"], spec_step, plain.get("samples") or [],
-                    tau_interval=stats.tau_interval(records), effect_size=cell.settings.effect_size),
+                    tau_interval=stats.tau_interval(records), effect_size=cell.settings.effect_size,
+                    repeats=repeat_margins(cell, run) if run else ()),
         "plain_source": plain["source"],
         "plain_reused": plain.get("reused", False),
         "plain_fresh_why": "; ".join(fresh_why) if fresh_why and not plain.get("reused") else None,
@@ -95,6 +96,14 @@ def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str
     }
     db_runs.update_run(cell.store, job.run_id, breakeven=result)
     d.update(result)
+
+
+def repeat_margins(cell: Cell, run: Any) -> list[float]:
+    """Break-even margins (fractions) of the completed runs of the same experiment as ``run``
+    (:func:`dynocell.runbooks.run.context.same_experiment`): the margin's run-to-run variation
+    (:func:`dynocell.engine.breakeven.margin`)."""
+    return [float(o.breakeven["margin"]) for o in context.same_experiment(cell, run)
+            if (o.breakeven or {}).get("margin") is not None]
 
 
 def _age_s(when: Any) -> float | None:

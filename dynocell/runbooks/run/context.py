@@ -167,6 +167,19 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return out
 
 
+def same_experiment(cell: Any, run: Any, *, limit: int = 50) -> list[Any]:
+    """The other completed runs of the same experiment as ``run`` (a ``RunRow``), newest first: same config
+    hash, kind, workload sha256 and host, and no :func:`differences` between their contexts (engine version,
+    dtype, lengths, contention …). Their spread is the run-to-run variation of a figure (issue 33)."""
+    ctx = of_run(run)
+    out = []
+    for o in db_runs.list_runs(cell.store, config_hash=run.config_hash, states=("completed",), limit=limit):
+        if (o.id != run.id and o.kind == run.kind and o.workload_sha256 == run.workload_sha256
+                and o.host_id == run.host_id and not differences(ctx, of_run(o))):
+            out.append(o)
+    return out
+
+
 def contended(ctx: dict[str, Any]) -> str | None:
     """Why the run's measurement window counts as contended, or None."""
     return contention.contended(ctx.get("contention"))
