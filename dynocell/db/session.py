@@ -28,6 +28,7 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, InterfaceError, Operat
 from sqlalchemy.orm import Session, sessionmaker
 
 from dynocell.errors import StoreUnavailable, UserError
+from dynocell.fsmodes import private_dir, private_file
 from dynocell.settings import redact_url  # a pure function; settings reads the environment only when built
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -260,6 +261,7 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     import fcntl
 
     with open(f"{db}.migrate.lock", "a+") as f:
+        private_file(Path(f.name))
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -346,6 +348,7 @@ def _make_file(path: Path) -> None:
             con.execute("PRAGMA journal_mode=WAL")
         finally:
             con.close()
+        private_file(tmp)  # 0600 before it is linked into place: configs in it carry environment values
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)
     except (OSError, sqlite3.Error):
@@ -436,7 +439,7 @@ class Store:
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
         if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            private_dir(Path(url.removeprefix("sqlite:///")).parent)
         self.url = url
         if (path := sqlite_file(url)) is not None and not read_only:
             _make_file(path)

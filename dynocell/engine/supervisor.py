@@ -93,6 +93,7 @@ from dynocell.engine.rules import (
 )
 from dynocell.boot_states import TERMINAL, TRANSITIONS, BootState  # noqa: F401 - defined once, re-exported
 from dynocell.errors import EngineError, UserError
+from dynocell.fsmodes import open_private, private_dir
 
 TAIL_LINES = 50  # lines reported with a failure
 TAIL_LINE_CHARS = 2000  # longer lines are cut in the reported tail (the log file keeps them whole)
@@ -667,8 +668,8 @@ class Supervisor:
             raise UserError("this supervisor already started an engine", "use one Supervisor per boot")
         self._spec = spec
         self._log_path = Path(log_path)
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self._log_path, "ab")
+        private_dir(self._log_path.parent)
+        self._log = open_private(self._log_path, "ab")  # 0600: prompts, argv and paths of this user's engine
         self._t0 = time.monotonic()
         self.spawned_at = _utcnow()
         try:

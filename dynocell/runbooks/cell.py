@@ -22,6 +22,7 @@ from dynocell.db.session import (
     sqlite_file,
 )
 from dynocell.errors import UserError
+from dynocell.fsmodes import mode_of, private_dir, tighten
 from dynocell.settings import Settings, redact_url
 
 
@@ -107,15 +108,20 @@ def open_cell(settings: Settings) -> Cell:
 def init(cell: Cell) -> dict[str, Any]:
     """Create the data directory tree and migrate the store to head.
 
-    Returns ``{home, db_url (password hidden), store (sqlite | postgresql), boots_dir, models_dir, builds_dir,
-    revision_before,
+    The data directory and its folders are created 0700 and the SQLite store 0600 (:mod:`dynocell.fsmodes`);
+    an existing data directory this user owns loses its group and other bits (``home_tightened``).
+
+    Returns ``{home, home_mode, home_tightened, db_url (password hidden), store (sqlite | postgresql),
+    boots_dir, models_dir, builds_dir, revision_before,
     revision, head, migrated}`` (``revision_before`` None for a new store).
     Raises UserError when a directory cannot be created or the store opened.
     """
     s = cell.settings
     try:
+        existed = s.home.exists()
         for d in (s.home, s.boots_dir, s.models_dir, s.builds_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            private_dir(d)
+        tightened = existed and tighten(s.home)
     except OSError as exc:
         raise UserError(
             f"cannot create the data directory {s.home}: {exc.strerror}", "set DYNOCELL_HOME to a writable directory"
@@ -124,6 +130,8 @@ def init(cell: Cell) -> dict[str, Any]:
     store = cell.store
     return {
         "home": str(s.home),
+        "home_mode": mode_of(s.home),
+        "home_tightened": tightened,
         "db_url": redact_url(s.db_url),
         "store": s.store_kind,
         "boots_dir": str(s.boots_dir),

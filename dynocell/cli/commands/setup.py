@@ -28,7 +28,11 @@ def init(json_out: bool = typer.Option(False, "--json", help=JSON_OPTION_HELP)) 
     else:
         what = f"store already at schema {report['revision']}"
     out(f"dynocell: {what}")
-    out(f"  data directory  {report['home']}")
+    mode = report.get("home_mode")
+    private = (" (only you can read it)" if mode and mode.endswith("00") else
+               f" (mode {mode}: other users can read it; chmod 700 it)") if mode else ""
+    out(f"  data directory  {report['home']}  {mode or ''}{private}"
+        + ("  ← group and other access removed" if report.get("home_tightened") else ""))
     out(f"  database        {report['db_url']} ({report['store']})")
     out(f"  boot logs       {report['boots_dir']}")
     out(f"  made models     {report['models_dir']}")

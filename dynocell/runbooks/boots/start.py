@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from dynocell.clock import now_utc
+from dynocell.fsmodes import private_dir
 from dynocell.db import boots as db_boots
 from dynocell.engine import kinds
 from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
@@ -145,7 +146,7 @@ def start_boot(
     require_model_paths(cfg_run, cfg_run.name or config_hash)
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
-    boot_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(boot_dir)
     log_path = boot_dir / "engine.log"
     picked_port = not (port or cfg_run.port)
     port = port or cfg_run.port or pick_free_port(cfg_run.host)
