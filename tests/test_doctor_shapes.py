@@ -173,3 +173,29 @@ def test_idle_spec_windows_do_not_pull_the_curve_down(tmp_path):
     (tmp_path / "idle.log").write_text(real + "\n" + idle + "\n" + idle + "\n")
     busy, with_idle = (read_log(tmp_path / n, engine="vllm").acceptance["curve"] for n in ("busy.log", "idle.log"))
     assert with_idle.p == pytest.approx(busy.p) and with_idle.tau == pytest.approx(busy.tau)
+
+
+def test_a_newer_run_without_acceptance_does_not_shadow_an_older_one_with_it(settings, tmp_path):
+    """Issue 35 item 7: the graph twin's newest run failed before it measured acceptance; its older completed
+    run has curves, and the doctor still compares graph and eager on it (before: the newest run per config
+    was taken, found empty, and the config skipped)."""
+    from datetime import timedelta
+
+    from dynocell.clock import now_utc
+    from dynocell.db import runs as db_runs
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.runbooks.doctor import diagnose
+
+    cell = open_cell(settings)
+    eager = DATA / "configs/bisect-good.toml"
+    graph = tmp_path / "graph.toml"
+    graph.write_text(eager.read_text().replace("disable = true", "disable = false")
+                     .replace('name = "bisect-good"', 'name = "bisect-graph"'))
+    t0 = now_utc()
+    _stored(cell, graph, "rungraph01", {"prose": [80, 20, 10, 10], "code": [70, 20, 15, 15]},
+            started_at=t0 - timedelta(hours=2))
+    _stored(cell, graph, "rungraph02", {}, started_at=t0 - timedelta(minutes=5))  # newest: no acceptance
+    db_runs.update_run(cell.store, "rungraph02", summary={"note": "stopped before the acceptance step"})
+    _stored(cell, eager, "runeager01", HEALTHY, started_at=t0)
+    fs = [f for f in diagnose(cell, "runeager01", store_findings=False) if f.rule == "graph_vs_eager"]
+    assert fs and fs[0].evidence["graph_label"] == "rungraph01", fs

@@ -1061,10 +1061,10 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
             continue
         if _other_workload(run, other):
             continue  # siblings and oracles speak about this run only on the same workload (prompts, lengths, T)
-        seen.add(h)
         tau = _run_tau(store, other)
         if tau is None or not inp.knobs:
-            continue
+            continue  # a newer run without acceptance must not shadow an older one with it (issue 35 item 7)
+        seen.add(h)
         diff = set(differing_knobs(inp.knobs, knobs, include_env=True))
         if diff and all(k.startswith("parallel.") for k in diff) or diff == {"cuda_graph.disable"}:
             recs = tuple(x for rs in requests_by_class(store, other.id).values() for x in rs)

@@ -208,11 +208,12 @@ def _comparisons(cell: Any, run: RunRow, inp: DoctorInputs, others: list[tuple[R
             continue
         if other.config_hash in seen or not inp.knobs:
             continue
-        seen.add(other.config_hash)
         if _speculation(knobs) != _speculation(inp.knobs):
+            seen.add(other.config_hash)
             continue
         _add_mode(store, other.id, inp, knobs)
-        if curves:
+        if curves:  # the newest run OF THIS CONFIG WITH curves: a newer one without them shadows nothing
+            seen.add(other.config_hash)
             w = [c.steps or 1 for c in curves.values()]
             tau = sum(c.tau * wi for c, wi in zip(curves.values(), w)) / sum(w)
             recs = tuple(x for rs in requests_by_class(store, other.id).values() for x in rs)
@@ -231,28 +232,26 @@ def _add_mode(store: Any, other_id: str, inp: DoctorInputs, knobs: dict[str, Any
         inp.mode_texts.setdefault(_mode(knobs, diff), theirs)
 
 
-def _plain_twin_run(run: RunRow, knobs: dict[str, Any], others: list[tuple[RunRow, dict[str, Any]]]) -> RunRow | None:
-    """The latest run of the plain twin: the lossless step's plain config, else the config equal to this one
-    with speculation off (an imported plain arm of the same model)."""
+def _plain_twin_runs(run: RunRow, knobs: dict[str, Any], others: list[tuple[RunRow, dict[str, Any]]]) -> list[RunRow]:
+    """The runs of the plain twin, newest first: the lossless step's plain config, else the config equal to
+    this one with speculation off (an imported plain arm of the same model)."""
     plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     mine = {k: v for k, v in knobs.items() if not k.startswith("speculative.")}
-    for o, theirs in others:
-        if plain_hash and o.config_hash == plain_hash:
-            return o
-        if (not plain_hash and knobs.get("speculative.algorithm") and o.config_hash != run.config_hash
-                and not theirs.get("speculative.algorithm")
-                and not differing_knobs(mine, {k: v for k, v in theirs.items() if not k.startswith("speculative.")})):
-            return o
-    return None
+    def twin(o: RunRow, theirs: dict[str, Any]) -> bool:
+        if plain_hash:
+            return o.config_hash == plain_hash
+        plain = {k: v for k, v in theirs.items() if not k.startswith("speculative.")}
+        return bool(knobs.get("speculative.algorithm") and o.config_hash != run.config_hash
+                    and not theirs.get("speculative.algorithm") and not differing_knobs(mine, plain))
+
+    return [o for o, theirs in others if twin(o, theirs)]
 
 
 def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any],
                  others: list[tuple[RunRow, dict[str, Any]]]) -> list[ConcurrencyPoint]:
+    """Spec vs plain at each concurrency both measured: the plain side from the newest plain twin run that
+    has a throughput ladder (a newer one without shadows nothing, issue 35 item 7)."""
     from dynocell.db import runs as db_runs
-
-    plain_run = _plain_twin_run(run, knobs, others)
-    if plain_run is None:
-        return []
 
     def by_c(run_id: str) -> dict[int, tuple[float, tuple[float, ...]]]:
         """``{concurrency: (output tok/s, each request's decode tok/s)}`` of a run's throughput ladder."""
@@ -262,9 +261,15 @@ def _concurrency(store: Any, run: RunRow, knobs: dict[str, Any],
                                 tuple(((b.extra or {}).get("requests") or {}).get("decode_tok_s") or ()))
                 for b in ladder}
 
-    mine, plain = by_c(run.id), by_c(plain_run.id)
-    return [ConcurrencyPoint(c, mine[c][0], plain[c][0], mine[c][1], plain[c][1])
-            for c in sorted(set(mine) & set(plain))]
+    mine = by_c(run.id)
+    if not mine:
+        return []
+    for plain_run in _plain_twin_runs(run, knobs, others):
+        plain = by_c(plain_run.id)
+        if plain:
+            return [ConcurrencyPoint(c, mine[c][0], plain[c][0], mine[c][1], plain[c][1])
+                    for c in sorted(set(mine) & set(plain))]
+    return []
 
 
 def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,
