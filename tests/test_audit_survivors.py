@@ -133,9 +133,6 @@ def test_read_log_takes_ready_from_the_first_ready_line(tmp_path):
     assert read_log(_ready_twice(tmp_path)).ready_s == pytest.approx(59, abs=1)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38 survivor 5, import path: runbooks/imports.py takes a boot's "
-                   "ready_s from node_phases, where engine.rules.phase_marks keeps a repeated phase's LAST "
-                   "occurrence, so a log with two ready lines stores ready 119 s, not read_log's 59 s")
 def test_import_log_stores_ready_from_the_first_ready_line(isolated_home, tmp_path):
     """Survivor 5 (the import): the stored boot's ``ready_s`` and the import's answer agree with
     :func:`read_log`: the first ready line."""

@@ -234,12 +234,20 @@ def phase_marks(pairs: Iterable[tuple[str, float | None]]) -> dict[str, float]:
     counts at its **last** occurrence, the moment the boot has done it for everything it loads (the
     draft's ``weights_end`` ends loading). Offsets that are None (a line before any timestamp) are
     skipped. Used by ``import log`` (each node's timeline, skew, ready) and ``compare`` (phase ends).
+
+    Except :data:`FIRST_OCCURRENCE` (``ready``): the boot was ready at its first ready line, as
+    :func:`dynocell.engine.logfile.read_log` says; a later one is a re-announcement or a restart of the
+    server within the same log, not a slower boot (issue 38, survivor 5).
     """
     marks: dict[str, float] = {}
     for name, off in pairs:
-        if off is not None:
+        if off is not None and not (name in FIRST_OCCURRENCE and name in marks):
             marks[name] = off
     return marks
+
+
+#: Phases that count at their first occurrence in :func:`phase_marks`.
+FIRST_OCCURRENCE = frozenset({"ready"})
 
 
 # ---------------------------------------------------------------- signatures
