@@ -45,6 +45,11 @@ def pytest_configure(config):
     os.environ["TMPDIR"] = os.environ[SESSION_ENV] = root
     tempfile.tempdir = None  # tempfile's cached answer: the next gettempdir() reads TMPDIR again
     config._dynocell_session_root = root
+    if not config.option.basetemp:
+        # tmp_path under a short fixed base: <root>/t/<test>N, and <root>/t/gwN/<test>N under xdist (not
+        # <root>/pytest-of-USER/pytest-N/popen-gwN/…), so a path in an 80-column message fits as it does
+        # when the suite runs serially
+        config.option.basetemp = os.path.join(root, "t")
     me = psutil.Process()
     subprocess.Popen([sys.executable, str(REAPER), str(me.pid), repr(me.create_time()), root],
                      env=outer_env, start_new_session=True, stdin=subprocess.DEVNULL,
@@ -124,6 +129,10 @@ def isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DYNOCELL_HOME", str(home))
     monkeypatch.setenv("DYNOCELL_MODEL_CACHE", str(MODEL_CACHE))
     monkeypatch.delenv("DYNOCELL_DATABASE_URL", raising=False)
+    # a test's terminal width is its own choice: pytest-xdist's workers inherit COLUMNS/LINES from execnet
+    # (80), a serial run from whoever started pytest; unset, a piped CLI prints each Error: line whole
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     return home
 
 

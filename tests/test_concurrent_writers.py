@@ -62,6 +62,7 @@ def count(db: Path, sql: str, *params) -> int:
         con.close()
 
 
+@pytest.mark.timeout(1200)  # 90 s quiet; 600 s was reached once beside a parallel suite
 def test_cli_web_tui_and_a_main_job_write_one_store_at_once(model_pair, cli_env, isolated_home, tmp_path):
     env = dict(cli_env, DYNOCELL_STOP_GRACE_S="10")
     db = isolated_home / "dynocell.db"

@@ -36,6 +36,11 @@ from dynocell.db import tables as m
 NOW = datetime(2026, 11, 30, 4, 12, 0, tzinfo=timezone.utc)
 SIZES = [(80, 24), (160, 48)]
 
+#: How long a wait on a real boot or run may take on a loaded 2-core CI machine (a boot takes 20-60 s quiet;
+#: under a parallel suite and a compile beside it, 300 s was once not enough). Waits end as soon as their
+#: predicate holds, so a long bound costs nothing when all is well.
+LOADED_WAIT_S = 420
+
 
 # ------------------------------------------------------------------ store filling
 
@@ -329,6 +334,7 @@ def _group_alive(pgid: int | None) -> list[int]:
     return out
 
 
+@pytest.mark.timeout(1200)
 def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tmp_path):
     """r → pick a config → boot ready → acceptance bars on the main screen → s, y → nothing survives."""
     from dynocell.cli.tui.app import DynocellApp
@@ -353,7 +359,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
                 row = _row(app, job.boot_id)
                 return job.state != "running" or bool(row and row["state"] == "ready")
 
-            await wait_for(ready_or_failed, 300, pilot, "the boot to be ready")
+            await wait_for(ready_or_failed, LOADED_WAIT_S, pilot, "the boot to be ready")
             row = _row(app, job.boot_id)
             if not (row and row["state"] == "ready"):
                 from dynocell.runbooks import views
@@ -377,7 +383,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
                                  if hasattr(t, "plain"))
                 return " p █" in text or " p ▏" in text or " p ·" in text
 
-            await wait_for(bars, 300, pilot, "acceptance bars")
+            await wait_for(bars, LOADED_WAIT_S, pilot, "acceptance bars")
             await pilot.press("s")
             await pilot.press("y")
             await wait_for(lambda: job.state != "running" and not app.running_jobs("stop"), 120, pilot,
@@ -393,6 +399,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
     assert _group_alive(b.get("pgid")) == []
 
 
+@pytest.mark.timeout(1200)
 def test_engine_killed_while_watched_shows_crashed_with_signature(model_pair, tmp_path):
     """b → detached boot ready → SIGKILL the engine → the table says crashed/lost + signature
     within two polling intervals (plus a little scheduling slack)."""
@@ -413,7 +420,7 @@ def test_engine_killed_while_watched_shows_crashed_with_signature(model_pair, tm
             await wait_for(lambda: [j for j in app.jobs if j.kind == "boot"], 10, pilot, "the boot job")
             job = next(j for j in app.jobs if j.kind == "boot")
             await wait_for(lambda: job.state != "running" or (_row(app, job.boot_id) or {}).get("state") == "ready",
-                           300, pilot, "the boot to be ready")
+                           LOADED_WAIT_S, pilot, "the boot to be ready")
             row = _row(app, job.boot_id)
             if not (row and row["state"] == "ready"):
                 pytest.fail(f"detached boot did not become ready (boot {row and row['state']}): {job.error}")
