@@ -36,6 +36,10 @@ def pytest_configure(config):
     it: an xdist worker, or a pytest a test runs, inherits its parent session's root."""
     from tests.session_reaper import SESSION_ENV
 
+    # a test's terminal width is its own choice (isolated_home unsets these per test too): an xdist worker
+    # inherits COLUMNS=80 from execnet, which module- and session-scoped fixtures' environments would keep
+    for key in ("COLUMNS", "LINES"):
+        os.environ.pop(key, None)
     if hasattr(config, "workerinput") or os.environ.get(SESSION_ENV):
         return
     import psutil

@@ -46,7 +46,7 @@ def real_run_job(tmp_path, monkeypatch):
 
 #: fields of issue 33 (the margin's interval, whether the plain step was reused and why not), pinned elsewhere
 NEW_33 = ("plain_age_s", "plain_measured_at", "interval", "interval_n", "decide", "plain_reused", "plain_fresh_why",
-          "plain_load_per_core")
+          "plain_load_per_core", "between_runs")
 ARITHMETIC = ("tau", "spec_step_ms", "plain_step_ms", "budget_ms", "margin", "pays", "speedup_estimate")
 
 

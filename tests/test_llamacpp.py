@@ -28,6 +28,10 @@ from tests.test_faults import (  # noqa: F401 - leftovers is a fixture
     wait_for,
 )
 
+# The first test here waits (in its setup) for the llama-server build .ci/run started in the background:
+# beside a parallel suite that took 54 min on 2 cores (2026-12-02), past pytest-timeout's 600 s.
+pytestmark = pytest.mark.timeout(4200)
+
 HERE = Path(__file__).parent
 REPO = HERE.parent
 CONFIG = REPO / "examples" / "llamacpp-smollm2-ngram.toml"

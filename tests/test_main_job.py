@@ -203,6 +203,11 @@ def test_breakeven_present_on_repeat_runs_with_its_source_and_band(finished_run)
         states = {s["name"]: s["state"] for s in again["steps"]}
         assert states["breakeven"] == "completed" and be, (n, states, be)
         assert "twin_boot_id" not in next(s for s in again["steps"] if s["name"] == "lossless")["detail"]
+        if be["plain_source"] == "plain twin boot":
+            # issue 33: a stored plain step is reused only from a comparable window; on a loaded host (a parallel
+            # suite beside it) the load may differ past the band, and then the step is measured fresh, saying why
+            assert be["plain_fresh_why"], be
+            continue
         assert be["plain_source"].startswith("stored plain twin measurement"), be
         assert be["plain_step_ms"] == first["plain_step_ms"] and be["plain_age_s"] >= 0
         assert be["noise_band"] >= 0.05 and be["verdict"] in ("pays", "does NOT pay", "within noise")
