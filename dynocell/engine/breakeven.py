@@ -63,6 +63,12 @@ def breakeven_verdict(margin: float, band: float) -> str:
     return "within noise"
 
 
+def interval_verdict(lo: float, hi: float) -> str:
+    """A break-even verdict from the margin's interval [``lo``, ``hi``] (fractions): ``pays`` when it
+    excludes 0 from above, ``does NOT pay`` from below, else ``within noise``."""
+    return "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
+
+
 def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: list[float],
            plain_samples: list[float], *, tau_interval: Any = None, effect_size: float = 0.05,
            level: float = 0.95, repeats: Sequence[float] = ()) -> dict[str, Any]:
@@ -101,7 +107,7 @@ def margin(tau: float, spec_step_ms: float, plain_step_ms: float, spec_samples: 
     if sd_runs is not None:
         se = max(se, sd_runs)
     lo, hi = math.expm1(math.log1p(m) - z * se), math.expm1(math.log1p(m) + z * se)
-    verdict = "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
+    verdict = interval_verdict(lo, hi)
     decide = None
     if verdict == "within noise" and sd_runs is not None and sd_runs > within_se:
         need_runs = stats.samples_needed(sd_runs, effect_size, level=level)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -301,7 +302,7 @@ def _rejudge_breakeven(run: dict[str, Any], others: list[Any]) -> None:
     lo, hi = again["interval"]
     if stored:  # never narrower than what the run itself stored (its τ interval is inside that one)
         lo, hi = min(lo, stored[0]), max(hi, stored[1])
-    verdict = "pays" if lo > 0 else "does NOT pay" if hi < 0 else "within noise"
+    verdict = breakeven.interval_verdict(lo, hi)
     run["breakeven"] = {**be, "interval": [round(lo, 4), round(hi, 4)], "verdict": verdict,
                         "decide": again["decide"] if verdict == "within noise" else None,
                         "between_runs": again["between_runs"], "stored_verdict": be.get("verdict")}
@@ -323,7 +324,7 @@ def _between_runs(cell: Any, others: list[Any], tau: Any, decode: Any) -> dict[s
         iv = stats.tau_interval(recs)
         taus.append(iv.value if iv else None)
         d = _c1_decode(db_runs.bench_rows(cell.store, o.id))
-        decs.append(float(sorted(d)[len(d) // 2]) if d else None)
+        decs.append(statistics.median(d) if d else None)  # the median, as this run's bootstrap point is
     for key, vals in (("tau", taus), ("decode_tok_s_c1", decs)):
         sd = stats.between_runs_sd(vals)
         n = sum(1 for v in vals if v)
