@@ -169,8 +169,10 @@ def make_app(cell, ids, start: Callable[[], Any] | None = None, poll: float = 0)
                        start=start)
 
 
-async def wait_for(pred: Callable[[], bool], timeout: float = 10.0, pilot=None, what: str = "") -> None:
-    """Poll ``pred`` (on the event loop, letting the app work) until true or fail after ``timeout`` s."""
+async def wait_for(pred: Callable[[], bool], timeout: float = 10.0, pilot=None, what: str = "",
+                   job: Any = None) -> None:
+    """Poll ``pred`` (on the event loop, letting the app work) until true or fail after ``timeout`` s;
+    the failure names ``job``'s last progress message, so a slow step reads apart from a stuck one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pilot is not None:
@@ -178,7 +180,15 @@ async def wait_for(pred: Callable[[], bool], timeout: float = 10.0, pilot=None, 
         if pred():
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or pred}")
+    at = f" (job {job.kind} {job.state}: {job.message})" if job is not None else ""
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what or pred}{at}")
+
+
+def budget_left(t0: float, total_s: float, reserve_s: float = 150.0) -> float:
+    """Seconds left of a test's ``total_s`` budget begun at ``t0`` (monotonic), keeping ``reserve_s``
+    for the stop and the checks after it; at least :data:`LOADED_WAIT_S`. A full run's steps share
+    one budget, so a slow boot on a loaded host leaves less for acceptance, not a fixed 420 s each."""
+    return max(LOADED_WAIT_S, total_s - reserve_s - (time.monotonic() - t0))
 
 
 def _loaded(pilot) -> Callable[[], Any]:
@@ -334,9 +344,17 @@ def _group_alive(pgid: int | None) -> list[int]:
     return out
 
 
-@pytest.mark.timeout(1200)
+RUN_BUDGET_S = 1500
+
+
+@pytest.mark.timeout(RUN_BUDGET_S + 100)
 def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tmp_path):
-    """r → pick a config → boot ready → acceptance bars on the main screen → s, y → nothing survives."""
+    """r → pick a config → boot ready → acceptance bars on the main screen → s, y → nothing survives.
+
+    The acceptance step follows the bench's concurrency levels; beside a llama.cpp build and a second
+    pytest worker on 2 cores that took more than 420 s after ready (CI of 37f4c08), so the steps share
+    one budget (:func:`budget_left`)."""
+    t0 = time.monotonic()
     from dynocell.cli.tui.app import DynocellApp
     from dynocell.cli.tui.screens import MainScreen, boot_summary_lines
     from dynocell.runbooks.cell import open_cell
@@ -359,7 +377,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
                 row = _row(app, job.boot_id)
                 return job.state != "running" or bool(row and row["state"] == "ready")
 
-            await wait_for(ready_or_failed, LOADED_WAIT_S, pilot, "the boot to be ready")
+            await wait_for(ready_or_failed, budget_left(t0, RUN_BUDGET_S), pilot, "the boot to be ready", job)
             row = _row(app, job.boot_id)
             if not (row and row["state"] == "ready"):
                 from dynocell.runbooks import views
@@ -383,7 +401,7 @@ def test_run_from_picker_reaches_ready_shows_acceptance_and_stops(model_pair, tm
                                  if hasattr(t, "plain"))
                 return " p █" in text or " p ▏" in text or " p ·" in text
 
-            await wait_for(bars, LOADED_WAIT_S, pilot, "acceptance bars")
+            await wait_for(bars, budget_left(t0, RUN_BUDGET_S), pilot, "acceptance bars", job)
             await pilot.press("s")
             await pilot.press("y")
             await wait_for(lambda: job.state != "running" and not app.running_jobs("stop"), 120, pilot,
