@@ -528,3 +528,40 @@ def test_tui_command_registers():
 
     res = CliRunner().invoke(app, ["tui", "--help"])
     assert res.exit_code == 0 and "dashboard" in res.output
+
+
+def test_a_fetch_slower_than_its_requests_still_lands(isolated_home):
+    """A panel fetch that takes longer than the polls that re-request it is not starved.
+
+    The main screen re-fetches the selected boot's panel after every poll. When a fetch took longer
+    than the gap between polls (a loaded host: CI of 37f4c08), each new fetch superseded the one in
+    flight, so no result was ever shown and the acceptance bars never appeared. Requests made while a
+    fetch of the same group runs now coalesce into one more fetch after it, and a result whose
+    arguments are still the newest asked for is shown."""
+    from dynocell.cli.tui.app import DynocellApp
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
+
+    cell = open_cell(load_settings())
+    shown: list[int] = []
+    started: list[int] = []
+
+    def slow(_cell, n: int) -> int:
+        started.append(n)
+        time.sleep(0.3)
+        return n
+
+    async def main() -> None:
+        app = DynocellApp(cell, poll_interval_s=0)
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(30):  # a request every 0.05 s for 1.5 s, each fetch 0.3 s
+                app.fetch(slow, 7, then=shown.append, group="starve")
+                await asyncio.sleep(0.05)
+            assert shown, "no fetch result was shown while requests kept coming faster than fetches"
+            app.fetch(slow, 8, then=shown.append, group="starve")  # new arguments: the last word
+            await wait_for(lambda: shown and shown[-1] == 8, 10, pilot, "the newest request's result")
+            await pilot.press("q")
+
+    asyncio.run(main())
+    assert len(started) < 12, f"requests were not coalesced: {len(started)} fetches ran for 31 requests"
+    assert 7 not in shown[shown.index(8):]

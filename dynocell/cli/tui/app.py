@@ -22,6 +22,7 @@ timer), ``start`` (a screen to open on top of the main one).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from datetime import datetime
 from typing import Any, Callable
@@ -30,7 +31,6 @@ from textual.app import App
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.worker import get_current_worker
 
 from dynocell.boot_states import LIVE_STATES as LIVE
 from dynocell.cli.tui import format as fmt
@@ -111,6 +111,8 @@ class DynocellApp(App[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._poll_running = threading.Lock()
         self._poll_again = False
+        self._fetching: set[str] = set()  # fetch groups with a fetch running (UI thread only)
+        self._fetch_next: dict[str, tuple[Any, ...]] = {}  # group → the newest request made meanwhile
 
     # ------------------------------------------------------------ lifecycle
     def on_mount(self) -> None:
@@ -167,22 +169,47 @@ class DynocellApp(App[None]):
 
     def fetch(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None], group: str = "fetch") -> None:
         """Call ``fn(self.cell, *args)`` in a thread worker, then ``then(result)`` on the UI thread.
-        A newer fetch of the same ``group`` supersedes an older one's result. Errors become toasts."""
+
+        One fetch per ``group`` runs at a time. A request made while one runs is kept (the newest
+        only) and runs after it; the running fetch's result is still shown when its ``fn`` and
+        ``args`` are those of the newest request, so a fetch slower than the polls that re-ask for
+        it is never starved (each superseding the last showed nothing on a loaded host). A result
+        for older arguments (the cursor moved on) is dropped. Errors become toasts. Call on the UI
+        thread."""
+        req = (fn, args, then)
+        if group in self._fetching:
+            self._fetch_next[group] = req
+            return
+        self._start_fetch(group, req)
+
+    def _start_fetch(self, group: str, req: tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any], None]]) -> None:
+        fn, args, _then = req
+        self._fetching.add(group)
 
         def work() -> None:
-            worker = get_current_worker()
             try:
-                res = fn(self.cell, *args)
-            except DynocellError as exc:
-                self._ui(self.show_error, exc)
+                res = printable_tree(fn(self.cell, *args))  # rows carry untrusted text (issue 16, item 5)
+            except Exception as exc:  # noqa: BLE001 - DynocellError or a bug: say so, keep the dashboard up
+                self._ui(self._fetch_done, group, req, None, exc)
                 return
-            except Exception as exc:  # noqa: BLE001 - a bug: say so, keep the dashboard up
-                self._ui(self.show_error, exc)
-                return
-            if not worker.is_cancelled:
-                self._ui(then, printable_tree(res))  # rows carry untrusted text (issue 16, item 5)
+            self._ui(self._fetch_done, group, req, res, None)
 
-        self.run_worker(work, thread=True, group=group, exclusive=True, exit_on_error=False)
+        self.run_worker(work, thread=True, group=group, exit_on_error=False)
+
+    async def _fetch_done(self, group: str, req: tuple[Any, ...], res: Any, exc: BaseException | None) -> None:
+        """UI thread: a fetch of ``group`` ended; show its result unless newer arguments were asked for
+        meanwhile, then start the waiting request, if any."""
+        self._fetching.discard(group)
+        nxt = self._fetch_next.pop(group, None)
+        fresh = nxt is None or (nxt[0] is req[0] and nxt[1] == req[1])
+        if exc is not None:
+            self.show_error(exc)
+        elif fresh:
+            shown = (nxt or req)[2](res)
+            if inspect.isawaitable(shown):  # a screen's async ``show_*`` (Markdown.update is awaited)
+                await shown
+        if nxt is not None:  # asked for after this fetch began: its data may be newer
+            self._start_fetch(group, nxt)
 
     def show_error(self, exc: BaseException) -> None:
         """A toast for an error: ``message`` + ``hint`` of a DynocellError, else type and text."""
