@@ -367,3 +367,35 @@ def test_store_inputs_read_the_headline_throughput_not_only_its_deprecated_alias
     inp = inputs_for_run(cell, "spec-now")
     assert inp.spec_decode_tok_s == 900.0 and inp.plain_decode_tok_s == 1000.0
     assert [(b.label, b.decode_tok_s) for b in inp.baselines] == [("spec-base", 850.0)]
+
+
+def _cut_last_step(requests: int, full_steps: int, last_accepted: int, k: int = 3) -> dict:
+    """Inputs of one class whose every request ran ``full_steps`` verify steps accepting all ``k`` drafts
+    and a last step cut by max_tokens to ``last_accepted`` drafts; the engine counted that step in full."""
+    hist = [0] * (k + 1)
+    hist[k] += requests * full_steps
+    hist[last_accepted] += requests
+    records = [{"histogram": [0] * last_accepted + [1] + [0] * (k - last_accepted - 1) + [full_steps]}
+               for _ in range(requests)]
+    return {"curves": [{"text_class": "code", "histogram": hist, "engine_tau": float(k + 1),
+                        "engine_source": "vLLM log SpecDecoding lines", "requests": records}]}
+
+
+def test_a_last_step_cut_by_max_tokens_is_no_definitions_mismatch():
+    """6 requests × (7 full steps + 1 step cut to 2 of 3 drafts): client τ 3.875, engine τ 4.000, 3.1 %
+    apart. vLLM 0.26.0 counts the cut step's drafts before trimming at the stop, which adds ≤ k tokens
+    per request: the finding says so at info, and the accounting is not suspect (no warn)."""
+    inp = inputs_from_dict(_cut_last_step(6, 7, 2))
+    assert abs(inp.curves[0].curve.tau - 3.875) < 1e-9
+    fs = [f for f in diagnose_inputs(inp) if f.rule == "definitions_mismatch"]
+    assert [f.severity for f in fs] == ["info"], fs
+    assert fs[0].evidence["explained_by"] == "counts the last step's drafts before the stop cuts them"
+
+
+def test_an_excess_beyond_k_per_request_is_still_a_definitions_mismatch():
+    """The same 3.1 % gap over 48 steps claimed by 1 request: 6 extra tokens cannot come from one cut step
+    of k = 3, so the mismatch stays a warning."""
+    d = _cut_last_step(6, 7, 2)
+    d["curves"][0]["requests"] = d["curves"][0]["requests"][:1]
+    fs = [f for f in diagnose_inputs(inputs_from_dict(d)) if f.rule == "definitions_mismatch"]
+    assert [f.severity for f in fs] == ["warn"], fs

@@ -530,10 +530,26 @@ def _counters_disagree(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve
         tau, with_prefill = like_for_like_engine_tau(c)
         if tau is None or not c.curve.steps or relative_diff(c.curve.tau, tau) <= lim:
             continue
-        if with_prefill and _prefill_explains(c, tau, th):
+        if (with_prefill and _prefill_explains(c, tau, th)) or _truncation_explains(c, tau):
             continue
         out.append(c)
     return out
+
+
+def _truncation_explains(c: ClassCurve, engine_tau: float) -> bool:
+    """True when an engine τ above the histogram's is within what each request's last verify step can add.
+
+    The engine counts the drafts accepted in a request's last verify step before ``max_tokens`` (or a stop
+    string) cuts that step's tokens from the output; the client's histogram sees only the tokens it got.
+    vLLM 0.26.0 does so by construction: ``Scheduler.update_from_output`` records ``num_accepted`` into
+    ``SpecDecodingStats`` before ``_update_request_with_output`` trims ``new_token_ids`` at the stop
+    (``vllm/v1/core/sched/scheduler.py``). That adds at most ``num_drafts`` tokens per request, so the
+    excess ``(engine τ − histogram τ) × steps`` must lie in ``(0, requests × num_drafts]``. Needs the
+    class's request records (their count); without them nothing is explained."""
+    if not c.requests or not c.curve.steps or not c.curve.num_drafts:
+        return False
+    extra = (engine_tau - c.curve.tau) * c.curve.steps  # accepted tokens the engine counted beyond the client
+    return 0 < extra <= len(c.requests) * c.curve.num_drafts + 1e-9
 
 
 def _prefill_explains(c: ClassCurve, engine_tau: float, th: dict[str, Any]) -> bool:
@@ -655,6 +671,18 @@ def rule_definitions_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Fin
             continue
         diff = relative_diff(c.curve.tau, engine)
         if diff <= t["rel_diff_max"]:
+            continue
+        if _truncation_explains(c, engine):
+            out.append(Finding(
+                "definitions_mismatch", "info",
+                f"{c.text_class}: engine τ {engine:.3f} ({c.engine_source or 'engine'}) vs client histogram τ "
+                f"{c.curve.tau:.3f}: {diff * 100:.1f} % apart, within what the requests' last verify steps "
+                f"explain — the engine counts drafts accepted in a request's last step before max_tokens or a "
+                f"stop cuts them from the output (at most {c.curve.num_drafts} per request, {len(c.requests or ())} "
+                "requests). Not a counter fault; longer requests shrink the gap.",
+                {"text_class": c.text_class, "client_tau": _r(c.curve.tau), "engine_tau": _r(engine),
+                 "rel_diff": _r(diff), "explained_by": "counts the last step's drafts before the stop cuts them",
+                 "alternatives": {}}))
             continue
         if with_prefill and _prefill_explains(c, engine, th):
             out.append(Finding(

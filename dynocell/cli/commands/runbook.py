@@ -217,7 +217,8 @@ def diagnose_cmd(
 ) -> None:
     """Run the acceptance doctor on a run (or each run of a boot; default: the newest) and store findings.
 
-    Each finding has its evidence numbers and the runbook entries that explain it.
+    Each finding has its evidence numbers and the runbook entries that explain it. On a store opened
+    read-only (--store) the findings are printed and not stored.
 
     Example: dynocell diagnose 3f2a
     """
@@ -227,7 +228,12 @@ def diagnose_cmd(
     cell = get_cell()
     if ref is None:
         ref = views.latest_run_id(cell)
-    findings = diagnose(cell, ref)
+    # A store opened read-only (--store, or a file this user cannot write) is diagnosed all the same;
+    # the findings are printed, not stored, and the closing note says so.
+    writable = not (cell.snapshot or cell.store.read_only)
+    findings = diagnose(cell, ref, store_findings=writable)
+    if not writable:
+        cell.notes.append("findings not stored: the store is open read-only (they are printed only)")
     if json_out:
         print_json([f.to_dict() for f in findings])
         return
