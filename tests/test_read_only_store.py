@@ -57,6 +57,21 @@ def test_store_option_reads_a_shipped_store_without_touching_it(cli_env, name):
     assert _fingerprint(db) == before
 
 
+@pytest.mark.parametrize("name", list(STORES))
+def test_diagnose_on_a_read_only_store_prints_findings_and_stores_none(cli_env, name):
+    """`diagnose` through --store wrote its findings and died with "attempt to write a readonly database";
+    it now diagnoses the newest run, prints the findings (the same as --json lists) and says they were
+    not stored, and the shipped file is unchanged."""
+    db = STORES[name]
+    before = _fingerprint(db)
+    r = _cli(["--store", str(db), "diagnose", "--json"], cli_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert isinstance(json.loads(r.stdout), list)
+    assert "findings not stored: the store is open read-only" in r.stderr, r.stderr
+    assert "readonly database" not in r.stdout + r.stderr
+    assert _fingerprint(db) == before
+
+
 def test_read_commands_do_not_migrate_an_old_store_in_the_data_directory(cli_env, isolated_home):
     db = isolated_home / "dynocell.db"
     shutil.copyfile(STORES["0002 real run"], db)
