@@ -94,6 +94,10 @@ def head_for_vllm(src: Path, dst: Path) -> dict[str, object]:
                             "--kind eagle3`, which writes them")
         ec["eagle_aux_hidden_state_layer_ids"] = [int(i) + VLLM_AUX_LAYER_SHIFT for i in ids]
         cfg["eagle_config"] = ec
+        # vLLM 0.26.0's V2 model runner (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py) reads the ids at the
+        # config's top level only, the V1 runner also under eagle_config: without the top-level copy the
+        # target captures its default layers (2, 1, 0) and the head's fc gets 3 × hidden (seen on the H200).
+        cfg["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"]
         changes["eagle_aux_hidden_state_layer_ids"] = [list(ids), ec["eagle_aux_hidden_state_layer_ids"]]
     elif arch == "LlamaForCausalLMEagle":
         from safetensors.torch import load_file
