@@ -65,11 +65,12 @@ if [ ! -f "$PAIR/target/config.json" ] || [ ! -f "$PAIR/draft/config.json" ]; th
   mkdir -p "$PAIR" && cp -r "$shipped" "$PAIR/target" && cp -r "$(dirname "$shipped")/draft" "$PAIR/draft" || exit 1
   echo "model pair: $(dirname "$shipped") -> $PAIR"
 fi
-E3V=$HERE/.gpu/models/eagle3-vllm  # the shipped EAGLE-3 head in vLLM 0.26.0's layout (aux layer ids + 1)
-if [ ! -f "$E3V/config.json" ]; then
-  e3=$(dirname "$(dc model make-tiny --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["target"])')")/eagle3
-  [ -f "$e3/config.json" ] && { dc model for-vllm "$e3" "$E3V" || exit 1; }
-fi
+# The shipped EAGLE-3 head in vLLM 0.26.0's layout (aux layer ids + 1), made afresh each time: an ignored
+# folder made by an earlier call stays on a warm host, and a stale copy boots the old layout (2026-12-02).
+E3V=$HERE/.gpu/models/eagle3-vllm
+e3=$(dirname "$(dc model make-tiny --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["target"])')")/eagle3
+rm -rf "$E3V"
+if [ -f "$e3/config.json" ]; then dc model for-vllm "$e3" "$E3V" >/dev/null || exit 1; fi
 pack() {  # the store, reports, engine logs (gzipped), scrapes and GPU samples so far -> one tarball; traces -> another
   mkdir -p "$OUTDIR/boots" "$OUTDIR/traces"
   for b in "$DYNOCELL_HOME"/boots/*/; do
