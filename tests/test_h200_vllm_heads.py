@@ -190,3 +190,23 @@ def test_dummy_8b_is_gpu_bound_where_the_tiny_pair_is_not(home):
     assert sum(busy) / len(busy) > 80
     for cfg, run in MAIN.items():
         assert _show(run)["profile"]["busy_pct"] < 20, cfg
+
+
+COLD = Path(__file__).parent / "data" / "vllm-0.26.0-heads" / "dynocell-h200-cold"
+
+
+def test_the_recipe_on_a_bare_machine_gives_the_same_curves(home, tmp_path, monkeypatch):
+    """Call 6, a fresh H200 with nothing installed and the script making the EAGLE-3 copy itself: the greedy
+    EAGLE-3 graph run accepts exactly what the warm machine's did (another host, same curves)."""
+    from dynocell.cli.common import state
+
+    warm, warm_host = _curves(GREEDY["eagle3-graph"]), _show(GREEDY["eagle3-graph"])["run"]["host_id"]
+    (tmp_path / "cold").mkdir()
+    store_home(COLD, tmp_path / "cold", monkeypatch)
+    state.settings = state.cell = None
+    s = _show("3b9dc414361e")
+    assert s["run"]["state"] == "completed" and s["run"]["host_id"] != warm_host
+    cold = {c["text_class"]: c for c in s["curves"]}
+    assert {c: (v["tau"], v["steps"]) for c, v in cold.items()} == {c: (v["tau"], v["steps"]) for c, v in warm.items()}
+    log = gzip.decompress((COLD / "boots" / s["run"]["boot_id"] / "engine.log.gz").read_bytes()).decode()
+    assert "Using Eagle3 auxiliary layers from config: (1, 2)" in log
