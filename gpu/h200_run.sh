@@ -14,7 +14,8 @@
 #                  configs of one engine usually fail alike; use it when they differ, e.g. heads).
 # A RUN_SPEC `bisect:GOOD.toml,BAD.toml[,flag,...]` runs `dynocell bisect run GOOD BAD flags --json`.
 # Before the runs it puts the model pair where the configs look (.gpu/models/pair/{target,draft}):
-# the pair that ships with dynocell (`dynocell model make-tiny --json` names it), copied. After
+# the pair that ships with dynocell (`dynocell model make-tiny --json` names it), copied, and its EAGLE-3
+# head in vLLM's layout (.gpu/models/eagle3-vllm, `dynocell model for-vllm`: aux layer ids + 1). After
 # each config it packs the store, reports, engine logs, kept /metrics scrapes and traces so far
 # into $OUT/gpu-artifacts.tgz (or ./gpu-out; one tarball, replaced after each config, holding
 # everything so far: a run cut short still brings back what it finished). The reports, progress
@@ -64,6 +65,12 @@ if [ ! -f "$PAIR/target/config.json" ] || [ ! -f "$PAIR/draft/config.json" ]; th
   mkdir -p "$PAIR" && cp -r "$shipped" "$PAIR/target" && cp -r "$(dirname "$shipped")/draft" "$PAIR/draft" || exit 1
   echo "model pair: $(dirname "$shipped") -> $PAIR"
 fi
+# The shipped EAGLE-3 head in vLLM 0.26.0's layout (aux layer ids + 1), made afresh each time: an ignored
+# folder made by an earlier call stays on a warm host, and a stale copy boots the old layout (2026-12-02).
+E3V=$HERE/.gpu/models/eagle3-vllm
+e3=$(dirname "$(dc model make-tiny --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["target"])')")/eagle3
+rm -rf "$E3V"
+if [ -f "$e3/config.json" ]; then dc model for-vllm "$e3" "$E3V" >/dev/null || exit 1; fi
 pack() {  # the store, reports, engine logs (gzipped), scrapes and GPU samples so far -> one tarball; traces -> another
   mkdir -p "$OUTDIR/boots" "$OUTDIR/traces"
   for b in "$DYNOCELL_HOME"/boots/*/; do

@@ -51,6 +51,90 @@ def make_eagle_head(settings: Settings, out_dir: Path, target: Path | None = Non
                         progress=progress)
 
 
+#: vLLM 0.26.0 counts EAGLE-3 aux layers from the embeddings (id k = the stream entering layer k,
+#: ``vllm/model_executor/models/llama.py`` ``_maybe_add_hidden_state(..., idx + 1, ...)``), SGLang 0.5.17
+#: from the first layer's output (id i = the stream entering layer i + 1, ``layers_to_capture = [val + 1 ...]``).
+VLLM_AUX_LAYER_SHIFT = 1
+
+
+def head_for_vllm(src: Path, dst: Path) -> dict[str, object]:
+    """Copy the head folder ``src`` (SGLang 0.5.17's layout, as ``dynocell model make-eagle`` writes it) to
+    ``dst`` in the layout vLLM 0.26.0 loads for the same function; returns what was changed.
+
+    - EAGLE-3 (``LlamaForCausalLMEagle3``): same weights; ``eagle_config.eagle_aux_hidden_state_layer_ids``
+      + :data:`VLLM_AUX_LAYER_SHIFT` (vLLM's ids count the embeddings as layer 0).
+    - EAGLE (``LlamaForCausalLMEagle``): vLLM's ``EagleLlamaForCausalLM`` has a bias-free ``fc``
+      (``llama_eagle.py``: ``ReplicatedLinear(..., bias=False)``), so only a head whose ``fc.bias`` is all
+      zeros converts (architecture renamed, the bias dropped); a trained bias cannot be folded into a
+      bias-free linear over [embedding ; feature] and is refused (UserError).
+    - MiMo-layout MTP targets (``MiMoForCausalLM``) load in vLLM as they are (``mimo_mtp.py``): refused as
+      needless (UserError naming the folder to use).
+    Raises UserError for a missing/unknown ``src`` or an existing non-empty ``dst``."""
+    import json
+    import shutil
+
+    from dynocell.errors import UserError
+
+    src, dst = Path(src).expanduser().resolve(), Path(dst).expanduser().resolve()
+    cfg_path = src / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{src} has no config.json", "pass a head folder made by `dynocell model make-eagle`")
+    if dst.exists() and any(dst.iterdir()):
+        raise UserError(f"{dst} exists and is not empty", "pass a new folder")
+    cfg = json.loads(cfg_path.read_text())
+    arch = (cfg.get("architectures") or [None])[0]
+    changes: dict[str, object] = {"source": str(src), "architecture": arch}
+    tensors = None
+    if arch == "LlamaForCausalLMEagle3":
+        ec = dict(cfg.get("eagle_config") or {})
+        ids = ec.get("eagle_aux_hidden_state_layer_ids")
+        if not ids:
+            raise UserError(f"{cfg_path} names no eagle_config.eagle_aux_hidden_state_layer_ids",
+                            "SGLang and vLLM default them differently: make the head with `dynocell model make-eagle "
+                            "--kind eagle3`, which writes them")
+        ec["eagle_aux_hidden_state_layer_ids"] = [int(i) + VLLM_AUX_LAYER_SHIFT for i in ids]
+        cfg["eagle_config"] = ec
+        # vLLM 0.26.0's V2 model runner (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py) reads the ids at the
+        # config's top level only, the V1 runner also under eagle_config: without the top-level copy the
+        # target captures its default layers (2, 1, 0) and the head's fc gets 3 × hidden (seen on the H200).
+        cfg["eagle_aux_hidden_state_layer_ids"] = ec["eagle_aux_hidden_state_layer_ids"]
+        changes["eagle_aux_hidden_state_layer_ids"] = [list(ids), ec["eagle_aux_hidden_state_layer_ids"]]
+    elif arch == "LlamaForCausalLMEagle":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(src / "model.safetensors"))
+        bias = tensors.pop("fc.bias", None)
+        if bias is not None and bool(bias.abs().max() > 0):
+            raise UserError(f"{src}: fc.bias is trained (max |b| {float(bias.abs().max()):.3g}); vLLM 0.26.0's EAGLE "
+                            "fc has no bias, so no vLLM layout computes the same function",
+                            "train a head with fc.bias held at zero")
+        cfg["architectures"] = ["EagleLlamaForCausalLM"]
+        changes["architectures"] = [arch, "EagleLlamaForCausalLM"]
+        changes["dropped"] = ["fc.bias"] if bias is not None else []
+    elif arch == "MiMoForCausalLM":
+        raise UserError(f"{src} (MiMoForCausalLM) loads in vLLM 0.26.0 as it is (MiMoMTPModel)",
+                        f"use {src} as model_path with [speculative] algorithm = \"mtp\"")
+    else:
+        raise UserError(f"{src}: architecture {arch!r} is not a head dynocell converts",
+                        "pass an EAGLE or EAGLE-3 head folder made by `dynocell model make-eagle`")
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file() and f.name not in ("config.json", "README.md") and not (tensors is not None
+                                                                               and f.name == "model.safetensors"):
+            shutil.copy2(f, dst / f.name)
+    if tensors is not None:
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    changed = json.dumps({k: v for k, v in changes.items() if k != "source"})
+    (dst / "README.md").write_text(f"# vLLM 0.26.0 layout of `{src.name}`\n\nMade by `dynocell model for-vllm` from "
+                                   f"`{src}`; changes: `{changed}`.\n"
+                                   "Same weights otherwise; run it with vLLM's method of the same name.\n")
+    changes["dest"] = str(dst)
+    return changes
+
+
 #: ``model_path`` names of pretrained models fetched into the model cache (``dynocell model fetch NAME``).
 FETCHED_PREFIX = "dynocell:"
 

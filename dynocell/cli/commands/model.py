@@ -40,7 +40,7 @@ def _make(what: str, seed: int | None, as_json: bool,
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``model`` command group (``make-tiny``, ``make-eagle``, ``fetch``) to ``app``."""
+    """Add the ``model`` command group (``make-tiny``, ``make-eagle``, ``for-vllm``, ``fetch``) to ``app``."""
     model_app = typer.Typer(help="The made-locally reference model pair (target + draft).\n\n"
                                  "Example: dynocell model make-tiny", no_args_is_help=True)
 
@@ -102,6 +102,34 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(res))
         else:
             Console().print(f"{kind} head: {out}\n({res['seconds']} s)")
+
+    @model_app.command("for-vllm")
+    def for_vllm_cmd(
+        src: Path = typer.Argument(..., help="Head folder in SGLang's layout (from `dynocell model make-eagle`)."),
+        dst: Path = typer.Argument(..., help="New folder for vLLM 0.26.0's layout of the same head."),
+        as_json: bool = typer.Option(False, "--json", help="Print what changed as JSON."),
+    ) -> None:
+        """Copy an EAGLE-3 (or zero-bias EAGLE) head into the layout vLLM 0.26.0 loads for the same function.
+
+        EAGLE-3: aux layer ids + 1 (vLLM counts the embeddings as layer 0). MTP (MiMo layout) needs no copy.
+
+        Example: dynocell model for-vllm dynocell/engine/reference/pair/tiny-llama-bpe512-r2-s0/eagle3 /tmp/eagle3-vllm
+        """
+        from rich.console import Console
+
+        from dynocell.errors import DynocellError
+        from dynocell.runbooks.model_pair import head_for_vllm
+
+        try:
+            res = head_for_vllm(src, dst)
+        except DynocellError as exc:
+            Console(stderr=True).print(f"Error: {exc}")
+            raise typer.Exit(exc.exit_code) from exc
+        if as_json:
+            typer.echo(json.dumps(res))
+        else:
+            Console().print(f"vLLM layout: {res['dest']}\n" + "\n".join(
+                f"  {k}: {v}" for k, v in res.items() if k not in ("dest", "source")))
 
     @model_app.command("fetch")
     def fetch_cmd(
