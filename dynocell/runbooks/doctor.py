@@ -177,6 +177,8 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
     family = algorithm_family(inp.knobs)
     if family == "ngram":
         return _pinned_ngram(inp, cs, t)
+    if not inp.curves and inp.accept_lengths:
+        return _pinned_any_drafts(inp, t, family)
     if not cs or any(c.curve.tau > t["tau_max"] for c in cs):
         return []
     has_rep = any(_is_repetition(c.text_class) for c in cs)
@@ -188,6 +190,28 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
     return [Finding("pinned_near_one", "error", msg,
                     {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
                      "tau_max": t["tau_max"], "repetition_class": has_rep, "algorithm_family": family})]
+
+
+def _pinned_any_drafts(inp: DoctorInputs, t: dict[str, Any], family: str | None) -> list[Finding]:
+    """τ with the draft count D unknown (``inp.accept_lengths``: a bench tool's ``accept_length`` of a server
+    whose config dynocell never saw). τ − 1 is the drafts accepted per verify step whatever D is, so τ ≤
+    ``unknown_drafts_tau_max`` on every level is an accept rate at or below (τ − 1) / 1 even at D = 1 — no
+    trained drafter, only one that reads wrong inputs (or an n-gram proposer on text it cannot match, which
+    the config would say). SGLang's ``bench_serving`` writes ``accept_length`` only for a server with
+    speculation on (``avg_spec_accept_length`` of ``/get_server_info``), so a plain server is not judged."""
+    lim = t["unknown_drafts_tau_max"]
+    taus = {a["text_class"]: _r(a["tau"]) for a in inp.accept_lengths}
+    if any(v > lim for v in taus.values()):
+        return []
+    worst = max(taus.values())
+    msg = (f"accept length τ ≤ {lim} ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}; "
+           f"{inp.accept_lengths[0]['source']}) with the draft count unknown: τ − 1 = {worst - 1:.2f} drafts "
+           f"accepted per verify step whatever k is (≤ {worst - 1:.0%} even at k = 1) — the drafter contributes "
+           f"nothing: it (or the target's verify step) sees wrong or zero inputs ({_WRONG_INPUTS[family]}), or the "
+           "algorithm named does not match the draft's architecture — not a weak drafter.")
+    return [Finding("pinned_near_one", "error", msg,
+                    {"tau_by_class": taus, "max_tau": worst, "num_drafts": None, "tau_max": lim,
+                     "source": inp.accept_lengths[0]["source"], "algorithm_family": family})]
 
 
 def _later_ratio(a: Sequence[float]) -> float | None:
@@ -891,7 +915,8 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
     (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
     margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``, ``windows``
-    (``{target_context, target_source, draft_window, draft_source}``).
+    (``{target_context, target_source, draft_window, draft_source}``); issue 35: ``accept_lengths``
+    (``{text_class, tau, source}``, τ with D unknown).
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -928,6 +953,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
         profile=dict(d.get("profile", {})), windows=dict(d.get("windows", {})),
+        accept_lengths=[dict(x) for x in d.get("accept_lengths", [])],
     )
 
 

@@ -153,6 +153,9 @@ class DoctorInputs:
       ``profile``: the profile window (``requested``, ``traces``, ``graph_launches``, ``source``).
     - ``windows``: context windows in tokens (``target_context`` the target serves with and
       ``target_source``, ``draft_window`` and ``draft_source``; ``*_unknown`` says why one could not be read).
+    - ``accept_lengths``: accept lengths τ (tokens per verify step, bonus included) a bench tool or an engine
+      reported where the draft count D is unknown, so no curve can be made (``{text_class, tau, source}``):
+      an imported SGLang ``bench_serving`` file of a server whose config dynocell never saw (issue 35).
     """
 
     curves: list[ClassCurve] = field(default_factory=list)
@@ -186,6 +189,7 @@ class DoctorInputs:
     contended: str | None = None
     allow_contended: bool = False
     breakeven: dict[str, Any] = field(default_factory=dict)
+    accept_lengths: list[dict[str, Any]] = field(default_factory=list)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""
