@@ -62,3 +62,54 @@ def test_bench_accept_length_well_above_one_with_k_unknown_is_not_judged(cell, t
 
     res = import_bench(cell, _bench_file(tmp_path, 1.30))
     assert "pinned_near_one" not in _diagnose(cell, res["run_id"])
+
+
+# ---------------------------------------------------------------- OpenAI responses without usage
+
+#: TensorRT-LLM Eagle3 one-engine on Hopper before the fix, NVIDIA/TensorRT-LLM#5146 ("before"): the spec-dec
+#: parameters missing from the attention op, NaN logits, every token after the first word is '!'.
+NAN_BANG = "https://github.com/NVIDIA/TensorRT-LLM/pull/5146"
+BANG_TEXTS = [("Hello, my name is", " Emily and" + "!" * 60), ("The capital of France is", " a" + "!" * 61)]
+
+
+def _completions(tmp_path: Path, pairs: list[tuple[str, str]], obj: str = "text_completion") -> Path:
+    """OpenAI completions as a client saves them, without ``usage``: ``choices[0].text`` for
+    ``text_completion``, ``choices[0].message.content`` for ``chat.completion``."""
+    def choice(text: str) -> dict:
+        body = {"message": {"role": "assistant", "content": text}} if obj == "chat.completion" else {"text": text}
+        return {"index": 0, **body, "finish_reason": "length"}
+
+    p = tmp_path / "responses.jsonl"
+    p.write_text("".join(json.dumps({"object": obj, "model": "llama-3.1-8b", "prompt": prompt,
+                                     "choices": [choice(text)]}) + "\n" for prompt, text in pairs))
+    return p
+
+
+def test_openai_completions_without_usage_are_read_and_their_text_judged(cell, tmp_path):
+    """The texts a client saved carry no ``usage``: the import keeps them (counts unknown) and the output
+    rules read them (source: NAN_BANG)."""
+    from dynocell.runbooks.evidence import import_requests
+
+    assert NAN_BANG.startswith("https://")
+    res = import_requests(cell, _completions(tmp_path, BANG_TEXTS))
+    assert res["format"] == "openai-no-usage" and res["requests"] == 2
+    assert "corrupt_output" in _diagnose(cell, res["run_id"])
+
+
+def test_openai_completions_without_usage_and_healthy_text_stay_quiet(cell, tmp_path):
+    """A control: ordinary continuations of the same prompts, saved as chat completions without usage, read
+    the same way and raise nothing (the output rules judge the text, not the missing counts)."""
+    from dynocell.runbooks.evidence import import_requests
+
+    after = [("Hello, my name is", " Emily and I am a student at the University of California, Berkeley."),
+             ("The capital of France is", " Paris, which is also the largest city in the country.")]
+    res = import_requests(cell, _completions(tmp_path, after, obj="chat.completion"))
+    assert "corrupt_output" not in _diagnose(cell, res["run_id"])
+
+
+def test_a_json_object_that_is_no_completion_is_still_refused(cell, tmp_path):
+    from dynocell.errors import UserError
+    from dynocell.runbooks.evidence import import_requests
+
+    with pytest.raises(UserError, match="neither an SGLang response"):
+        import_requests(cell, _completions(tmp_path, BANG_TEXTS, obj="embedding"))
