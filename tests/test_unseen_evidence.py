@@ -113,3 +113,51 @@ def test_a_json_object_that_is_no_completion_is_still_refused(cell, tmp_path):
 
     with pytest.raises(UserError, match="neither an SGLang response"):
         import_requests(cell, _completions(tmp_path, BANG_TEXTS, obj="embedding"))
+
+
+# ---------------------------------------------------------------- acceptance windows of one log, over time
+
+DATA = Path(__file__).parent / "data"
+#: vllm-project/vllm#40624, a commenter's line verbatim (vLLM 0.19.1, qwen3_next_mtp with 2 tokens), cut after
+#: "Per-position acceptance rate:" as the thread shows it.
+MTP_LINE = ("(APIServer pid=1) INFO 04-22 23:19:40 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: "
+            "2.52, Accepted throughput: 36.30 tokens/s, Drafted throughput: 47.79 tokens/s, Accepted: 363 tokens, "
+            "Drafted: 478 tokens, Per-position acceptance rate:")
+#: vllm-project/vllm#41838: AL ~3.07 falling smoothly to ~2.8 over hours (Eagle, 4 draft tokens), as vLLM 0.17's lines
+DECAY_LOG = DATA / "cases" / "59-vllm-eagle-acceptance-falls-over-hours" / "server.log"
+#: the H200 runs (vLLM 0.26.0, one H200, 2026-12-01): five text classes served in turn within ~90 s
+H200_BOOTS = DATA / "vllm-0.26.0" / "dynocell-h200" / "boots"
+
+
+def test_a_spec_decoding_line_without_rates_is_a_window_whose_k_the_counts_give():
+    from dynocell.engine.acceptance import parse_vllm_spec_line, parse_vllm_spec_window
+
+    assert parse_vllm_spec_line(MTP_LINE) is None  # no per-position rates: no curve of its own
+    w = parse_vllm_spec_window(MTP_LINE)
+    assert (w.tau, w.accepted, w.drafted) == (2.52, 363, 478)
+    assert w.num_drafts == 2  # 478 drafted · 1.52 / 363 accepted: the thread's "2 tokens"
+
+
+def test_windows_of_one_log_are_kept_apart_and_a_slow_fall_is_named(cell):
+    from dynocell.runbooks.imports import import_log
+
+    assert DECAY_LOG.read_text().startswith("# source: https://github.com/vllm-project/vllm/issues/41838")
+    res = import_log(cell, [DECAY_LOG], engine="vllm")
+    acc = res["acceptance"]
+    assert acc["format"] == "vllm-v1-summary" and acc["num_drafts"] == 4
+    assert [w["tau"] for w in acc["windows"]][:3] == [3.07, 3.05, 3.02] and len(acc["windows"]) == 10
+    found = _diagnose(cell, res["boot_id"])
+    assert found["acceptance_decay"]["span_s"] == 9 * 3600 and found["acceptance_decay"]["spearman"] == -1.0
+
+
+@pytest.mark.parametrize("boot", ["538cd7c8806c", "9d59f9b6086b", "a8b7a7a14359", "cbe7764493f2", "dd4f31340195"])
+def test_healthy_h200_logs_keep_their_windows_and_no_decay_is_named(cell, boot):
+    """Real vLLM 0.26.0 logs with 11–20 windows each (τ moves as the bench's classes change): every window
+    kept, and no decay named (minutes of one bench, not hours of one server)."""
+    from dynocell.runbooks.imports import import_log
+
+    log = H200_BOOTS / boot / "engine.log"
+    res = import_log(cell, [log])
+    lines = sum("SpecDecoding metrics" in ln for ln in log.read_text().splitlines())
+    assert len(res["acceptance"]["windows"]) == lines >= 11
+    assert "acceptance_decay" not in _diagnose(cell, res["boot_id"])

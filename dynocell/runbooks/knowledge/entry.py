@@ -56,7 +56,7 @@ DOCTOR_RULES = (
     "graph_launches_missing", "capture_size_miss", "config_smell", "length_breakeven", "draft_window_short",
     "lossless_margin_unknown",
     # issue 35
-    "engine_hang", "engine_crash_serving",
+    "engine_hang", "engine_crash_serving", "acceptance_decay",
 )
 #: Derived (property) paths a selector may name besides model fields.
 DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
