@@ -161,3 +161,40 @@ def test_healthy_h200_logs_keep_their_windows_and_no_decay_is_named(cell, boot):
     lines = sum("SpecDecoding metrics" in ln for ln in log.read_text().splitlines())
     assert len(res["acceptance"]["windows"]) == lines >= 11
     assert "acceptance_decay" not in _diagnose(cell, res["boot_id"])
+
+
+# ---------------------------------------------------------------- a TensorRT-LLM log
+
+#: triton-inference-server/tensorrtllm_backend#473: the reporter's container line, verbatim
+TRTLLM_LOG = DATA / "cases" / "50-trtllm-draft-tokens-exceed-engine-max" / "server.log"
+
+
+@pytest.mark.parametrize("engine", ["trtllm", None])
+def test_a_tensorrt_llm_log_is_read_and_its_assertion_named(cell, engine):
+    """The batch manager's assertion (56 draft tokens against an engine built for 0) is read with
+    ``--engine trtllm`` or detected from TensorRT-LLM's own ``[TensorRT-LLM]`` tag, and named."""
+    from dynocell.runbooks.imports import import_log
+
+    assert TRTLLM_LOG.read_text().startswith("# source: https://github.com/triton-inference-server/")
+    res = import_log(cell, [TRTLLM_LOG], engine=engine)
+    assert res["engine"] == "trtllm"
+    assert res["signature"]["id"] == "draft_len_exceeds_engine_max"
+    assert res["signature"]["groups"] == {"draft_tokens": "56", "max_draft_tokens": "0"}
+    from dynocell.runbooks.doctor import diagnose
+
+    (f,) = [f for f in diagnose(cell, res["boot_id"], store_findings=False) if f.evidence.get("signature")]
+    assert f.evidence["signature"] == "draft_len_exceeds_engine_max"
+    assert f.entries == ["trtllm-draft-longer-than-engine-max"]
+
+
+def test_the_tensorrt_llm_version_line_gives_the_engine_version(tmp_path):
+    """``[TensorRT-LLM] TensorRT-LLM version: 0.17.0`` (trtllm-bench's output in NVIDIA/TensorRT-LLM's docs)
+    before the assertion: the version is a phase detail of a trtllm log."""
+    from dynocell.engine.logfile import read_log
+
+    log = tmp_path / "server.log"
+    log.write_text("[TensorRT-LLM] TensorRT-LLM version: 0.17.0\n" + TRTLLM_LOG.read_text().splitlines()[1] + "\n")
+    rep = read_log(log)
+    assert rep.engine == "trtllm" and rep.phases[0]["detail"] == {"version": "0.17.0"}
+    assert rep.signature["id"] == "draft_len_exceeds_engine_max"
+

@@ -47,7 +47,7 @@ __all__ = ["ENGINES", "LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample
            "check_engine_name", "split_lines"]
 
 #: Engines whose logs are read (``--engine`` names one of these).
-ENGINES = ("sglang", "vllm", "llamacpp", "reference")
+ENGINES = ("sglang", "vllm", "llamacpp", "trtllm", "reference")
 #: A log larger than this is refused unread (server logs of days are far smaller).
 MAX_LOG_BYTES = 512 << 20
 
@@ -64,6 +64,8 @@ _ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"statistics +draft|srv +\w+:|update_slots")),
     ("sglang", re.compile(r"server_args=ServerArgs|Decode batch[.,]|Prefill batch[.,]|sglang|"
                           r"The server is fired up and ready to roll")),
+    # TensorRT-LLM's own tags: "[TensorRT-LLM][ERROR] Assertion failed: …" (C++), "[TRT-LLM] [I] …" (Python)
+    ("trtllm", re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM\]|tensorrt_llm/|tensorrtllm_backend")),
 )
 
 _EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Traceback \(most recent call last\)")
@@ -515,11 +517,11 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     _check_engine(p, engine, detected)
     eng = engine or detected
     if eng is None:
-        raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
-                           f"(it starts with {_printable(lines[0], 80)!r})",
+        raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM, llama.cpp or "
+                           f"TensorRT-LLM prints (it starts with {_printable(lines[0], 80)!r})",
                            "give the engine's server log, or name the engine with --engine")
     rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
-    rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
+    rules_engine = eng if eng in ENGINES else None
     scan = _Scan(p, rep, rules_engine, year or datetime.now().year, lines, config_given)
     segments = _segments(lines)
     for i, raw in segments:
