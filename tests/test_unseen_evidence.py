@@ -198,3 +198,35 @@ def test_the_tensorrt_llm_version_line_gives_the_engine_version(tmp_path):
     assert rep.engine == "trtllm" and rep.phases[0]["detail"] == {"version": "0.17.0"}
     assert rep.signature["id"] == "draft_len_exceeds_engine_max"
 
+
+# ---------------------------------------------------------------- prefix-cache hits lost to a drafter
+
+#: vllm-project/vllm#40624, the same commenter's stats line printed beside MTP_LINE
+MTP_STATS = ("(APIServer pid=1) INFO 04-22 23:19:40 [loggers.py:259] Engine 000: Avg prompt throughput: 67.8 tokens/s, "
+             "Avg generation throughput: 60.2 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.9%, "
+             "Prefix cache hit rate: 0.0%")
+
+
+def test_zero_prefix_hits_while_drafting_is_named(cell, tmp_path):
+    from dynocell.runbooks.imports import import_log
+
+    log = tmp_path / "server.log"
+    log.write_text(MTP_STATS + "\n" + MTP_LINE + "\n")
+    res = import_log(cell, [log], engine="vllm")
+    from dynocell.runbooks.doctor import diagnose
+
+    (f,) = [f for f in diagnose(cell, res["boot_id"], store_findings=False) if f.rule == "prefix_cache_lost_to_spec"]
+    assert f.severity == "info"  # from the log alone 0 % may be a workload without shared prefixes
+    assert f.evidence == {"stats_lines": 1, "hit_pct_max": 0.0, "spec_windows": 1, "prefix_caching_asked": False}
+    assert f.entries == ["prefix-cache-hits-lost-to-drafter"]
+
+
+@pytest.mark.parametrize("log", [DATA / "vllm-0.26.0" / "C_draft_graph.server.log",
+                                 H200_BOOTS / "dd4f31340195" / "engine.log"])
+def test_real_logs_whose_cache_hits_while_drafting_stay_quiet(cell, log):
+    """vLLM 0.26.0 on one H200 with a draft model: hit rates of 8–18 % between the 0.0 % lines."""
+    from dynocell.runbooks.imports import import_log
+
+    res = import_log(cell, [log])
+    assert "prefix_cache_lost_to_spec" not in _diagnose(cell, res["boot_id"])
+

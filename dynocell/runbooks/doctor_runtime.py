@@ -17,6 +17,8 @@ Rules (id — shape):
   (or the engine truncating its capture size): verify steps fall off the captured graphs.
 - ``config_smell`` — knobs the engine silently changes or that cannot work together.
 - ``draft_window_short`` — the draft model's window (config.json) shorter than the target's serving context.
+- ``prefix_cache_lost_to_spec`` — prefix-cache hit rate 0 % on every stats line while speculation drafts
+  (issue 35).
 
 Each reads plain values of :class:`~dynocell.runbooks.doctor_model.DoctorInputs` (``log``,
 ``gauges``, ``profile``, ``knobs``); thresholds are in ``doctor_thresholds.toml``.
@@ -323,6 +325,32 @@ def rule_engine_hang(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                     {"line": first["line"], "hang_lines": len(hangs), "text": first["text"]})]
 
 
+def rule_prefix_cache_lost_to_spec(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Prefix caching hits nothing while speculation drafts: every vLLM stats line says ``Prefix cache hit rate:
+    0.0%`` (at least ``min_stats_lines``) in a log whose ``SpecDecoding`` windows drafted. vLLM drafters that
+    keep their own KV (EAGLE / EAGLE-3, MTP, DFlash, DSpark) with hybrid attention groups (sliding window,
+    linear attention / GDN, Mamba) have lost every prefix-cache hit in several releases (vllm-project/vllm
+    #40624, "definitely a bug" in the thread; #54360: 0 hits with MTP or DFlash, normal hits with the same command
+    minus ``--speculative-config``; fixed for DSpark/MTP by #44082). From the log alone 0 % also means a
+    workload without shared prefixes, so the finding is ``info``; ``warn`` when the config turned prefix caching
+    on by name (``enable_prefix_caching``: the operator expects hits)."""
+    t = th["prefix_cache_lost_to_spec"]
+    hits = inp.log.get("prefix_hit_pct") or []
+    spec = int(inp.log.get("spec_windows") or 0)
+    if spec < 1 or len(hits) < t["min_stats_lines"] or max(hits) > t["hit_pct_max"]:
+        return []
+    asked = inp.knobs.get("extra.enable_prefix_caching") is True
+    return [Finding("prefix_cache_lost_to_spec", "warn" if asked else "info",
+                    f"prefix cache hit rate {max(hits):.1f} % on all {len(hits)} stats line(s) while speculation "
+                    f"drafted ({spec} SpecDecoding window(s)): either the requests share no prefix, or the drafter "
+                    "costs the hits — vLLM's EAGLE-like drafters (EAGLE-3, MTP, DFlash, DSpark) with hybrid "
+                    "attention (sliding window, linear attention, Mamba) have lost every hit in several releases. "
+                    "Send the same long prompt twice, with and without --speculative-config: hits without "
+                    "speculation only name the drafter.",
+                    {"stats_lines": len(hits), "hit_pct_max": r(max(hits)), "spec_windows": spec,
+                     "prefix_caching_asked": asked})]
+
+
 RUNTIME_RULES = {
     "health_lies": rule_health_lies,
     "stalled_queue": rule_stalled_queue,
@@ -334,4 +362,5 @@ RUNTIME_RULES = {
     "capture_size_miss": rule_capture_size_miss,
     "config_smell": rule_config_smell,
     "draft_window_short": rule_draft_window_short,
+    "prefix_cache_lost_to_spec": rule_prefix_cache_lost_to_spec,
 }

@@ -57,6 +57,7 @@ DOCTOR_RULES = (
     "lossless_margin_unknown",
     # issue 35
     "engine_hang", "engine_crash_serving", "acceptance_decay",
+    "prefix_cache_lost_to_spec",
 )
 #: Derived (property) paths a selector may name besides model fields.
 DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
