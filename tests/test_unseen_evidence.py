@@ -8,6 +8,7 @@ doctor. No config is written by hand: the evidence alone.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,43 @@ def test_real_logs_whose_cache_hits_while_drafting_stay_quiet(cell, log):
     res = import_log(cell, [log])
     assert "prefix_cache_lost_to_spec" not in _diagnose(cell, res["boot_id"])
 
+
+# ---------------------------------------------------------------- the draft's head against the algorithm
+
+#: A real SGLang 0.5.17 EAGLE boot on one H200 (the eager store's boot 8b3add05820f, 2026-12-01): its server
+#: args name the reference pair's EAGLE head; the pair ships an EAGLE-3 head beside it (config.json
+#: architectures LlamaForCausalLMEagle / LlamaForCausalLMEagle3, the names SGLang loads).
+EAGLE_BOOT = DATA / "sglang-0.5.17-eagle" / "dynocell-h200-eager" / "boots" / "8b3add05820f" / "engine.log"
+PAIR = Path(__file__).resolve().parents[1] / "dynocell" / "engine" / "reference" / "pair" / "tiny-llama-bpe512-r2-s0"
+
+
+def _eagle_log(tmp_path: Path, head: str) -> Path:
+    text = EAGLE_BOOT.read_text()
+    old = re.search(r"speculative_draft_model_path='([^']*)'", text).group(1)
+    log = tmp_path / f"{head}.log"
+    log.write_text(text.replace(old, str(PAIR / head)))
+    return log
+
+
+@pytest.mark.parametrize("head, fires", [("eagle3", True), ("eagle", False)])
+def test_an_eagle3_head_under_eagle_is_named_before_any_acceptance(cell, tmp_path, head, fires):
+    """sgl-project/sglang#21272: an EAGLE-3 head under --speculative-algorithm EAGLE accepts nothing and says
+    nothing. The imported boot's config names the draft folder; its config.json names the head."""
+    from dynocell.runbooks.imports import import_log
+
+    res = import_log(cell, [_eagle_log(tmp_path, head)])
+    found = _diagnose(cell, res["boot_id"])
+    assert ("draft_head_mismatch" in found) is fires
+    if fires:
+        assert found["draft_head_mismatch"]["architectures"] == ["LlamaForCausalLMEagle3"]
+        assert found["draft_head_mismatch"]["algorithm"] == "EAGLE"
+
+
+def test_draft_head_kind_reads_the_architectures_the_engines_name():
+    from dynocell.engine.model_window import draft_head_kind
+
+    assert draft_head_kind({"architectures": ["LlamaForCausalLMEagle3"]}) == "EAGLE3"  # SGLang (sglang#21272)
+    assert draft_head_kind({"architectures": ["Eagle3LlamaForCausalLM"]}) == "EAGLE3"  # vLLM's class name
+    assert draft_head_kind({"architectures": ["LlamaForCausalLMEagle"]}) == "EAGLE"
+    # a plain architecture says nothing (EAGLE-1 heads and some EAGLE-3 exports use it: TensorRT-LLM#6158)
+    assert draft_head_kind({"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 32000}) is None

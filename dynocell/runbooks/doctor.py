@@ -963,7 +963,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``, ``windows``
     (``{target_context, target_source, draft_window, draft_source}``); issue 35: ``accept_lengths``
     (``{text_class, tau, source}``, τ with D unknown), ``acceptance_windows`` (``{line, offset_s, tau, accepted,
-    drafted}``, one log's logging intervals in order).
+    drafted}``, one log's logging intervals in order), ``draft_model`` (``{head, architectures, source}``).
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -1002,6 +1002,7 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         profile=dict(d.get("profile", {})), windows=dict(d.get("windows", {})),
         accept_lengths=[dict(x) for x in d.get("accept_lengths", [])],
         acceptance_windows=[dict(x) for x in d.get("acceptance_windows", [])],
+        draft_model=dict(d.get("draft_model", {})),
     )
 
 

@@ -66,6 +66,7 @@ def boot_inputs(cell: Any, boot: Any) -> DoctorInputs:
     inp.knobs = knobs_of(cell.store, boot.config_hash) if boot.config_hash else {}
     inp.log = _log_signs(cell.store, boot.id)
     inp.windows = model_windows(inp.knobs)
+    inp.draft_model = draft_model_info(inp.knobs)
     return inp
 
 
@@ -100,6 +101,23 @@ def model_windows(knobs: dict[str, Any]) -> dict[str, Any]:
         else:
             out["target_context"], out["target_source"] = t, why
     return out
+
+
+def draft_model_info(knobs: dict[str, Any]) -> dict[str, Any]:
+    """What the draft folder's ``config.json`` says of its head (issue 35 item 4): ``{head, architectures,
+    source}`` (``head``: :func:`dynocell.engine.model_window.draft_head_kind`), ``{unknown: why}`` when the
+    folder is not on this host, {} without a draft model path."""
+    from dynocell.engine.model_window import draft_head_kind, read_model_config
+
+    draft = knobs.get("speculative.draft_model_path")
+    if not draft or str(draft).startswith("dynocell:"):
+        return {}
+    cfg, where = read_model_config(draft)
+    if cfg is None:
+        return {"unknown": where}
+    archs = cfg.get("architectures")
+    return {"head": draft_head_kind(cfg), "architectures": [str(a) for a in archs] if isinstance(archs, list) else [],
+            "source": where}
 
 
 def _gauges(store: Any, run_id: str) -> dict[str, Any]:
@@ -284,6 +302,7 @@ def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,
     inp.gauges = _gauges(store, run.id)
     inp.profile = _profile(store, run.id)
     inp.windows = model_windows(inp.knobs)
+    inp.draft_model = draft_model_info(inp.knobs)
     _comparisons(cell, run, inp, others)
     inp.concurrency = _concurrency(store, run, inp.knobs, others)
     if inp.concurrency and inp.plain_decode_tok_s is None:

@@ -159,6 +159,8 @@ class DoctorInputs:
     - ``acceptance_windows``: one log's acceptance windows in order (``{line, offset_s, tau, accepted,
       drafted}``: vLLM's per-interval ``SpecDecoding metrics`` lines, τ as printed, token counts of the
       interval, seconds since the log's first stamp or None), for acceptance over a server's life.
+    - ``draft_model``: what the draft folder's ``config.json`` says of its head (``{head: EAGLE3 | EAGLE | None,
+      architectures, source}``, or ``{unknown: why}``), for checking it against the algorithm.
     """
 
     curves: list[ClassCurve] = field(default_factory=list)
@@ -194,6 +196,7 @@ class DoctorInputs:
     breakeven: dict[str, Any] = field(default_factory=dict)
     accept_lengths: list[dict[str, Any]] = field(default_factory=list)
     acceptance_windows: list[dict[str, Any]] = field(default_factory=list)
+    draft_model: dict[str, Any] = field(default_factory=dict)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""

@@ -19,6 +19,7 @@ Rules (id — shape):
 - ``draft_window_short`` — the draft model's window (config.json) shorter than the target's serving context.
 - ``prefix_cache_lost_to_spec`` — prefix-cache hit rate 0 % on every stats line while speculation drafts
   (issue 35).
+- ``draft_head_mismatch`` — the draft's config.json names an EAGLE-3 head served as EAGLE, or the reverse.
 
 Each reads plain values of :class:`~dynocell.runbooks.doctor_model.DoctorInputs` (``log``,
 ``gauges``, ``profile``, ``knobs``); thresholds are in ``doctor_thresholds.toml``.
@@ -351,6 +352,38 @@ def rule_prefix_cache_lost_to_spec(inp: DoctorInputs, th: dict[str, Any]) -> lis
                      "prefix_caching_asked": asked})]
 
 
+#: The speculative algorithm each EAGLE head is served by, in SGLang's ``--speculative-algorithm`` names (vLLM's
+#: ``method`` ``eagle`` / ``eagle3`` upper-cased are the same words).
+_HEAD_ALGORITHM = {"EAGLE3": "EAGLE3", "EAGLE": "EAGLE"}
+
+
+def rule_draft_head_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """The draft folder holds one EAGLE head and the config serves it as the other (issue 35 item 4).
+
+    An EAGLE-3 head under ``EAGLE``: the engine captures no auxiliary hidden states, the head's ``fc`` expects
+    3 × hidden_size and gets 1 ×, and SGLang skips the projection silently — accept length exactly 1.00, slower
+    than no speculation (sgl-project/sglang#21272, Kimi-K2.5 + kimi-k2.5-eagle3). An EAGLE-1/2 head under
+    ``EAGLE3`` is asked for auxiliary layers it was not trained on. The head is read from the draft's
+    ``config.json`` ``architectures`` (:func:`dynocell.engine.model_window.draft_head_kind`); a folder that is not
+    on this host, or whose architecture does not name EAGLE, is not judged."""
+    head = inp.draft_model.get("head")
+    alg = str(inp.knobs.get("speculative.algorithm") or "").upper()
+    want = _HEAD_ALGORITHM.get(head or "")
+    if not want or alg not in _HEAD_ALGORITHM.values() or alg == want:
+        return []
+    archs = ", ".join(inp.draft_model.get("architectures") or [])
+    return [Finding("draft_head_mismatch", "error",
+                    f"the draft model is an {head} head ({archs}, {inp.draft_model.get('source')}) but the config "
+                    f"serves it with algorithm {alg}: " + (
+                        "EAGLE mode captures no auxiliary hidden states, so the head's fc layer (3 × hidden_size in) "
+                        "is skipped and every draft is rejected — expect accept length 1.00, slower than no "
+                        "speculation (sgl-project/sglang#21272)" if head == "EAGLE3" else
+                        "EAGLE3 mode feeds auxiliary hidden states the head was not trained on")
+                    + f". Serve it with --speculative-algorithm {want} (vLLM: \"method\": \"{want.lower()}\").",
+                    {"head": head, "algorithm": alg, "architectures": inp.draft_model.get("architectures") or [],
+                     "source": inp.draft_model.get("source")})]
+
+
 RUNTIME_RULES = {
     "health_lies": rule_health_lies,
     "stalled_queue": rule_stalled_queue,
@@ -363,4 +396,5 @@ RUNTIME_RULES = {
     "config_smell": rule_config_smell,
     "draft_window_short": rule_draft_window_short,
     "prefix_cache_lost_to_spec": rule_prefix_cache_lost_to_spec,
+    "draft_head_mismatch": rule_draft_head_mismatch,
 }
