@@ -271,3 +271,31 @@ def test_draft_head_kind_reads_the_architectures_the_engines_name():
     assert draft_head_kind({"architectures": ["LlamaForCausalLMEagle"]}) == "EAGLE"
     # a plain architecture says nothing (EAGLE-1 heads and some EAGLE-3 exports use it: TensorRT-LLM#6158)
     assert draft_head_kind({"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 32000}) is None
+
+
+@pytest.mark.parametrize("algorithm, head, refused", [("EAGLE", "eagle3", True), ("EAGLE3", "eagle", True),
+                                                      ("EAGLE", "eagle", False), ("EAGLE3", "eagle3", False)])
+def test_boot_refuses_a_head_its_algorithm_cannot_serve_before_spawning(cell, tmp_path, algorithm, head, refused):
+    """Before a boot: the draft folder's config.json against the algorithm (the reference pair's EAGLE and
+    EAGLE-3 heads, in SGLang's layouts). A refused boot spawns nothing and writes no boot row; config add warns."""
+    from dynocell.db import boots as db_boots
+    from dynocell.engine.config import parse_config, require_draft_head
+    from dynocell.errors import ConfigError
+    from dynocell.runbooks.configs import model_path_warnings
+
+    cfg = parse_config(f'engine = "reference"\nmodel_path = "{PAIR / "target"}"\n[speculative]\n'
+                       f'algorithm = "{algorithm}"\ndraft_model_path = "{PAIR / head}"\nnum_steps = 3\n'
+                       'eagle_topk = 1\nnum_draft_tokens = 4\n')
+    warned = [w for w in model_path_warnings(cfg) if w.startswith("speculative.algorithm")]
+    if not refused:
+        require_draft_head(cfg, "cfg")
+        assert not warned
+        return
+    from dynocell.runbooks.boots.start import start_boot
+
+    with pytest.raises(ConfigError, match="speculative.algorithm") as e:
+        start_boot(cell, cfg, "sha256:" + "0" * 64, timeout_s=60)
+    want = "EAGLE3" if algorithm == "EAGLE" else "EAGLE"
+    assert f'algorithm = "{want}"' in str(e.value.hint) and warned
+    assert db_boots.list_boots(cell.store) == []
+
