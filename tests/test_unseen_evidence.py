@@ -299,3 +299,36 @@ def test_boot_refuses_a_head_its_algorithm_cannot_serve_before_spawning(cell, tm
     assert f'algorithm = "{want}"' in str(e.value.hint) and warned
     assert db_boots.list_boots(cell.store) == []
 
+
+# ---------------------------------------------------------------- runbook applies_to per concept
+
+@pytest.mark.parametrize("engine, args, applies", [
+    ("llamacpp", ["--n-cpu-moe", "30"], True),          # llama.cpp: the first 30 layers' experts on the CPU
+    ("llamacpp", ["--cpu-moe"], True),
+    ("vllm", ["--cpu-offload-gb", "8"], True),
+    ("vllm", ["--cpu-offload-gb=0"], False),           # 0 GiB offloaded is no offload
+    ("vllm", ["--enable-expert-offload"], True),       # the vLLM fork of field report 004
+    ("vllm", ["--enable-prefix-caching"], False),
+])
+def test_expert_offload_entry_applies_to_every_spelling_of_the_concept(engine, args, applies):
+    """``applies_to: {expert_offload: true}``: one concept, each engine's own flag (issue 35 item 8)."""
+    from dynocell.engine.config import parse_config
+    from dynocell.runbooks.knowledge import bundled_knowledge
+
+    model = "org/model.gguf" if engine == "llamacpp" else "org/model"
+    cfg = parse_config(f'engine = "{engine}"\nmodel_path = "{model}"\nextra_args = {json.dumps(args)}\n'
+                       '[speculative]\nalgorithm = "NGRAM"\nnum_steps = 3\n')
+    slugs = [e.slug for e in bundled_knowledge().for_config(cfg)]
+    assert ("speculation-and-expert-offload" in slugs) is applies
+
+
+def test_an_imported_config_with_offload_as_an_observed_extra_fits_the_entry():
+    """vLLM's non-default args line keeps ``cpu_offload_gb`` as ``extra.cpu_offload_gb`` (an observed
+    setting): the doctor links the entry to a finding on that config as on a written one."""
+    from dynocell.runbooks.doctor import _entry_fits
+    from dynocell.runbooks.knowledge import bundled_knowledge
+
+    entry = bundled_knowledge().entries["speculation-and-expert-offload"]
+    knobs = {"engine": "vllm", "speculative.algorithm": "MTP", "extra.cpu_offload_gb": 16}
+    assert _entry_fits(entry, knobs)
+    assert not _entry_fits(entry, {**knobs, "extra.cpu_offload_gb": 0})

@@ -60,7 +60,8 @@ DOCTOR_RULES = (
     "prefix_cache_lost_to_spec", "draft_head_mismatch",
 )
 #: Derived (property) paths a selector may name besides model fields.
-DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
+DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash",
+                 "expert_offload")  # a concept: selectors.CONCEPTS
 REGEX_TIME_LIMIT_S = 0.25
 ADVERSARIAL_INPUTS = (
     "a" * 10_000 + "!",
