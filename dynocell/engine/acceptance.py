@@ -366,6 +366,65 @@ def parse_vllm_spec_line(line: str) -> VllmSpecSample | None:
     )
 
 
+@dataclass(frozen=True)
+class SpecWindow:
+    """One acceptance window of a log: what the engine measured over its last logging interval.
+
+    vLLM V1's ``SpecDecodingLogging`` prints, per interval (``--log-stats``, every 10 s by default), ``Mean
+    acceptance length: τ``, ``Accepted: A tokens``, ``Drafted: G tokens`` and, when it can, the per-position
+    rates; counts are of that interval only (vLLM resets them after logging), so windows are independent
+    samples of one server's life. ``tau``: τ as printed (2 decimals); ``accepted``/``drafted``: token counts;
+    ``num_drafts``: D = round(G · (τ − 1) / A) (drafts = A / (τ − 1) verify steps of D tokens each), None when
+    nothing was accepted (τ − 1 = 0 says nothing of D).
+    """
+
+    tau: float
+    accepted: int
+    drafted: int
+
+    @property
+    def num_drafts(self) -> int | None:
+        """D derived from the window's counts (None when A or τ − 1 is 0)."""
+        if not self.accepted or self.tau <= 1.0:
+            return None
+        return max(1, round(self.drafted * (self.tau - 1.0) / self.accepted))
+
+
+def parse_vllm_spec_window(line: str) -> SpecWindow | None:
+    """A vLLM V1 ``SpecDecoding metrics:`` line as one :class:`SpecWindow` — with or without the
+    per-position rates (vLLM 0.17 prints ``Mean acceptance length: 3.07, Accepted throughput: …, Accepted: 2070
+    tokens, Drafted: 4000 tokens``, vllm-project/vllm#41838; an excerpt may stop after ``Per-position
+    acceptance rate:``, vllm-project/vllm#40624). None without τ and both counts, or for an interval that drafted
+    nothing. Raises :class:`AcceptanceError` for τ below 1 or more accepted than drafted."""
+    if "SpecDecoding metrics:" not in line:
+        return None
+    mean, acc, dr = _V_MEAN.search(line), _V_ACC.search(line), _V_DRAFTED.search(line)
+    if not (mean and acc and dr):
+        return None
+    tau, accepted, drafted = float(mean.group(1)), int(acc.group(1)), int(dr.group(1))
+    if drafted == 0:
+        return None  # an idle (or prefill-only) interval: vLLM prints τ 0.00, nothing was measured
+    if tau < 1.0 or accepted > drafted:
+        raise AcceptanceError(f"a SpecDecoding line with τ = {tau}, {accepted} accepted of {drafted} drafted: "
+                              "τ below 1 or more accepted than drafted is not a measurement")
+    return SpecWindow(tau, accepted, drafted)
+
+
+def windows_curve(windows: Sequence[SpecWindow]) -> Curve | None:
+    """One summary curve over acceptance windows of one width D (the widest derived): τ = 1 + ΣA / Σsteps with
+    steps = G / D per window, accept rate ΣA / ΣG; p and a unknown. None when no window says D."""
+    widths = [w.num_drafts for w in windows if w.num_drafts]
+    if not widths:
+        return None
+    d = max(set(widths), key=widths.count)
+    drafted = sum(w.drafted for w in windows)
+    accepted = sum(w.accepted for w in windows)
+    steps = drafted // d
+    if not steps:
+        return None
+    return Curve(None, d, steps, 1.0 + accepted / steps, accepted / drafted, (), ())
+
+
 def parse_vllm_spec_lines(lines: Iterable[str]) -> list[VllmSpecSample]:
     """All vLLM acceptance samples in ``lines`` (other lines ignored)."""
     out = []

@@ -700,6 +700,44 @@ def require_model_paths(cfg: EngineConfig, source: str) -> None:
                           "for the made-locally reference model")
 
 
+def draft_head_problem(cfg: EngineConfig) -> str | None:
+    """Why ``cfg``'s speculative algorithm cannot serve its draft folder's head, or None (issue 35 item 4).
+
+    The head is read from the draft's ``config.json`` ``architectures``
+    (:func:`dynocell.engine.model_window.draft_head_kind`): an EAGLE-3 head (``LlamaForCausalLMEagle3``) under
+    ``EAGLE`` gets no auxiliary hidden states, its fc projection (3 × hidden_size in) is skipped and every
+    draft is rejected — SGLang serves it without an error or a warning, accept length 1.00
+    (sgl-project/sglang#21272, closed unmerged: the engine does not check it); an EAGLE head under ``EAGLE3``
+    is fed layers it was not trained on. A folder not on this machine, or an architecture that names no EAGLE
+    head, is not judged (None)."""
+    from dynocell.engine.model_window import draft_head_kind, read_model_config
+
+    s = cfg.speculative
+    alg = (s.algorithm or "").upper()
+    if alg not in ("EAGLE", "EAGLE3") or not s.draft_model_path or not _is_local_path(s.draft_model_path):
+        return None
+    data, where = read_model_config(s.draft_model_path)
+    head = draft_head_kind(data) if data else None
+    if head is None or head == alg:
+        return None
+    archs = ", ".join(str(a) for a in data.get("architectures") or [])
+    return (f"the draft model is an {head} head ({archs} in {where}) but algorithm = {alg!r}: "
+            + ("EAGLE mode captures no auxiliary hidden states and skips the head's fc projection, so every draft "
+               "is rejected (accept length 1.00) and the engine says nothing (sgl-project/sglang#21272)"
+               if head == "EAGLE3" else "EAGLE3 mode feeds the head auxiliary hidden states it was not trained on"))
+
+
+def require_draft_head(cfg: EngineConfig, source: str) -> None:
+    """Raise :class:`ConfigError` on ``speculative.algorithm`` when it cannot serve the draft's head
+    (:func:`draft_head_problem`), before a boot spends minutes loading weights to accept nothing."""
+    why = draft_head_problem(cfg)
+    if why:
+        want = "EAGLE3" if (cfg.speculative.algorithm or "").upper() == "EAGLE" else "EAGLE"  # the head's own
+        raise ConfigError(source, "speculative.algorithm", why,
+                          f"set [speculative] algorithm = \"{want}\" (SGLang --speculative-algorithm {want}, vLLM "
+                          f"\"method\": \"{want.lower()}\"), or point draft_model_path at a head of the algorithm")
+
+
 def _check_strings(data: Any, source: str, path: str = "") -> None:
     """Refuse NUL characters anywhere an engine would see them, and env names a process cannot carry.
 

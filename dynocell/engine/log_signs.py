@@ -25,7 +25,9 @@
   worker), SGLang's ``Scheduler watchdog timeout`` is a failure signature instead;
 - ``gen_stalls``: stats lines with requests running and a generation throughput of exactly 0 (vLLM
   ``Avg generation throughput: 0.0 tokens/s, Running: 1 reqs``; SGLang ``#running-req: 1 … gen throughput
-  (token/s): 0.00``), ``gen_stall_last`` (whether the log's last stats line is one).
+  (token/s): 0.00``), ``gen_stall_last`` (whether the log's last stats line is one);
+- ``prefix_hit_pct``: the prefix-cache hit rate (%) of each vLLM stats line (``Prefix cache hit rate: 0.0%``);
+  ``spec_windows``: speculative windows that drafted something (``SpecDecoding metrics: … Drafted: N tokens``).
 
 Pure: no I/O, no database.
 """
@@ -54,6 +56,10 @@ _SGL_STATS = re.compile(r"#running-req:\s*(\d+).*?#queue-req:\s*(\d+)")
 #: (vllm/engine/metrics.py). One pattern for every reader (:mod:`dynocell.engine.logfile` too).
 VLLM_STATS = re.compile(r"Running:\s*(\d+)\s*reqs?,\s*(?:Swapped:\s*\d+\s*reqs?,\s*)?"
                         r"(?:Pending|Waiting):\s*(\d+)\s*reqs?")
+#: vLLM's stats line: "…, Prefix cache hit rate: 0.0%" (V1 loggers.py), "Prefix cache hit rate: GPU: 0.00%, CPU: …" (V0)
+_PREFIX_HIT = re.compile(r"Prefix cache hit rate:\s*(?:GPU:\s*)?([\d.]+)%")
+#: a speculative window that drafted something: vLLM V1 "SpecDecoding metrics: … Drafted: N tokens"
+_SPEC_DRAFTED = re.compile(r"SpecDecoding metrics:.*?Drafted:\s*(\d+)\s*tokens")
 _NCCL = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)]{0,400})\)"
                    r"(?: ran for (?P<ran>\d+) milliseconds)?")
 _SEQ = re.compile(r"SeqNum=(\d+)")
@@ -93,7 +99,7 @@ def scan_lines(lines: Iterable[str]) -> dict[str, Any]:
                            "weight_load_s": {}, "capture_truncations": [],
                            "captured_bs": None, "profile": {"started": 0, "saved": 0, "disabled": []},
                            "rank_load_wait": None, "shard_load_s": None, "hangs": [], "gen_stalls": [],
-                           "gen_stall_last": False}
+                           "gen_stall_last": False, "prefix_hit_pct": [], "spec_windows": 0}
     for i, line in enumerate(lines, 1):
         if out["ready_line"] is None and _READY.search(line):
             out["ready_line"] = i
@@ -125,6 +131,12 @@ def _scan_serving(line: str, i: int, out: dict[str, Any]) -> None:
         else:
             out["busy_stats"] += 1
             out["stall_run"] = 0
+    ph = _PREFIX_HIT.search(line)
+    if ph:
+        out["prefix_hit_pct"].append(float(ph.group(1)))
+    sd = _SPEC_DRAFTED.search(line)
+    if sd and int(sd.group(1)) > 0:
+        out["spec_windows"] += 1
     m = _NCCL.search(line)
     if m:
         work = m.group("work")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dynocell.engine.acceptance import (
-    Curve, merge, parse_decode_line, parse_vllm_spec_line,
+    AcceptanceError, Curve, merge, parse_decode_line, parse_vllm_spec_line, parse_vllm_spec_window, windows_curve,
 )
 from dynocell.engine.observed import (
     ObservedConfig, ObservedConfigError, cudagraph_mode, from_server_args, from_vllm_args,
@@ -47,7 +47,7 @@ __all__ = ["ENGINES", "LogReadError", "LogReport", "RuntimeEvent", "V0SpecSample
            "check_engine_name", "split_lines"]
 
 #: Engines whose logs are read (``--engine`` names one of these).
-ENGINES = ("sglang", "vllm", "llamacpp", "reference")
+ENGINES = ("sglang", "vllm", "llamacpp", "trtllm", "reference")
 #: A log larger than this is refused unread (server logs of days are far smaller).
 MAX_LOG_BYTES = 512 << 20
 
@@ -64,6 +64,8 @@ _ENGINE_MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
                             r"statistics +draft|srv +\w+:|update_slots")),
     ("sglang", re.compile(r"server_args=ServerArgs|Decode batch[.,]|Prefill batch[.,]|sglang|"
                           r"The server is fired up and ready to roll")),
+    # TensorRT-LLM's own tags: "[TensorRT-LLM][ERROR] Assertion failed: …" (C++), "[TRT-LLM] [I] …" (Python)
+    ("trtllm", re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM\]|tensorrt_llm/|tensorrtllm_backend")),
 )
 
 _EXCEPTION = re.compile(ENGINE_EXCEPTION + r"|Traceback \(most recent call last\)")
@@ -342,6 +344,8 @@ class _Scan:
         self.command: tuple[int, dict[str, Any]] | None = None  # a vLLM launch command (fallback config)
         self.counts: dict[str, int] = {}
         self.v1: list = []
+        #: every vLLM V1 acceptance window, per-position rates or not: (line, offset s or None, SpecWindow)
+        self.windows: list = []
         self.v0: list = []
         self.summary: list = []
         self.rounds: list = []
@@ -458,9 +462,17 @@ class _Scan:
     def _spec_or_decode(self, i: int, line: str, off: float | None, serving: bool) -> bool:
         """A vLLM V1/V0 acceptance line, an SGLang decode line or a vLLM stats line: kept (a queue
         stall while serving becomes a runtime event), True."""
+        try:
+            w = parse_vllm_spec_window(line)
+        except AcceptanceError as e:
+            raise LogReadError(f"{self.p}: line {i}: {e}", "the line is edited or corrupt") from None
+        if w is not None:
+            self.windows.append((i, off, w))
         s = parse_vllm_spec_line(line) if "Per-position acceptance rate" in line else None
         if s is not None:
             self.v1.append((i, s))
+            return True
+        if w is not None:
             return True
         s0 = parse_v0_spec_line(line)
         if s0 is not None:
@@ -505,11 +517,11 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     _check_engine(p, engine, detected)
     eng = engine or detected
     if eng is None:
-        raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM or llama.cpp prints "
-                           f"(it starts with {_printable(lines[0], 80)!r})",
+        raise LogReadError(f"{p}: line 1: no line of this file is something SGLang, vLLM, llama.cpp or "
+                           f"TensorRT-LLM prints (it starts with {_printable(lines[0], 80)!r})",
                            "give the engine's server log, or name the engine with --engine")
     rep = LogReport(str(p), eng, len(lines), None, None, truncated=truncated)
-    rules_engine = eng if eng in ("sglang", "vllm", "reference", "llamacpp") else None
+    rules_engine = eng if eng in ENGINES else None
     scan = _Scan(p, rep, rules_engine, year or datetime.now().year, lines, config_given)
     segments = _segments(lines)
     for i, raw in segments:
@@ -545,16 +557,32 @@ def read_log(path: str | Path, *, engine: str | None = None, year: int | None = 
     if off_s is not None and not (v1 or v0):
         v0 = [(len(lines), off_s)]
     if rep.config is None and rep.config_line is None and not rep.phases and rep.signature is None and not (
-            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events or scan.accept_len_lines
+            v1 or v0 or summary or decode_tp or rounds or lcpp or rep.events or scan.accept_len_lines or scan.windows
             or scan.offline) and not _runtime_signs(texts):
         raise LogReadError(f"{p}: line {len(lines)}: no boot phase, config line, decode line or known failure "
                            f"found in {len(lines)} lines of a {eng} log",
                            "is this the engine's server log (stdout/stderr)?")
-    rep.acceptance = _acceptance(v1, v0, summary) or _llamacpp_acceptance(rounds, lcpp, scan.lcpp_slots)
+    rep.acceptance = (_acceptance(v1, v0, summary) or _windows_acceptance(scan.windows)
+                      or _llamacpp_acceptance(rounds, lcpp, scan.lcpp_slots))
+    if rep.acceptance is not None and scan.windows:
+        rep.acceptance["windows"] = [{"line": i, "offset_s": off, "tau": w.tau, "accepted": w.accepted,
+                                      "drafted": w.drafted} for i, off, w in scan.windows]
     if decode_tp:
         rep.decode = {"samples": len(decode_tp), "gen_throughput_max": max(decode_tp),
                       "gen_throughput_mean": sum(decode_tp) / len(decode_tp)}
     return rep
+
+
+def _windows_acceptance(windows: list[tuple[int, float | None, Any]]) -> dict[str, Any] | None:
+    """vLLM V1 acceptance lines without per-position rates (:func:`dynocell.engine.acceptance.windows_curve`):
+    one summary curve whose D is derived from the counts; None without windows. With nothing accepted in
+    any window D cannot be read, so the curve is None but the windows are kept (τ = 1.00 at any k)."""
+    if not windows:
+        return None
+    ws = [w for _i, _o, w in windows]
+    return {"format": "vllm-v1-summary", "samples": len(ws), "curve": windows_curve(ws),
+            "lines": [i for i, _o, _w in windows], "engine_tau": [w.tau for w in ws],
+            "accepted": sum(w.accepted for w in ws), "drafted": sum(w.drafted for w in ws)}
 
 
 def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, list[float], int | None,

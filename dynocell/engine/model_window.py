@@ -11,8 +11,9 @@ context length:
   scaling names ``original_max_position_embeddings`` or is ``llama3``;
 - the reference engine: ``max_position_embeddings`` as written (``engine/reference/server.py``).
 
-Only a real directory's ``config.json`` of at most :data:`MAX_CONFIG_BYTES` is read; a hub id, a missing
-file or a malformed one gives ``(None, why)``, never an error: the caller then says the window is unknown.
+:func:`draft_head_kind` reads the same file's ``architectures``: which EAGLE head a draft folder holds
+(issue 35 item 4). Only a real directory's ``config.json`` of at most :data:`MAX_CONFIG_BYTES` is read; a hub
+id, a missing file or a malformed one gives ``(None, why)``, never an error: the caller then says the window is unknown.
 """
 
 from __future__ import annotations
@@ -53,12 +54,9 @@ def window_of_config(cfg: dict[str, Any], engine: str | None = None) -> int | No
     return int(n * factor)
 
 
-def model_window(path: str | Path | None, engine: str | None = None) -> tuple[int | None, str]:
-    """``(window tokens, where it came from)`` for a model folder as ``engine`` reads it
-    (:func:`window_of_config`); ``(None, why not)`` when it cannot be read.
-
-    ``path``: the folder as a config names it (an absolute or relative directory; a hub id such as
-    ``org/name`` that is not a local folder gives None)."""
+def read_model_config(path: str | Path | None) -> tuple[dict[str, Any] | None, str]:
+    """``(config.json as a dict, its path)`` of a model folder, or ``(None, why not)``: no path, a hub id that
+    is not a folder on this host, a file over :data:`MAX_CONFIG_BYTES`, unreadable or not a JSON object."""
     if not path:
         return None, "no model path"
     p = Path(str(path)) / "config.json"
@@ -72,6 +70,34 @@ def model_window(path: str | Path | None, engine: str | None = None) -> tuple[in
         return None, f"{p} cannot be read: {type(e).__name__}"
     if not isinstance(cfg, dict):
         return None, f"{p} is not a JSON object"
+    return cfg, str(p)
+
+
+def draft_head_kind(cfg: dict[str, Any]) -> str | None:
+    """``EAGLE3`` | ``EAGLE`` for a draft model's ``config.json``, from its ``architectures`` as the engines name
+    them: SGLang ``LlamaForCausalLMEagle3`` / ``LlamaForCausalLMEagle``, vLLM ``Eagle3LlamaForCausalLM`` /
+    ``EagleLlamaForCausalLM`` (and ``Eagle3*`` speculators); None when no architecture names EAGLE (a plain
+    ``LlamaForCausalLM``, which EAGLE-1 heads and some EAGLE-3 exports also use, says nothing). SGLang's own
+    check reads the same field (sgl-project/sglang#21272: "If it contains 'Eagle3' … auto-upgrade to EAGLE3")."""
+    archs = cfg.get("architectures")
+    names = [str(a).lower() for a in archs] if isinstance(archs, list) else []
+    if any("eagle3" in a for a in names):
+        return "EAGLE3"
+    if any("eagle" in a for a in names):
+        return "EAGLE"
+    return None
+
+
+def model_window(path: str | Path | None, engine: str | None = None) -> tuple[int | None, str]:
+    """``(window tokens, where it came from)`` for a model folder as ``engine`` reads it
+    (:func:`window_of_config`); ``(None, why not)`` when it cannot be read.
+
+    ``path``: the folder as a config names it (an absolute or relative directory; a hub id such as
+    ``org/name`` that is not a local folder gives None)."""
+    cfg, where = read_model_config(path)
+    if cfg is None:
+        return None, where
+    p = Path(where)
     n = window_of_config(cfg, engine)
     if n is None:
         return None, f"{p} states no max_position_embeddings"

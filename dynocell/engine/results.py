@@ -365,6 +365,18 @@ def _text(r: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: ``object`` of an OpenAI completion (``/v1/completions``) and chat completion (``/v1/chat/completions``)
+OPENAI_OBJECTS = ("text_completion", "chat.completion")
+
+
+def _openai_completion(r: Mapping[str, Any]) -> bool:
+    """An OpenAI completion without ``usage`` (a client that saved ``choices`` only, or a streamed answer put
+    back together: OpenAI-compatible servers such as vLLM send usage in a stream only with
+    ``stream_options.include_usage``): its ``object`` is one of :data:`OPENAI_OBJECTS` and its first choice
+    carries text. The token counts stay unknown (0), the text is kept for the output rules."""
+    return r.get("object") in OPENAI_OBJECTS and _text(r) is not None
+
+
 def _response(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     inner = obj.get("response")
     return inner if isinstance(inner, Mapping) else obj
@@ -453,11 +465,12 @@ def read_requests(path: str | Path) -> RequestsReport:
             completion += int(_num(meta.get("completion_tokens")) or 0)
             if _num(meta.get("e2e_latency")) is not None:
                 e2e.append(float(meta["e2e_latency"]) * 1000)
-        elif isinstance(r.get("usage"), Mapping):
-            fmt = fmt or "openai-usage"
+        elif isinstance(r.get("usage"), Mapping) or _openai_completion(r):
+            usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
+            fmt = fmt or ("openai-usage" if usage else "openai-no-usage")
             model = model or r.get("model")
-            prompt += int(_num(r["usage"].get("prompt_tokens")) or 0)
-            completion += int(_num(r["usage"].get("completion_tokens")) or 0)
+            prompt += int(_num(usage.get("prompt_tokens")) or 0)
+            completion += int(_num(usage.get("completion_tokens")) or 0)
             metrics = r.get("metrics")
             spec = (metrics or {}).get("speculative_decoding") if isinstance(metrics, Mapping) else None
             if isinstance(spec, Mapping) and isinstance(spec.get("acceptance_histogram"), list):
@@ -467,7 +480,8 @@ def read_requests(path: str | Path) -> RequestsReport:
                 e2e.append(float(rec["seconds"]) * 1000)
         else:
             raise ResultReadError(f"{p}: line {line}: neither an SGLang response (meta_info) nor an OpenAI "
-                                  "completion (usage)", "save the engine's whole JSON response per request")
+                                  "completion (usage, or choices with text)",
+                                  "save the engine's whole JSON response per request")
     if not records:
         raise ResultReadError(f"{p}: no request record in the file")
     curve, engine_tau = curve_from_meta_infos(metas), None

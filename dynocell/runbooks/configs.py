@@ -148,11 +148,16 @@ def kept_source_warning(store: Any, config_hash: str, text: str) -> list[str]:
 
 def model_path_warnings(cfg: EngineConfig) -> list[str]:
     """One sentence per local model path of ``cfg`` missing on this machine (a config for another
-    host is stored and planned; only ``boot`` refuses it)."""
-    from dynocell.engine.config import missing_model_paths
+    host is stored and planned; only ``boot`` refuses it), and one when the algorithm cannot serve the
+    draft folder's head (:func:`dynocell.engine.config.draft_head_problem`; ``boot`` refuses that too)."""
+    from dynocell.engine.config import draft_head_problem, missing_model_paths
 
-    return [f"{field}: {path} does not exist on this machine; fine for a config meant for another host, "
-            f"but `dynocell boot` here will refuse it" for field, path in missing_model_paths(cfg)]
+    out = [f"{field}: {path} does not exist on this machine; fine for a config meant for another host, "
+           f"but `dynocell boot` here will refuse it" for field, path in missing_model_paths(cfg)]
+    head = draft_head_problem(cfg)
+    if head:
+        out.append(f"speculative.algorithm: {head}; `dynocell boot` will refuse it")
+    return out
 
 
 def _meta_of(source_toml: str) -> dict[str, Any]:

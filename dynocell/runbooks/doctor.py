@@ -15,6 +15,7 @@ Rules (id — shape):
 - ``recursive_collapse`` — a_1 healthy, mean(a_2..a_D) collapses.
 - ``position_cliff`` — no verify step accepts more than k drafts on any class while p_k is healthy.
 - ``depth_decay`` — τ falls with prompt length across a length ladder.
+- ``acceptance_decay`` — τ falls gradually over one server's life (one log's acceptance windows).
 - ``zero_past_length`` — acceptance exactly 0 beyond a context length.
 - ``length_breakeven`` — τ holds up with length but the verify step grows: speculation stops paying from a length.
 - ``scales_with_parallel`` — configs differing only in a parallel size: τ drops with the size.
@@ -177,6 +178,8 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
     family = algorithm_family(inp.knobs)
     if family == "ngram":
         return _pinned_ngram(inp, cs, t)
+    if not inp.curves and inp.accept_lengths:
+        return _pinned_any_drafts(inp, t, family)
     if not cs or any(c.curve.tau > t["tau_max"] for c in cs):
         return []
     has_rep = any(_is_repetition(c.text_class) for c in cs)
@@ -188,6 +191,28 @@ def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]
     return [Finding("pinned_near_one", "error", msg,
                     {"tau_by_class": taus, "max_tau": max(taus.values()), "num_drafts": cs[0].curve.num_drafts,
                      "tau_max": t["tau_max"], "repetition_class": has_rep, "algorithm_family": family})]
+
+
+def _pinned_any_drafts(inp: DoctorInputs, t: dict[str, Any], family: str | None) -> list[Finding]:
+    """τ with the draft count D unknown (``inp.accept_lengths``: a bench tool's ``accept_length`` of a server
+    whose config dynocell never saw). τ − 1 is the drafts accepted per verify step whatever D is, so τ ≤
+    ``unknown_drafts_tau_max`` on every level is an accept rate at or below (τ − 1) / 1 even at D = 1 — no
+    trained drafter, only one that reads wrong inputs (or an n-gram proposer on text it cannot match, which
+    the config would say). SGLang's ``bench_serving`` writes ``accept_length`` only for a server with
+    speculation on (``avg_spec_accept_length`` of ``/get_server_info``), so a plain server is not judged."""
+    lim = t["unknown_drafts_tau_max"]
+    taus = {a["text_class"]: _r(a["tau"]) for a in inp.accept_lengths}
+    if any(v > lim for v in taus.values()):
+        return []
+    worst = max(taus.values())
+    msg = (f"accept length τ ≤ {lim} ({', '.join(f'{k} {v:.2f}' for k, v in taus.items())}; "
+           f"{inp.accept_lengths[0]['source']}) with the draft count unknown: τ − 1 = {worst - 1:.2f} drafts "
+           f"accepted per verify step whatever k is (≤ {worst - 1:.0%} even at k = 1) — the drafter contributes "
+           f"nothing: it (or the target's verify step) sees wrong or zero inputs ({_WRONG_INPUTS[family]}), or the "
+           "algorithm named does not match the draft's architecture — not a weak drafter.")
+    return [Finding("pinned_near_one", "error", msg,
+                    {"tau_by_class": taus, "max_tau": worst, "num_drafts": None, "tau_max": lim,
+                     "source": inp.accept_lengths[0]["source"], "algorithm_family": family})]
 
 
 def _later_ratio(a: Sequence[float]) -> float | None:
@@ -397,6 +422,50 @@ def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         "drafter's training data explains points at position scaling or a truncated draft cache.",
         {"lengths": [_r(L, 1) for L in lengths], "tau": [_r(x) for x in taus], "drop": _r(drop), "spearman": _r(rho),
          **length_crossover(inp, lengths, taus)})]
+
+
+def rule_acceptance_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """τ falls gradually over one server's life: ``inp.acceptance_windows`` (one log's logging intervals, each
+    with its τ and token counts, vLLM's per-interval ``SpecDecoding metrics`` lines) in order, at least
+    ``min_windows`` spanning at least ``min_span_s`` (when the lines carry times), τ falling with time
+    (Spearman ρ ≤ ``rank_corr_max``), the last third of the windows ≥ ``drop_min`` below the first third,
+    the pooled accept rates of the two thirds ≥ ``z_min`` standard errors apart (drafted tokens counted as
+    independent, which overstates z; hence the high bar), and no single step between windows carrying more
+    than ``max_step_share`` of the fall (a step is a change of workload, not a decay). The cause lives in the
+    server's state (a cache or a pool that grows with uptime), since only a restart resets it."""
+    t = th["acceptance_decay"]
+    ws = [w for w in inp.acceptance_windows if w.get("drafted") and w.get("tau") is not None]
+    if len(ws) < t["min_windows"]:
+        return []
+    offs = [w.get("offset_s") for w in ws]
+    span = offs[-1] - offs[0] if all(o is not None for o in offs) else None
+    if span is not None and span < t["min_span_s"]:
+        return []
+    taus = [float(w["tau"]) for w in ws]
+    rho = _spearman(list(range(len(taus))), taus)
+    third = len(ws) // 3
+    first, last = ws[:third], ws[-third:]
+    tau0, tau1 = (sum(float(w["tau"]) for w in g) / len(g) for g in (first, last))
+    drop = 1.0 - tau1 / tau0
+    a0, n0 = sum(w["accepted"] for w in first), sum(w["drafted"] for w in first)
+    a1, n1 = sum(w["accepted"] for w in last), sum(w["drafted"] for w in last)
+    pooled = (a0 + a1) / (n0 + n1)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n0 + 1 / n1)) if 0 < pooled < 1 else 0.0
+    z = (a0 / n0 - a1 / n1) / se if se else 0.0
+    fall = taus[0] - taus[-1]
+    biggest = max(taus[i] - taus[i + 1] for i in range(len(taus) - 1))
+    if rho > t["rank_corr_max"] or drop < t["drop_min"] or z < t["z_min"] or fall <= 0 \
+            or biggest > t["max_step_share"] * fall:
+        return []
+    over = f" over {span / 3600:.1f} h" if span is not None else ""
+    msg = (f"τ falls from {tau0:.2f} to {tau1:.2f} (−{drop:.1%}, first vs last third of {len(ws)} acceptance "
+           f"windows{over} of one server, Spearman ρ = {rho:.2f}, accept rate {a0 / n0:.3f} → {a1 / n1:.3f}, "
+           f"z = {z:.1f}), gradually (no step carries more than {biggest / fall:.0%} of it): a decay within the "
+           "server's life, not a weak drafter — state that grows with uptime (prefix-cache blocks the drafter "
+           "reuses, a pool or buffer that is never reset); a restart resets it. Compare windows at the same load.")
+    return [Finding("acceptance_decay", "warn", msg,
+                    {"windows": len(ws), "span_s": span, "tau_first": _r(tau0), "tau_last": _r(tau1),
+                     "drop": _r(drop), "spearman": _r(rho), "z": _r(z, 2), "max_step_share": _r(biggest / fall)})]
 
 
 def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
@@ -847,6 +916,7 @@ RULES = {
     "position_cliff": rule_position_cliff,
     "zero_past_length": rule_zero_past_length,
     "depth_decay": rule_depth_decay,
+    "acceptance_decay": rule_acceptance_decay,
     "length_breakeven": rule_length_breakeven,
     "scales_with_parallel": rule_scales_with_parallel,
     "graph_vs_eager": rule_graph_vs_eager,
@@ -919,7 +989,9 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
     curves, decode_tok_s}``), ``others`` (``{label, knobs, tau, tau_by_class, decode_tok_s}``), ``concurrency``
     (``{concurrency, spec_tok_s, plain_tok_s}``), ``mismatches`` (``{prompt, position, spec_token, plain_token,
     margin}``), ``mode_outputs``, ``mode_texts``, ``engine_rates``, ``log``, ``gauges``, ``profile``, ``windows``
-    (``{target_context, target_source, draft_window, draft_source}``).
+    (``{target_context, target_source, draft_window, draft_source}``); issue 35: ``accept_lengths``
+    (``{text_class, tau, source}``, τ with D unknown), ``acceptance_windows`` (``{line, offset_s, tau, accepted,
+    drafted}``, one log's logging intervals in order), ``draft_model`` (``{head, architectures, source}``).
     """
     def cc(x: dict[str, Any]) -> ClassCurve:
         return ClassCurve(x.get("text_class", "all"), curve_from_dict(x), x.get("prompt_tokens"),
@@ -956,6 +1028,9 @@ def inputs_from_dict(d: dict[str, Any]) -> DoctorInputs:
         mode_texts={k: list(v) for k, v in d.get("mode_texts", {}).items()},
         engine_rates=list(d.get("engine_rates", [])), log=dict(d.get("log", {})), gauges=dict(d.get("gauges", {})),
         profile=dict(d.get("profile", {})), windows=dict(d.get("windows", {})),
+        accept_lengths=[dict(x) for x in d.get("accept_lengths", [])],
+        acceptance_windows=[dict(x) for x in d.get("acceptance_windows", [])],
+        draft_model=dict(d.get("draft_model", {})),
     )
 
 
@@ -1078,6 +1153,7 @@ def inputs_for_run(cell: Any, run_id: str) -> DoctorInputs:
     inp.plain_step_ms = be.get("plain_step_ms")
     inp.breakeven_noise = be.get("noise_band")
     inp.spec_decode_tok_s = headline_tok_s(run.summary)
+    inp.acceptance_windows = list((((run.summary or {}).get("acceptance") or {}).get("windows")) or [])
     plain_hash = (run.lossless_detail or {}).get("plain_config_hash")
     seen: set[str] = {run.config_hash}
     others = completed_others(store, run_id)

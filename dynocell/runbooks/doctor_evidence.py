@@ -66,6 +66,7 @@ def boot_inputs(cell: Any, boot: Any) -> DoctorInputs:
     inp.knobs = knobs_of(cell.store, boot.config_hash) if boot.config_hash else {}
     inp.log = _log_signs(cell.store, boot.id)
     inp.windows = model_windows(inp.knobs)
+    inp.draft_model = draft_model_info(inp.knobs)
     return inp
 
 
@@ -100,6 +101,23 @@ def model_windows(knobs: dict[str, Any]) -> dict[str, Any]:
         else:
             out["target_context"], out["target_source"] = t, why
     return out
+
+
+def draft_model_info(knobs: dict[str, Any]) -> dict[str, Any]:
+    """What the draft folder's ``config.json`` says of its head (issue 35 item 4): ``{head, architectures,
+    source}`` (``head``: :func:`dynocell.engine.model_window.draft_head_kind`), ``{unknown: why}`` when the
+    folder is not on this host, {} without a draft model path."""
+    from dynocell.engine.model_window import draft_head_kind, read_model_config
+
+    draft = knobs.get("speculative.draft_model_path")
+    if not draft or str(draft).startswith("dynocell:"):
+        return {}
+    cfg, where = read_model_config(draft)
+    if cfg is None:
+        return {"unknown": where}
+    archs = cfg.get("architectures")
+    return {"head": draft_head_kind(cfg), "architectures": [str(a) for a in archs] if isinstance(archs, list) else [],
+            "source": where}
 
 
 def _gauges(store: Any, run_id: str) -> dict[str, Any]:
@@ -284,13 +302,14 @@ def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,
     inp.gauges = _gauges(store, run.id)
     inp.profile = _profile(store, run.id)
     inp.windows = model_windows(inp.knobs)
+    inp.draft_model = draft_model_info(inp.knobs)
     _comparisons(cell, run, inp, others)
     inp.concurrency = _concurrency(store, run, inp.knobs, others)
     if inp.concurrency and inp.plain_decode_tok_s is None:
         low = inp.concurrency[0]  # no plain twin measured by a run: the lowest shared concurrency speaks
         inp.spec_decode_tok_s, inp.plain_decode_tok_s = low.spec_tok_s, low.plain_tok_s
     if not inp.curves:
-        inp.curves = _bench_tau_curves(store, run.id, inp.knobs)
+        inp.curves, inp.accept_lengths = _bench_tau_curves(store, run.id, inp.knobs)
     for i, m in enumerate((run.lossless_detail or {}).get("mismatches") or []):
         if m.get("first_diverging_index") is None:
             continue
@@ -301,25 +320,33 @@ def add_run_evidence(cell: Any, run: RunRow, inp: DoctorInputs,
             inp.mismatches.append(Mismatch(i, int(m["first_diverging_index"]), margin_unknown=m["margin_unknown"]))
 
 
-def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> list[Any]:
-    """A summary curve (τ only) per imported bench level that reported an accept length, when the run has
-    no acceptance curve (bench tools print τ, not a histogram)."""
+def _bench_tau_curves(store: Any, run_id: str, knobs: dict[str, Any]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``(curves, accept_lengths)`` of a run with no acceptance curve, from its imported bench levels that
+    reported an accept length (bench tools print τ, not a histogram): a summary curve (τ only) per level
+    when the config says the draft count D, else the bare τ (``{text_class, tau, source}``) — D unknown,
+    which ``pinned_near_one`` still judges when τ − 1 is near zero (issue 35)."""
     from dynocell.db import runs as db_runs
     from dynocell.engine.acceptance import AcceptanceError, Curve
     from dynocell.runbooks.doctor_model import ClassCurve
 
-    out = []
+    out: list[Any] = []
+    bare: list[dict[str, Any]] = []
     steps, ndt = knobs.get("speculative.num_steps"), knobs.get("speculative.num_draft_tokens")
     d = (ndt - 1) if ndt else steps
     for b in db_runs.bench_rows(store, run_id):
         tau = (b.extra or {}).get("accept_length")
         if tau is None:
             continue
+        cls = f"{b.text_class or 'bench'}-c{b.concurrency}"
+        if not d:
+            if isinstance(tau, (int, float)) and tau >= 1.0:
+                bare.append({"text_class": cls, "tau": float(tau),
+                             "source": f"{(b.extra or {}).get('tool') or 'bench'} accept_length"})
+            continue
         try:
             curve = Curve.from_summary(float(tau), None, d)
         except (AcceptanceError, ValueError, TypeError):
             continue
         prompt = b.prompt_tokens / b.num_requests if b.prompt_tokens and b.num_requests else None
-        out.append(ClassCurve(f"{b.text_class or 'bench'}-c{b.concurrency}", curve, prompt,
-                              engine_source="bench accept_length"))
-    return out
+        out.append(ClassCurve(cls, curve, prompt, engine_source="bench accept_length"))
+    return out, bare

@@ -153,6 +153,14 @@ class DoctorInputs:
       ``profile``: the profile window (``requested``, ``traces``, ``graph_launches``, ``source``).
     - ``windows``: context windows in tokens (``target_context`` the target serves with and
       ``target_source``, ``draft_window`` and ``draft_source``; ``*_unknown`` says why one could not be read).
+    - ``accept_lengths``: accept lengths τ (tokens per verify step, bonus included) a bench tool or an engine
+      reported where the draft count D is unknown, so no curve can be made (``{text_class, tau, source}``):
+      an imported SGLang ``bench_serving`` file of a server whose config dynocell never saw (issue 35).
+    - ``acceptance_windows``: one log's acceptance windows in order (``{line, offset_s, tau, accepted,
+      drafted}``: vLLM's per-interval ``SpecDecoding metrics`` lines, τ as printed, token counts of the
+      interval, seconds since the log's first stamp or None), for acceptance over a server's life.
+    - ``draft_model``: what the draft folder's ``config.json`` says of its head (``{head: EAGLE3 | EAGLE | None,
+      architectures, source}``, or ``{unknown: why}``), for checking it against the algorithm.
     """
 
     curves: list[ClassCurve] = field(default_factory=list)
@@ -186,6 +194,9 @@ class DoctorInputs:
     contended: str | None = None
     allow_contended: bool = False
     breakeven: dict[str, Any] = field(default_factory=dict)
+    accept_lengths: list[dict[str, Any]] = field(default_factory=list)
+    acceptance_windows: list[dict[str, Any]] = field(default_factory=list)
+    draft_model: dict[str, Any] = field(default_factory=dict)
 
     def overall_tau(self) -> float | None:
         """Step-weighted τ over the curves (unweighted when steps are unknown); None without curves."""

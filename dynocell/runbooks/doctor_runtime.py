@@ -17,6 +17,9 @@ Rules (id — shape):
   (or the engine truncating its capture size): verify steps fall off the captured graphs.
 - ``config_smell`` — knobs the engine silently changes or that cannot work together.
 - ``draft_window_short`` — the draft model's window (config.json) shorter than the target's serving context.
+- ``prefix_cache_lost_to_spec`` — prefix-cache hit rate 0 % on every stats line while speculation drafts
+  (issue 35).
+- ``draft_head_mismatch`` — the draft's config.json names an EAGLE-3 head served as EAGLE, or the reverse.
 
 Each reads plain values of :class:`~dynocell.runbooks.doctor_model.DoctorInputs` (``log``,
 ``gauges``, ``profile``, ``knobs``); thresholds are in ``doctor_thresholds.toml``.
@@ -323,6 +326,64 @@ def rule_engine_hang(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
                     {"line": first["line"], "hang_lines": len(hangs), "text": first["text"]})]
 
 
+def rule_prefix_cache_lost_to_spec(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Prefix caching hits nothing while speculation drafts: every vLLM stats line says ``Prefix cache hit rate:
+    0.0%`` (at least ``min_stats_lines``) in a log whose ``SpecDecoding`` windows drafted. vLLM drafters that
+    keep their own KV (EAGLE / EAGLE-3, MTP, DFlash, DSpark) with hybrid attention groups (sliding window,
+    linear attention / GDN, Mamba) have lost every prefix-cache hit in several releases (vllm-project/vllm
+    #40624, "definitely a bug" in the thread; #54360: 0 hits with MTP or DFlash, normal hits with the same command
+    minus ``--speculative-config``; fixed for DSpark/MTP by #44082). From the log alone 0 % also means a
+    workload without shared prefixes, so the finding is ``info``; ``warn`` when the config turned prefix caching
+    on by name (``enable_prefix_caching``: the operator expects hits)."""
+    t = th["prefix_cache_lost_to_spec"]
+    hits = inp.log.get("prefix_hit_pct") or []
+    spec = int(inp.log.get("spec_windows") or 0)
+    if spec < 1 or len(hits) < t["min_stats_lines"] or max(hits) > t["hit_pct_max"]:
+        return []
+    asked = inp.knobs.get("extra.enable_prefix_caching") is True
+    return [Finding("prefix_cache_lost_to_spec", "warn" if asked else "info",
+                    f"prefix cache hit rate {max(hits):.1f} % on all {len(hits)} stats line(s) while speculation "
+                    f"drafted ({spec} SpecDecoding window(s)): either the requests share no prefix, or the drafter "
+                    "costs the hits — vLLM's EAGLE-like drafters (EAGLE-3, MTP, DFlash, DSpark) with hybrid "
+                    "attention (sliding window, linear attention, Mamba) have lost every hit in several releases. "
+                    "Send the same long prompt twice, with and without --speculative-config: hits without "
+                    "speculation only name the drafter.",
+                    {"stats_lines": len(hits), "hit_pct_max": r(max(hits)), "spec_windows": spec,
+                     "prefix_caching_asked": asked})]
+
+
+#: The speculative algorithm each EAGLE head is served by, in SGLang's ``--speculative-algorithm`` names (vLLM's
+#: ``method`` ``eagle`` / ``eagle3`` upper-cased are the same words).
+_HEAD_ALGORITHM = {"EAGLE3": "EAGLE3", "EAGLE": "EAGLE"}
+
+
+def rule_draft_head_mismatch(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """The draft folder holds one EAGLE head and the config serves it as the other (issue 35 item 4).
+
+    An EAGLE-3 head under ``EAGLE``: the engine captures no auxiliary hidden states, the head's ``fc`` expects
+    3 × hidden_size and gets 1 ×, and SGLang skips the projection silently — accept length exactly 1.00, slower
+    than no speculation (sgl-project/sglang#21272, Kimi-K2.5 + kimi-k2.5-eagle3). An EAGLE-1/2 head under
+    ``EAGLE3`` is asked for auxiliary layers it was not trained on. The head is read from the draft's
+    ``config.json`` ``architectures`` (:func:`dynocell.engine.model_window.draft_head_kind`); a folder that is not
+    on this host, or whose architecture does not name EAGLE, is not judged."""
+    head = inp.draft_model.get("head")
+    alg = str(inp.knobs.get("speculative.algorithm") or "").upper()
+    want = _HEAD_ALGORITHM.get(head or "")
+    if not want or alg not in _HEAD_ALGORITHM.values() or alg == want:
+        return []
+    archs = ", ".join(inp.draft_model.get("architectures") or [])
+    return [Finding("draft_head_mismatch", "error",
+                    f"the draft model is an {head} head ({archs}, {inp.draft_model.get('source')}) but the config "
+                    f"serves it with algorithm {alg}: " + (
+                        "EAGLE mode captures no auxiliary hidden states, so the head's fc layer (3 × hidden_size in) "
+                        "is skipped and every draft is rejected — expect accept length 1.00, slower than no "
+                        "speculation (sgl-project/sglang#21272)" if head == "EAGLE3" else
+                        "EAGLE3 mode feeds auxiliary hidden states the head was not trained on")
+                    + f". Serve it with --speculative-algorithm {want} (vLLM: \"method\": \"{want.lower()}\").",
+                    {"head": head, "algorithm": alg, "architectures": inp.draft_model.get("architectures") or [],
+                     "source": inp.draft_model.get("source")})]
+
+
 RUNTIME_RULES = {
     "health_lies": rule_health_lies,
     "stalled_queue": rule_stalled_queue,
@@ -334,4 +395,6 @@ RUNTIME_RULES = {
     "capture_size_miss": rule_capture_size_miss,
     "config_smell": rule_config_smell,
     "draft_window_short": rule_draft_window_short,
+    "prefix_cache_lost_to_spec": rule_prefix_cache_lost_to_spec,
+    "draft_head_mismatch": rule_draft_head_mismatch,
 }

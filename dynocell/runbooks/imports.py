@@ -431,13 +431,18 @@ def _log_events(boot_id: str, ranks: Sequence[int], reports: Sequence[Any],
 
 def _log_curves(run_id: str, ranks: Sequence[int],
                 reports: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Acceptance-curve rows of the nodes whose log has one, and the summary of the last such curve.
+    """Acceptance-curve rows of the nodes whose log has one, and the summary of the last such curve; a log's
+    acceptance windows (vLLM's per-interval ``SpecDecoding`` lines, each with τ and counts) are kept in the
+    summary apart (``windows``: ``{line, offset_s, tau, accepted, drafted}``), for rules over time.
 
     Returns ``(curves, acceptance summary or None)``.
     """
     curves, acc_summary = [], None
     for rank, rep in zip(ranks, reports, strict=False):
         a = rep.acceptance
+        if a and a.get("curve") is None and a.get("windows"):  # nothing accepted: no D, the windows still speak
+            acc_summary = {"format": a["format"], "samples": a["samples"], "tau": None, "p": [], "num_drafts": None,
+                           "windows": a["windows"], "node_rank": rank}
         if not a or a.get("curve") is None:
             continue
         label = "log" if len(reports) == 1 else f"log-node{rank}"
@@ -448,6 +453,8 @@ def _log_curves(run_id: str, ranks: Sequence[int],
                                    warning=None), "run_id": run_id})
         acc_summary = {"format": a["format"], "samples": a["samples"], "tau": round(a["curve"].tau, 4),
                        "p": [round(x, 4) for x in a["curve"].p], "num_drafts": a["curve"].num_drafts}
+        if a.get("windows"):  # each logging interval apart (issue 35): acceptance over the server's life
+            acc_summary |= {"windows": a["windows"], "node_rank": rank}
     return curves, acc_summary
 
 

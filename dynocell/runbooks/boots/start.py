@@ -126,7 +126,7 @@ def start_boot(
     ``dynocell boot`` runs the patched engine exactly as ``dynocell run`` does (UserError/EngineError
     from the build before any row is written).
     """
-    from dynocell.engine.config import require_model_paths
+    from dynocell.engine.config import require_draft_head, require_model_paths
 
     settings = cell.settings
     t0 = time.monotonic()
@@ -144,6 +144,7 @@ def start_boot(
                           "no engine was started",
                           "boot again (the pair is kept once made), or give a longer --timeout")
     require_model_paths(cfg_run, cfg_run.name or config_hash)
+    require_draft_head(cfg_run, cfg_run.name or config_hash)
     boot_id = boot_id or new_id()
     boot_dir = settings.boots_dir / boot_id
     private_dir(boot_dir)

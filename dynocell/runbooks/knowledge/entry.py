@@ -56,10 +56,12 @@ DOCTOR_RULES = (
     "graph_launches_missing", "capture_size_miss", "config_smell", "length_breakeven", "draft_window_short",
     "lossless_margin_unknown",
     # issue 35
-    "engine_hang", "engine_crash_serving",
+    "engine_hang", "engine_crash_serving", "acceptance_decay",
+    "prefix_cache_lost_to_spec", "draft_head_mismatch",
 )
 #: Derived (property) paths a selector may name besides model fields.
-DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash")
+DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash",
+                 "expert_offload")  # a concept: selectors.CONCEPTS
 REGEX_TIME_LIMIT_S = 0.25
 ADVERSARIAL_INPUTS = (
     "a" * 10_000 + "!",

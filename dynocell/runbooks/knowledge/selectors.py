@@ -111,7 +111,37 @@ def validate_selector(selector: Any, where: str = "applies_to") -> list[tuple[st
     return errors
 
 
+#: Concepts an ``applies_to`` may name instead of one engine's flag spelling (issue 35 item 8): each is the
+#: command-line flags that mean it in every engine (matched in ``extra_args`` as ``--flag`` or ``--flag=…``)
+#: and the observed settings an imported config keeps for them (``extra.<name>``, true when set and not 0/false).
+#: ``expert_offload``: MoE experts kept in CPU memory — llama.cpp ``--n-cpu-moe N`` / ``--cpu-moe``, vLLM
+#: ``--cpu-offload-gb`` (weights, experts included), vLLM forks' ``--enable-expert-offload``, SGLang's
+#: KTransformers ``--kt-num-gpu-experts`` and ``--cpu-offload-gb``.
+CONCEPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "expert_offload": (("--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe", "--cpu-offload-gb", "--enable-expert-offload",
+                        "--kt-num-gpu-experts"),
+                       ("extra.n_cpu_moe", "extra.cpu_moe", "extra.cpu_offload_gb", "extra.enable_expert_offload",
+                        "extra.kt_num_gpu_experts")),
+}
+
+
+def concept_holds(cfg: Any, concept: str) -> bool:
+    """Whether ``cfg`` (an EngineConfig or flattened doctor knobs) has ``concept`` (:data:`CONCEPTS`) in any
+    engine's spelling: a flag in ``extra_args`` (``--cpu-offload-gb 0`` is no offload) or an observed extra."""
+    flags, extras = CONCEPTS[concept]
+    args = [str(a) for a in (_resolve(cfg, "extra_args") or ())]
+    for i, a in enumerate(args):
+        name, eq, val = a.partition("=")
+        if name in flags:
+            value = val if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "")
+            if value.strip().lower() not in ("0", "0.0", "false"):
+                return True
+    return any(_resolve(cfg, k) not in (None, 0, 0.0, False, "", "0") for k in extras)
+
+
 def _resolve(cfg: Any, path: str) -> Any:
+    if path in CONCEPTS:
+        return concept_holds(cfg, path)
     if isinstance(cfg, dict) and path in cfg:  # a flattened config (doctor knobs): {"parallel.tp_size": 4, …}
         return cfg[path]
     if path.startswith("env."):
