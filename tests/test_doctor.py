@@ -399,3 +399,17 @@ def test_an_excess_beyond_k_per_request_is_still_a_definitions_mismatch():
     d["curves"][0]["requests"] = d["curves"][0]["requests"][:1]
     fs = [f for f in diagnose_inputs(inputs_from_dict(d)) if f.rule == "definitions_mismatch"]
     assert [f.severity for f in fs] == ["warn"], fs
+
+
+def test_random_weights_silence_the_rules_that_judge_the_model():
+    """A pinned-at-1 curve is an error on real weights and no finding at all on ``--load-format dummy``:
+    only the dummy_weights note remains, naming the rules left out (issue 40: acceptance is meaningless
+    with dummy weights, the report must say so and skip τ-based verdicts)."""
+    pinned = {"curves": [{"text_class": "prose", "histogram": [500, 2, 0, 0]}],
+              "knobs": {"engine": "vllm", "speculative.algorithm": "EAGLE", "speculative.num_steps": 3}}
+    real = [f.rule for f in diagnose_inputs(inputs_from_dict(pinned))]
+    assert "pinned_near_one" in real
+    pinned["knobs"]["extra_args"] = ["--load-format=dummy"]
+    fs = diagnose_inputs(inputs_from_dict(pinned))
+    assert [(f.rule, f.severity) for f in fs] == [("dummy_weights", "info")], render_findings(fs)
+    assert "pinned_near_one" in fs[0].evidence["rules_not_run"]

@@ -166,6 +166,52 @@ def _pinned_ngram(inp: DoctorInputs, cs: list[ClassCurve], t: dict[str, Any]) ->
                      "tau_max": t["ngram_repetition_tau_max"], "repetition_class": True, "algorithm_family": "ngram"})]
 
 
+#: Rules whose judgment rests on what the weights predict: acceptance (τ, p_i and their shapes), the
+#: text the model writes, and speculative-vs-plain speed (which follows τ). With random weights
+#: (``--load-format dummy``) none of these says anything about a real model, so :func:`diagnose_inputs`
+#: leaves them out and :func:`rule_dummy_weights` says so. Boot, runtime, counting-convention, lossless
+#: and config rules still hold: the engine, its counters and its kernels are real.
+WEIGHT_DEPENDENT = frozenset({
+    "pinned_near_one", "recursive_collapse", "position_cliff", "zero_past_length", "depth_decay",
+    "acceptance_decay", "length_breakeven", "scales_with_parallel", "no_net_win", "independence",
+    "garbage_output", "engine_vs_oracle", "corrupt_output", "length_cliff", "tau_up_throughput_down",
+    "spread_collapse", "concurrency_loss",
+})
+
+
+def dummy_weights(knobs: dict[str, Any]) -> str | None:
+    """The setting that makes the engine load random weights, as written, or None.
+
+    Both engines take ``--load-format dummy`` (SGLang ``ServerArgs.load_format``, vLLM ``LoadConfig``):
+    weights are initialised at random instead of read, so boot phases, KV sizing, graphs and kernels
+    are real while acceptance and text are noise. Read from ``extra_args`` (``--load-format dummy`` or
+    ``--load-format=dummy``) and from an observed setting (``load_format``, ``extra.load_format``)."""
+    args = [str(a) for a in knobs.get("extra_args") or ()]
+    for i, a in enumerate(args):
+        if a == "--load-format=dummy" or (a == "--load-format" and args[i + 1:i + 2] == ["dummy"]):
+            return "--load-format dummy"
+    for key in ("load_format", "extra.load_format", "extra.load-format", "fields.load_format"):
+        if str(knobs.get(key) or "").strip().lower() == "dummy":
+            return f"{key} = dummy"
+    return None
+
+
+def rule_dummy_weights(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
+    """Random weights (:func:`dummy_weights`): the acceptance, output and speed-vs-plain rules are not run.
+
+    One info finding naming the setting and the rules left out, so a report over a dummy-weight run
+    (a model too large to ship, booted at real size to measure the engine) never reads as a verdict on
+    acceptance."""
+    setting = dummy_weights(inp.knobs)
+    if setting is None:
+        return []
+    return [Finding("dummy_weights", "info",
+                    f"the engine loaded random weights ({setting}): acceptance (τ, per-position), output text "
+                    "and speculative-vs-plain speed are not a model's, so the rules that judge them are not run. "
+                    "Boot phases, KV sizing, graph capture, kernels and tok/s are real.",
+                    {"setting": setting, "rules_not_run": sorted(WEIGHT_DEPENDENT)})]
+
+
 def rule_pinned_near_one(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     """τ ≤ ``tau_max`` on every class with D ≥ ``min_drafts``: the drafter (or the target) reads wrong inputs.
 
@@ -911,6 +957,7 @@ def rule_garbage_output(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
 
 
 RULES = {
+    "dummy_weights": rule_dummy_weights,
     "pinned_near_one": rule_pinned_near_one,
     "recursive_collapse": rule_recursive_collapse,
     "position_cliff": rule_position_cliff,
@@ -956,14 +1003,17 @@ def diagnose_inputs(inputs: DoctorInputs, thresholds: dict[str, Any] | None = No
 
     Pure apart from reading the bundled thresholds and entries (``thresholds``
     and ``knowledge`` override them). Findings are ordered error → warn → info,
-    then by rule order.
+    then by rule order. A config that loads random weights skips :data:`WEIGHT_DEPENDENT`.
     """
     from dynocell.runbooks.knowledge import bundled_knowledge
 
     th = thresholds or load_thresholds()
     kn = knowledge or bundled_knowledge()
     out: list[Finding] = []
+    random_weights = dummy_weights(inputs.knobs) is not None
     for rule, fn in RULES.items():
+        if random_weights and rule in WEIGHT_DEPENDENT:
+            continue
         for f in fn(inputs, th):
             slugs = [s for s in kn.for_rule(rule) if _entry_fits(kn.entries[s], inputs.knobs)]
             out.append(Finding(f.rule, f.severity, f.message, f.evidence, slugs))

@@ -58,6 +58,7 @@ DOCTOR_RULES = (
     # issue 35
     "engine_hang", "engine_crash_serving", "acceptance_decay",
     "prefix_cache_lost_to_spec", "draft_head_mismatch",
+    "dummy_weights",
 )
 #: Derived (property) paths a selector may name besides model fields.
 DERIVED_PATHS = ("speculative.num_drafts", "speculative_enabled", "name", "config_hash",
