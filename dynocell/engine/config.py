@@ -110,7 +110,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_env_name(k) else redact_value(v)) for k, v in env.items()}
 
 
-def _secret_flag(arg: str) -> str | None:
+def secret_flag(arg: str) -> str | None:
     """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
     if not arg.startswith("--"):
         return None
@@ -127,10 +127,10 @@ def redact_args(args: list[str] | tuple[str, ...]) -> list[str]:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
-        elif _secret_flag(arg) and "=" in arg:
+        elif secret_flag(arg) and "=" in arg:
             out.append(arg.split("=", 1)[0] + "=" + REDACTED)
         else:
-            hide_next = bool(_secret_flag(arg))
+            hide_next = bool(secret_flag(arg))
             out.append(redact_value(arg))
     return out
 
@@ -141,7 +141,7 @@ def secret_values(cfg: "EngineConfig") -> list[str]:
     out = [v for k, v in cfg.env.items() if v and is_secret_env_name(k)]
     out += [m.group("pw") for v in (*cfg.env.values(), *cfg.extra_args) for m in _URL_PASSWORD.finditer(v)]
     out += [a for a, shown in zip(cfg.extra_args, redact_args(cfg.extra_args)) if shown == REDACTED]
-    out += [a.split("=", 1)[1] for a in cfg.extra_args if _secret_flag(a) and "=" in a and a.split("=", 1)[1]]
+    out += [a.split("=", 1)[1] for a in cfg.extra_args if secret_flag(a) and "=" in a and a.split("=", 1)[1]]
     return [v for v in dict.fromkeys(out) if v and v != REDACTED]
 
 
