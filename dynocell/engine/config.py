@@ -110,6 +110,31 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_env_name(k) else redact_value(v)) for k, v in env.items()}
 
 
+#: The words of a field name (``admin_api_key``, ``sslKeyfilePassword``) that make its value a secret in an
+#: engine's answers: whole words, so ``tokenizer_path``, ``max_total_tokens`` and ``ssl_keyfile`` are not.
+_SECRET_WORDS = frozenset({"key", "apikey", "secret", "password", "passwd", "pass", "token", "credential",
+                           "credentials", "pat", "auth"})
+
+
+def is_secret_field(name: str) -> bool:
+    """Whether a field ``name`` of an engine's JSON answer holds a secret (one of :data:`_SECRET_WORDS` as a
+    word of it, ``_``/``-``/camelCase separated)."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name)).lower())
+    return any(w in _SECRET_WORDS for w in words)
+
+
+def redact_tree(value: Any) -> Any:
+    """A copy of a JSON value (an engine's answer, e.g. SGLang's ``/server_info``, which returns every
+    ``ServerArgs`` field, ``admin_api_key`` included) with the non-empty string of every secret field
+    (:func:`is_secret_field`) as ``***`` and URL passwords in other strings as ``***`` (:func:`redact_value`)."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_field(k) and isinstance(v, str) and v else redact_tree(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_tree(v) for v in value]
+    return redact_value(value) if isinstance(value, str) else value
+
+
 def secret_flag(arg: str) -> str | None:
     """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
     if not arg.startswith("--"):
