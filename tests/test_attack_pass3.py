@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tests.test_attach_hostile_port import _server
 from tests.test_bad_inputs import cli
+from tests.test_web_routes import web_store  # noqa: F401 - a fixture
 
 ADMIN, KEY, PW = "sk-ADMIN-LEAK-01", "sk-API-LEAK-02", "pw-SSL-LEAK-03"
 
@@ -39,3 +40,58 @@ def test_attach_keeps_no_secret_an_engine_reveals(isolated_home: Path):
     assert json.loads(text)["get_server_info"]["admin_api_key"] == "***"
     assert stat.S_IMODE(answers.stat().st_mode) == 0o600
     assert stat.S_IMODE(answers.parent.stat().st_mode) == 0o700
+
+
+# ---------------------------------------------------------------- 2. an oversized body to any route
+
+def _chunked_post(base: str, path: str, total: int, headers: dict[str, str]) -> int:
+    """POST ``total`` bytes of form fields (``f0=xxx…&f1=…``, 512 KiB each) to ``path`` in chunks (no
+    Content-Length, as a script can),
+    stopping when the panel answers before the end; the status it answered."""
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    conn.putrequest("POST", path)
+    for k, v in {"Content-Type": "application/x-www-form-urlencoded", "Transfer-Encoding": "chunked",
+                 **headers}.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    try:
+        conn.send(b"%x\r\na=\r\n" % 2)
+        for i in range(total >> 19):  # fields of 512 KiB: each under the form parser's 1 MiB per field
+            chunk = b"&f%d=" % i + b"x" * (1 << 19)
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the panel answered and closed: read what it said
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_no_route_reads_an_oversized_body(web_store):  # noqa: F811
+    """A neighbour without a token POSTs 16 MiB of form fields to /login, a panel user 16 MiB to the config form
+    and the JSON API: each is refused with 413 while it streams. Before, Starlette's form parser held every
+    field (1 MiB each, up to 1,000 of them) in the panel's memory and only then did the route answer."""
+    from tests.test_web_fuzz import StubProcedures, login_session, serve
+    from dynocell.runbooks import web_tokens
+    from dynocell.web.app import create_app
+
+    settings, cell, _ = web_store
+    token = web_tokens.create(cell, "big")
+    app = create_app(settings, cell=cell, procedures=StubProcedures())
+    with serve(app) as base:
+        cookies, csrf = login_session(base, token)
+        session = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items()), "X-CSRF-Token": csrf}
+        assert _chunked_post(base, "/login", 16 << 20, {}) == 413
+        assert _chunked_post(base, "/configs-add", 16 << 20, session) == 413
+        assert _chunked_post(base, "/api/configs", 16 << 20, {**session, "Content-Type": "application/json"}) == 413
+        # a config of normal size still goes in through the form
+        import requests
+
+        r = requests.post(base + "/configs-add", data={"toml": 'engine = "reference"\nmodel_path = "dynocell:tiny"\n',
+                                                       "name": "small", "csrf_token": csrf},
+                          cookies=cookies, allow_redirects=False, timeout=30)
+        assert r.status_code == 303, (r.status_code, r.text[:300])
