@@ -5,6 +5,16 @@ engine): each attack that broke, as the regression test written before its fix.
    ``dataclasses.asdict(server_args)`` — ``admin_api_key``, ``api_key``, ``ssl_keyfile_password`` as set —
    and ``dynocell attach`` kept them whole in the boot's ``attach.json``, which ``dynocell logs`` and the
    panel's boot page show. They are ``***`` there now, and the file is 0600.
+2. An oversized body: Starlette's form parser caps one field at 1 MiB but keeps up to 1,000 of them, and the
+   JSON config API read any body; 16 MiB POSTed to ``/login`` without a token was read whole before the 401.
+   Every body is capped at 4 MiB as it streams (413).
+
+The pass (2026-12-02, loopback): 11 attacks, 8 held, 3 broke — these two and raw escape bytes in pages
+(``tests/test_web_fuzz_rows.py``). Held: artifact paths with encoded ``..``/``\\``/NUL/double encoding, static
+and slug traversal, out-of-range log ``lines``/``offset``, ten open-redirect spellings of ``next`` (form and
+token URL), CSRF without token / with ``Origin: null``, a foreign Origin or Referer, ``text/plain`` JSON, a
+method override, GET on an action; foreign and rebinding ``Host`` headers; cross-origin login; escapes in
+stored strings on every TUI screen (``tests/test_tui_markup.py``).
 """
 
 from __future__ import annotations
