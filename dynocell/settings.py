@@ -154,6 +154,12 @@ class Settings(BaseSettings):
         """Directory holding engine build overlays."""
         return self.home / "builds"
 
+    @property
+    def secrets_dir(self) -> Path:
+        """Directory (0700, this host's own) holding the secret values stored configs carry: one 0600
+        file per config, ``<hex of its hash>.json`` (its real canonical JSON). The store keeps ``***``."""
+        return self.home / "secrets"
+
     def boot_timeout_s(self, engine: str) -> float:
         """Default overall boot limit for ``engine`` (``sglang`` | ``vllm`` | ``reference`` | other), seconds.
 

@@ -18,9 +18,10 @@ import pytest
 from tests.test_bad_inputs import cli
 
 
-def _server(port_value):
+def _server(port_value, **more):
+    """A real HTTP server on 127.0.0.1 answering ``/get_server_info`` as SGLang does (``more``: other fields)."""
     info = json.dumps({"model_path": "/models/llama", "port": port_value, "tp_size": 1,
-                       "version": "0.5.17"}).encode()
+                       "version": "0.5.17", **more}).encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name

@@ -36,9 +36,9 @@ UNTOUCHED = "sglang/srt/server_args.py"
 
 # ---------------------------------------------------------------- fixtures
 
-@pytest.fixture(scope="session")
-def sglang_site(tmp_path_factory) -> Path:
-    """A site folder with sglang 0.5.17 pip-installed (--no-deps) from the cached/downloaded wheel."""
+def sglang_wheel() -> Path:
+    """The cached sglang 0.5.17 wheel (downloaded with pip, --no-deps, when missing; skip when PyPI is not
+    reachable)."""
     WHEELS.mkdir(parents=True, exist_ok=True)
     wheels = sorted(WHEELS.glob("sglang-0.5.17-*.whl"))
     if not wheels:
@@ -48,13 +48,20 @@ def sglang_site(tmp_path_factory) -> Path:
         if proc.returncode != 0 or not wheels:
             pytest.skip("sglang 0.5.17 wheel not cached and PyPI unreachable: "
                         + (proc.stderr.strip().splitlines() or ["?"])[-1])
+    return wheels[-1]
+
+
+@pytest.fixture(scope="session")
+def sglang_site(tmp_path_factory) -> Path:
+    """A site folder with sglang 0.5.17 pip-installed (--no-deps) from the cached/downloaded wheel."""
+    wheel = sglang_wheel()
     site = tmp_path_factory.mktemp("sglang-site")
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q",
-                           "--target", str(site), str(wheels[-1])], capture_output=True, text=True, timeout=600)
+                           "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:  # e.g. a wheel tag for another Python: the files are what matter, unpack it
         import zipfile
 
-        with zipfile.ZipFile(wheels[-1]) as z:
+        with zipfile.ZipFile(wheel) as z:
             z.extractall(site)
     assert (site / "sglang" / "__init__.py").is_file()
     return site

@@ -15,7 +15,10 @@ from sqlalchemy import select
 from dynocell.db import tables as m
 from tests.test_tui import make_app, wait_for
 
-HOSTILE = "[/][link=https://evil.example]x[/link][bold]"
+#: Rich markup, then terminal escapes (OSC 52 clipboard write, window title, clear screen, 8-bit CSI) and
+#: control bytes (BEL, BS, NUL): shown as text, never sent to the terminal (issue 32 second pass, item 3).
+HOSTILE = "[/][link=https://evil.example]x[/link][bold]\x1b]52;c;aGVsbG8=\x07\x1b]0;pwned\x07\x1b[2J\x9b2J\x08\x00"
+RAW = ("\x1b", "\x07", "\x9b", "\x08", "\x00", "]52;c;", "]0;pwned")
 
 
 def _poison(cell) -> dict:
@@ -74,3 +77,4 @@ def test_every_screen_shows_stored_markup_as_text(settings):
         svg = asyncio.run(visit(start))
         name = "main" if start is None else type(start()).__name__
         assert "[/][link=" in svg, f"{name}: the stored markup is not shown as the text it is"
+        assert not [r for r in RAW if r in svg], f"{name}: a stored escape or control byte reached the screen"

@@ -258,18 +258,25 @@ def judge_none(method: str, path: str, status: int, headers: dict[str, str]) -> 
 
 # ---------------------------------------------------------------- fixtures and tests
 
-@pytest.fixture(scope="module")
-def fuzz_store(tmp_path_factory):
+def filled_store(tmp_path_factory, name: str, more: Callable[[Any], Any] | None = None) -> tuple:
+    """``(settings, cell, ids, token)`` of a fresh store filled with the stand-in rows (and ``more(cell)``'s,
+    as ``ids[name]``), with a web token made for it."""
     from dynocell.runbooks import web_tokens
     from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
 
-    home = tmp_path_factory.mktemp("fuzz-home")
+    home = tmp_path_factory.mktemp(f"{name}-home")
     settings = load_settings(home=home, poll_interval_s=1.0)
     cell = open_view_cell(settings)
     ids = fill_stand_in(cell)
-    token = web_tokens.create(cell, "fuzz")
-    return settings, cell, ids, token
+    if more is not None:
+        ids[name] = more(cell)
+    return settings, cell, ids, web_tokens.create(cell, name)
+
+
+@pytest.fixture(scope="module")
+def fuzz_store(tmp_path_factory):
+    return filled_store(tmp_path_factory, "fuzz")
 
 
 def _notes(cell) -> int:

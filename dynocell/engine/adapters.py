@@ -42,12 +42,14 @@ node); :func:`adapter_for` ``(engine)``; :func:`pick_free_port` ``(host)``;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
 import socket
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -677,6 +679,46 @@ def _key_off_argv(engine: str, argv: list[str], env: dict[str, str]) -> list[str
         return argv
     env[VLLM_API_KEY_ENV] = argv[i + 1]
     return argv[:i] + argv[i + 2:]
+
+
+#: The file a boot's SGLang secret flags go to (``--config FILE``, in the boot's 0700 folder, 0600). SGLang
+#: 0.5.17 reads a YAML file of its options from ``--config`` (``server_args.py prepare_server_args`` →
+#: ``server_args_config_parser.ConfigArgumentMerger``: each ``key: value`` becomes ``--key value``, before
+#: the command line's own) and has no environment variable for ``--api-key``/``--admin-api-key``.
+SGLANG_SECRETS_FILE = "engine-secrets.yaml"
+
+
+def secret_args_to_file(spec: LaunchSpec, folder: Path) -> LaunchSpec:
+    """``spec`` with SGLang's secret flags (:data:`~dynocell.engine.config.SECRET_FLAGS`: ``--api-key KEY``,
+    ``--api-key=KEY``, ``--api_key``) taken off its argv — which every local user reads in
+    ``/proc/PID/cmdline`` and ``ps`` — and written to ``folder/``:data:`SGLANG_SECRETS_FILE` (created 0600;
+    JSON, which is YAML) that the argv names with ``--config``. Unchanged for other engines (vLLM's key
+    already left for ``VLLM_API_KEY``) and for an argv with no secret flag."""
+    from dynocell.engine.config import secret_flag
+
+    if spec.engine != "sglang":
+        return spec
+    argv, secrets, i = [], {}, 0
+    while i < len(spec.argv):
+        arg, flag = spec.argv[i], secret_flag(spec.argv[i]) if i > 2 else None
+        if flag and "=" in arg:
+            secrets[flag[2:]] = arg.split("=", 1)[1]
+        elif flag and i + 1 < len(spec.argv):
+            secrets[flag[2:]] = spec.argv[i + 1]
+            i += 1
+        else:
+            argv.append(arg)
+        i += 1
+    if not secrets:
+        return spec
+    import os
+
+    path = Path(folder) / SGLANG_SECRETS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(secrets, ensure_ascii=True) + "\n")
+    return dataclasses.replace(spec, argv=[*argv, CONFIG_FILE_FLAG, str(path)])
 
 
 def render(

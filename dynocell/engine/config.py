@@ -110,7 +110,32 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_env_name(k) else redact_value(v)) for k, v in env.items()}
 
 
-def _secret_flag(arg: str) -> str | None:
+#: The words of a field name (``admin_api_key``, ``sslKeyfilePassword``) that make its value a secret in an
+#: engine's answers: whole words, so ``tokenizer_path``, ``max_total_tokens`` and ``ssl_keyfile`` are not.
+_SECRET_WORDS = frozenset({"key", "apikey", "secret", "password", "passwd", "pass", "token", "credential",
+                           "credentials", "pat", "auth"})
+
+
+def is_secret_field(name: str) -> bool:
+    """Whether a field ``name`` of an engine's JSON answer holds a secret (one of :data:`_SECRET_WORDS` as a
+    word of it, ``_``/``-``/camelCase separated)."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name)).lower())
+    return any(w in _SECRET_WORDS for w in words)
+
+
+def redact_tree(value: Any) -> Any:
+    """A copy of a JSON value (an engine's answer, e.g. SGLang's ``/server_info``, which returns every
+    ``ServerArgs`` field, ``admin_api_key`` included) with the non-empty string of every secret field
+    (:func:`is_secret_field`) as ``***`` and URL passwords in other strings as ``***`` (:func:`redact_value`)."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_field(k) and isinstance(v, str) and v else redact_tree(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_tree(v) for v in value]
+    return redact_value(value) if isinstance(value, str) else value
+
+
+def secret_flag(arg: str) -> str | None:
     """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
     if not arg.startswith("--"):
         return None
@@ -127,10 +152,10 @@ def redact_args(args: list[str] | tuple[str, ...]) -> list[str]:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
-        elif _secret_flag(arg) and "=" in arg:
+        elif secret_flag(arg) and "=" in arg:
             out.append(arg.split("=", 1)[0] + "=" + REDACTED)
         else:
-            hide_next = bool(_secret_flag(arg))
+            hide_next = bool(secret_flag(arg))
             out.append(redact_value(arg))
     return out
 
@@ -141,7 +166,7 @@ def secret_values(cfg: "EngineConfig") -> list[str]:
     out = [v for k, v in cfg.env.items() if v and is_secret_env_name(k)]
     out += [m.group("pw") for v in (*cfg.env.values(), *cfg.extra_args) for m in _URL_PASSWORD.finditer(v)]
     out += [a for a, shown in zip(cfg.extra_args, redact_args(cfg.extra_args)) if shown == REDACTED]
-    out += [a.split("=", 1)[1] for a in cfg.extra_args if _secret_flag(a) and "=" in a and a.split("=", 1)[1]]
+    out += [a.split("=", 1)[1] for a in cfg.extra_args if secret_flag(a) and "=" in a and a.split("=", 1)[1]]
     return [v for v in dict.fromkeys(out) if v and v != REDACTED]
 
 

@@ -165,6 +165,8 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     """
     from dynocell.db import boots as db_boots, imports as db_imports
     from dynocell.runbooks.boots import new_id
+    from dynocell.engine.config import redact_tree
+    from dynocell.fsmodes import open_private, private_dir
     from dynocell.runbooks.imports import resolve_or_observe
 
     from dynocell.engine.adapters import engine_base_url
@@ -186,9 +188,10 @@ def attach(cell: Cell, url: str, *, config_ref: str | None = None) -> dict[str, 
     config_hash, cfg_row = resolve_or_observe(cell, config_ref, observed, base)
     boot_id = new_id()
     boot_dir = cell.settings.boots_dir / boot_id
-    boot_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(boot_dir)
     answers_path = boot_dir / "attach.json"
-    answers_path.write_text(json.dumps({"url": base, **found["answers"]}, indent=2, default=str))
+    with open_private(answers_path, "wb") as f:  # the engine's answers, its secrets as *** (issue 32)
+        f.write(json.dumps(redact_tree({"url": base, **found["answers"]}), indent=2, default=str).encode())
     now = now_utc()
     boot = {"id": boot_id, "config_hash": config_hash, "engine": found["engine"], "hostname": host, "host": host,
             "port": port, "argv": f"(attached: {base})", "env": {}, "state": "ready", "last_phase": "ready",

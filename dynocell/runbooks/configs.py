@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,13 +122,12 @@ def add_config(cell: Cell, path: str | Path, name: str | None = None) -> ConfigR
     label = check_name(name or cfg.meta.name or p.stem, "" if name or cfg.meta.name else "the file name")
     text = p.read_text(encoding="utf-8").removeprefix("\ufeff")  # a byte-order mark is not the config's text
     store = cell.store
-    created = db.insert_config(store, cfg.config_hash, cfg.engine, cfg.model_path,
-                               cfg.canonical_json(), text)
+    created = insert_private(cell, cfg, text)
     previous = db.current_target(store, label)
     relabelled = db.add_label(store, label, cfg.config_hash)
     warnings = model_path_warnings(cfg)
     if not created:
-        warnings.extend(kept_source_warning(store, cfg.config_hash, text))
+        warnings.extend(kept_source_warning(store, cfg.config_hash, stored_text(cfg, text)))
     return ConfigRecord(cfg.config_hash, label, created, relabelled,
                         previous if relabelled else None, tuple(injection_env_keys(cfg.env)),
                         tuple(warnings), tuple(trust_concerns(cfg)))
@@ -170,6 +170,85 @@ def _meta_of(source_toml: str) -> dict[str, Any]:
 
 
 
+# ---------------------------------------------------------------- secrets: out of the store, on this host
+
+#: The first line of a stored source whose secrets could not be found in the text as written (an escape the
+#: redaction does not know): the canonical rendering, redacted, is stored instead.
+WITHHELD_SOURCE = "# the TOML as written held a secret in a form dynocell could not redact; canonical TOML:\n"
+
+
+def _hash_of(canonical_json: str) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(canonical_json.encode()).hexdigest()
+
+
+def _secret_file(cell: Cell, config_hash: str) -> Path:
+    return cell.settings.secrets_dir / f"{config_hash.removeprefix(HASH_PREFIX)}.json"
+
+
+def stored_text(cfg: EngineConfig, text: str) -> str:
+    """``text`` (a config's TOML) as the store keeps it: every secret of ``cfg``
+    (:func:`~dynocell.engine.config.secret_values`) as ``***``; when one cannot be found in the text, the
+    redacted canonical TOML under :data:`WITHHELD_SOURCE`. Unchanged for a config without secrets."""
+    if not secret_values(cfg):
+        return text
+    shown = redact_source(text, cfg)
+    return shown if shown is not None else WITHHELD_SOURCE + to_toml(redact_config(cfg))
+
+
+def insert_private(cell: Cell, cfg: EngineConfig, text: str) -> bool:
+    """Store ``cfg`` (its TOML ``text``) keeping its secrets out of the store (issue 32): ``source_toml``
+    is :func:`stored_text` and ``canonical_json`` the redacted config's, so no face, export or other host
+    reading the store sees a secret; the real canonical JSON goes to this host's 0600 file
+    ``<secrets_dir>/<hex>.json`` (:attr:`~dynocell.settings.Settings.secrets_dir`), which
+    :func:`real_canonical` reads back to boot. The hash is the real config's, as before (a config with
+    secrets stored earlier keeps its row). True when a row was written."""
+    canonical = cfg.canonical_json()
+    if secret_values(cfg):
+        from dynocell.fsmodes import open_private, private_dir
+
+        path = _secret_file(cell, cfg.config_hash)
+        private_dir(path.parent)
+        with open_private(path, "wb") as f:
+            f.write(canonical.encode())
+        canonical = redact_config(cfg).canonical_json()
+    return db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, canonical,
+                            stored_text(cfg, text))
+
+
+def real_canonical(cell: Cell, row: Any) -> str:
+    """The canonical JSON of a stored config ``row`` with its real secrets: the stored text when it hashes
+    to the row's hash (no secrets, or stored before secrets left the store), else this host's secret file
+    when it is a regular file of this user that hashes to it, else the stored (redacted) text —
+    :func:`require_secrets` then refuses to boot it."""
+    if _hash_of(row.canonical_json) == row.config_hash:
+        return row.canonical_json
+    path = _secret_file(cell, row.config_hash)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return row.canonical_json
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > (1 << 22):
+            return row.canonical_json
+        text = f.read().decode("utf-8", "replace")
+    return text if _hash_of(text) == row.config_hash else row.canonical_json
+
+
+def require_secrets(cfg: EngineConfig, config_hash: str) -> None:
+    """Refuse (UserError) to boot ``cfg`` stored as ``config_hash`` when its secrets are withheld — ``***``
+    where the stored config had a secret, and no secret file of this host restores it (a fleet store's
+    config added on another host): the engine would get ``***`` as its key."""
+    values = [*cfg.env.values(), *cfg.extra_args]
+    if cfg.config_hash != config_hash and any(v == REDACTED or v.endswith(f"={REDACTED}") or f":{REDACTED}@" in v
+                                                   for v in values):
+        raise UserError(f"config {short_hash(config_hash)} holds secrets that are not on this host: the store keeps "
+                        "them as ***, and their values live in the secret file of the host that added it",
+                        "add its TOML file here (`dynocell config add FILE`), then boot it again")
+
+
 def _looks_like_path(ref: str) -> bool:
     return ref.endswith(".toml") or "/" in ref or "\\" in ref
 
@@ -207,7 +286,7 @@ def resolve_config(cell: Cell, ref: str) -> tuple[EngineConfig, str]:
     meta = _meta_of(row.source_toml)
     if db.current_target(cell.store, ref) == h:
         meta["name"] = ref
-    return config_from_canonical(row.canonical_json, meta or None), h
+    return config_from_canonical(real_canonical(cell, row), meta or None), h
 
 
 def list_configs(cell: Cell) -> list[dict[str, Any]]:
@@ -369,7 +448,7 @@ def config_by_hash(cell: Cell, config_hash: str) -> EngineConfig:
     row = db.get_config(cell.store, config_hash)
     if row is None:
         raise NotFound(f"config {config_hash} is not stored", "see `dynocell config list`")
-    return config_from_canonical(row.canonical_json, _meta_of(row.source_toml) or None)
+    return config_from_canonical(real_canonical(cell, row), _meta_of(row.source_toml) or None)
 
 
 def store_config(cell: Cell, cfg: EngineConfig) -> str:
@@ -379,7 +458,7 @@ def store_config(cell: Cell, cfg: EngineConfig) -> str:
     """
     from dynocell.engine.config import to_toml
 
-    db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, cfg.canonical_json(), to_toml(cfg))
+    insert_private(cell, cfg, to_toml(cfg))
     return cfg.config_hash
 
 
@@ -442,7 +521,7 @@ def add_config_text(cell: Cell, text: str, name: str | None = None) -> ConfigRec
     Raises ConfigError for bad TOML or fields, UserError for a bad or missing name."""
     _, label = preview_config_text(text, name)
     cfg = parse_config(text, "<uploaded config>")
-    created = db.insert_config(cell.store, cfg.config_hash, cfg.engine, cfg.model_path, cfg.canonical_json(), text)
+    created = insert_private(cell, cfg, text)
     relabelled = db.add_label(cell.store, label, cfg.config_hash)
     return ConfigRecord(cfg.config_hash, label, created, relabelled, injection_env=tuple(injection_env_keys(cfg.env)),
                         concerns=tuple(trust_concerns(cfg)))

@@ -117,6 +117,13 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     return {"proxy_headers": True, "forwarded_allow_ips": proxy}
 
 
+#: The most bytes any request's body may have (the web import's route allows its own, larger limit): a config of
+#: 1 MiB (``MAX_UPLOAD``) percent-encoded in a form, with room. Counted as the body streams in (FastAPI's
+#: ``max_body_size``: 413), so nobody — a neighbour posting to ``/login`` without a token included — makes the
+#: panel hold a body of any size in memory before it answers (issue 32, the attack pass).
+MAX_BODY = 4 << 20
+
+
 def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = None,
                procedures: dict[str, Callable[..., Any]] | None = None,
                launch_token: str | None = None, login_max_failures: int = 5,
@@ -137,7 +144,7 @@ def create_app(settings: Settings, *, bind_host: str | None = None, cell: Any = 
 
     # /openapi.json needs a login like any page (access.PUBLIC_PATHS); no /docs or /redoc: their
     # pages load scripts from a CDN, which the panel's Content-Security-Policy refuses anyway.
-    app = FastAPI(title="dynocell panel", version="1", docs_url=None, redoc_url=None,
+    app = FastAPI(title="dynocell panel", version="1", docs_url=None, redoc_url=None, max_body_size=MAX_BODY,
                   description="Engine test cell: boots, runs, acceptance, "
                   "profiles. JSON mirror of every page under /api; every route needs a login: a session + "
                   "CSRF header or `Authorization: Bearer <token>`.")

@@ -14,6 +14,7 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from dynocell.clock import aware_utc
+from dynocell.text import printable
 from dynocell.runbooks.views import interval_basis
 
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table")
@@ -155,7 +156,21 @@ def lossless_sentence(run: dict | None) -> str:
     return out + "."
 
 
+def inert(value: Any) -> Any:
+    """Every ``{{ … }}`` output's last step (Jinja's ``finalize``): a string (or sanitised Markup) with
+    terminal escape sequences removed and control characters as ``?`` (:func:`dynocell.text.printable`,
+    newlines kept) — a stored string from another host, a log line or an engine cannot carry ESC, BEL or
+    NUL into a page (a page fetched with ``curl`` to a terminal cannot retitle it or write its clipboard).
+    Escaping HTML stays Jinja's autoescape; other values pass through."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value), keep_newlines=True))
+    if isinstance(value, str):
+        return printable(value, keep_newlines=True)
+    return value
+
+
 def install(env) -> None:  # noqa: ANN001 - jinja2 Environment
-    """Register the filters on a Jinja environment."""
+    """Register the filters on a Jinja environment, and :func:`inert` as its ``finalize``."""
+    env.finalize = inert
     env.filters.update({"markdown": markdown, "num": num, "pct": pct, "when": when, "duration": duration,
                         "short": short, "pq": pq, "breakeven": breakeven_sentence, "lossless": lossless_sentence})

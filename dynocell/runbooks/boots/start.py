@@ -14,7 +14,7 @@ from dynocell.clock import now_utc
 from dynocell.fsmodes import private_dir
 from dynocell.db import boots as db_boots
 from dynocell.engine import kinds
-from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render
+from dynocell.engine.adapters import LaunchSpec, pick_free_port, redact_env, render, secret_args_to_file
 from dynocell.engine.config import BUILTIN_MODEL_PREFIX, EngineConfig
 from dynocell.engine.supervisor import (
     Supervisor, process_create_time,
@@ -66,7 +66,9 @@ def launch_spec(cell: Cell, cfg: EngineConfig, port: int, build: dict[str, Any] 
                 boot_dir: Any) -> LaunchSpec:
     """What to spawn for ``cfg`` on ``port``: a registered engine kind's own launch (its executable: a
     llamacpp build's binary, else :func:`~dynocell.runbooks.builds.llama_server_program`), else the
-    adapters' ``python -m …`` render with the build's PYTHONPATH. ConfigError / UserError from either."""
+    adapters' ``python -m …`` render with the build's PYTHONPATH, SGLang's secret flags moved to a 0600
+    ``--config`` file in ``boot_dir`` (:func:`~dynocell.engine.adapters.secret_args_to_file`). ConfigError /
+    UserError from either."""
     kind = kinds.get(cfg.engine)
     base_env = engine_base_env(boot_id, boot_dir)
     if kind is not None:
@@ -74,8 +76,9 @@ def launch_spec(cell: Cell, cfg: EngineConfig, port: int, build: dict[str, Any] 
 
         program = (build or {}).get("binary") or llama_server_program(cell)
         return kind.launch(cfg, program=program, port=port, base_env=base_env)
-    return render(cfg, python=cell.settings.engine_python, port=port, build_pythonpath=(build or {}).get("pythonpath"),
+    spec = render(cfg, python=cell.settings.engine_python, port=port, build_pythonpath=(build or {}).get("pythonpath"),
                   base_env=base_env, profile_dir=str_or_none(engine_profile_dir(cfg, boot_dir)))
+    return secret_args_to_file(spec, boot_dir)  # SGLang's --api-key off /proc/PID/cmdline (issue 32)
 
 
 def _record_event(cell: Cell, boot_id: str) -> Callable[[Any], None]:
@@ -127,7 +130,9 @@ def start_boot(
     from the build before any row is written).
     """
     from dynocell.engine.config import require_draft_head, require_model_paths
+    from dynocell.runbooks.configs import require_secrets
 
+    require_secrets(cfg, config_hash)  # a secret withheld from this host's store is not booted as ***
     settings = cell.settings
     t0 = time.monotonic()
     if build is None and cfg.patches:
