@@ -6,6 +6,7 @@ stored time as aware UTC (SQLite hands back naive datetimes that were written as
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import overload
 
 
 def now_utc() -> datetime:
@@ -13,6 +14,12 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@overload
+def aware_utc(dt: datetime | str) -> datetime: ...
+@overload
+def aware_utc(dt: None) -> None: ...
+@overload
+def aware_utc(dt: datetime | str | None) -> datetime | None: ...
 def aware_utc(dt: datetime | str | None) -> datetime | None:
     """``dt`` as a timezone-aware datetime: a naive one (how SQLite returns a stored UTC time) is taken as
     UTC, an aware one is kept (its offset unchanged), an ISO 8601 string is parsed first

@@ -453,12 +453,12 @@ def run_report(detail: dict[str, Any], boot: dict[str, Any] | None) -> list[Any]
         for x in (phases_table(boot), health_table(boot)):
             if x is not None:
                 items.append(x)
-    for x in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
+    for part in (bench_table(detail.get("bench") or []), acceptance_panel(detail.get("curves") or []),
               length_panel(detail.get("by_length")), lossless_text(run),
               profile_panel(detail.get("profile"), phases_hint(detail)), breakeven_text(run),
               findings_table(detail.get("findings") or [])):
-        if x is not None:
-            items.append(x)
+        if part is not None:
+            items.append(part)
     items.append(steps_table(detail.get("steps") or []))
     return items
 

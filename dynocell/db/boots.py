@@ -117,7 +117,7 @@ def transition(store: Store, boot_id: str, old: tuple[str, ...] | str, new: str,
             previous = boot.state
             moved = s.execute(update(Boot).where(Boot.id == boot_id, Boot.state == previous)
                               .values(state=new, **values).execution_options(synchronize_session=False))
-            if moved.rowcount == 1:
+            if moved.rowcount == 1:  # type: ignore[attr-defined]  # an UPDATE's CursorResult; execute() is typed Result
                 break
         else:
             return False

@@ -153,8 +153,8 @@ def dashboard(store: Store, *, recent: int = 10, stale_s: float = 600.0) -> dict
                            .order_by(desc(m.Run.started_at)).limit(recent)):
             sig = None
             if r.boot_id:
-                b = s.get(m.Boot, r.boot_id)
-                sig = b.failure_signature if b else None
+                rb = s.get(m.Boot, r.boot_id)
+                sig = rb.failure_signature if rb else None
             failures.append({"what": "run", "id": r.id, "state": r.state, "signature": sig,
                              "when": aware_utc(r.ended_at or r.started_at), "step": r.step, "error": r.error,
                              "labels": labels.get(r.config_hash, [])})

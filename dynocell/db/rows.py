@@ -102,7 +102,7 @@ def get_as(store: Store, model: type, key: Any, convert: Callable[[Any], T]) -> 
         return convert(row) if row is not None else None
 
 
-def newest_first(store: Store, model: type, convert: Callable[[Any], T]) -> list[T]:
+def newest_first(store: Store, model: type[Any], convert: Callable[[Any], T]) -> list[T]:
     """``convert(row)`` of every ``model`` row, newest ``created_at`` first."""
     with store.session() as s:
         return [convert(r) for r in s.scalars(select(model).order_by(model.created_at.desc()))]

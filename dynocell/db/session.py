@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 from urllib.parse import quote
 
 from alembic import command
@@ -137,7 +137,8 @@ def _schema_transaction(engine: Engine) -> Iterator[Connection]:
             yield conn
         return
     with engine.connect() as conn:
-        raw = conn.connection.driver_connection
+        # the pysqlite connection of a connection just opened: None only once it is closed or invalidated
+        raw = cast(sqlite3.Connection, conn.connection.driver_connection)
         saved = raw.isolation_level
         raw.isolation_level = None
         try:
@@ -217,7 +218,7 @@ def _foreign_error(where: str, tables: list[str]) -> StoreUnavailable:
     )
 
 
-def corrupt_store_error(url: str, exc: DatabaseError) -> StoreUnavailable | None:
+def corrupt_store_error(url: str, exc: DatabaseError | InterfaceError) -> StoreUnavailable | None:
     """A :class:`~dynocell.errors.StoreUnavailable` for a store file SQLite cannot read as a
     database (not a database, malformed, truncated) or as a dynocell store (its tables there but no
     schema revision); None for any other error."""

@@ -212,13 +212,14 @@ def merge(curves: Iterable[Curve]) -> Curve | None:
             "merge curves of one engine configuration only",
         )
     if all(c.histogram is not None for c in cs):
-        summed = [sum(col) for col in zip(*(c.histogram for c in cs))]  # type: ignore[misc]
+        summed = [sum(col) for col in zip(*(c.histogram for c in cs))]
         return Curve.from_histogram(summed)
-    if all(c.steps is not None and c.p for c in cs):
-        n = sum(c.steps for c in cs)  # type: ignore[misc]
+    weighted = [(c.steps, c.p) for c in cs if c.steps is not None and c.p]
+    if len(weighted) == len(cs):
+        n = sum(steps for steps, _ in weighted)
         if n == 0:
             return Curve.from_positions([0.0] * cs[0].num_drafts, steps=0)
-        p = [sum(c.steps * c.p[i] for c in cs) / n for i in range(cs[0].num_drafts)]  # type: ignore[operator]
+        p = [sum(steps * ps[i] for steps, ps in weighted) / n for i in range(cs[0].num_drafts)]
         return Curve.from_positions(p, steps=n)
     raise AcceptanceError(
         "cannot merge acceptance curves without histograms unless each has per-position rates and a step count"

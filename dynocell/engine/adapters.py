@@ -50,7 +50,7 @@ import socket
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from pydantic import BaseModel
 
@@ -293,10 +293,10 @@ class VLLMAdapter:
         out = ["serve", cfg.model_path, "--host", cfg.host, "--port", str(port)]
         _opt(out, "--served-model-name", cfg.served_model_name)
         p = cfg.parallel
-        for flag, value in (("--tensor-parallel-size", p.tp_size), ("--pipeline-parallel-size", p.pp_size),
-                            ("--data-parallel-size", p.dp_size), ("--decode-context-parallel-size", p.dcp_size)):
-            if value > 1:
-                out += [flag, str(value)]
+        for flag, size in (("--tensor-parallel-size", p.tp_size), ("--pipeline-parallel-size", p.pp_size),
+                           ("--data-parallel-size", p.dp_size), ("--decode-context-parallel-size", p.dcp_size)):
+            if size > 1:
+                out += [flag, str(size)]
         m = cfg.memory
         for name, value in (("--dtype", cfg.dtype), ("--gpu-memory-utilization", m.gpu_memory_utilization),
                             ("--max-model-len", m.context_length), ("--max-num-seqs", m.max_running_requests),
@@ -352,7 +352,7 @@ SGLANG_ALIASES = {
 }
 #: vLLM 0.26's short spellings of flags the vLLM adapter renders (``vllm/engine/arg_utils.py``:
 #: ``add_argument("--tensor-parallel-size", "-tp", …)``; ``-O`` is its compilation-config shorthand).
-VLLM_ALIASES = {
+VLLM_ALIASES: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-size": ("-tp",),
     "--pipeline-parallel-size": ("-pp",),
     "--data-parallel-size": ("-dp",),
@@ -375,7 +375,7 @@ def _probe_sections(flag_bools: bool) -> EngineConfig:
     value in a rendered argv names the field it came from."""
     counter = iter(range(2, 10_000))
 
-    def build(model: type, prefix: str) -> object:
+    def build(model: type[BaseModel], prefix: str) -> BaseModel:
         values: dict[str, object] = {}
         for name, info in model.model_fields.items():
             dotted = prefix + name
@@ -393,13 +393,13 @@ def _probe_sections(flag_bools: bool) -> EngineConfig:
                 values[name] = f"probe-{dotted}"
             else:
                 values[name] = default
-        return model.model_construct(**values)
+        return model.model_construct(None, **values)
 
-    cfg = build(EngineConfig, "")
+    cfg = cast(EngineConfig, build(EngineConfig, ""))  # build constructs the model class it is given
     return cfg.model_copy(update={"extra_args": (), "nodes": (), "env": {}})
 
 
-def _field_values(cfg: object, prefix: str = "") -> dict[str, object]:
+def _field_values(cfg: BaseModel, prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for name in type(cfg).model_fields:
         value = getattr(cfg, name)
@@ -552,7 +552,7 @@ def _probe_for(adapter: EngineAdapter, flag_bools: bool) -> EngineConfig:
     for dotted in fields_not_of(adapter.engine):
         cfg = _set_field(cfg, dotted, None)
     if adapter.engine == "reference":
-        p = cfg.parallel.model_construct(**{k: 1 for k in type(cfg.parallel).model_fields})
+        p = type(cfg.parallel).model_construct(None, **{k: 1 for k in type(cfg.parallel).model_fields})
         cfg = cfg.model_copy(update={"parallel": p, "dtype": None})
         cfg = _set_field(cfg, "serving.surface", "vllm")
     elif adapter.engine == "vllm":

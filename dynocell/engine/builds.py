@@ -50,7 +50,7 @@ import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from dynocell.errors import EngineError, NotFound, UserError
 
@@ -326,7 +326,7 @@ def load_patch(folder: Path) -> Patch:
         for key, h in (("base_sha256", b), ("patched_sha256", p)):
             if not isinstance(h, str) or not _HEX64.match(h):
                 raise UserError(f"{mpath}: files[{i}].{key} must be 64 lowercase hex digits, got {h!r}")
-        files.append(PatchFile(path, b, p))
+        files.append(PatchFile(path, cast(str, b), cast(str, p)))  # both checked to be str just above
     if len({f.path for f in files}) != len(files):
         raise UserError(f"{mpath}: a file is listed twice")
     try:

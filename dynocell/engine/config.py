@@ -1040,7 +1040,7 @@ def config_from_canonical(canonical_json: str, meta: dict[str, Any] | None = Non
             return EngineConfig.model_validate(data)
         except ValidationError as exc:  # a value dynocell's model cannot hold: that field stays unknown here
             for err in exc.errors():
-                node = data
+                node: Any = data  # a dict or list of the JSON; loc parts are keys or indexes
                 for part in err["loc"][:-1]:
                     node = node.get(part, {}) if isinstance(node, dict) else {}
                 if isinstance(node, dict):

@@ -242,6 +242,13 @@ def _timed(fn, *a, **kw) -> tuple[HttpResult | None, float, str | None]:
         return None, (time.perf_counter() - t0) * 1000.0, exc.message
 
 
+def _why(err: str | None, r: HttpResult | None, path: str) -> str:
+    """A failed check's reason: the error of an unreachable engine, else the status ``path`` answered."""
+    if err:
+        return err
+    return f"{path} answered {r.status}" if r is not None else f"{path}: no answer"
+
+
 def _server_info_mismatches(body: Any, exp: ExpectedServer) -> list[str]:
     if not isinstance(body, dict):
         return ["answer is not a JSON object"]
@@ -294,7 +301,7 @@ def openai_checks(client: EngineClient, expected: ExpectedServer | None, canary:
     names = [m.get("id") for m in r.body.get("data", []) if isinstance(m, dict)] \
         if r is not None and r.status == 200 and isinstance(r.body, dict) else None
     if names is None:
-        checks.append(Check("models", False, ms, err or f"/v1/models answered {r.status}"))
+        checks.append(Check("models", False, ms, _why(err, r, "/v1/models")))
     else:
         ok = want is None or want in names
         checks.append(Check("models", ok, ms, f"serves {names}" if ok else f"{want!r} not in {names}"))
@@ -398,7 +405,7 @@ def _sglang_checks(client: EngineClient, expected: ExpectedServer | None, canary
     if expected is not None:
         r, ms, err = _timed(client.server_info)
         if r is None or r.status != 200:
-            checks.append(Check("server_info", False, ms, err or f"/get_server_info answered {r.status}"))
+            checks.append(Check("server_info", False, ms, _why(err, r, "/get_server_info")))
         else:
             bad = _server_info_mismatches(r.body, expected)
             checks.append(Check("server_info", not bad, ms, "; ".join(bad) or "model and key args match"))
@@ -408,7 +415,7 @@ def _sglang_checks(client: EngineClient, expected: ExpectedServer | None, canary
                    "sampling_params": {"temperature": 0.0, "max_new_tokens": canary.max_new_tokens}}
         r, ms, err = _timed(client.generate, payload, timeout_s=generate_timeout_s)
         if r is None or r.status != 200:
-            checks.append(Check("canary", False, ms, err or f"/generate answered {r.status}"))
+            checks.append(Check("canary", False, ms, _why(err, r, "/generate")))
         else:
             text = r.body.get("text") if isinstance(r.body, dict) else None
             ok = text == canary.golden
@@ -424,7 +431,7 @@ def _progress_check(client: EngineClient, previous: ProgressSample | None, stall
     r, ms, err = _timed(client.metrics_text)
     if r is None or r.status != 200:
         return previous, Check("progress", True, ms,
-                               f"skipped: /metrics unavailable ({err or r.status}); "
+                               f"skipped: /metrics unavailable ({err or (r.status if r else 'no answer')}); "
                                "start the engine with --enable-metrics")
     try:
         cur = progress_from_metrics(r.text, now if now is not None else time.monotonic(), names)

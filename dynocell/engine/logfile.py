@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from dynocell.engine.acceptance import (
     AcceptanceError, Curve, merge, parse_decode_line, parse_vllm_spec_line, parse_vllm_spec_window, windows_curve,
@@ -370,7 +370,7 @@ class _Scan:
         line = match_text(raw)
         ts = _timestamp(line, self.year)
         insane = ts is not None and not sane_timestamp(ts, self.now)
-        if insane:
+        if insane and ts is not None:  # insane implies a timestamp
             self.insane.append((i, ts))
         elif ts:
             self.last_ts = ts
@@ -414,6 +414,8 @@ class _Scan:
                 rep.warnings.append(f"{exc.message}: the configuration stays unknown (pass --config to name it)")
 
     def _phase(self, i: int, line: str, off: float | None) -> None:
+        if self.rules_engine is None:  # the caller calls only with an engine's rules
+            return
         hit = match_phase(line, self.rules_engine)
         if hit:
             rep = self.rep
@@ -587,7 +589,7 @@ def _windows_acceptance(windows: list[tuple[int, float | None, Any]]) -> dict[st
 
 def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, list[float], int | None,
                                                                            float | None]],
-                         slots: list[tuple[int, int, int, float]] = ()) -> dict[str, Any] | None:
+                         slots: Sequence[tuple[int, int, int, float]] = ()) -> dict[str, Any] | None:
     """llama.cpp: the last statistics line's per-position rates (cumulative), else a histogram of
     the per-round "accepted a/D" lines of the widest D (rounds that drafted fewer are counted apart),
     else llama-server's per-request "draft acceptance" lines (:func:`_llamacpp_slots`)."""
@@ -608,7 +610,7 @@ def _llamacpp_acceptance(rounds: list[tuple[int, int]], stats: list[tuple[int, l
     return None
 
 
-def _llamacpp_slots(slots: list[tuple[int, int, int, float]]) -> dict[str, Any] | None:
+def _llamacpp_slots(slots: Sequence[tuple[int, int, int, float]]) -> dict[str, Any] | None:
     """One summary curve over llama-server's per-request lines ``draft acceptance = r (A accepted / G generated),
     mean len = m`` (``server-context.cpp`` ``print_timings``: G = draft tokens, m = 1 + A / verify steps).
     Each request's steps are A / (m − 1) (m is printed with 2 decimals, so steps are estimates); τ = 1 + ΣA /

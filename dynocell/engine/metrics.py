@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,6 +72,16 @@ VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 _CUMULATIVE_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+
+
+class PositionFigures(TypedDict):
+    """The counters beside :func:`vllm_position_curve`'s curve: drafts N, draft and accepted tokens, and
+    the engine's own τ (None when it accepted nothing countable)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    engine_tau: float | None
 
 
 class MetricsError(EngineError, ValueError):
@@ -306,7 +317,7 @@ def position_curve(snap: MetricsSnapshot) -> Curve | None:
 MAX_COUNT = float(2 ** 53)
 
 
-def vllm_position_curve(snap: MetricsSnapshot, prefix: str = "vllm:") -> tuple[Curve, dict[str, float]] | None:
+def vllm_position_curve(snap: MetricsSnapshot, prefix: str = "vllm:") -> tuple[Curve, PositionFigures] | None:
     """vLLM's per-position curve from its spec-decode counters; None when not exported.
 
     Per vLLM (``vllm/v1/spec_decode/metrics.py``): drafts N = ``num_drafts``,
@@ -333,7 +344,7 @@ def vllm_position_curve(snap: MetricsSnapshot, prefix: str = "vllm:") -> tuple[C
         return None
     d = max(per_pos) + 1
     accepted = snap.sum(accepted_name)
-    figures = {"drafts": drafts, "draft_tokens": snap.sum(draft_tokens_name) or 0.0,
+    figures: PositionFigures = {"drafts": drafts, "draft_tokens": snap.sum(draft_tokens_name) or 0.0,
                "accepted_tokens": accepted or 0.0,
                "engine_tau": (1.0 + accepted / drafts) if (drafts and accepted is not None) else None}
     for name, v in ((num_drafts, drafts), (accepted_name, accepted), (draft_tokens_name, figures["draft_tokens"])):

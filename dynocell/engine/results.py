@@ -199,7 +199,8 @@ def _aiperf(obj: Mapping[str, Any]) -> BenchLevel:
         return _num(v.get(key)) if isinstance(v, Mapping) else None
 
     def dist(name: str) -> dict[str, Any]:
-        v = obj.get(name) if isinstance(obj.get(name), Mapping) else {}
+        v = obj.get(name)
+        v = v if isinstance(v, Mapping) else {}
         scale = 1000.0 if str(v.get("unit", "ms")).lower() in ("s", "sec") else 1.0
         return _pct(v.get("p50"), v.get("p90"), v.get("p99"), v.get("avg"), scale)
 
@@ -239,7 +240,8 @@ def _guidellm_level(b: Any, n: int, path: Path) -> BenchLevel:
 
     def dist(name: str, scale: float = 1.0) -> dict[str, Any]:
         d = succ(name)
-        pc = d.get("percentiles") if isinstance(d.get("percentiles"), Mapping) else d
+        pc = d.get("percentiles")
+        pc = pc if isinstance(pc, Mapping) else d
         return _pct(pc.get("p50", d.get("median")), pc.get("p90"), pc.get("p99"), d.get("mean"), scale)
 
     totals = met.get("request_totals") if isinstance(met.get("request_totals"), Mapping) else {}
@@ -414,8 +416,10 @@ def _vllm_request_curve(p: Path, vhists: list[tuple[int, Mapping[str, Any]]]) ->
 def _check_request(p: Path, line: int, rec: Mapping[str, Any], r: Mapping[str, Any]) -> None:
     """Refuse a response whose counts or times (the fields :func:`read_requests` reads) are negative,
     non-finite (JSON's 1e400) or past :data:`MAX_REPORTED`: ResultReadError naming line and field."""
-    meta = r.get("meta_info") if isinstance(r.get("meta_info"), Mapping) else {}
-    usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
+    meta = r.get("meta_info")
+    meta = meta if isinstance(meta, Mapping) else {}
+    usage = r.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
     fields = [(f"meta_info.{k}", meta.get(k)) for k in
               ("prompt_tokens", "completion_tokens", "e2e_latency", "spec_accept_length", "spec_verify_ct")]
     fields += [(f"usage.{k}", usage.get(k)) for k in ("prompt_tokens", "completion_tokens")]

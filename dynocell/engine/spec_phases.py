@@ -166,7 +166,8 @@ class _TraceEvents:
         if ts is None or dur is None:
             return
         cat, name, tid = str(ev.get("cat", "")), str(ev.get("name", "")), (ev.get("pid"), ev.get("tid"))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = ev.get("args")
+        args = args if isinstance(args, dict) else {}
         if cat == "user_annotation":
             self.add_annotation(tb, tid, ts, dur, name)
         elif cat in ("cuda_runtime", "cuda_driver"):
@@ -299,7 +300,7 @@ def phase_report(paths: list[Path], *, engine: str | None = None, speculative: b
     tb = table or load_phase_table()
     per = [(rank_of(p) if rank_of(p) is not None else i, split_phases(p, tb)) for i, p in enumerate(paths)]
     both = combine([sp for _, sp in per])
-    head = {"source": both.source, "total_ms": None, "phases": [], "reason": None, "ranks": []}
+    head: dict[str, Any] = {"source": both.source, "total_ms": None, "phases": [], "reason": None, "ranks": []}
     if any(both.ranges.values()):
         ranks = [{"rank": rk, "total_ms": sp.total_ms, "phases": _rows(sp, None)} for rk, sp in per] \
             if len(per) > 1 else []

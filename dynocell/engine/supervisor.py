@@ -78,7 +78,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 import psutil
 
@@ -496,7 +496,7 @@ class Supervisor:
         self._proc: subprocess.Popen[bytes] | None = None
         self._spec: LaunchSpec | None = None
         self._log_path: Path | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
         self._t0 = 0.0
         self._lines: collections.deque[str] = collections.deque(maxlen=_KEEP_LINES)
         self._phases: list[PhaseReached] = []

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import ijson
 
@@ -767,14 +767,14 @@ def analyze_ranks(paths: Iterable[str | Path], top: int = 20, rules: Rules | Non
             used.add(nxt)
             s = replace(s, rank=nxt, warnings=s.warnings + (f"no -TP-<n> in file name; rank {nxt} assumed",))
         fixed.append(s)
-    ranks = [s.rank for s in fixed]
+    ranks = [s.rank for s in fixed if s.rank is not None]  # all of them: the loop above gave each a rank
     if len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
         raise TraceError(
             f"traces of the same rank given twice: rank(s) {dup} in {', '.join(map(str, ps))}",
             "pass one trace per rank of one profile window",
         )
-    fixed.sort(key=lambda s: s.rank)  # type: ignore[arg-type, return-value]
+    fixed.sort(key=lambda s: cast(int, s.rank))  # every rank is set by the loop above
     dms = [s.device_ms for s in fixed]
     skew = 1.0 if len(dms) == 1 else (max(dms) / min(dms) if min(dms) > 0 else math.inf)
     return RankedSplit(tuple(fixed), _combine(fixed, top), skew)

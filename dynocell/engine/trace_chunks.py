@@ -95,7 +95,7 @@ def _start(f: BinaryIO, max_event_bytes: int) -> tuple[bytearray, bool]:
         body = buf.lstrip(b" \t\r\n")
         if body[:1] == b"[":
             return bytearray(b"[") + body[1:], True
-        if body[:1] not in (b"{", b""):
+        if bytes(body[:1]) not in (b"{", b""):
             raise NotFast("neither an object nor an array")
         m = _KEY.search(buf)
         if m is not None:

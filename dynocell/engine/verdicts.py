@@ -306,7 +306,7 @@ def compare(metric: Metric | str, level: str, incumbent: Sequence[float | None],
     m = METRIC_BY_KEY[metric] if isinstance(metric, str) else metric
     inc, arm_x = _clean(incumbent), _clean(arm)
     n_i, n_a = len(inc), len(arm_x)
-    base = dict(metric=m.key, level=level, direction=m.direction, n_incumbent=n_i, n_arm=n_a)
+    base: dict[str, Any] = dict(metric=m.key, level=level, direction=m.direction, n_incumbent=n_i, n_arm=n_a)
     if n_i == 0 or n_a == 0:
         return Comparison(**base, verdict="inconclusive", incumbent_mean=_mean_sd(inc)[0] if inc else None,
                           arm_mean=_mean_sd(arm_x)[0] if arm_x else None, rel_diff=None, ci_low=None,

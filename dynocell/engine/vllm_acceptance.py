@@ -26,7 +26,7 @@ from typing import Any
 
 from dynocell.engine.acceptance import Curve, VllmSpecSample, relative_diff
 from dynocell.engine.metrics import MetricsError, MetricsSnapshot, counter_decreases, delta, restarted_between, \
-    vllm_position_curve
+    vllm_position_curve, PositionFigures
 
 __all__ = ["TOLERANCE", "UNCONDITIONAL_NOTE", "ClassCurve", "class_curve", "cross_check", "log_tau"]
 
@@ -42,7 +42,7 @@ class ClassCurve:
     draft_tokens, accepted_tokens, engine_tau) and ``k`` (drafted tokens per draft = D)."""
 
     curve: Curve
-    figures: dict[str, float]
+    figures: PositionFigures
     k: int
 
 

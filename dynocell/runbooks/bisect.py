@@ -223,7 +223,7 @@ def bisect_search(p: BisectPlan, is_bad: Callable[[BisectStep], bool]) -> dict[s
     """
     tried: list[dict[str, Any]] = []
     if p.strategy == "one-at-a-time":
-        bad_groups = []
+        bad_groups: list[Any] = []
         for s in p.steps:
             b = bool(is_bad(s))
             tried.append({"index": s.index, "bad": b})

@@ -388,10 +388,10 @@ def ladder_points(inp: DoctorInputs, th: dict[str, Any]) -> list[ClassCurve]:
     min_steps = th["general"]["min_steps"]
     return sorted((c for c in pts
                    if c.prompt_tokens is not None and (c.curve.steps is None or c.curve.steps >= min_steps)),
-                  key=lambda c: c.prompt_tokens)
+                  key=lambda c: c.prompt_tokens or 0.0)  # never None: filtered just above
 
 
-def zero_acceptance_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float, float] | None:
+def zero_acceptance_boundary(pts: list[ClassCurve], t: dict[str, Any]) -> tuple[float | None, float | None] | None:
     """(last length with acceptance, first length with none) when acceptance is 0 exactly beyond a boundary."""
     zero = [c.curve.accept_rate <= t["zero_accept_max"] for c in pts]
     if not any(zero) or all(zero):
@@ -443,7 +443,7 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
 def rule_depth_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     t = th["depth_decay"]
     pts = ladder_points(inp, th)
-    lengths = sorted({c.prompt_tokens for c in pts})
+    lengths = sorted({c.prompt_tokens for c in pts if c.prompt_tokens is not None})  # all (ladder_points)
     if len(lengths) < t["min_points"]:
         return []
     if zero_acceptance_boundary(pts, th["zero_past_length"]) is not None:
@@ -524,7 +524,7 @@ def rule_length_breakeven(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
     or at every one."""
     t = th["length_breakeven"]
     pts = ladder_points(inp, th)
-    lengths = sorted({c.prompt_tokens for c in pts})
+    lengths = sorted({c.prompt_tokens for c in pts if c.prompt_tokens is not None})  # all (ladder_points)
     if (len(lengths) < t["min_points"] or lengths[-1] < t["min_span"] * lengths[0]
             or not all(c.step_ms for c in pts) or zero_acceptance_boundary(pts, th["zero_past_length"]) is not None):
         return []  # a real ladder with each rung's own verify step, or nothing to say
@@ -711,7 +711,8 @@ def rule_no_net_win(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
         return []  # issue 33: a step slow because the host was loaded is not the glue's fault (left out)
     d = max((c.curve.num_drafts for c in inp.curves), default=0)
     measured = bool(inp.spec_step_ms and inp.plain_step_ms)
-    step_cost = (inp.spec_step_ms / inp.plain_step_ms) if measured else tau / speedup  # plain steps per verify step
+    step_cost = (inp.spec_step_ms / inp.plain_step_ms) if (  # plain steps per verify step
+        inp.spec_step_ms and inp.plain_step_ms) else tau / speedup
     disagree = _counters_disagree(inp, th)
     ev = {"tau": _r(tau), "speedup": _r(speedup), "step_cost_ratio": _r(step_cost), "breakeven_tau": _r(step_cost),
           "margin": _r(speedup - 1.0), "spec_decode_tok_s": _r(inp.spec_decode_tok_s, 2),
@@ -1119,8 +1120,8 @@ def _class_curves(store: Any, run_id: str) -> list[ClassCurve]:
             queue.setdefault(b.text_class, []).append(b)
     out = []
     for c in db_runs.curves(store, run_id):
-        b = queue.get(c.text_class, [])
-        brow = b.pop(0) if b else None
+        q = queue.get(c.text_class, [])
+        brow = q.pop(0) if q else None
         prompt = (brow.prompt_tokens / brow.num_requests) if brow and brow.num_requests else None
         out.append(ClassCurve(c.text_class, curve_of(c), prompt, c.engine_tau, c.engine_source,
                               requests=tuple(c.requests) if c.requests else None))
@@ -1283,7 +1284,7 @@ def diagnose(cell: Any, ref: str, *, store_findings: bool = True) -> list[Findin
         phase = detail.get("phase")
         # issue 35: a crash while serving (after ready, or an excerpt without start-up lines whose failure no
         # boot phase claims) is not a failed boot
-        serving = bool(boot) and boot.state == "crashed" and phase in (None, "serving")
+        serving = boot is not None and boot.state == "crashed" and phase in (None, "serving")
         line = f": {detail.get('line')}" if detail.get("line") else ""
         msg = (f"the engine of boot {boot_id} died while serving ({sig!r}){line} — not a start-up failure: the "
                "requests in flight failed; read the exception and the frames above it, the load it came under"

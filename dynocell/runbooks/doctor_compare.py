@@ -103,6 +103,8 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
             continue
         btau = _weighted_tau({k: b.curves[k] for k in common})
         mtau = _weighted_tau({k: mine[k] for k in common})
+        if mtau is None:  # never: common is not empty
+            continue
         drop = 1 - mtau / btau if btau else 0.0
         gaps = {k: g for k in common
                 if (g := _p_gap(mine[k], b.curves[k], t, mine_recs.get(k, ()), b.requests.get(k, ())))}
@@ -138,7 +140,7 @@ def rule_baseline_regression(inp: DoctorInputs, th: dict[str, Any]) -> list[Find
         msg = (f"same config, {b.build or b.label}: τ {mtau:.2f} vs the recorded {btau:.2f} ({drop * 100:.1f} % lower"
                + (f"; {eff.text()}" if eff else "") + ")"
                if tau_beyond else f"same config, {b.build or b.label}: τ {mtau:.2f} vs {btau:.2f}")
-        if gaps:
+        if cls is not None and pos is not None:  # gaps: the first one's
             msg += (f"; {cls}: p_{pos} {mine[cls].p[pos - 1]:.3f} vs {b.curves[cls].p[pos - 1]:.3f} "
                     f"({gap:.3f} lower, tolerance {tol:.3f})")
         msg += (". No knob differs and the workload, engine version, host and contention match, so the engine "

@@ -7,7 +7,7 @@ import them without importing the others. No I/O.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, overload
 
 
 #: Fields that change neither the build nor how it runs (addresses, names, node lists, labels).
@@ -51,6 +51,10 @@ def headline_tok_s(summary: dict[str, Any] | None) -> float | None:
     return s.get("best_output_tok_s") if s.get("best_output_tok_s") is not None else s.get("decode_tok_s")
 
 
+@overload
+def r(x: float, n: int = 4) -> float: ...
+@overload
+def r(x: float | None, n: int = 4) -> float | None: ...
 def r(x: float | None, n: int = 4) -> float | None:
     """``x`` rounded to ``n`` places (None stays None): evidence numbers."""
     return None if x is None else round(float(x), n)

@@ -142,7 +142,7 @@ def rule_length_cliff(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
 
     t = th["length_cliff"]
     pts = ladder_points(inp, th)
-    lengths = sorted({c.prompt_tokens for c in pts})
+    lengths = sorted({c.prompt_tokens for c in pts if c.prompt_tokens is not None})  # all (ladder_points)
     if len(lengths) < t["min_points"] or zero_acceptance_boundary(pts, th["zero_past_length"]) is not None:
         return []
     taus = [sum(c.curve.tau for c in pts if c.prompt_tokens == L) / sum(1 for c in pts if c.prompt_tokens == L)

@@ -286,8 +286,8 @@ def rule_config_smell(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:
     if not smells:
         return []
     return [Finding("config_smell", "warn", "; ".join(m for _, m in smells) + ".",
-                    {"knobs": [n for n, _ in smells], "effective_num_draft_tokens": (steps + 1) if smells[0][0] ==
-                     "num_draft_tokens" else None})]
+                    {"knobs": [n for n, _ in smells], "effective_num_draft_tokens":
+                     (steps + 1) if steps and smells[0][0] == "num_draft_tokens" else None})]
 
 
 def rule_draft_window_short(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding]:

@@ -98,7 +98,7 @@ def digest_files(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], str
 
     Raises UserError naming a missing path.
     """
-    files = []
+    files: list[dict[str, Any]] = []
     for p in paths:
         path = Path(p)
         if not path.is_file():
@@ -283,7 +283,7 @@ def import_log(cell: Cell, paths: Sequence[str | Path], *, config_ref: str | Non
     return {**summary, "import_id": rec.id, "created": True}
 
 
-def _copy_names(paths: list[Path], ranks: list[int]) -> list[str]:
+def _copy_names(paths: Sequence[str | Path], ranks: list[int]) -> list[str]:
     """Names of the logs' copies in the boot's directory, in file order: each file's own name, or
     ``node<rank>-<name>`` for every file when two share a name (two nodes' ``server.log``: one copy
     used to overwrite the other, and the boot's log showed the other node's lines)."""
@@ -518,7 +518,7 @@ def import_trace(cell: Cell, path: str | Path, *, config_ref: str | None = None,
         raise UserError(f"{path}: the trace holds neither GPU kernels nor CPU ops: nothing to store",
                         "give a torch profiler / Kineto trace of the engine's busy window (*.trace.json[.gz])")
     costs = per_token(sp, output_tokens) if output_tokens else {"ms_per_token": None, "launches_per_token": None}
-    run = None
+    run: dict[str, Any] | None = None
     if config_ref:
         from dynocell.runbooks.configs import resolve_hash
 

@@ -129,7 +129,7 @@ class Job:
                 "ended_at": self.ended_at}
 
 
-def cancelling_progress(job: Job, notify: Callable[[Job], None]) -> Callable[[str, dict[str, Any]], None]:
+def cancelling_progress(job: Job, notify: Callable[[Job], object]) -> Callable[[str, dict[str, Any]], None]:
     """A procedure ``progress`` callback that records into ``job``, calls ``notify(job)``
     (which must be thread-safe), and raises Interrupted when the job was cancelled."""
 

@@ -20,7 +20,7 @@ phase ranges gets an ``unavailable`` row with the reason (vLLM 0.26.0: the table
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from dynocell.db import configs as db_configs
 from dynocell.db import runs as db_runs
@@ -126,7 +126,7 @@ def _locate(cell: Cell, trace: dict[str, Any], boot_id: str | None, trace_dir: P
     return None
 
 
-def _no_profile(cell: Cell, run_id: str, config_hash: str | None) -> None:
+def _no_profile(cell: Cell, run_id: str, config_hash: str | None) -> NoReturn:
     """Raise the UserError of a run without a completed profile window with traces; a run made with
     ``--no-profile`` (its ``profile`` step skipped for that reason) is told how to get a profile."""
     skipped = any(s.name == "profile" and s.state == "skipped" and s.error == "--no-profile"
@@ -161,7 +161,7 @@ def reanalyze(cell: Cell, run_ref: str, trace_dir: str | Path | None = None) -> 
     if tdir is not None and not tdir.is_dir():
         raise UserError(f"--trace-dir {tdir}: not a directory", "give the folder holding the run's trace files")
     files = []
-    for t in prof.traces:
+    for t in prof.traces or []:  # non-empty: checked above
         found = _locate(cell, t, prof.boot_id, tdir)
         if found is None:
             raise NotFound(f"trace {Path(str(t.get('path'))).name} of run {run_id} (stored at {t.get('path')}, "

@@ -86,7 +86,7 @@ def profile_window(
     trace_dir.mkdir(parents=True, exist_ok=True)
     earlier = frozenset(_traces(trace_dir, frozenset())) if fixed else frozenset()
     # vLLM serves OpenAI routes only; the model is its served name (vLLM's default: the path given).
-    api_kw = {"api": "openai", "model": cfg.served_model_name or cfg.model_path} if fixed else {}
+    api_kw = {"api": "openai", "model": cfg.served_model_name or cfg.model_path} if fixed and cfg is not None else {}
     row = db_runs.create_profile(cell.store, run_id=run_id, boot_id=live.boot_id, state="running",
                                  trace_dir=str(trace_dir), host_id=hosts.this_host_id(cell))
     client = live.client(cell.settings.http_timeout_s)

@@ -154,7 +154,7 @@ def label_model_phases(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     n: dict[str, int] = {}
     for e in events:
         name = e.get("name")
-        if e.get("kind") == "phase" and seen.get(name) == 2:
+        if e.get("kind") == "phase" and name is not None and seen.get(name) == 2:
             e["model"] = ("target", "draft")[n.get(name, 0)]
             n[name] = n.get(name, 0) + 1
     return events

@@ -114,17 +114,17 @@ def acceptance_chart(series: list[dict[str, Any]], *, title: str, num_drafts: in
                "draft position i (tokens after the verified one)</text>")
     out.append(f"<text transform='translate(14 {mt + ph / 2}) rotate(-90)' font-size='12' text-anchor='middle' "
                "fill='#111827'>acceptance (fraction)</text>")
-    for k, t in enumerate(taus):
-        tau = float(t["tau"])
-        eng = t.get("engine_tau")
+    for k, tm in enumerate(taus):
+        tau = float(tm["tau"])
+        eng = tm.get("engine_tau")
         label = (f"τ = {tau:.2f} tokens per verify step" + (f" (engine {float(eng):.2f})" if eng is not None else "")
                  + f", {tau - 1:.2f} accepted drafts")
-        if t.get("label"):
-            label = f"{t['label']}: {label}"
+        if tm.get("label"):
+            label = f"{tm['label']}: {label}"
         out.append(f"<g class='tau-marker' data-tau='{tau:.4f}'>"
                    f"<text x='{ml}' y='{40 + 14 * k}' font-size='11' fill='#111827'>{_e(label)}</text></g>")
     legend_y = height - 10
-    lx = ml
+    lx: float = ml
     for i, s in enumerate(series):
         color = s.get("color") or PALETTE[i % len(PALETTE)]
         dash = " stroke-dasharray='6 3'" if s.get("dashed") else ""
@@ -179,13 +179,13 @@ def length_chart(buckets: list[dict[str, Any]], *, crossover: int | None = None,
                f"<text transform='translate(14 {mt + ph / 2}) rotate(-90)' font-size='12' text-anchor='middle' "
                "fill='#111827'>τ</text>")
     if crossover is not None:
-        i = next((k for k, b in enumerate(buckets) if b["input_tokens"] == crossover), None)
-        if i is not None:
-            x0 = x(i) - pw / n / 2
+        at = next((k for k, b in enumerate(buckets) if b["input_tokens"] == crossover), None)
+        if at is not None:
+            x0 = x(at) - pw / n / 2
             out.append(f"<g class='crossover' data-tokens='{_e(crossover)}'><rect x='{_f(x0)}' y='{mt}' "
                        f"width='{_f(ml + pw - x0)}' height='{ph}' fill='#fee2e2' opacity='0.6'/>"
                        f"<text x='{_f(x0 + 4)}' y='{mt + 12}' font-size='11' fill='#991b1b'>does not pay</text></g>")
-    lx = ml
+    lx: float = ml
     for name, label, color, dash in (("tau", "τ measured", PALETTE[0], ""),
                                      ("breakeven", "break-even τ (verify / plain step)", PALETTE[4],
                                       " stroke-dasharray='6 3'")):

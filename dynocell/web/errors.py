@@ -61,6 +61,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> Re
 def install(app: FastAPI) -> None:
     """Route every DynocellError, HTTP error and validation error of ``app`` through
     :func:`error_response`."""
-    app.add_exception_handler(DynocellError, _dynocell_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    # Starlette types a handler as taking any Exception; it calls each only with the class it is registered for
+    app.add_exception_handler(DynocellError, _dynocell_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import typer
 from dynocell.cli.common import (
     add_row, ended_before, err_console, get_cell, human_duration, out, print_json, seconds, table,
 )
+from dynocell.errors import EngineError
 from dynocell.text import printable
 
 STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow", "stopped": "dim",
@@ -71,6 +72,9 @@ def boot_cmd(
             out(f"stop it with: dynocell stop {boot_id}")
         return
     live = boots.live_boot(boot_id)
+    if live is None:  # boot() registers every boot this process supervises; never None after it returned
+        raise EngineError(f"boot {boot_id} is not supervised by this process",
+                          f"see it with: dynocell show {boot_id}; stop it with: dynocell stop {boot_id}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # kill, timeout, or the terminal closed: stop it too
         signal.signal(sig, lambda *_: stop.set())

@@ -162,12 +162,12 @@ class DynocellApp(App[None]):
             self.request_poll()
 
     # ------------------------------------------------------------ fetching
-    def _ui(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the UI thread from a worker (ignored once the app has stopped)."""
+    def _ui(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Run ``fn(*args, **kwargs)`` on the UI thread from a worker (ignored once the app has stopped)."""
         with contextlib.suppress(RuntimeError):
-            self.call_from_thread(fn, *args)
+            self.call_from_thread(fn, *args, **kwargs)
 
-    def fetch(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None], group: str = "fetch") -> None:
+    def fetch(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], object], group: str = "fetch") -> None:
         """Call ``fn(self.cell, *args)`` in a thread worker, then ``then(result)`` on the UI thread.
 
         One fetch per ``group`` runs at a time. A request made while one runs is kept (the newest
@@ -182,7 +182,8 @@ class DynocellApp(App[None]):
             return
         self._start_fetch(group, req)
 
-    def _start_fetch(self, group: str, req: tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any], None]]) -> None:
+    def _start_fetch(self, group: str,
+                     req: tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any], object]]) -> None:
         fn, args, _then = req
         self._fetching.add(group)
 
@@ -335,7 +336,11 @@ class DynocellApp(App[None]):
             return
         self.push_screen(ConfirmScreen(f"Stop boot {self.alias(boot_id)}? (SIGTERM, grace, then SIGKILL of its "
                                        "whole process group)"),
-                         lambda yes: self.stop_boot(boot_id) if yes else None)
+                         lambda yes: self._stop_if(yes, boot_id))
+
+    def _stop_if(self, yes: bool | None, boot_id: str) -> None:
+        if yes:
+            self.stop_boot(boot_id)
 
     def stop_boot(self, boot_id: str) -> Job:
         """Stop ``boot_id`` in a worker: cancel our run on it (stops at its next step), wait for
@@ -379,11 +384,15 @@ class DynocellApp(App[None]):
         if not isinstance(self.screen, RunbooksScreen):
             self.push_screen(RunbooksScreen())
 
+    def _compare_picked(self, ids: list[str] | None) -> None:
+        if ids:
+            self.push_screen(CompareScreen(ids))
+
     def action_compare(self) -> None:
         """``c``: tick two runs, then compare them side by side."""
         self.fetch(lambda cell: views.list_runs(cell, limit=50),
                    then=lambda runs: self.push_screen(
-                       RunsPicker(runs, self.alias), lambda ids: self.push_screen(CompareScreen(ids)) if ids else None),
+                       RunsPicker(runs, self.alias), self._compare_picked),
                    group="runs")
 
     def action_quit_dash(self) -> None:

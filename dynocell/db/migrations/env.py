@@ -5,6 +5,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from dynocell.db.tables import Base
+from dynocell.errors import StoreUnavailable
 from dynocell.db.session import FTS_TABLES, include_object  # noqa: F401 - shared with tests
 
 config = context.config
@@ -14,7 +15,12 @@ target_metadata = Base.metadata
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is None:
-        connectable = create_engine(config.get_main_option("sqlalchemy.url"))
+        url = config.get_main_option("sqlalchemy.url")
+        if url is None:  # dynocell's alembic config always sets it (db/session.py); a bare `alembic` run may not
+            raise StoreUnavailable("the migration config names no store: sqlalchemy.url is not set",
+                                   "let dynocell migrate the store (it does on opening one), "
+                                   "or build the config with dynocell.db.session.alembic_config(url)")
+        connectable = create_engine(url)
         with connectable.connect() as connection:
             _configure_and_run(connection)
             connection.commit()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: the kinds import these modules, never the
     from dynocell.engine.client import EngineClient
     from dynocell.engine.config import EngineConfig
     from dynocell.engine.health import Canary, Check, ExpectedServer
-    from dynocell.engine.metrics import MetricsSnapshot
+    from dynocell.engine.metrics import MetricsSnapshot, PositionFigures
 
 __all__ = ["KIND_MODULES", "ClassAcceptance", "EngineKind", "RequestAcceptance", "get", "names", "require"]
 
@@ -68,7 +68,7 @@ class ClassAcceptance:
     the curve's p_i mean, said in reports)."""
 
     curve: Any
-    figures: Mapping[str, float | None]
+    figures: Mapping[str, float | None] | PositionFigures
     definition: str
 
 

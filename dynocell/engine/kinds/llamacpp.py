@@ -254,9 +254,10 @@ class LlamaCppKind:
         if not isinstance(t, Mapping):
             return None
         vals = [t.get("draft_n"), t.get("draft_n_accepted"), t.get("predicted_n")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals):
+        counts = [v for v in vals if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(counts) != len(vals):
             return None
-        drafted, accepted, generated = vals
+        drafted, accepted, generated = counts
         if accepted > drafted:
             return None
         return RequestAcceptance(drafted, accepted, generated)

@@ -402,7 +402,7 @@ async def _openai_stream(req: Req, head: dict, chat: bool, include_usage: bool):
             delta = text[len(sent):] if text.startswith(sent) else text
             sent = text
             fr = _finish_str(snap["meta_info"]["finish_reason"]) if kind == "done" else None
-            ch = {"index": 0, "logprobs": None, "finish_reason": fr}
+            ch: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": fr}
             if chat:
                 ch["delta"] = {"content": delta} if delta or fr is None else {}
             else:
@@ -534,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     with contextlib.suppress(Exception):
-        sys.stdout.reconfigure(line_buffering=True)
-        sys.stderr.reconfigure(line_buffering=True)
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # typeshed: TextIO; a TextIOWrapper
+        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # (suppressed if replaced)
     from .args import parse
 
     args, spec = parse(argv)

@@ -13,10 +13,11 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import NoReturn
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # noqa: D401 - argparse hook
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse hook
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n"
                          f"hint: run `python -m dynocell.engine.reference --help` for the accepted "

@@ -83,7 +83,8 @@ class LoadedModel:
         from transformers import AutoModelForCausalLM
 
         self.path = Path(path)
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device).eval()
+        # transformers types from_pretrained's wrapped .to() as taking a model: a gap in its annotations
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device).eval()  # type: ignore[arg-type]
         self.device = device
         self.config = self.model.config
         cfg = json.loads((self.path / "config.json").read_text())
@@ -213,7 +214,9 @@ class Generation:
                  draft_mode: str, eos_ids: set[int], context_length: int) -> None:
         self.prompt_ids = list(prompt_ids)
         self.sp = sp
-        self.target, self.draft = target, draft
+        self.target = target
+        # a LoadedModel (STANDALONE), None (NGRAM, no speculation), or an EAGLE-family head (EagleGeneration)
+        self.draft: Any = draft
         self.algorithm = algorithm
         self.D = num_drafts if algorithm else 0
         self.draft_mode = draft_mode

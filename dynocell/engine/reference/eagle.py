@@ -34,11 +34,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from dynocell.errors import EngineError, UserError
+
+if TYPE_CHECKING:  # the other head kinds import this module
+    from dynocell.engine.reference.eagle3 import Eagle3Head
+    from dynocell.engine.reference.mtp import MtpHead
 
 #: Training recipe of the EAGLE head (CPU, deterministic for a seed): AdamW steps, learning rate,
 #: batch of windows × tokens, and the weight of the feature regression next to the token loss
@@ -95,7 +100,7 @@ class KVCache:
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` positions."""
-        if self.k is not None and length < self.k.shape[1]:
+        if self.k is not None and self.v is not None and length < self.k.shape[1]:  # set together
             self.k, self.v = self.k[:, :length], self.v[:, :length]
 
     def clone(self) -> "KVCache":
@@ -122,6 +127,14 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class NormWeight(nn.Module):
+    """A norm's scale alone, ``weight`` (ones): the checkpoint's ``…layernorm.weight``, applied by :func:`rms_norm`."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
 
 
 class HeadAttn(nn.Module):
@@ -157,8 +170,7 @@ class _Layer(nn.Module):
     def __init__(self, hidden: int, heads: int, inter: int, eps: float, theta: float) -> None:
         super().__init__()
         self.self_attn = HeadAttn(hidden, hidden, heads)
-        self.post_attention_layernorm = nn.Module()
-        self.post_attention_layernorm.weight = nn.Parameter(torch.ones(hidden))
+        self.post_attention_layernorm = NormWeight(hidden)
         self.mlp = HeadMLP(hidden, inter)
         self.eps, self.theta = eps, theta
 
@@ -257,7 +269,7 @@ def _init_from_target(head: EagleHead, target) -> None:
     untrained head already continues the target's feature."""
     h = head.config["hidden_size"]
     src = target.model.layers[-1]
-    lay = head.layers[0]
+    lay = cast(_Layer, head.layers[0])  # an EagleHead's one layer (EagleHead.__init__)
     with torch.no_grad():
         for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
             getattr(lay.self_attn, n).weight.copy_(getattr(src.self_attn, n).weight)
@@ -269,7 +281,7 @@ def _init_from_target(head: EagleHead, target) -> None:
         head.fc.bias.zero_()
 
 
-def train_head(head: EagleHead, target, data: torch.Tensor, recipe: dict, seed: int,
+def train_head(head: EagleHead | Eagle3Head | MtpHead, target, data: torch.Tensor, recipe: dict, seed: int,
                progress: Progress | None = None) -> tuple[float, float]:
     """Train ``head`` against the frozen ``target`` on random windows of ``data`` (1-D ids).
 
@@ -335,7 +347,7 @@ def corpus_ids(tokenizer_path: Path, max_bytes: int) -> torch.Tensor:
 
 
 @contextmanager
-def frozen_target(out_dir: Path, target_dir: Path, command: str, threads: int) -> Iterator[tuple[object, dict]]:
+def frozen_target(out_dir: Path, target_dir: Path, command: str, threads: int) -> Iterator[tuple[Any, dict]]:
     """The preamble every head recipe shares: check ``out_dir``/``target_dir`` (UserError naming
     ``command`` for an unusable one), limit torch to ``threads`` for the training, and yield
     ``(target, target config.json)`` — the target in fp32 with every parameter frozen. The previous
@@ -411,7 +423,7 @@ def make_eagle(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | No
     return out_dir
 
 
-def load_head(path: Path, target_model) -> EagleHead:
+def load_head(path: Path, target_model) -> EagleHead | Eagle3Head | MtpHead:
     """Load an EAGLE head folder for ``target_model`` (a transformers Llama): the file's tensors by
     SGLang's names; the embedding and LM head are the target's, as in SGLang. An EAGLE-3 folder
     (``LlamaForCausalLMEagle3``) gives an :class:`~.eagle3.Eagle3Head`, a MiMo folder

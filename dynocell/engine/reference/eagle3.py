@@ -38,13 +38,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
 
 from dynocell.engine.reference.eagle import (
     KVCache, Progress, HeadAttn, HeadMLP, head_config, rms_norm, apply_rope, copy_tokenizer, corpus_ids, frozen_target,
-    train_head,
+    train_head, NormWeight,
 )
 from dynocell.errors import EngineError, UserError
 
@@ -85,14 +86,16 @@ def expected_tensors3(config: dict) -> dict[str, tuple[int, ...]]:
 
 
 class _Layer3(nn.Module):
+    hidden_norm: NormWeight  # set in __init__ by name, as the file's tensors are named
+    input_layernorm: NormWeight
+    post_attention_layernorm: NormWeight
+
     def __init__(self, hidden: int, heads: int, inter: int, eps: float, theta: float) -> None:
         super().__init__()
         self.self_attn = HeadAttn(2 * hidden, hidden, heads)
         self.mlp = HeadMLP(hidden, inter)
         for n in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
-            m = nn.Module()
-            m.weight = nn.Parameter(torch.ones(hidden))
-            setattr(self, n, m)
+            setattr(self, n, NormWeight(hidden))
         self.eps, self.theta = eps, theta
 
     def forward(self, emb: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, cache: KVCache | None):
@@ -134,8 +137,7 @@ class Eagle3Head(nn.Module):
         self.fc = nn.Linear(len(self.aux_ids) * h, h, bias=bool(config.get("bias", False)))
         self.layers = nn.ModuleList([_Layer3(h, config["num_attention_heads"], config["intermediate_size"],
                                              config["rms_norm_eps"], theta)])
-        self.norm = nn.Module()
-        self.norm.weight = nn.Parameter(torch.ones(h))
+        self.norm = NormWeight(h)
         self.lm_head = nn.Linear(h, config["draft_vocab_size"], bias=False)
         self.hot_ids = hot_ids.long()  # draft id → target id
         self._embed: torch.Tensor | None = None
@@ -215,7 +217,7 @@ def make_eagle3(out_dir: Path, target_dir: Path, seed: int = 0, recipe: dict | N
         head.set_embed(target.model.embed_tokens.weight)
         with torch.no_grad():  # start from the target's last layer and LM head rows, as the EAGLE head does
             src = target.model.layers[-1]
-            lay = head.layers[0]
+            lay = cast(_Layer3, head.layers[0])  # an Eagle3Head's one layer (Eagle3Head.__init__)
             h = cfg["hidden_size"]
             for n in ("q_proj", "k_proj", "v_proj"):
                 getattr(lay.self_attn, n).weight.zero_()

@@ -35,6 +35,7 @@ import torch
 
 from dynocell.engine.reference.decoding import VERIFY_SPAN, Generation, SamplingParams, probs, span
 from dynocell.engine.reference.eagle import KVCache
+from dynocell.errors import EngineError
 
 
 def _target_step(gen: Generation, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,6 +83,8 @@ class EagleGeneration(Generation):
             return self._extended
         ids = torch.tensor([self.tokens[start + 1:n]], dtype=torch.long)
         pos = torch.arange(start, n - 1)
+        if self.feats is None:  # prefill keeps them before any draft step
+            raise EngineError("EAGLE draft extend before the target's prefill", "call prefill() first")
         with span("draft_extend"), torch.inference_mode():
             g, logits = self.draft(ids, self.feats[None, start:n - 1], pos, self.hcache)
         self._extended = (g[0, -1], logits[0, -1].float())

@@ -39,7 +39,7 @@ from torch import nn
 
 from dynocell.engine.reference.eagle import (
     KVCache, Progress, HeadMLP, rms_norm, apply_rope, copy_tokenizer, corpus_ids, frozen_target, target_features,
-    train_head,
+    train_head, NormWeight,
 )
 from dynocell.errors import EngineError
 
@@ -81,13 +81,17 @@ class _QAttn(nn.Module):
 class _MtpLayer(nn.Module):
     """``model.mtp_layers.0``: the norms, ``input_proj`` and the Qwen2 block (attributes named as in the file)."""
 
+    token_layernorm: NormWeight  # the norms are set in __init__ by name
+    hidden_layernorm: NormWeight
+    final_layernorm: NormWeight
+    input_layernorm: NormWeight
+    post_attention_layernorm: NormWeight
+
     def __init__(self, hidden: int, heads: int, inter: int) -> None:
         super().__init__()
         for n in ("token_layernorm", "hidden_layernorm", "final_layernorm", "input_layernorm",
                   "post_attention_layernorm"):
-            m = nn.Module()
-            m.weight = nn.Parameter(torch.ones(hidden))
-            setattr(self, n, m)
+            setattr(self, n, NormWeight(hidden))
         self.input_proj = nn.Linear(2 * hidden, hidden, bias=False)
         self.self_attn = _QAttn(hidden, heads)
         self.mlp = HeadMLP(hidden, inter)

@@ -185,6 +185,9 @@ def build_tokenizer(corpus: bytes | None = None, bpe_vocab: int = 0):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if bpe_vocab:
+        if corpus is None:
+            raise UserError(f"a BPE tokenizer of {bpe_vocab} ids is trained on a corpus: none was given",
+                            "pass the corpus bytes, or bpe_vocab=0 for the byte-level tokenizer")
         tok = Tokenizer(models.BPE(fuse_unk=False))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tok.decoder = decoders.ByteLevel()

@@ -26,10 +26,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import torch
+
+from dynocell.errors import EngineError
 
 from .args import ResolvedSpec
 from .decoding import Generation, LoadedModel, SamplingParams, load_tokenizer
@@ -244,7 +246,7 @@ class Engine:
         g = req.gen
         ids = list(g.output_ids) if g else []
         text = self.tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
-        finish = None
+        finish: dict[str, Any] | None = None
         if req.aborted:
             finish = {"type": "abort", "message": req.aborted}
         elif g and g.finished:
@@ -253,7 +255,7 @@ class Engine:
             text = text[:req.stop_cut]
             finish = {"type": "stop", "matched": req.stop_matched}
         now = time.time()
-        meta = {
+        meta: dict[str, Any] = {
             "id": req.rid,
             "finish_reason": finish,
             "prompt_tokens": len(req.prompt_ids),
@@ -275,9 +277,10 @@ class Engine:
         self._push(req, "done", snap)
 
     def _check_stop_strings(self, req: Req) -> None:
-        if not req.sp.stop or req.gen.finished:
+        gen = req.gen
+        if gen is None or not req.sp.stop or gen.finished:
             return
-        text = self.tokenizer.decode(req.gen.output_ids, skip_special_tokens=True)
+        text = self.tokenizer.decode(gen.output_ids, skip_special_tokens=True)
         best = None
         for s in req.sp.stop:
             i = text.find(s)
@@ -285,13 +288,16 @@ class Engine:
                 best = (i, s)
         if best:
             req.stop_cut, req.stop_matched = best
-            req.gen.finished = {"type": "stop", "matched": best[1]}
+            gen.finished = {"type": "stop", "matched": best[1]}
 
     def _generation(self, req) -> Generation:
         s = self.spec
         if s.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
             from dynocell.engine.reference.eagle_decoding import EagleGeneration
 
+            if s.num_steps is None or s.eagle_topk is None or s.num_draft_tokens is None:  # args sets all three
+                raise EngineError(f"{s.algorithm} without num_steps, eagle_topk and num_draft_tokens",
+                                  "resolve the speculative arguments with dynocell.engine.reference.args.parse")
             return EagleGeneration(req.prompt_ids, req.sp, self.target, self.head, s.algorithm, s.num_steps,
                                    s.eagle_topk, s.num_draft_tokens, self.args.speculative_draft_mode,
                                    self.eos_ids, self.context_length)
@@ -349,7 +355,7 @@ class Engine:
                 self.running.remove(req)
                 self._finish(req)
                 continue
-            g = req.gen
+            g = cast(Generation, req.gen)  # _admit sets it before a request joins self.running
             vc, cc, pc = g.verify_ct, g.num_correct, g.num_proposed
             hist_before = list(g.histogram)
             t_step = time.perf_counter()

@@ -144,6 +144,8 @@ class AttachedBoot:
     host: str
     port: int
     boot_dir: Path
+    #: the engine's log as its boot row names it (the vLLM and llama.cpp acceptance steps read and keep beside it)
+    log_path: Path
     scheme: str = "http"
 
     @classmethod
@@ -153,7 +155,7 @@ class AttachedBoot:
         from dynocell.runbooks.attach import attached_scheme
 
         return cls(row["id"], row["config_hash"], cfg, row["host"], row["port"], Path(row["log_path"]).parent,
-                   attached_scheme(row.get("argv")))
+                   Path(row["log_path"]), attached_scheme(row.get("argv")))
 
     @property
     def base_url(self) -> str:

@@ -37,8 +37,8 @@ def resolve_models(cell: Cell, cfg: EngineConfig, progress: Progress = noop_prog
     UserError naming ``dynocell model fetch``. The config's
     hash is NOT recomputed from the result: the stored config keeps the label.
     """
-    paths = [cfg.model_path, cfg.speculative.draft_model_path or ""]
-    if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in paths):
+    given = [cfg.model_path, cfg.speculative.draft_model_path or ""]
+    if not any(p.startswith(BUILTIN_MODEL_PREFIX) for p in given):
         return cfg
     from dynocell.runbooks.model_pair import default_pair, fetched_model_path
 
@@ -107,7 +107,7 @@ def start_boot(
     port: int | None = None,
     build: dict[str, Any] | None = None,
     progress: Progress = noop_progress,
-    on_created: Callable[[], None] | None = None,
+    on_created: Callable[[], object] | None = None,
 ) -> LiveBoot:
     """Spawn the engine for ``cfg`` under this process's supervision and wait until ready.
 
@@ -230,17 +230,18 @@ def start_boot(
                         "last_phase": result.last_phase, "tail": list(result.tail)[-50:]},
         stop_how=stop.how if stop else None, stop_s=stop.seconds if stop else None,
     )
-    known = bool(sig and sig.id != "unknown")
+    matched = sig if sig is not None and sig.id != "unknown" else None
+    known = matched is not None
     # No signature matched: the engine's last words are the best clue, so show them (cut, printable).
     last = [printable_log_line(ln) for ln in list(result.tail)[-3:] if ln.strip()] if not known else []
-    if known and sig.id == "boot.timeout":
+    if matched is not None and matched.id == "boot.timeout":
         head = f"boot {boot_id} timed out: {result.reason}"  # the signature's title would say it twice
     else:
-        head = f"boot {boot_id} failed: {result.reason}" + (f" — {sig.id}: {sig.title}" if known else "")
+        head = f"boot {boot_id} failed: {result.reason}" + (f" — {matched.id}: {matched.title}" if matched else "")
     raise EngineError(
         head
         + ("".join(f"\n  | {ln}" for ln in last)),
-        (sig.hint if known and sig.hint else
+        (matched.hint if matched and matched.hint else
          f"read the log: `dynocell logs {boot_id}`; add a failure signature if it recurs"),
     )
 

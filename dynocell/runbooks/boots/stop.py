@@ -39,7 +39,7 @@ def stop_live(cell: Cell, live: LiveBoot, grace_s: float | None = None,
     """
     if live.supervisor.poll().value in ("crashed", "failed"):
         row = record_crash(cell, live)
-        code = row.exit_code if row else live.supervisor.poll().exit_code
+        code = row.exit_code if row else live.supervisor.exit_code
         sig = row.failure_signature if row else None
         return {"exit_code": code, "how": row.stop_how if row else None, "seconds": 0.0,
                 "survivors": ((row.failure_detail if row else None) or {}).get("survivors") or [], "zombies": [],

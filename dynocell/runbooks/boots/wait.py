@@ -155,8 +155,8 @@ def _timed_out(cell: Cell, boot_id: str, timeout_s: float, supervisor: subproces
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        end = time.monotonic() + cell.settings.stop_grace_s + WAIT_SLACK_S
-        while time.monotonic() < end:
+        deadline = time.monotonic() + cell.settings.stop_grace_s + WAIT_SLACK_S
+        while time.monotonic() < deadline:
             row = db_boots.get_boot(cell.store, boot_id)
             gone = (row is not None and not supervisor_alive(row)) or (
                 supervisor is not None and supervisor.poll() is not None)

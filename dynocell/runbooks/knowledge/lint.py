@@ -77,7 +77,7 @@ def _evidence(raw: Any, n_sources: int, err: Any) -> tuple[list[str], list[tuple
         if extra:
             err(f"{here}.{sorted(map(str, extra))[0]}", "unknown key; a fact has fact and source")
         src = item.get("source")
-        refs = src if isinstance(src, list) else [src]
+        refs: list[Any] = src if isinstance(src, list) else [src]
         if src is None or not refs:
             err(f"{here}.source", "a claim marked as fact needs a source: the position (from 1) of an entry in sources")
             continue
@@ -235,7 +235,8 @@ def _citation(raw: dict[Any, Any], here: str, err: Err) -> Citation | None:
         if k not in CITATION_KEYS:
             err(f"{here}.{k}", f"unknown key; a citation has {', '.join(CITATION_KEYS)}")
             bad += 1
-    pkg, path, spec, at, quote = (raw.get(k) for k in CITATION_KEYS)
+    values: list[Any] = [raw.get(k) for k in CITATION_KEYS]  # YAML's values, each checked below
+    pkg, path, spec, at, quote = values
     if pkg not in CITED_PACKAGES:
         err(f"{here}.package", f"required: one of {', '.join(CITED_PACKAGES)} (the pip distribution read)")
         bad += 1

@@ -78,7 +78,7 @@ class Corpus:
 
 def _field(item: dict[str, Any], key: str, where: str, kind: type = str) -> Any:
     v = item.get(key)
-    if not isinstance(v, kind) or (kind is str and key not in ("version",) and not v.strip()):
+    if not isinstance(v, kind) or (kind is str and key not in ("version",) and not str(v).strip()):
         raise UserError(f"{where}.{key}: required ({kind.__name__})", "see dynocell/runbooks/knowledge/sweep.py")
     return v
 
@@ -171,7 +171,7 @@ def sweep(entries: Iterable[Entry], corpus: Corpus) -> list[LintError]:
             for log in logs:
                 lines = cache.setdefault(log.path, _lines(log.path))
                 n, m = next(((k, m) for k, line in enumerate(lines, 1) if (m := rx.search(line))), (None, None))
-                if m is None:
+                if m is None or n is None:  # both None together: no line matched
                     continue
                 hit_any = True
                 if log.healthy:

@@ -22,7 +22,8 @@ from dynocell.runbooks.run.bench_step import bench_row, run_bench_level
 from dynocell.runbooks.run.job import RunJob, SkipStep
 
 
-def run_acceptance(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+def run_acceptance(job: RunJob, live: boots.LiveBoot | boots.AttachedBoot, workload: Any, context_length: int,
+                   d: dict[str, Any]) -> None:
     """The ``acceptance`` step: each text class of the workload's acceptance levels, one acceptance curve per
     class (SGLang's per-request histograms; vLLM's ``/metrics`` counter deltas), and the length curve.
     Raises SkipStep when the workload has no acceptance section."""
@@ -111,8 +112,8 @@ def _length_curve(job: RunJob, pairs: list[tuple[int, Any]], d: dict[str, Any]) 
         d["by_length"] = rows
 
 
-def _acceptance_vllm(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, levels: list[Any],
-                     d: dict[str, Any]) -> None:
+def _acceptance_vllm(job: RunJob, live: boots.LiveBoot | boots.AttachedBoot, workload: Any, context_length: int,
+                     levels: list[Any], d: dict[str, Any]) -> None:
     """vLLM puts no speculative counts in a response: each class (one at a time) is measured by
     differencing ``/metrics`` counters around it (:mod:`dynocell.engine.vllm_acceptance`), and
     cross-checked with the engine's ``SpecDecoding metrics`` log lines of the same window."""
@@ -154,8 +155,8 @@ def _acceptance_vllm(job: RunJob, live: boots.LiveBoot, workload: Any, context_l
     d["note"] = va.UNCONDITIONAL_NOTE
 
 
-def _acceptance_kind(job: RunJob, live: boots.LiveBoot, kind: Any, workload: Any, context_length: int,
-                     levels: list[Any], d: dict[str, Any]) -> None:
+def _acceptance_kind(job: RunJob, live: boots.LiveBoot | boots.AttachedBoot, kind: Any, workload: Any,
+                     context_length: int, levels: list[Any], d: dict[str, Any]) -> None:
     """A registered engine kind's acceptance (:mod:`dynocell.engine.kinds`): each class alone, its curve from the
     ``/metrics`` counter deltas around it (``kind.class_acceptance``), cross-checked against the sum of the
     requests' own counts (``kind.request_acceptance``: drafted / accepted per response). Both definitions are

@@ -85,7 +85,8 @@ def bench_row(job: RunJob, live: Any, result: Any, text_class: str | None,
     )
 
 
-def run_bench(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> None:
+def run_bench(job: RunJob, live: boots.LiveBoot | boots.AttachedBoot, workload: Any, context_length: int,
+              d: dict[str, Any]) -> None:
     """The ``bench`` step: every throughput level of ``workload`` against ``live``, one bench row each.
     Raises SkipStep when the workload has none."""
     levels = [lv for lv in workload.levels() if lv.purpose == "throughput"]

@@ -41,13 +41,14 @@ def run_breakeven(job: RunJob, plain: dict[str, Any] | float | None, d: dict[str
     steps = sum(c.steps for c in curves)
     tau = sum(c.tau * c.steps for c in curves) / steps if steps else None
     rows = [r for r in db_runs.bench_rows(cell.store, job.run_id) if r.text_class]
-    spec_step = [r.extra.get("verify_step_ms_p50") for r in rows if r.extra and r.extra.get("verify_step_ms_p50")]
+    spec_step = [v for r in rows if r.extra and (v := r.extra.get("verify_step_ms_p50"))]
     spec_step_ms = sorted(spec_step)[len(spec_step) // 2] if spec_step else None
     if tau is None or spec_step_ms is None:
         raise SkipStep("needs τ and the speculative step time")
     if isinstance(plain, (int, float)):
         plain = {"step_ms": float(plain), "samples": [], "source": "given", "measured_at": now_utc().isoformat()}
     run = db_runs.get_run(cell.store, job.run_id)
+    plain_hash: str | None
     if cfg is not None:
         plain_cfg, plain_hash = plain_twin(cell, cfg)
     else:
@@ -200,8 +201,8 @@ def _plain_step_from_store(cell: Cell, plain_hash: str | None, workload_sha256: 
     for r in db_runs.list_runs(cell.store, config_hash=plain_hash, states=("completed",), limit=5):
         if workload_sha256 and r.workload_sha256 and r.workload_sha256 != workload_sha256:
             continue
-        vals = [b.tpot_ms.get("p50") for b in db_runs.bench_rows(cell.store, r.id) if b.concurrency == 1 and b.tpot_ms]
-        vals = [v for v in vals if v]
+        p50s = [b.tpot_ms.get("p50") for b in db_runs.bench_rows(cell.store, r.id) if b.concurrency == 1 and b.tpot_ms]
+        vals = [v for v in p50s if v]
         if vals:
             when = iso_utc(r.ended_at or r.started_at)
             rctx = context.of_run(r)

@@ -165,7 +165,7 @@ def run_lossless(job: RunJob, live: boots.LiveBoot, cfg: EngineConfig, workload:
         if not same:
             mm = {"prompt": p[:80], "first_diverging_index": idx, "unit": unit,
                   "speculative": a_txt[:200], "plain": b_txt[:200]}
-            if unit == "token":
+            if a_ids is not None and b_ids is not None:  # unit "token"
                 mm.update(_divergence_margin(client, p, a_ids, b_ids, idx, cell.settings.request_timeout_s, live.cfg))
             else:
                 mm.update(margin=None, margin_unknown=NO_TOKEN_IDS)

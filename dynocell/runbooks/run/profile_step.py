@@ -10,7 +10,8 @@ from dynocell.runbooks import boots
 from dynocell.runbooks.run.job import RunJob, SkipStep
 
 
-def run_profile(job: RunJob, live: boots.LiveBoot, workload: Any, context_length: int, d: dict[str, Any]) -> int:
+def run_profile(job: RunJob, live: boots.LiveBoot | boots.AttachedBoot, workload: Any, context_length: int,
+                d: dict[str, Any]) -> int:
     """The ``profile`` step: a profiler window on ``live`` (:func:`dynocell.runbooks.profiles.profile_window`,
     stored with the run); returns the profile's id. SkipStep when the engine kind has no profiler
     (llama-server: "not available for this engine")."""

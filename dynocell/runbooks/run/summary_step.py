@@ -30,7 +30,7 @@ def run_diagnose(job: RunJob, d: dict[str, Any]) -> None:
     from dynocell.runbooks import doctor
 
     findings = doctor.diagnose(job.cell, job.run_id)
-    d["findings"] = [f.rule if hasattr(f, "rule") else f.get("rule") for f in findings]
+    d["findings"] = [f.rule for f in findings]
 
 
 def summarize(job: RunJob) -> dict[str, Any]:

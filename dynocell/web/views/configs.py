@@ -7,6 +7,7 @@ from urllib.parse import quote
 
 from fastapi import Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.datastructures import UploadFile
 
 from dynocell.errors import UserError
 from dynocell.runbooks import configs, views
@@ -46,7 +47,7 @@ async def add_config(request: Request):
     form = await request.form()
     text = form.get("toml")
     upload = form.get("upload")
-    if hasattr(upload, "read") and getattr(upload, "filename", ""):
+    if isinstance(upload, UploadFile) and upload.filename:
         raw = await upload.read(MAX_UPLOAD + 1)
         try:
             text = raw.decode("utf-8")

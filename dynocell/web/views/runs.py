@@ -74,7 +74,7 @@ def api_start_run(request: Request, body: StartRequest):
 def _run_charts(detail: dict[str, Any]) -> dict[str, Any]:
     acc = []
     for c in detail["curves"]:
-        series = [
+        series: list[dict[str, Any]] = [
             {"name": "p", "label": "p_i unconditional", "points": [(p["position"], p["p"]) for p in c["points"]]},
             {"name": "a", "label": "a_i conditional", "points": [(p["position"], p["a"]) for p in c["points"]],
              "dashed": True},

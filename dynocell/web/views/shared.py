@@ -41,7 +41,7 @@ async def require_csrf(request: Request) -> None:
     if getattr(request.state, "bearer", False):
         return
     sess = request.state.session
-    token = request.headers.get(CSRF_HEADER)
+    token: object = request.headers.get(CSRF_HEADER)  # a str, or what the form holds (a file too)
     if not token and "form" in request.headers.get("content-type", ""):
         form = await request.form()
         token = form.get(CSRF_FIELD)
