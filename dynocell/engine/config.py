@@ -743,7 +743,7 @@ def draft_head_problem(cfg: EngineConfig) -> str | None:
         return None
     data, where = read_model_config(s.draft_model_path)
     head = draft_head_kind(data) if data else None
-    if head is None or head == alg:
+    if data is None or head is None or head == alg:
         return None
     archs = ", ".join(str(a) for a in data.get("architectures") or [])
     return (f"the draft model is an {head} head ({archs} in {where}) but algorithm = {alg!r}: "

@@ -470,7 +470,7 @@ def read_requests(path: str | Path) -> RequestsReport:
             if _num(meta.get("e2e_latency")) is not None:
                 e2e.append(float(meta["e2e_latency"]) * 1000)
         elif isinstance(r.get("usage"), Mapping) or _openai_completion(r):
-            usage = r.get("usage") if isinstance(r.get("usage"), Mapping) else {}
+            usage: Mapping[str, Any] = r["usage"] if isinstance(r.get("usage"), Mapping) else {}
             fmt = fmt or ("openai-usage" if usage else "openai-no-usage")
             model = model or r.get("model")
             prompt += int(_num(usage.get("prompt_tokens")) or 0)

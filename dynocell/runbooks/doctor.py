@@ -484,7 +484,8 @@ def rule_acceptance_decay(inp: DoctorInputs, th: dict[str, Any]) -> list[Finding
     if len(ws) < t["min_windows"]:
         return []
     offs = [w.get("offset_s") for w in ws]
-    span = offs[-1] - offs[0] if all(o is not None for o in offs) else None
+    first, last = offs[0], offs[-1]
+    span = float(last) - float(first) if first is not None and last is not None and None not in offs else None
     if span is not None and span < t["min_span_s"]:
         return []
     taus = [float(w["tau"]) for w in ws]
