@@ -614,6 +614,9 @@ class RunbooksScreen(DashScreen):
 
     @on(Input.Changed, "#rb-query")
     def _changed(self, event: Input.Changed) -> None:
+        if event.value != self.query_text:  # the operator typed: the entry shown follows the new top hit
+            self.query_text = event.value
+            self.slug = None
         self._search(event.value)
 
     @on(Input.Submitted, "#rb-query")
