@@ -184,3 +184,46 @@ def test_profile_split_names_idle_categories_on_one_line(cli_env, isolated_home)
     shown = dynocell(cli_env, "show", run["id"], columns=100).stdout
     assert "no time in:" in shown
     assert not [ln for ln in shown.splitlines() if re.match(r"\s+\w+\s+0\.0 %.*\b0 launches", ln)]
+
+
+_EVERY_HELP = r"""
+import contextlib, io, json, sys
+import typer
+from dynocell.cli.app import build_app, run
+
+def walk(cmd, path=()):
+    yield path
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from walk(sub, (*path, name))
+
+out = {}
+for path in walk(typer.main.get_command(build_app())):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run([*path, "--help"])
+    out[" ".join(path)] = buf.getvalue()
+print(json.dumps(out))
+"""
+
+
+def test_no_help_shows_a_python_type_or_a_braced_usage_placeholder(cli_env):
+    """``dynocell compare --help`` read ``Usage: dynocell compare [OPTIONS] {RUNS...}...`` and ``RUNS...
+    <list[str]>``; ``run --help`` had ``--timeout <float>``, ``--requests <int range>`` (issue 39)."""
+    e = dict(cli_env, COLUMNS="200")
+    r = subprocess.run([sys.executable, "-c", _EVERY_HELP], env=e, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    helps = json.loads(r.stdout)
+    assert len(helps) > 40
+    for path, text in helps.items():
+        assert not re.search(r"<(str|int|float|bool|path|file|list\[[^]]*\]|int range|float range)>", text), path
+        usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
+        assert "{" not in usage and "..." + "..." not in usage.replace("[OPTIONS]", ""), (path, usage)
+    compare = dynocell(cli_env, "compare", "--help", columns=100).stdout
+    assert "Usage: dynocell compare [OPTIONS] RUNS..." in compare and "RUNS......" not in compare
+    assert "Usage: dynocell show [OPTIONS] [REF]" in helps["show"]
+    assert "Usage: dynocell config show [OPTIONS] NAME|HASH" in helps["config show"]
+    assert "Usage: dynocell runbook lint [OPTIONS] [PATHS...]" in helps["runbook lint"]
+    run_help = " ".join(helps["run"].split())
+    assert "--timeout FLOAT" in run_help and "--requests INTEGER [x>=1]" in run_help
+    missing = dynocell(cli_env, "compare")
+    assert missing.returncode == 2 and "'RUNS...'" in missing.stderr
