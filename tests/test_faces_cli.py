@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -227,3 +228,36 @@ def test_no_help_shows_a_python_type_or_a_braced_usage_placeholder(cli_env):
     assert "--timeout FLOAT" in run_help and "--requests INTEGER [x>=1]" in run_help
     missing = dynocell(cli_env, "compare")
     assert missing.returncode == 2 and "'RUNS...'" in missing.stderr
+
+
+def _data_rows(table_text: str) -> list[str]:
+    return [ln for ln in table_text.splitlines() if "│" in ln]
+
+
+def test_runs_at_120_columns_keep_each_run_on_one_line(cli_env, tmp_path):
+    """``runs`` at 120 columns wrapped the host ``vm (4afff20f)`` onto two lines on the shipped vLLM store,
+    and split the listing in two on the EAGLE one (issue 39): a host by its name, the id only where two
+    machines share the name; no kind column when every run is a plain run."""
+    vllm = DATA / "vllm-0.26.0" / "dynocell-h200" / "dynocell.db"
+    shown = dynocell(cli_env, "--store", str(vllm), "runs", columns=120)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(dynocell(cli_env, "--store", str(vllm), "runs", "--json").stdout)
+    header = shown.stdout.splitlines()[0]
+    assert all(h in header for h in ("run", "host", "state", "config", "τ", "lossless", "took"))
+    assert "kind" not in header and {r["kind"] for r in rows} == {"run"}
+    lines = [ln for ln in _data_rows(shown.stdout) if not ln.lstrip().startswith("┃")]
+    firsts = [ln.split("│")[0].strip() for ln in lines]
+    assert firsts[: len(rows)] == [r["id"] for r in rows]  # one line per run, no continuation line
+    assert all(ln.split("│")[1].strip() == "vm" for ln in lines[: len(rows)])
+    assert {r["host_label"] for r in rows} == {"vm (4afff20f)"}  # --json keeps the stored label
+    eagle = DATA / "sglang-0.5.17-eagle" / "dynocell-h200" / "dynocell.db"
+    two = dynocell(cli_env, "--store", str(eagle), "runs", columns=120).stdout
+    assert two.count("┃ host") == 1  # one table
+    hosts = {ln.split("│")[1].strip() for ln in _data_rows(two)}
+    assert hosts == {"vm (3d12)", "vm (05d8)"}, hosts
+    mixed = tmp_path / "mixed.db"
+    shutil.copy(vllm, mixed)
+    with sqlite3.connect(mixed) as db:
+        db.execute("UPDATE runs SET kind = 'bench' WHERE id = ?", (rows[0]["id"],))
+    with_kind = dynocell(cli_env, "--store", str(mixed), "runs", columns=120).stdout
+    assert "┃ kind" in with_kind and "bench" in with_kind

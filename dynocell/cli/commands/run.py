@@ -6,8 +6,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from dynocell.cli.common import (add_row, console, err_console, get_cell, human_duration, interrupt_on_term_and_hangup,
-                                 out, print_json, seconds, table)
+from dynocell.cli.common import (add_row, console, err_console, get_cell, host_cells, human_duration,
+                                 interrupt_on_term_and_hangup, out, print_json, seconds, table)
 from dynocell.text import printable
 
 
@@ -180,10 +180,13 @@ def runs_cmd(
     if json_out:
         print_json(rows)
         return
+    # At 120 columns a row stays on one line: the host by its name (its id only where two machines share it),
+    # no kind column when every run is a plain run, no error column when none failed.
     t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error",
-              optional=("error",))
-    for r in rows:
-        add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"],
+              optional=("kind", "error"))
+    plain = all(r["kind"] == "run" for r in rows)
+    for r, host_cell in zip(rows, host_cells(rows)):
+        add_row(t, r["id"], host_cell, "" if plain else r["kind"], r["state"],
                 ", ".join(r.get("labels") or []) or r["config_hash"][:19],
                 r.get("boot_id"), f"{r['tau']:.3f}" if r.get("tau") else "-",
                 f"{r['best_output_tok_s']:.1f}" if r.get("best_output_tok_s") else "-", r.get("lossless") or "-",
