@@ -54,3 +54,50 @@ def test_boots_columns_never_run_together_and_follow_the_terminal_width(filled):
             await pilot.press("q")
 
     asyncio.run(main())
+
+
+def test_compare_picker_shows_ticks_and_the_base_in_words(isolated_home):
+    """The runs picker's toggle button only changed colour when a run was ticked: each line now reads
+    ``[x] base`` / ``[x] #2`` / ``[ ]`` and a line under the list names the ticked runs in order."""
+    from textual.widgets import Label, SelectionList
+
+    from dynocell.cli.tui.screens import CompareScreen, MainScreen
+    from dynocell.cli.tui.widgets import RunsPicker
+    from dynocell.runbooks.cell import open_cell
+    from dynocell.settings import load_settings
+    from tests.test_tui import fill_fixed
+
+    cell = open_cell(load_settings())
+    ids = fill_fixed(cell)
+
+    def prompts(sl) -> list[str]:
+        return [sl.get_option_at_index(i).prompt.plain for i in range(sl.option_count)]
+
+    async def main() -> None:
+        app = make_app(cell, ids)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(lambda: app.polls >= 1 and isinstance(app.screen, MainScreen), 10, pilot, "first poll")
+            await pilot.press("c")
+            await wait_for(lambda: isinstance(app.screen, RunsPicker), 10, pilot, "the runs picker")
+            sl = app.screen.query_one(SelectionList)
+            assert all(p.startswith("[ ]") for p in prompts(sl))
+            sl.focus()
+            await pilot.press("down", "space")  # the second run first: it is the base
+            await pilot.press("up", "space")
+            await wait_for(lambda: len(sl.selected) == 2 and prompts(sl)[0].startswith("[x]"), 10, pilot, "two ticks")
+            lines = prompts(sl)
+            assert lines[1].startswith("[x] base") and lines[0].startswith("[x] #2"), lines
+            assert all(p.startswith("[ ]") for p in lines[2:])
+            said = str(app.screen.query_one("#runs-picked", Label).render())
+            first, second = sl.selected
+            alias = ids["aliases"]
+            assert f"ticked 2: {alias[first]} (base), {alias[second]}" in said, said
+            await pilot.press("space")  # untick the second-ticked (cursor on it)
+            await wait_for(lambda: len(sl.selected) == 1, 10, pilot, "one tick")
+            assert prompts(sl)[0].startswith("[ ]") and prompts(sl)[1].startswith("[x] base")
+            await pilot.press("space", "enter")
+            await wait_for(lambda: isinstance(app.screen, CompareScreen), 10, pilot, "compare")
+            assert app.screen.run_ids == [first, second]
+            await pilot.press("escape", "q")
+
+    asyncio.run(main())
