@@ -59,13 +59,12 @@ def test_boots_columns_never_run_together_and_follow_the_terminal_width(filled):
 def test_compare_picker_shows_ticks_and_the_base_in_words(isolated_home):
     """The runs picker's toggle button only changed colour when a run was ticked: each line now reads
     ``[x] base`` / ``[x] #2`` / ``[ ]`` and a line under the list names the ticked runs in order."""
-    from textual.widgets import Label, SelectionList
+    from textual.widgets import Label
 
-    from dynocell.cli.tui.screens import CompareScreen, MainScreen
-    from dynocell.cli.tui.widgets import RunsPicker
+    from dynocell.cli.tui.screens import CompareScreen
     from dynocell.runbooks.cell import open_cell
     from dynocell.settings import load_settings
-    from tests.test_tui import fill_fixed
+    from tests.test_tui import fill_fixed, open_runs_picker
 
     cell = open_cell(load_settings())
     ids = fill_fixed(cell)
@@ -76,10 +75,7 @@ def test_compare_picker_shows_ticks_and_the_base_in_words(isolated_home):
     async def main() -> None:
         app = make_app(cell, ids)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(lambda: app.polls >= 1 and isinstance(app.screen, MainScreen), 10, pilot, "first poll")
-            await pilot.press("c")
-            await wait_for(lambda: isinstance(app.screen, RunsPicker), 10, pilot, "the runs picker")
-            sl = app.screen.query_one(SelectionList)
+            sl = await open_runs_picker(app, pilot)
             assert all(p.startswith("[ ]") for p in prompts(sl))
             sl.focus()
             await pilot.press("down", "space")  # the second run first: it is the base
