@@ -261,3 +261,21 @@ def test_runs_at_120_columns_keep_each_run_on_one_line(cli_env, tmp_path):
         db.execute("UPDATE runs SET kind = 'bench' WHERE id = ?", (rows[0]["id"],))
     with_kind = dynocell(cli_env, "--store", str(mixed), "runs", columns=120).stdout
     assert "┃ kind" in with_kind and "bench" in with_kind
+
+
+@pytest.mark.parametrize("args, says", [
+    (("compare",), "Error: Missing argument 'RUNS...'."),
+    (("runs", "--bogus"), "Error: No such option: --bogus"),
+    (("run", "--timeout", "soon"), "Error: Invalid value for '--timeout'"),
+])
+def test_usage_errors_print_the_error_and_hint_lines_of_every_other_error(cli_env, args, says):
+    """Typer printed a usage error as a boxed panel (``╭─ Error ─…``) under its usage line (issue 39): now the
+    one-line ``Error:`` then a ``hint:`` with the usage and ``-h``, as every other error; exit code 2."""
+    r = dynocell(cli_env, *args, columns=200)
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(says), r.stderr
+    assert lines[1].startswith(f"hint: usage: dynocell {args[0]} [OPTIONS]") and f"`dynocell {args[0]} -h`" in lines[1]
+    assert len(lines) == 2 and "╭" not in r.stderr and "│" not in r.stderr
+    narrow = dynocell(cli_env, *args, columns=40)
+    assert all(len(ln) <= 40 or "`" in ln for ln in narrow.stderr.splitlines()), narrow.stderr

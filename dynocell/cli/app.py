@@ -224,9 +224,34 @@ def run(argv: Sequence[str] | None = None) -> int:
             _say_error(f"note: {note}")
 
 
+def usage_error_lines(exc: Any) -> list[str]:
+    """A usage error of Typer/click (a missing argument, an unknown option, a bad value) as the two messages
+    every other error prints: ``Error: …`` and ``hint: …`` naming the usage line and ``-h``, in place of
+    Typer's boxed panel."""
+    ctx = getattr(exc, "ctx", None)
+    lines = [f"Error: {exc.format_message()}"]
+    if ctx is not None:
+        usage = " ".join(ctx.get_usage().split()).removeprefix("Usage: ")
+        lines.append(f"hint: usage: {usage} (`{ctx.command_path} -h` for help)")
+    return lines
+
+
+def _say_usage_error(exc: Any) -> None:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # its help is already printed
+        return
+    for line in usage_error_lines(exc):
+        _say_error(line)
+
+
 def _run_command(command: click.Command, args: list[str]) -> int:
+    from typer import rich_utils
+
     from dynocell.errors import DynocellError
 
+    # Typer prints a usage error as a boxed panel through rich_utils.rich_format_error: dynocell prints it as
+    # the one-line Error:/hint: pair of every other error (issue 39), wrapped like them.
+    boxed = rich_utils.rich_format_error
+    rich_utils.rich_format_error = _say_usage_error
     try:
         # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
         command.main(args=args, prog_name="dynocell", standalone_mode=True)
@@ -250,6 +275,8 @@ def _run_command(command: click.Command, args: list[str]) -> int:
             return 1
         return _report(exc, 1, f"internal error: {type(exc).__name__}: {exc}",
                        "run again with --debug for the traceback, and report it")
+    finally:
+        rich_utils.rich_format_error = boxed
     return 0
 
 
