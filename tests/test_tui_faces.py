@@ -97,3 +97,32 @@ def test_compare_picker_shows_ticks_and_the_base_in_words(isolated_home):
             await pilot.press("escape", "q")
 
     asyncio.run(main())
+
+
+def test_boot_screen_at_80x24_shows_its_runs_and_enter_opens_one(filled):  # noqa: F811
+    """At 80x24 the boot screen opened on its phases with the runs table below the pane, out of sight, and the
+    focus on the scroll pane: Enter opened nothing. The runs now come first, focused."""
+    from sqlalchemy import select
+
+    from dynocell.cli.tui.screens import BootScreen, RunScreen
+    from dynocell.db import tables as m
+
+    cell, ids = filled
+    with cell.store.session() as s:
+        boot, run = next((b, r) for b in ids["boots"] for r in s.scalars(
+            select(m.Run.id).where(m.Run.boot_id == b).order_by(m.Run.started_at.desc())).all()[:1])
+
+    async def main() -> None:
+        app = make_app(cell, ids, start=lambda: BootScreen(boot))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(lambda: getattr(app.screen, "loaded", False), 20, pilot, "the boot screen")
+            await pilot.pause()
+            table, body = app.screen.query_one("#boot-runs"), app.screen.query_one("#boot-body")
+            assert app.focused is table and table.row_count >= 1
+            assert body.region.contains_region(table.region), (table.region, body.region)  # in sight
+            await pilot.press("enter")
+            await wait_for(lambda: isinstance(app.screen, RunScreen), 10, pilot, "the run screen")
+            assert app.screen.run_id == run
+            await pilot.press("escape", "q")
+
+    asyncio.run(main())

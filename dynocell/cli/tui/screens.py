@@ -345,8 +345,11 @@ class BootScreen(DashScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="boot-head")
         with VerticalScroll(id="boot-body"):
-            yield Static(id="boot-info")
+            # The boot's runs first, focused: at 80x24 the phases filled the pane and the runs table sat below it,
+            # out of sight, with Enter opening nothing (issue 39).
+            yield Static(Text("runs (Enter opens)", style="bold"), id="boot-runs-head")
             yield DataTable(id="boot-runs", cursor_type="row")
+            yield Static(id="boot-info")
         yield Input(placeholder="search the log (Enter applies, empty = all lines)", id="log-search")
         yield Static(id="log-status")
         yield Log(id="log", max_lines=2000, auto_scroll=True)
@@ -399,11 +402,16 @@ class BootScreen(DashScreen):
                 parts.append(Text(f"  runbook: {e['slug']} — {e['title']}  (e opens)"))
             if not entries:
                 parts.append(Text("  no runbook entry linked to this signature", style="dim"))
-        parts.append(Text("runs (Enter opens)", style="bold"))
+        runs = d.get("runs") or []
+        if not runs:
+            parts.append(Text("runs: none", style="dim"))
         self.query_one("#boot-info", Static).update(Group(*parts))
         t = self.query_one("#boot-runs", DataTable)
+        self.query_one("#boot-runs-head", Static).display = t.display = bool(runs)
+        if runs and not self.loaded and not self.focus_log:
+            t.focus()
         t.clear()
-        for r in d.get("runs") or []:
+        for r in runs:
             t.add_row(*map(fmt.plain, (self.dash.alias(r["id"]), r.get("kind") or "", r["state"], r.get("step") or "",
                                        fmt.num(r.get("tau"), ".3f"), fmt.num(r.get("best_output_tok_s"), ".0f"))),
                       key=r["id"])
