@@ -279,3 +279,28 @@ def test_usage_errors_print_the_error_and_hint_lines_of_every_other_error(cli_en
     assert len(lines) == 2 and "╭" not in r.stderr and "│" not in r.stderr
     narrow = dynocell(cli_env, *args, columns=40)
     assert all(len(ln) <= 40 or "`" in ln for ln in narrow.stderr.splitlines()), narrow.stderr
+
+
+def test_experiment_run_prints_each_runs_steps(cli_env, tmp_path, model_pair):
+    """``experiment run`` printed only "[1/2] incumbent …" and then nothing for the minute a run takes (issue 39):
+    each run's finished steps now follow as ``dynocell run`` prints them, its last line once. The two configs'
+    port is held by this test, so each run ends at its boot (port_in_use) within seconds."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for name, src in (("pa", "tiny-plain.toml"), ("pb", "tiny.toml")):
+            text = re.sub(r"(?m)^port = 0.*$", f"port = {port}", (EXAMPLES / src).read_text())
+            (tmp_path / f"{name}.toml").write_text(text)
+            assert dynocell(cli_env, "config", "add", str(tmp_path / f"{name}.toml"), "--name", name).returncode == 0
+        made = dynocell(cli_env, "experiment", "create", "fast", "--incumbent", "pa", "--arm", "pb", "--repeats", "1",
+                        "--no-lossless-check", "--no-profile")
+        assert made.returncode == 0, made.stderr
+        ran = dynocell(cli_env, "experiment", "run", "fast", columns=400)
+    lines = [ln.strip() for ln in ran.stderr.splitlines() if ln.strip()]
+    assert "[1/2] incumbent pa (repeat 1)" in lines and "[2/2] arm pb (repeat 1)" in lines, ran.stderr
+    assert lines.count("config completed") == 2 and lines.count("model completed") == 2, ran.stderr
+    assert sum(ln.startswith("boot failed:") and "port_in_use" in ln for ln in lines) == 2, ran.stderr
+    assert all(a != b for a, b in zip(lines, lines[1:])), ran.stderr  # no line said twice in a row

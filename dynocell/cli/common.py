@@ -266,6 +266,22 @@ def table(*columns: str, title: str | None = None, keys: int = 1, optional: tupl
     return FitTable(*columns, title=title, keys=keys, optional=optional)
 
 
+class StepProgress:
+    """Progress on stderr: a status line that follows the step, and one line per finished step (``run``,
+    ``bench``, ``profile``; ``experiment run`` adds its own lines)."""
+
+    def __init__(self) -> None:
+        self.status = err_console.status("starting …")
+
+    def __call__(self, msg: str, data: dict[str, Any]) -> None:
+        from dynocell.text import printable
+
+        self.status.update(msg)
+        if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
+                or (data.get("step") == "model" and data.get("state") != "running") or "warning" in data:
+            err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
+
+
 def host_cells(rows: list[dict[str, Any]]) -> list[str]:
     """The ``host`` cell of each listed row (``runs``, ``ps``): the hostname alone when it names one machine
     among ``rows``, else ``hostname (id)`` with the shortest machine-id prefix (at least 4 characters) that
