@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -184,3 +185,122 @@ def test_profile_split_names_idle_categories_on_one_line(cli_env, isolated_home)
     shown = dynocell(cli_env, "show", run["id"], columns=100).stdout
     assert "no time in:" in shown
     assert not [ln for ln in shown.splitlines() if re.match(r"\s+\w+\s+0\.0 %.*\b0 launches", ln)]
+
+
+_EVERY_HELP = r"""
+import contextlib, io, json, sys
+import typer
+from dynocell.cli.app import build_app, run
+
+def walk(cmd, path=()):
+    yield path
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from walk(sub, (*path, name))
+
+out = {}
+for path in walk(typer.main.get_command(build_app())):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        run([*path, "--help"])
+    out[" ".join(path)] = buf.getvalue()
+print(json.dumps(out))
+"""
+
+
+def test_no_help_shows_a_python_type_or_a_braced_usage_placeholder(cli_env):
+    """``dynocell compare --help`` read ``Usage: dynocell compare [OPTIONS] {RUNS...}...`` and ``RUNS...
+    <list[str]>``; ``run --help`` had ``--timeout <float>``, ``--requests <int range>`` (issue 39)."""
+    e = dict(cli_env, COLUMNS="200")
+    r = subprocess.run([sys.executable, "-c", _EVERY_HELP], env=e, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    helps = json.loads(r.stdout)
+    assert len(helps) > 40
+    for path, text in helps.items():
+        assert not re.search(r"<(str|int|float|bool|path|file|list\[[^]]*\]|int range|float range)>", text), path
+        usage = next(ln for ln in text.splitlines() if "Usage:" in ln)
+        assert "{" not in usage and "..." + "..." not in usage.replace("[OPTIONS]", ""), (path, usage)
+    compare = dynocell(cli_env, "compare", "--help", columns=100).stdout
+    assert "Usage: dynocell compare [OPTIONS] RUNS..." in compare and "RUNS......" not in compare
+    assert "Usage: dynocell show [OPTIONS] [REF]" in helps["show"]
+    assert "Usage: dynocell config show [OPTIONS] NAME|HASH" in helps["config show"]
+    assert "Usage: dynocell runbook lint [OPTIONS] [PATHS...]" in helps["runbook lint"]
+    run_help = " ".join(helps["run"].split())
+    assert "--timeout FLOAT" in run_help and "--requests INTEGER [x>=1]" in run_help
+    missing = dynocell(cli_env, "compare")
+    assert missing.returncode == 2 and "'RUNS...'" in missing.stderr
+
+
+def _data_rows(table_text: str) -> list[str]:
+    return [ln for ln in table_text.splitlines() if "│" in ln]
+
+
+def test_runs_at_120_columns_keep_each_run_on_one_line(cli_env, tmp_path):
+    """``runs`` at 120 columns wrapped the host ``vm (4afff20f)`` onto two lines on the shipped vLLM store,
+    and split the listing in two on the EAGLE one (issue 39): a host by its name, the id only where two
+    machines share the name; no kind column when every run is a plain run."""
+    vllm = DATA / "vllm-0.26.0" / "dynocell-h200" / "dynocell.db"
+    shown = dynocell(cli_env, "--store", str(vllm), "runs", columns=120)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(dynocell(cli_env, "--store", str(vllm), "runs", "--json").stdout)
+    header = shown.stdout.splitlines()[0]
+    assert all(h in header for h in ("run", "host", "state", "config", "τ", "lossless", "took"))
+    assert "kind" not in header and {r["kind"] for r in rows} == {"run"}
+    lines = [ln for ln in _data_rows(shown.stdout) if not ln.lstrip().startswith("┃")]
+    firsts = [ln.split("│")[0].strip() for ln in lines]
+    assert firsts[: len(rows)] == [r["id"] for r in rows]  # one line per run, no continuation line
+    assert all(ln.split("│")[1].strip() == "vm" for ln in lines[: len(rows)])
+    assert {r["host_label"] for r in rows} == {"vm (4afff20f)"}  # --json keeps the stored label
+    eagle = DATA / "sglang-0.5.17-eagle" / "dynocell-h200" / "dynocell.db"
+    two = dynocell(cli_env, "--store", str(eagle), "runs", columns=120).stdout
+    assert two.count("┃ host") == 1  # one table
+    hosts = {ln.split("│")[1].strip() for ln in _data_rows(two)}
+    assert hosts == {"vm (3d12)", "vm (05d8)"}, hosts
+    mixed = tmp_path / "mixed.db"
+    shutil.copy(vllm, mixed)
+    with sqlite3.connect(mixed) as db:
+        db.execute("UPDATE runs SET kind = 'bench' WHERE id = ?", (rows[0]["id"],))
+    with_kind = dynocell(cli_env, "--store", str(mixed), "runs", columns=120).stdout
+    assert "┃ kind" in with_kind and "bench" in with_kind
+
+
+@pytest.mark.parametrize("args, says", [
+    (("compare",), "Error: Missing argument 'RUNS...'."),
+    (("runs", "--bogus"), "Error: No such option: --bogus"),
+    (("run", "--timeout", "soon"), "Error: Invalid value for '--timeout'"),
+])
+def test_usage_errors_print_the_error_and_hint_lines_of_every_other_error(cli_env, args, says):
+    """Typer printed a usage error as a boxed panel (``╭─ Error ─…``) under its usage line (issue 39): now the
+    one-line ``Error:`` then a ``hint:`` with the usage and ``-h``, as every other error; exit code 2."""
+    r = dynocell(cli_env, *args, columns=200)
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith(says), r.stderr
+    assert lines[1].startswith(f"hint: usage: dynocell {args[0]} [OPTIONS]") and f"`dynocell {args[0]} -h`" in lines[1]
+    assert len(lines) == 2 and "╭" not in r.stderr and "│" not in r.stderr
+    narrow = dynocell(cli_env, *args, columns=40)
+    assert all(len(ln) <= 40 or "`" in ln for ln in narrow.stderr.splitlines()), narrow.stderr
+
+
+def test_experiment_run_prints_each_runs_steps(cli_env, tmp_path, model_pair):
+    """``experiment run`` printed only "[1/2] incumbent …" and then nothing for the minute a run takes (issue 39):
+    each run's finished steps now follow as ``dynocell run`` prints them, its last line once. The two configs'
+    port is held by this test, so each run ends at its boot (port_in_use) within seconds."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for name, src in (("pa", "tiny-plain.toml"), ("pb", "tiny.toml")):
+            text = re.sub(r"(?m)^port = 0.*$", f"port = {port}", (EXAMPLES / src).read_text())
+            (tmp_path / f"{name}.toml").write_text(text)
+            assert dynocell(cli_env, "config", "add", str(tmp_path / f"{name}.toml"), "--name", name).returncode == 0
+        made = dynocell(cli_env, "experiment", "create", "fast", "--incumbent", "pa", "--arm", "pb", "--repeats", "1",
+                        "--no-lossless-check", "--no-profile")
+        assert made.returncode == 0, made.stderr
+        ran = dynocell(cli_env, "experiment", "run", "fast", columns=400)
+    lines = [ln.strip() for ln in ran.stderr.splitlines() if ln.strip()]
+    assert "[1/2] incumbent pa (repeat 1)" in lines and "[2/2] arm pb (repeat 1)" in lines, ran.stderr
+    assert lines.count("config completed") == 2 and lines.count("model completed") == 2, ran.stderr
+    assert sum(ln.startswith("boot failed:") and "port_in_use" in ln for ln in lines) == 2, ran.stderr
+    assert all(a != b for a, b in zip(lines, lines[1:])), ran.stderr  # no line said twice in a row

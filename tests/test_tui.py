@@ -464,13 +464,25 @@ def test_engine_killed_while_watched_shows_crashed_with_signature(model_pair, tm
 
 # ------------------------------------------------------------------ pilot: keys on the filled store
 
+async def open_runs_picker(app, pilot) -> Any:
+    """After the first poll, ``c`` on the main screen: the runs picker's SelectionList."""
+    from textual.widgets import SelectionList
+
+    from dynocell.cli.tui.screens import MainScreen
+    from dynocell.cli.tui.widgets import RunsPicker
+
+    await wait_for(lambda: app.polls >= 1 and isinstance(app.screen, MainScreen), 10, pilot, "first poll")
+    await pilot.press("c")
+    await wait_for(lambda: isinstance(app.screen, RunsPicker), 10, pilot, "the runs picker")
+    return app.screen.query_one(SelectionList)
+
+
 def test_keys_compare_log_search_and_runbook_search(isolated_home):
     """On stand-in rows (two runs to compare, a known log): c compares, / searches the log and
     the runbooks."""
-    from textual.widgets import Input, SelectionList
+    from textual.widgets import Input
 
     from dynocell.cli.tui.screens import BootScreen, CompareScreen, MainScreen, RunbooksScreen
-    from dynocell.cli.tui.widgets import RunsPicker
     from dynocell.runbooks.cell import open_cell
     from dynocell.settings import load_settings
 
@@ -481,11 +493,8 @@ def test_keys_compare_log_search_and_runbook_search(isolated_home):
     async def main() -> None:
         app = make_app(cell, ids)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(lambda: app.polls >= 1 and isinstance(app.screen, MainScreen), 10, pilot, "first poll")
             # c: tick two runs, Enter compares
-            await pilot.press("c")
-            await wait_for(lambda: isinstance(app.screen, RunsPicker), 10, pilot, "the runs picker")
-            sl = app.screen.query_one(SelectionList)
+            sl = await open_runs_picker(app, pilot)
             for rid in ids["runs"][:2]:
                 sl.select(rid)
             await pilot.press("enter")

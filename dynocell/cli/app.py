@@ -106,9 +106,11 @@ def build_app() -> typer.Typer:
 def tidy_help(command: Any) -> Any:
     """Make ``--help`` read as a person would write it, over the whole command tree (in place).
 
-    Typer >= 0.20 prints each parameter's Python type (``<bool>`` beside every flag, ``{ref}`` for an
-    argument in the usage line). A flag takes no value, so it gets no type; an argument without a metavar
-    is named in capitals (``REF``) as click's own usage lines and ``git``/``llm`` help do.
+    Typer >= 0.20 prints each parameter's Python type (``<bool>`` beside every flag, ``<str>`` beside an
+    argument, ``<list[str]>``, and ``{runs}...`` for a required argument in the usage line). A flag takes no
+    value, so it gets no type; an argument is named in capitals (``REF``, ``RUNS...``), bare when required and
+    ``[REF]`` when optional, as click's own usage lines and ``git``/``llm`` help do, with no type beside its
+    name; an option's value is named by its kind in click's words (``TEXT``, ``INTEGER``, ``FLOAT``, ``PATH``).
     Returns ``command``.
     """
     stack = [command]
@@ -122,13 +124,40 @@ def tidy_help(command: Any) -> Any:
     return command
 
 
+#: Typer's type names (``<str>``, ``<int range>``) as the value words of click's help.
+VALUE_WORDS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN", "path": "PATH",
+               "Path": "PATH", "file": "FILE", "datetime": "DATETIME", "int range": "INTEGER",
+               "float range": "FLOAT", "uuid": "UUID"}
+
+
+def value_word(typer_type: str | None) -> str | None:
+    """``<str>`` → ``TEXT``, ``<list[int]>`` → ``INTEGER``, ``<int range>`` → ``INTEGER`` (the range is printed
+    beside it); a choice ``<a|b>`` → ``a|b``; None stays None."""
+    if not typer_type:
+        return typer_type
+    inner = typer_type.removeprefix("<").removesuffix(">")
+    while inner.startswith("list[") and inner.endswith("]"):
+        inner = inner[5:-1]
+    return VALUE_WORDS.get(inner, inner)
+
+
 def _tidy_param(param: Any) -> Any:
-    if param is None or param.metavar is not None:
+    if param is None or getattr(param, "_tidied", False):
         return param
-    if param.param_type_name == "option" and getattr(param, "is_flag", False):
-        param.metavar = ""
+    param._tidied = True
+    if param.param_type_name == "option":
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):
+            param.metavar = ""
+        elif param.metavar is None:
+            typed = param.display_type_rich
+            param.display_type_rich = lambda ctx, _typed=typed: value_word(_typed(ctx))
     elif param.param_type_name == "argument" and param.name:
-        param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+        if param.metavar is None:
+            param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+        elif param.nargs != 1 and not param.metavar.endswith("..."):
+            param.metavar += "..."
+        param.display_type_rich = lambda ctx: None  # the name says it: no <str> beside REF
+        param._usage_display_name = lambda _p=param: _p.metavar if _p.required else f"[{_p.metavar}]"
     return param
 
 
@@ -195,9 +224,34 @@ def run(argv: Sequence[str] | None = None) -> int:
             _say_error(f"note: {note}")
 
 
+def usage_error_lines(exc: Any) -> list[str]:
+    """A usage error of Typer/click (a missing argument, an unknown option, a bad value) as the two messages
+    every other error prints: ``Error: …`` and ``hint: …`` naming the usage line and ``-h``, in place of
+    Typer's boxed panel."""
+    ctx = getattr(exc, "ctx", None)
+    lines = [f"Error: {exc.format_message()}"]
+    if ctx is not None:
+        usage = " ".join(ctx.get_usage().split()).removeprefix("Usage: ")
+        lines.append(f"hint: usage: {usage} (`{ctx.command_path} -h` for help)")
+    return lines
+
+
+def _say_usage_error(exc: Any) -> None:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # its help is already printed
+        return
+    for line in usage_error_lines(exc):
+        _say_error(line)
+
+
 def _run_command(command: click.Command, args: list[str]) -> int:
+    from typer import rich_utils
+
     from dynocell.errors import DynocellError
 
+    # Typer prints a usage error as a boxed panel through rich_utils.rich_format_error: dynocell prints it as
+    # the one-line Error:/hint: pair of every other error (issue 39), wrapped like them.
+    boxed = rich_utils.rich_format_error
+    rich_utils.rich_format_error = _say_usage_error
     try:
         # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
         command.main(args=args, prog_name="dynocell", standalone_mode=True)
@@ -221,6 +275,8 @@ def _run_command(command: click.Command, args: list[str]) -> int:
             return 1
         return _report(exc, 1, f"internal error: {type(exc).__name__}: {exc}",
                        "run again with --debug for the traceback, and report it")
+    finally:
+        rich_utils.rich_format_error = boxed
     return 0
 
 

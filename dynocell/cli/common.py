@@ -266,6 +266,50 @@ def table(*columns: str, title: str | None = None, keys: int = 1, optional: tupl
     return FitTable(*columns, title=title, keys=keys, optional=optional)
 
 
+class StepProgress:
+    """Progress on stderr: a status line that follows the step, and one line per finished step (``run``,
+    ``bench``, ``profile``; ``experiment run`` adds its own lines)."""
+
+    def __init__(self) -> None:
+        self.status = err_console.status("starting …")
+
+    def __call__(self, msg: str, data: dict[str, Any]) -> None:
+        from dynocell.text import printable
+
+        self.status.update(msg)
+        if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
+                or (data.get("step") == "model" and data.get("state") != "running") or "warning" in data:
+            err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
+
+
+def host_cells(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``host`` cell of each listed row (``runs``, ``ps``): the hostname alone when it names one machine
+    among ``rows``, else ``hostname (id)`` with the shortest machine-id prefix (at least 4 characters) that
+    tells the machines of that name apart; a row without a host record keeps its ``host_label``. The stored
+    label, ``hostname (8-character id)``, stays in ``--json``."""
+    ids_by_name: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get("host_id"):
+            name = str(r.get("host_label") or "").rsplit(" (", 1)[0]
+            ids_by_name.setdefault(name, set()).add(str(r["host_id"]))
+    cells = []
+    for r in rows:
+        label = str(r.get("host_label") or "?")
+        if not r.get("host_id"):
+            cells.append(label)
+            continue
+        name = label.rsplit(" (", 1)[0]
+        ids = ids_by_name[name]
+        if len(ids) == 1:
+            cells.append(name)
+            continue
+        n = 4
+        while len({i[:n] for i in ids}) < len(ids):
+            n += 1
+        cells.append(f"{name} ({str(r['host_id'])[:n]})")
+    return cells
+
+
 def add_row(t: Any, *cells: Any) -> None:
     """Add a row to a rich Table; cells are shown literally (``[meta]`` is not rich markup)."""
     from rich.text import Text

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 
 from dynocell.cli.common import (
-    add_row, ended_before, err_console, get_cell, human_duration, out, print_json, seconds, table,
+    add_row, ended_before, err_console, get_cell, host_cells, human_duration, out, print_json, seconds, table,
 )
 from dynocell.errors import EngineError
 from dynocell.text import printable
@@ -115,7 +115,7 @@ def ps_cmd(
         return
     t = table("boot", "host", "state", "health", "config", "engine", "port", "uptime", "ready", "signature",
               optional=("signature",))
-    for r in rows:
+    for r, host_cell in zip(rows, host_cells(rows)):
         unsupervised = r.get("supervised") is False and r["state"] in ("starting", "ready", "stopping")
         state = r["state"] + (" (unsupervised)" if unsupervised else "") + (
             " (detached)" if r.get("stop_how") == "detached" else "")
@@ -123,7 +123,7 @@ def ps_cmd(
             state = f"{r['state']}: {r['state_note']}"
         from rich.text import Text
 
-        add_row(t, r["id"], r.get("host_label"), Text(state, style=STATE_STYLE.get(r["state"], "")),
+        add_row(t, r["id"], host_cell, Text(state, style=STATE_STYLE.get(r["state"], "")),
                 HEALTH_LIGHT.get(r.get("health"), r.get("health")),
                 ", ".join(r.get("labels") or []) or (r.get("config_hash") or "").removeprefix("sha256:")[:12],
                 r["engine"], r["port"], human_duration(r.get("uptime_s")),

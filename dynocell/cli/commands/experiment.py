@@ -11,8 +11,8 @@ from typing import Any, List, Optional
 
 import typer
 
-from dynocell.cli.common import (add_row, err_console, get_cell, interrupt_on_term_and_hangup, out, print_json,
-                                 say, seconds, table)
+from dynocell.cli.common import (StepProgress, add_row, err_console, get_cell, interrupt_on_term_and_hangup, out,
+                                 print_json, say, seconds, table)
 from dynocell.text import printable
 
 experiment_app = typer.Typer(
@@ -30,9 +30,20 @@ def register(app: typer.Typer) -> None:
     app.command("rollback")(rollback_cmd)
 
 
-def _progress(msg: str, data: dict[str, Any]) -> None:
-    if "experiment" in data or data.get("state") in ("failed", "interrupted"):
-        err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
+class _ExperimentProgress(StepProgress):
+    """The experiment's own lines (which run of how many, each run's end) and, within each run, the step progress
+    ``dynocell run`` prints: a run takes a minute or more, and was silent all that time (issue 39)."""
+
+    last = ""
+
+    def __call__(self, msg: str, data: dict[str, Any]) -> None:
+        if "experiment" in data:
+            self.status.update(msg)
+            if msg.strip() != self.last:  # a run's own last line, "run X completed", said once
+                err_console.print(printable(msg, keep_newlines=True), markup=False, highlight=False)
+        else:
+            super().__call__(msg, data)
+        self.last = msg.strip()
 
 
 @experiment_app.command("create")
@@ -84,7 +95,9 @@ def run_cmd(
     from dynocell.runbooks import experiments
 
     interrupt_on_term_and_hangup()
-    res = experiments.run_experiment(get_cell(), name, progress=_progress)
+    live = _ExperimentProgress()
+    with live.status:
+        res = experiments.run_experiment(get_cell(), name, progress=live)
     _render(res, json_out)
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import typer
 
-from dynocell.cli.common import (add_row, console, err_console, get_cell, human_duration, interrupt_on_term_and_hangup,
-                                 out, print_json, seconds, table)
-from dynocell.text import printable
+from dynocell.cli.common import (StepProgress, add_row, console, get_cell, host_cells, human_duration,
+                                 interrupt_on_term_and_hangup, out, print_json, seconds, table)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,19 +18,6 @@ def register(app: typer.Typer) -> None:
     app.command("bench")(bench_cmd)
     app.command("profile")(profile_cmd)
     app.command("reanalyze")(reanalyze_cmd)
-
-
-class _Live:
-    """Progress on stderr: a status line that follows the step, and one line per finished step."""
-
-    def __init__(self) -> None:
-        self.status = err_console.status("starting …")
-
-    def __call__(self, msg: str, data: dict[str, Any]) -> None:
-        self.status.update(msg)
-        if data.get("state") in ("completed", "failed", "skipped", "interrupted") or "ready_s" in data \
-                or (data.get("step") == "model" and data.get("state") != "running") or "warning" in data:
-            err_console.print(printable(f"  {msg}", keep_newlines=True), markup=False, highlight=False)
 
 
 def run_cmd(
@@ -69,7 +55,7 @@ def run_cmd(
 
     cell = get_cell()
     interrupt_on_term_and_hangup()
-    live = _Live()
+    live = StepProgress()
     if boot:
         if config:
             from dynocell.errors import UserError
@@ -180,10 +166,13 @@ def runs_cmd(
     if json_out:
         print_json(rows)
         return
+    # At 120 columns a row stays on one line: the host by its name (its id only where two machines share it),
+    # no kind column when every run is a plain run, no error column when none failed.
     t = table("run", "host", "kind", "state", "config", "boot", "τ", "out tok/s", "lossless", "took", "error",
-              optional=("error",))
-    for r in rows:
-        add_row(t, r["id"], r.get("host_label"), r["kind"], r["state"],
+              optional=("kind", "error"))
+    plain = all(r["kind"] == "run" for r in rows)
+    for r, host_cell in zip(rows, host_cells(rows)):
+        add_row(t, r["id"], host_cell, "" if plain else r["kind"], r["state"],
                 ", ".join(r.get("labels") or []) or r["config_hash"][:19],
                 r.get("boot_id"), f"{r['tau']:.3f}" if r.get("tau") else "-",
                 f"{r['best_output_tok_s']:.1f}" if r.get("best_output_tok_s") else "-", r.get("lossless") or "-",
@@ -229,7 +218,7 @@ def bench_cmd(
 
     sizes = {k: v for k, v in {"requests": requests, "num_prompts": num_prompts,
                                "concurrency": _int_list(concurrency), "warmup": warmup}.items() if v is not None}
-    live = _Live()
+    live = StepProgress()
     with live.status:
         run_id = bench(get_cell(), boot, workload=workload, progress=live, sizes=sizes)
     _show(run_id, json_out)
@@ -253,7 +242,7 @@ def profile_cmd(
 def _on_boot(procedure: Callable[..., str], boot: str, workload: str | None, json_out: bool) -> None:
     """Run ``procedure`` (``runbooks.run.bench`` or ``profile``) on a ready boot with live progress, show the
     run it recorded and exit with its outcome."""
-    live = _Live()
+    live = StepProgress()
     with live.status:
         run_id = procedure(get_cell(), boot, workload=workload, progress=live)
     _show(run_id, json_out)

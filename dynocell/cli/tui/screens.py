@@ -79,6 +79,30 @@ class DashScreen(Screen):
 
 # ------------------------------------------------------------------ main
 
+#: The boots table's columns: (key, header, width at 80 columns, widest it grows to). A width counts the blank
+#: cell that ends every cell (the table has no padding), so at 80 columns the row is 78 cells and two values
+#: never run together (a 12-digit config hash fused with its port: ``294ed3536f452751``).
+BOOT_COLUMNS: tuple[tuple[str, str, int, int], ...] = (
+    ("id", "boot", 9, 13), ("state", "state", 11, 30), ("health", "health", 11, 12), ("config", "config", 11, 32),
+    ("port", "port", 6, 7), ("uptime", "uptime", 7, 9), ("tau", "τ", 5, 6), ("toks", "tok/s", 6, 8),
+    ("sig", "signature", 12, 60))
+#: Which columns take the width a wider terminal gives, in turn: the names first, then prose.
+GROW_ORDER = ("id", "config", "toks", "uptime", "tau", "port", "health", "state", "sig")
+
+
+def boot_columns(width: int) -> list[tuple[str, str, int]]:
+    """(key, header, width) of the boots table at a terminal ``width`` columns wide: the 80-column widths,
+    and what a wider terminal gives shared in :data:`GROW_ORDER` up to each column's widest."""
+    widths = {k: w for k, _, w, _ in BOOT_COLUMNS}
+    spare = max(0, width - 2 - sum(widths.values()))  # 2: the scrollbar's and the edge's cells
+    widest = {k: m for k, _, _, m in BOOT_COLUMNS}
+    for k in GROW_ORDER:
+        give = min(spare, widest[k] - widths[k])
+        widths[k] += give
+        spare -= give
+    return [(k, label, widths[k]) for k, label, _, _ in BOOT_COLUMNS]
+
+
 class MainScreen(DashScreen):
     """Boots table (live first) updated by polling and events; the highlighted boot's detail below.
 
@@ -109,14 +133,33 @@ class MainScreen(DashScreen):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        t = self.query_one("#boots", DataTable)
-        # cell_padding=0 and one spare cell per column: the whole row fits 80 columns.
-        for label, key, width in (("boot", "id", 9), ("state", "state", 11), ("health", "health", 11),
-                                  ("config", "config", 11), ("port", "port", 6), ("uptime", "uptime", 7),
-                                  ("τ", "tau", 5), ("tok/s", "toks", 6), ("signature", "sig", 12)):
-            t.add_column(label, key=key, width=width)
+        self._layout_columns(self.app.size.width)
         self.query_one("#title", Static).update(Text("dynocell · loading…", style="bold"))
         self.refresh_data()
+
+    def on_resize(self, event: Any) -> None:
+        if self._layout_columns(event.size.width) and self.dash.snapshot:
+            self.show_snapshot(self.dash.snapshot)
+
+    def _layout_columns(self, width: int) -> bool:
+        """Lay the boots table's columns out for ``width`` terminal columns (:func:`boot_columns`); True when
+        they changed (the rows are then shown again)."""
+        widths = boot_columns(width)
+        if widths == getattr(self, "_widths", None):
+            return False
+        self._widths = widths
+        t = self.query_one("#boots", DataTable)
+        t.clear(columns=True)
+        for key, label, w in widths:
+            t.add_column(label, key=key, width=w)
+        return True
+
+    def _cell(self, key: str, value: Text) -> Text:
+        """``value`` cut with ``…`` to leave one blank cell after it: two columns never run together."""
+        room = {k: w for k, _, w in self._widths}[key] - 1
+        value = value.copy()
+        value.truncate(room, overflow="ellipsis")
+        return value
 
     # data
     def refresh_data(self) -> None:
@@ -129,6 +172,7 @@ class MainScreen(DashScreen):
         keep = self.selected_boot()
         t.clear()
         runs = snap["runs"]
+        c = self._cell
         for b in snap["boots"]:
             run = runs.get(b.get("last_run_id") or "")
             toks = None
@@ -136,12 +180,14 @@ class MainScreen(DashScreen):
                 summ = run.get("summary") or {}  # decode_tok_s: the deprecated name of best_output_tok_s
                 toks = summ.get("best_output_tok_s") or summ.get("decode_tok_s") or run.get("best_output_tok_s")
             sig = b.get("failure_signature") or ""
-            t.add_row(Text(self.dash.alias(b["id"])), fmt.state_text(b["state"], b.get("state_note")),
-                      fmt.health_text((b.get("health") or {}).get("verdict")),
-                      Text(fmt.config_name(b)), Text(fmt.port_or_kind(b)),
-                      Text(fmt.duration(fmt.uptime_s(b, now)) if b["state"] in LIVE or b.get("ready_at") else "-"),
-                      Text(fmt.num(b.get("last_tau"), ".2f")), Text(fmt.num(toks, ".0f")),
-                      Text(sig, style="red" if sig else ""), key=b["id"])
+            t.add_row(c("id", Text(self.dash.alias(b["id"]))),
+                      c("state", fmt.state_text(b["state"], b.get("state_note"))),
+                      c("health", fmt.health_text((b.get("health") or {}).get("verdict"))),
+                      c("config", Text(fmt.config_name(b))), c("port", Text(fmt.port_or_kind(b))),
+                      c("uptime", Text(fmt.duration(fmt.uptime_s(b, now))
+                                       if b["state"] in LIVE or b.get("ready_at") else "-")),
+                      c("tau", Text(fmt.num(b.get("last_tau"), ".2f"))), c("toks", Text(fmt.num(toks, ".0f"))),
+                      c("sig", Text(sig, style="red" if sig else "")), key=b["id"])
         ids = [b["id"] for b in snap["boots"]]
         if keep in ids:
             t.move_cursor(row=ids.index(keep))
@@ -299,8 +345,11 @@ class BootScreen(DashScreen):
     def compose(self) -> ComposeResult:
         yield Static(id="boot-head")
         with VerticalScroll(id="boot-body"):
-            yield Static(id="boot-info")
+            # The boot's runs first, focused: at 80x24 the phases filled the pane and the runs table sat below it,
+            # out of sight, with Enter opening nothing (issue 39).
+            yield Static(Text("runs (Enter opens)", style="bold"), id="boot-runs-head")
             yield DataTable(id="boot-runs", cursor_type="row")
+            yield Static(id="boot-info")
         yield Input(placeholder="search the log (Enter applies, empty = all lines)", id="log-search")
         yield Static(id="log-status")
         yield Log(id="log", max_lines=2000, auto_scroll=True)
@@ -353,11 +402,16 @@ class BootScreen(DashScreen):
                 parts.append(Text(f"  runbook: {e['slug']} — {e['title']}  (e opens)"))
             if not entries:
                 parts.append(Text("  no runbook entry linked to this signature", style="dim"))
-        parts.append(Text("runs (Enter opens)", style="bold"))
+        runs = d.get("runs") or []
+        if not runs:
+            parts.append(Text("runs: none", style="dim"))
         self.query_one("#boot-info", Static).update(Group(*parts))
         t = self.query_one("#boot-runs", DataTable)
+        self.query_one("#boot-runs-head", Static).display = t.display = bool(runs)
+        if runs and not self.loaded and not self.focus_log:
+            t.focus()
         t.clear()
-        for r in d.get("runs") or []:
+        for r in runs:
             t.add_row(*map(fmt.plain, (self.dash.alias(r["id"]), r.get("kind") or "", r["state"], r.get("step") or "",
                                        fmt.num(r.get("tau"), ".3f"), fmt.num(r.get("best_output_tok_s"), ".0f"))),
                       key=r["id"])

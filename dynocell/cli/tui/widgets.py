@@ -91,16 +91,37 @@ class RunsPicker(ModalScreen[list[str] | None]):
         self.runs = runs
         self.alias = alias
 
+    def _prompt(self, r: dict[str, Any], picked: list[str]) -> Text:
+        """One run's line: ``[x]``/``[ ]`` and, once ticked, its place (``base``, ``2``…): a tick reads without
+        colour (the toggle button only changes colour)."""
+        tau = "-" if r.get("tau") is None else f"{r['tau']:.2f}"
+        name = ", ".join(r.get("labels") or []) or "-"
+        if r["id"] in picked:
+            n = picked.index(r["id"])
+            mark = Text("[x] " + ("base" if n == 0 else f"#{n + 1}").ljust(5), style="bold")
+        else:
+            mark = Text("[ ]      ")
+        return mark + Text(f"{self.alias(r['id'])}  {name:<12} {r['state']:<11} τ {tau}")
+
+    def picked_line(self, picked: list[str]) -> Text:
+        """The line under the list naming the ticked runs in order (the first is the base)."""
+        if not picked:
+            return Text("none ticked · Esc = cancel", style="dim")
+        names = [self.alias(p) + (" (base)" if i == 0 else "") for i, p in enumerate(picked)]
+        return Text(f"ticked {len(picked)}: " + ", ".join(names) + " · Esc = cancel")
+
     def compose(self) -> ComposeResult:
-        items = []
-        for r in self.runs:
-            tau = "-" if r.get("tau") is None else f"{r['tau']:.2f}"
-            name = ", ".join(r.get("labels") or []) or "-"
-            items.append((Text(f"{self.alias(r['id'])}  {name:<12} {r['state']:<11} τ {tau}"), r["id"]))
+        items = [(self._prompt(r, []), r["id"]) for r in self.runs]
         with Vertical(classes="dialog"):
             yield Label(Text("compare runs: Space ticks, Enter compares (first ticked = base)", style="bold"))
             yield SelectionList[str](*items, id="runs-pick")
-            yield Label(Text("Esc = cancel", style="dim"))
+            yield Label(self.picked_line([]), id="runs-picked")
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        picked = list(event.selection_list.selected)
+        for i, r in enumerate(self.runs):
+            event.selection_list.replace_option_prompt_at_index(i, self._prompt(r, picked))
+        self.query_one("#runs-picked", Label).update(self.picked_line(picked))
 
     def action_confirm(self) -> None:
         picked = list(self.query_one(SelectionList).selected)
