@@ -251,7 +251,7 @@ def _run_command(command: click.Command, args: list[str]) -> int:
     # Typer prints a usage error as a boxed panel through rich_utils.rich_format_error: dynocell prints it as
     # the one-line Error:/hint: pair of every other error (issue 39), wrapped like them.
     boxed = rich_utils.rich_format_error
-    rich_utils.rich_format_error = _say_usage_error
+    setattr(rich_utils, "rich_format_error", _say_usage_error)  # noqa: B010 - typer's own click type, not ours
     try:
         # Standalone mode: Typer/click report usage errors themselves (exit 2) and exit via SystemExit.
         command.main(args=args, prog_name="dynocell", standalone_mode=True)
