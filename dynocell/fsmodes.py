@@ -77,3 +77,20 @@ def mode_of(path: Path) -> str | None:
         return f"0{stat.S_IMODE(os.stat(path).st_mode):o}"
     except OSError:
         return None
+
+
+def foreign_control(path: Path) -> str | None:
+    """Why another local user could replace or rewrite ``path`` (a folder or file dynocell trusts), or None.
+
+    Another user controls it when it is owned by a user other than this one and root, or when its group
+    or other write bit is set (such a user can rename the store away and put their own in its place:
+    configs that run their code, "trusted" marks). A missing path gives None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid not in (os.getuid(), 0):
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if stat.S_IMODE(st.st_mode) & 0o022:
+        return f"{path} is writable by other users (mode {mode_of(path)})"
+    return None

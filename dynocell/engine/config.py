@@ -82,6 +82,9 @@ _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):(?P<p
 #: ``--ssl-keyfile-password``, vLLM 0.26 ``--api-key``, ``--hf-token``), in the spelling the engine's
 #: parser reads (vLLM's ``--api_key`` is read as ``--api-key``).
 SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password", "--hf-token")
+#: Options of the engines that are a prefix of a secret flag but hold no secret (SGLang 0.5.17 and vLLM 0.26
+#: ``--ssl-keyfile PATH`` beside ``--ssl-keyfile-password``): argparse reads them exactly.
+_PUBLIC_PREFIX_FLAGS = frozenset({"--ssl-keyfile"})
 #: What a secret value is shown as.
 REDACTED = "***"
 
@@ -136,11 +139,20 @@ def redact_tree(value: Any) -> Any:
 
 
 def secret_flag(arg: str) -> str | None:
-    """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``) sets, or None."""
-    if not arg.startswith("--"):
+    """The :data:`SECRET_FLAGS` entry ``arg`` (``--api-key``, ``--api_key=…``, ``--api-ke``) sets, or None.
+
+    SGLang's, vLLM's and the reference engine's parsers are argparse with ``allow_abbrev`` on
+    (:data:`dynocell.engine.adapters.ALLOW_ABBREV`): a unique prefix is read as the whole option, and a
+    prefix shared with another option is an "ambiguous option" error. So every prefix of a secret flag
+    (past ``--``) counts as that flag: hiding a value the engine would refuse anyway loses nothing."""
+    if not arg.startswith("--") or len(arg) <= 2:
         return None
     name = "--" + arg[2:].split("=", 1)[0].replace("_", "-")
-    return name if name in SECRET_FLAGS else None
+    if name in SECRET_FLAGS:
+        return name
+    if name in _PUBLIC_PREFIX_FLAGS:  # an option of its own, read exactly (argparse prefers an exact match)
+        return None
+    return next((f for f in SECRET_FLAGS if len(name) > 2 and f.startswith(name)), None)
 
 
 def redact_args(args: list[str] | tuple[str, ...]) -> list[str]:
@@ -535,10 +547,36 @@ def outside_patches(cfg: "EngineConfig") -> list[str]:
     return [p for p in cfg.patches if "/" in p or p.startswith(".") or "\\" in p]
 
 
+#: Engine options that make the engine import and run code the config names: a model folder's own Python
+#: (``--trust-remote-code``, SGLang 0.5.17 and vLLM 0.26), a class or plugin by qualified name or path
+#: (vLLM 0.26 ``EngineArgs``: ``--worker-cls``, ``--worker-extension-cls``, ``--scheduler-cls``,
+#: ``--logits-processors``, ``--io-processor-plugin``, ``--reasoning-parser-plugin``; its OpenAI server's
+#: ``--tool-parser-plugin``), or code sent with each request (SGLang ``--enable-custom-logit-processor``).
+CODE_FLAGS = ("--trust-remote-code", "--worker-cls", "--worker-extension-cls", "--scheduler-cls",
+              "--logits-processors", "--io-processor-plugin", "--reasoning-parser-plugin", "--tool-parser-plugin",
+              "--enable-custom-logit-processor")
+
+
+def code_flags(args: list[str] | tuple[str, ...]) -> list[str]:
+    """The :data:`CODE_FLAGS` an argv sets, by their full names (``--trust_remote_code``, a unique prefix
+    such as ``--trust-rem`` and ``--worker-cls=pkg.Mod`` count: the engines' argparse reads them so)."""
+    out = []
+    for a in args:
+        if not a.startswith("--") or len(a) <= 2:
+            continue
+        name = "--" + a[2:].split("=", 1)[0].replace("_", "-")
+        hit = name if name in CODE_FLAGS else next(
+            (f for f in CODE_FLAGS if len(name) > len("--tru") and f.startswith(name)), None)
+        if hit:
+            out.append(hit)
+    return list(dict.fromkeys(out))
+
+
 def trust_concerns(cfg: "EngineConfig") -> list[str]:
     """What in ``cfg`` is a trust decision, one phrase each (``[]`` when none): ``[env]`` names off the
     allow-list (:func:`injection_env_keys`), patch folders outside the bundled set
-    (:func:`outside_patches`), a ``host`` that is not loopback (:func:`is_loopback_host`: the engine
+    (:func:`outside_patches`), engine options that run code the config names (:func:`code_flags`), a
+    ``host`` that is not loopback (:func:`is_loopback_host`: the engine
     serves every network it binds, without authentication). The web panel boots a config with any
     only once it is trusted from the CLI (``dynocell config trust``)."""
     out = []
@@ -548,6 +586,10 @@ def trust_concerns(cfg: "EngineConfig") -> list[str]:
     patches = outside_patches(cfg)
     if patches:
         out.append(f"patches from outside the bundled set: {', '.join(patches)}")
+    flags = code_flags(cfg.extra_args)
+    if flags:
+        out.append(f"extra_args {', '.join(flags)}: the engine runs code the config names (a model folder's "
+                   "Python, a class or a plugin)")
     if not is_loopback_host(cfg.host):
         out.append(f"host {cfg.host} is not loopback: the engine is reachable from other machines, "
                    "without authentication")

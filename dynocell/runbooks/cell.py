@@ -22,7 +22,7 @@ from dynocell.db.session import (
     sqlite_file,
 )
 from dynocell.errors import UserError
-from dynocell.fsmodes import mode_of, private_dir, tighten
+from dynocell.fsmodes import foreign_control, mode_of, private_dir, tighten
 from dynocell.settings import Settings, redact_url
 
 
@@ -96,7 +96,21 @@ def _refuse_missing_folder(settings: Settings) -> None:
                         "`dynocell init` creates a new store at that URL")
 
 
+def refuse_foreign_home(settings: Settings) -> None:
+    """UserError when another local user controls the data directory, its secrets folder or the SQLite store
+    file (:func:`dynocell.fsmodes.foreign_control`): they could swap in a store whose configs run their code.
+    ``dynocell init`` first takes group and other bits off a data directory this user owns."""
+    store = sqlite_file(settings.db_url)
+    for path in (settings.home, settings.secrets_dir, store):
+        why = foreign_control(path) if path is not None else None
+        if why:
+            raise UserError(f"data directory: {why}; another user could replace the store",
+                            f"point DYNOCELL_HOME at a folder only you can write (or unset it: the default is yours), "
+                            f"or `chmod go-w {path}` if you own it")
+
+
 def _open(settings: Settings) -> Store:
+    refuse_foreign_home(settings)
     return open_store_checked(settings.db_url, settings.home)
 
 

@@ -543,6 +543,17 @@ def _not_here(where: dict[str, Any]) -> NotFound:
                     "open the panel (or run the command) on that host; the store is shared")
 
 
+def _private(cell, p: Path) -> bool:
+    """Whether ``p`` (resolved) holds secrets no face may serve: anything under the secrets folder
+    (:attr:`~dynocell.settings.Settings.secrets_dir`, the configs' real values) and SGLang's
+    ``--config`` file of secret flags a boot writes beside its log
+    (:data:`dynocell.engine.adapters.SGLANG_SECRETS_FILE`)."""
+    from dynocell.engine.adapters import SGLANG_SECRETS_FILE
+
+    secrets = Path(cell.settings.secrets_dir).resolve()
+    return p.name == SGLANG_SECRETS_FILE or _inside(p, secrets)
+
+
 def _boot_log(cell, boot_id: str) -> Path:
     where = elsewhere(cell, boot_id)
     if where is not None:
@@ -550,7 +561,7 @@ def _boot_log(cell, boot_id: str) -> Path:
     log_path = listings.boot_place(cell.store, boot_id)["log_path"]
     home = Path(cell.settings.home).resolve()
     p = Path(log_path).resolve()
-    if not _inside(p, home):
+    if not _inside(p, home) or _private(cell, p):  # a row (another host's, say) may name any path
         raise NotFound(f"log of boot {boot_id} is outside the data directory", "logs are served only from the data dir")
     return p
 
@@ -603,7 +614,7 @@ def list_artifacts(cell, boot_id: str) -> list[dict[str, Any]]:
     out = []
     if base.is_dir() and _inside(base, home):
         for p in sorted(base.rglob("*")):
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and not _private(cell, p.resolve()):
                 out.append({"name": p.relative_to(base).as_posix(), "size": p.stat().st_size})
             if len(out) >= 200:
                 break
@@ -633,7 +644,7 @@ def artifact_path(cell, boot_id: str, name: str) -> Path:
     bid = refs.resolve_key(cell.store, boot_id, "boot")
     base = (home / "boots" / bid).resolve()
     p = (base / name).resolve()
-    if not (_inside(p, base) and _inside(p, home)) or not p.is_file():
+    if not (_inside(p, base) and _inside(p, home)) or not p.is_file() or _private(cell, p):
         raise NotFound("no such artifact", "see the boot page for its files")
     return p
 
