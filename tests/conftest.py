@@ -40,6 +40,13 @@ def pytest_configure(config):
     # inherits COLUMNS=80 from execnet, which module- and session-scoped fixtures' environments would keep
     for key in ("COLUMNS", "LINES"):
         os.environ.pop(key, None)
+    # A suite started in the background of a non-interactive shell (`bash .ci/run &`) inherits SIGINT ignored,
+    # and so would every dynocell process a test starts: the tests that send Ctrl-C (SIGINT) would see it do
+    # nothing. A handler (not SIG_IGN) is reset to the default in each child at exec.
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config, "workerinput") or os.environ.get(SESSION_ENV):
         return
     import psutil

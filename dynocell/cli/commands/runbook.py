@@ -217,8 +217,9 @@ def diagnose_cmd(
 ) -> None:
     """Run the acceptance doctor on a run (or each run of a boot; default: the newest) and store findings.
 
-    Each finding has its evidence numbers and the runbook entries that explain it. On a store opened
-    read-only (--store) the findings are printed and not stored.
+    Each finding has its evidence numbers and the runbook entries that explain it.
+
+    On a store opened read-only (--store) the findings are printed and not stored.
 
     Example: dynocell diagnose 3f2a
     """
