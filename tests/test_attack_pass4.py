@@ -36,15 +36,9 @@ KEY = "SEKRIT_FULL_9"
 @pytest.fixture(scope="module")
 def own_store(tmp_path_factory):
     """A panel store of this module's own (rows are changed below)."""
-    from dynocell.runbooks.views import open_view_cell
-    from dynocell.settings import load_settings
-    from tests.web_fill import fill_stand_in
+    from tests.test_web_routes import panel_store
 
-    home = tmp_path_factory.mktemp("attack4-home")
-    settings = load_settings(home=home, poll_interval_s=1.0)
-    cell = open_view_cell(settings)
-    ids = fill_stand_in(cell)
-    return settings, cell, ids
+    return panel_store(tmp_path_factory.mktemp("attack4-home"), real_run=False)
 
 
 def test_the_panel_serves_no_secrets_file_of_a_boot(own_store):

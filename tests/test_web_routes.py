@@ -29,19 +29,24 @@ def _real_run(cell) -> str | None:
         return None
 
 
-@pytest.fixture(scope="session")
-def web_store(tmp_path_factory):
+def panel_store(home, real_run: bool = True):
+    """``(settings, cell, ids)`` of a panel store in ``home`` filled with the stand-in rows (and the real
+    reference run, when ``real_run`` and one is shipped)."""
     from dynocell.runbooks.views import open_view_cell
     from dynocell.settings import load_settings
 
-    home = tmp_path_factory.mktemp("web-home")
     settings = load_settings(home=home, poll_interval_s=1.0)
     cell = open_view_cell(settings)
     ids = fill_stand_in(cell)
-    real = _real_run(cell)
+    real = _real_run(cell) if real_run else None
     if real:
         ids["real_run"] = real
     return settings, cell, ids
+
+
+@pytest.fixture(scope="session")
+def web_store(tmp_path_factory):
+    return panel_store(tmp_path_factory.mktemp("web-home"))
 
 
 LAUNCH = "dcl_test-launch-token"
